@@ -1,0 +1,23 @@
+"""mmgrid: continual learning and model merging of generative recommenders.
+
+The public entry points are imported lazily so that ``import mmgrid`` stays cheap
+(no torch import until a registry or model is used).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["Registry", "__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Registry":
+        from mmgrid.registry.api import Registry
+
+        return Registry
+    raise AttributeError(f"module 'mmgrid' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from mmgrid.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""The ``mmgrid`` command.
+
+Each concern adds its own sub-commands through a ``register(subparsers)`` function in
+its ``commands`` module; this file only wires them together and turns named errors
+into a one-line message and exit status 2. Command modules import heavy libraries
+(torch, transformers) inside their handlers so that ``mmgrid --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from mmgrid import __version__
+from mmgrid.errors import MmgridError
+
+COMMAND_MODULES = (
+    "mmgrid.data.commands",  # world, prepare
+    "mmgrid.registry.commands",  # query, show, lineage, registry ...
+    "mmgrid.merge.commands",  # merge
+    "mmgrid.train.commands",  # build, eval
+    "mmgrid.sweep.commands",  # sweep, predict-lambda, report
+    "mmgrid.demo",  # demo, validate
+)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mmgrid",
+        description=(
+            "Build a grid of generative-recommender checkpoints (paradigm x domain x period), "
+            "merge across it, and report. Start with `mmgrid demo`."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"mmgrid {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        rc = args.func(args)
+    except MmgridError as exc:
+        print(f"mmgrid: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mmgrid: interrupted; finished checkpoints are kept in the registry.", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+def add_overrides(p: argparse.ArgumentParser) -> None:
+    """Add the ``key=value`` positional overrides every config-driven command accepts."""
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. data.root=/data/amazon train.seed=1",
+    )

@@ -1,0 +1,138 @@
+"""The grid spec: one YAML file describes data, base model, paradigms, training, variants,
+evaluation, sweeps and execution. Loaded with ``yaml.safe_load`` and validated against the
+dataclasses below (and each section's own dataclass) before any job runs.
+
+Example::
+
+    cfg = load_grid("grids/demo.yaml", ["data.root=/data/amazon", "train.seed=1"])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mmgrid.configtools import apply_overrides, build, stable_hash, to_dict
+from mmgrid.data.config import DataConfig, WorldConfig
+from mmgrid.errors import ConfigError
+from mmgrid.exec.config import ExecConfig
+from mmgrid.sweep.config import SweepConfig
+from mmgrid.train.config import BaseConfig, EvalConfig, TrainConfig, VariantConfig
+
+GRIDS_DIR = Path(__file__).resolve().parent.parent / "grids"
+
+
+@dataclass
+class GridConfig:
+    name: str  # names the grid; default output folders live under runs/<name>/
+    data: DataConfig = field(default_factory=DataConfig)
+    world: WorldConfig | None = None  # if set, `mmgrid demo` writes this synthetic world into data.root
+    prepared: str | None = None  # prepared dataset folder (default runs/<name>/prepared)
+    registry: str | None = None  # registry root (default runs/<name>/registry)
+    base: BaseConfig = field(default_factory=BaseConfig)
+    paradigms: list[str] = field(default_factory=lambda: ["text", "semid", "emb", "sasrec"])
+    paradigm_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-paradigm knobs
+    train: TrainConfig = field(default_factory=TrainConfig)
+    variants: list[VariantConfig] = field(default_factory=lambda: [VariantConfig()])
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    sweeps: SweepConfig = field(default_factory=SweepConfig)
+    exec: ExecConfig = field(default_factory=ExecConfig)
+
+    def __post_init__(self) -> None:
+        if self.prepared is None:
+            self.prepared = f"runs/{self.name}/prepared"
+        if self.registry is None:
+            self.registry = f"runs/{self.name}/registry"
+        _check_phases(self.data.phases)
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"variants: duplicate variant names {names}; each row of the grid needs its own name.")
+        for stage in self.train.stages:
+            if stage not in self.data.phases:
+                raise ConfigError(
+                    f"train.stages: {stage!r} is not a phase; phases are {list(self.data.phases)}."
+                )
+            if stage not in self.train.epochs:
+                raise ConfigError(f"train.epochs: no epoch count for stage {stage!r}.")
+
+    def hash(self) -> str:
+        """Hash of the whole spec (recorded in manifests)."""
+        return stable_hash(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+
+def parse_date_ms(text: str, where: str) -> int:
+    """``YYYY-MM-DD`` (UTC) → Unix milliseconds."""
+    try:
+        dt = datetime.strptime(str(text), "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {text!r} is not a date of the form YYYY-MM-DD.") from exc
+    return int(dt.timestamp() * 1000)
+
+
+def phase_windows(phases: dict[str, list[str | None]]) -> dict[str, tuple[int | None, int | None]]:
+    """Phase name → half-open [start_ms, end_ms) window (None = open end)."""
+    return {
+        name: (
+            None if b[0] is None else parse_date_ms(b[0], f"data.phases.{name}[0]"),
+            None if b[1] is None else parse_date_ms(b[1], f"data.phases.{name}[1]"),
+        )
+        for name, b in phases.items()
+    }
+
+
+def _check_phases(phases: dict[str, list[str | None]]) -> None:
+    if not phases:
+        raise ConfigError("data.phases: at least one phase is needed.")
+    for name, b in phases.items():
+        if not isinstance(b, (list, tuple)) or len(b) != 2:
+            raise ConfigError(f"data.phases.{name}: expected [start, end] dates (use null for an open start).")
+    prev_end: int | None = None
+    prev_name = None
+    for name, (start, end) in phase_windows(phases).items():
+        if start is not None and end is not None and start >= end:
+            raise ConfigError(f"data.phases.{name}: start {phases[name][0]} is not before end {phases[name][1]}.")
+        if prev_name is not None:
+            if start is None or prev_end is None or start < prev_end:
+                raise ConfigError(
+                    f"data.phases: {name!r} starts before {prev_name!r} ends; phases must be listed in time order "
+                    "without overlap."
+                )
+        prev_end, prev_name = end, name
+
+
+def resolve_grid_path(path: str | Path) -> Path:
+    """Find a grid YAML: as given, or by name in the packaged grids/ folder (``demo`` → grids/demo.yaml)."""
+    p = Path(path)
+    if p.exists():
+        return p
+    for cand in (GRIDS_DIR / p.name, GRIDS_DIR / f"{p.name}.yaml"):
+        if cand.exists():
+            return cand
+    raise ConfigError(f"grid config {str(path)!r} not found (looked in the current folder and {GRIDS_DIR}).")
+
+
+def load_grid(path: str | Path, overrides: list[str] | None = None) -> GridConfig:
+    """Load and validate a grid YAML (safe_load only), applying ``key=value`` overrides.
+
+    Args:
+        path: file path, or a packaged grid name such as ``demo``.
+        overrides: ``dotted.key=value`` strings; values are parsed as YAML scalars.
+
+    Returns:
+        The validated :class:`GridConfig`.
+    """
+    p = resolve_grid_path(path)
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping.")
+    return build(GridConfig, apply_overrides(raw, overrides), where=str(p))

@@ -1,0 +1,42 @@
+"""Typed config of the data layer (the ``data:`` and ``world:`` sections of a grid YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# The paper's global, half-open UTC windows (MMGRid section 3.2). Order matters: it is time order.
+PAPER_PHASES: dict[str, list[str | None]] = {
+    "pretrain": [None, "2022-07-01"],
+    "p1": ["2022-07-01", "2022-10-01"],
+    "p2": ["2022-10-01", "2023-01-01"],
+    "test": ["2023-01-01", "2023-04-01"],
+}
+
+
+@dataclass
+class ItemTextConfig:
+    fields: list[str] = field(default_factory=lambda: ["title", "description", "features"])  # title always first
+    max_chars: int = 256  # item text is truncated to this many characters
+
+
+@dataclass
+class DataConfig:
+    source: Literal["amazon2023", "benchmark_csv", "recbole"] = "amazon2023"  # raw file family
+    root: str = "runs/demo/world"  # folder with raw/review_categories, raw/meta_categories (or csv / atomic files)
+    domains: list[str] = field(default_factory=list)  # categories, e.g. Video_Games; empty = every file found
+    kcore: int = 5  # iterative k-core on users and items
+    min_date: str | None = None  # drop interactions before this UTC date (YYYY-MM-DD)
+    max_history: int = 20  # at most this many earlier interactions per example
+    phases: dict[str, list[str | None]] = field(default_factory=lambda: {k: list(v) for k, v in PAPER_PHASES.items()})
+    item_text: ItemTextConfig = field(default_factory=ItemTextConfig)
+    recbole_text_field: str = "title"  # .item column used as item text for RecBole sources
+    strict: bool = False  # fail on the first corrupt line instead of skipping and counting it
+    lm_text_docs: int = 4000  # review texts set apart (across domains) for the base LM: train + held-out
+
+
+@dataclass
+class WorldConfig:
+    seed: int = 0  # the world is deterministic for a seed
+    scale: float = 1.0  # multiplies users and items; ~100 gives millions of reviews
+    n_domains: int = 5  # synthetic domains, each with its own item life-span and activity

@@ -1,0 +1,104 @@
+"""The one Protocol every generative-recommender paradigm implements.
+
+A paradigm turns the shared base LLM into a recommender for one domain, trains on a
+phase's examples, and ranks the domain's items for user histories. Training code
+(`mmgrid.train`) and evaluation (`mmgrid.eval`) only talk to this Protocol; paradigms
+never read the grid config themselves: their knobs arrive as the plain ``params``
+mapping (``paradigm_params.<name>`` in the grid YAML).
+
+Checkpoints: :meth:`Paradigm.save` returns a :class:`Checkpoint` (flat float state dict
++ small files such as ``config.json``/``tokenizer.json`` + JSON-able meta); the registry
+stores it, and :meth:`Paradigm.load` rebuilds the model from it, also when the state dict
+is the result of a merge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import torch
+
+    from mmgrid.data.prepared import DomainData
+    from mmgrid.models.base import BaseBundle
+
+
+@dataclass
+class Checkpoint:
+    """What a paradigm hands to the registry and gets back from it."""
+
+    state: dict[str, "torch.Tensor"]  # flat; merged tensor by tensor by mmgrid.merge
+    files: dict[str, bytes] = field(default_factory=dict)  # config.json, tokenizer.json, ...
+    meta: dict[str, Any] = field(default_factory=dict)  # JSON-able: item codes, sizes, ...
+    # Rows of 2-D tensors that only this model has (added vocabulary such as semantic-ID
+    # tokens): tensor name -> (first added row, token names of the added rows). The merge
+    # engine keeps these rows per model and merges only the shared rows; Orbit excludes them.
+    added_rows: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Paradigm(Protocol):
+    """A generative-recommendation paradigm (text, semid, emb, sasrec)."""
+
+    name: str
+
+    def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> "torch.nn.Module":
+        """Make this paradigm's model for ``domain`` from the base (the first stage's start)."""
+        ...
+
+    def examples(self, model: "torch.nn.Module", domain: "DomainData", phase: str) -> list[Any]:
+        """Training examples of one phase (targets inside the phase, histories before them)."""
+        ...
+
+    def collate(self, model: "torch.nn.Module", examples: list[Any]) -> dict[str, "torch.Tensor"]:
+        """Batch a list of examples into tensors."""
+        ...
+
+    def loss(self, model: "torch.nn.Module", batch: dict[str, "torch.Tensor"]) -> "torch.Tensor":
+        """Scalar training loss of one batch."""
+        ...
+
+    def rank(self, model: "torch.nn.Module", domain: "DomainData", histories: list[list[int]], k: int) -> "np.ndarray":
+        """Top-``k`` item indices (best first) for each history: an int array [len(histories), k]."""
+        ...
+
+    def save(self, model: "torch.nn.Module") -> Checkpoint:
+        """The model as a registry checkpoint."""
+        ...
+
+    def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> "torch.nn.Module":
+        """Rebuild the model from a checkpoint (possibly merged, possibly with extra added rows)."""
+        ...
+
+
+_PARADIGMS: dict[str, Callable[[], Paradigm]] = {}
+
+
+def register_paradigm(name: str) -> Callable[[Callable[[], Paradigm]], Callable[[], Paradigm]]:
+    """Class decorator: make a paradigm available under ``name``."""
+
+    def deco(factory: Callable[[], Paradigm]) -> Callable[[], Paradigm]:
+        _PARADIGMS[name] = factory
+        return factory
+
+    return deco
+
+
+def get_paradigm(name: str) -> Paradigm:
+    """The paradigm registered as ``name`` (raises UnknownNameError with the known names)."""
+    from mmgrid.errors import UnknownNameError
+    from mmgrid.paradigms import _load_all
+
+    _load_all()
+    if name not in _PARADIGMS:
+        raise UnknownNameError("paradigm", name, list(_PARADIGMS))
+    return _PARADIGMS[name]()
+
+
+def paradigm_names() -> list[str]:
+    from mmgrid.paradigms import _load_all
+
+    _load_all()
+    return sorted(_PARADIGMS)

@@ -1,0 +1,9 @@
+"""CLI sub-commands of mmgrid.sweep (see mmgrid/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this concern's sub-commands to the `mmgrid` parser."""

@@ -1,0 +1,47 @@
+"""Typed config of the merge studies (the ``sweeps:`` section of a grid YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TemporalSweepConfig:
+    paradigm: str = "emb"
+    variant: str = "default"
+    start: float = 0.0
+    stop: float = 1.5  # inclusive
+    step: float = 0.05
+    metric: str = "ndcg@10"  # lambda* = argmax of this; ties go to the value closest to 1
+    domains: list[str] | None = None
+
+
+@dataclass
+class CrossDomainSweepConfig:
+    paradigms: list[str] = field(default_factory=lambda: ["emb"])
+    variant: str = "default"
+    pairs: list[list[str]] | None = None  # None = all pairs of domains
+    methods: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            "average": {},
+            "ties_dare": {"p": 0.1, "density": 0.2},
+            "orthomerge": {},
+            "gcwm": {},
+        }
+    )
+    bases: list[str] = field(default_factory=lambda: ["original", "historical", "neutral"])
+    alphas: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+@dataclass
+class PredictLambdaConfig:
+    features: list[str] = field(default_factory=lambda: ["avg_gap_days"])  # domain statistics used as regressors
+    group: str = "non_active"
+
+
+@dataclass
+class SweepConfig:
+    temporal: TemporalSweepConfig = field(default_factory=TemporalSweepConfig)
+    cross_domain: CrossDomainSweepConfig = field(default_factory=CrossDomainSweepConfig)
+    predict_lambda: PredictLambdaConfig = field(default_factory=PredictLambdaConfig)
