@@ -1,0 +1,40 @@
+"""Named errors of the registry. Each message says what, where and how to fix it."""
+
+from __future__ import annotations
+
+from mmgrid.errors import RegistryError
+
+
+class UnknownCheckpointError(RegistryError, KeyError):
+    """No checkpoint has this id, alias or coordinates."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class AmbiguousCheckpointError(RegistryError, LookupError):
+    """Coordinates (or an id prefix) match more than one checkpoint."""
+
+
+class MissingBlobError(RegistryError, FileNotFoundError):
+    """A blob a manifest refers to is not in the store."""
+
+
+class CorruptBlobError(RegistryError, ValueError):
+    """A blob's bytes no longer hash to its name (bit rot, partial copy, tampering)."""
+
+
+class UnsafeFormatError(RegistryError, ValueError):
+    """A pickle-based checkpoint (.bin/.pt/.pkl...) was offered; only safetensors are read."""
+
+
+class InvalidNameError(RegistryError, ValueError):
+    """A coordinate, alias or file name is not allowed (path separators, '..', empty...)."""
+
+
+class ArchitectureMismatchError(RegistryError, ValueError):
+    """An imported checkpoint's architecture or tensor shapes differ from what was expected."""
+
+
+class IndexLockedError(RegistryError):
+    """The SQLite index stayed locked past every retry."""

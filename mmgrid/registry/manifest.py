@@ -1,0 +1,122 @@
+"""Manifests: one JSON file per checkpoint, the registry's source of truth.
+
+``manifests/ab/ab12...json`` holds the checkpoint's identity (coords, kind, parents with
+roles, params, config hash, seed), where it came from (code version, data fingerprint,
+creation time) and what it is made of (tensor name -> blob hash, shape, dtype; file name
+-> blob hash). The SQLite index is only a cache of these files.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from mmgrid.registry.errors import RegistryError
+
+FORMAT = 1
+
+
+class Parent(NamedTuple):
+    """One lineage edge into a checkpoint; unpacks as ``(id, role)``."""
+
+    id: str
+    role: str
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """Where one tensor lives: its blob hash, shape and safetensors dtype name ("F32", "BF16"...)."""
+
+    sha256: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int = 0
+
+
+@dataclass
+class Manifest:
+    """Everything the registry knows about one checkpoint."""
+
+    id: str
+    coords: dict[str, Any]
+    kind: str
+    parents: list[Parent] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # name -> sha256
+    blobs: dict[str, BlobRef] = field(default_factory=dict)  # tensor name -> blob
+    seed: int | None = None
+    config_hash: str | None = None
+    data_fingerprint: str | None = None
+    code_version: str = ""
+    created: str = ""
+
+    @property
+    def method(self) -> str | None:
+        """How this checkpoint was made (``params["method"]`` when given)."""
+        m = self.params.get("method")
+        return str(m) if m is not None else None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.blobs.values())
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["format"] = FORMAT
+        d["parents"] = [{"id": p.id, "role": p.role} for p in self.parents]
+        d["blobs"] = {k: {"sha256": b.sha256, "shape": list(b.shape), "dtype": b.dtype, "nbytes": b.nbytes} for k, b in self.blobs.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], where: str = "") -> "Manifest":
+        try:
+            return cls(
+                id=d["id"],
+                coords=dict(d["coords"]),
+                kind=d["kind"],
+                parents=[Parent(p["id"], p["role"]) for p in d.get("parents", [])],
+                params=dict(d.get("params") or {}),
+                meta=dict(d.get("meta") or {}),
+                files=dict(d.get("files") or {}),
+                blobs={k: BlobRef(b["sha256"], tuple(b["shape"]), b["dtype"], int(b.get("nbytes", 0))) for k, b in d.get("blobs", {}).items()},
+                seed=d.get("seed"),
+                config_hash=d.get("config_hash"),
+                data_fingerprint=d.get("data_fingerprint"),
+                code_version=d.get("code_version", ""),
+                created=d.get("created", ""),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RegistryError(f"manifest {where} is malformed ({exc!r}); restore it or run `mmgrid registry verify` to list bad manifests.") from exc
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise RegistryError(f"manifest {path} is not valid JSON ({exc}); restore it from a backup or delete it and re-create the checkpoint.") from exc
+    return Manifest.from_json(data, where=str(path))
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """``mmgrid <version>`` plus the git commit of the source tree when there is one."""
+    from mmgrid import __version__
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+        sha = out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return f"{__version__}+g{sha}" if sha else __version__
