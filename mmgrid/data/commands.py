@@ -1,4 +1,4 @@
-"""CLI sub-commands of mmgrid.data (see mmgrid/cli.py)."""
+"""CLI sub-commands of mmgrid.data (see mmgrid/cli.py): ``world`` and ``prepare``."""
 
 from __future__ import annotations
 
@@ -7,3 +7,66 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
+    from mmgrid.cli import add_overrides
+
+    w = sub.add_parser(
+        "world",
+        help="write a synthetic world in the Amazon Reviews 2023 layout (plus truth.json)",
+        description="Generate N synthetic domains (gzipped JSONL, Amazon 2023 fields) and truth.json with their knobs.",
+    )
+    w.add_argument("--out", required=True, help="destination folder (raw/ and truth.json are written there)")
+    w.add_argument("--seed", type=int, default=0, help="the world is deterministic for a seed (default 0)")
+    w.add_argument("--scale", type=float, default=1.0, help="multiplies users and items (~100: millions of reviews)")
+    w.add_argument("--domains", type=int, default=5, help="number of domains (default 5)")
+    w.set_defaults(func=_world)
+
+    p = sub.add_parser(
+        "prepare",
+        help="raw files -> prepared dataset (parquet, stats, manifest); prints the statistics table",
+        description="Dedupe, k-core, phase split and examples per domain. "
+        "Skips work when inputs and config are unchanged.",
+    )
+    p.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    p.add_argument(
+        "--out", nargs="+", action=_OutThenOverrides, default=None, metavar="DIR",
+        help="output folder (default: the grid's `prepared`); KEY=VALUE overrides may follow it",
+    )  # fmt: skip
+    p.add_argument("--strict", action="store_true", default=None, help="fail on the first corrupt line")
+    add_overrides(p)
+    p.set_defaults(func=_prepare)
+
+
+class _OutThenOverrides(argparse.Action):
+    """``--out DIR [KEY=VALUE ...]``: argparse cannot resume a positional list after an option, so
+    overrides written after ``--out DIR`` (as in ``mmgrid prepare CONFIG --out DIR data.root=X``) are
+    taken here and appended to the positional overrides."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        setattr(namespace, self.dest, values[0])
+        namespace.late_overrides = list(getattr(namespace, "late_overrides", []) or []) + list(values[1:])
+
+
+def _world(args: argparse.Namespace) -> int:
+    import json
+
+    from mmgrid.data.config import WorldConfig
+    from mmgrid.data.world import write_world
+
+    out = write_world(args.out, WorldConfig(seed=args.seed, scale=args.scale, n_domains=args.domains))
+    truth = json.loads((out / "truth.json").read_text())
+    for name, d in truth["domains"].items():
+        print(f"{name:>10}: {d['reviews']:>9,} reviews, {d['users_generated']:>7,} users, "
+              f"{d['items_generated']:>6,} items, life-span {d['lifespan_days']:.0f} d, activity {d['activity']:.2f}")
+    print(f"wrote {out}/raw and {out}/truth.json (seed {args.seed}, scale {args.scale})")
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from mmgrid.config import load_grid
+    from mmgrid.data.prepare import prepare
+    from mmgrid.data.stats import format_stats
+
+    cfg = load_grid(args.config, list(args.overrides) + list(getattr(args, "late_overrides", []) or []))
+    ds = prepare(cfg, out=args.out, strict=args.strict)
+    print(format_stats(ds.stats()))
+    return 0

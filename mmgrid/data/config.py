@@ -32,7 +32,11 @@ class DataConfig:
     item_text: ItemTextConfig = field(default_factory=ItemTextConfig)
     recbole_text_field: str = "title"  # .item column used as item text for RecBole sources
     strict: bool = False  # fail on the first corrupt line instead of skipping and counting it
+    # ms: values below 1e11 (seconds by magnitude) are an error; s: every value is seconds; auto: below 1e11 converted
+    timestamp_unit: Literal["ms", "s", "auto"] = "ms"
+    min_history: int = 1  # targets with fewer earlier interactions are not examples (counted in the manifest)
     lm_text_docs: int = 4000  # review texts set apart (across domains) for the base LM: train + held-out
+    lm_heldout_share: float = 0.1  # share of lm_text_docs kept for measuring text retention
 
 
 @dataclass
@@ -40,3 +44,5 @@ class WorldConfig:
     seed: int = 0  # the world is deterministic for a seed
     scale: float = 1.0  # multiplies users and items; ~100 gives millions of reviews
     n_domains: int = 5  # synthetic domains, each with its own item life-span and activity
+    start: str = "2021-01-01"  # first day of generated interactions (UTC)
+    end: str = "2023-04-01"  # day after the last generated interaction (UTC)

@@ -1,4 +1,8 @@
-"""Typed config of job execution (the ``exec:`` section of a grid YAML)."""
+"""Typed config of job execution (the ``exec:`` section of a grid YAML).
+
+Nothing here changes what is computed, only where: checkpoint ids must not depend on
+this section (a build on Ray gives the same ids as a local one).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,18 @@ from typing import Literal
 
 @dataclass
 class ExecConfig:
-    executor: Literal["local", "ray"] = "local"
-    address: str | None = None  # Ray cluster address; None starts a local Ray
-    num_gpus_per_train: float = 0.0  # resources asked for each training job on Ray
+    executor: Literal["local", "ray"] = "local"  # `--executor` on the command line wins
+    address: str | None = None  # Ray cluster address (auto, ray://head:10001); None starts a local Ray
+    num_cpus: int | None = None  # CPUs of a local Ray started by mmgrid (None: all of this machine)
+    num_cpus_per_job: float = 1.0  # Ray resources asked for every job
+    num_gpus_per_train: float = 0.0  # Ray GPUs asked for each training stage (1 at paper scale)
+    num_gpus_per_eval: float = 0.0  # Ray GPUs asked for each evaluation / sweep point
+
+    def __post_init__(self) -> None:
+        from mmgrid.errors import ConfigError
+
+        for name in ("num_cpus_per_job", "num_gpus_per_train", "num_gpus_per_eval"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"exec.{name}: {getattr(self, name)} is negative; use 0 or more.")
+        if self.num_cpus is not None and self.num_cpus < 1:
+            raise ConfigError(f"exec.num_cpus: {self.num_cpus} must be at least 1 (or null for all CPUs).")

@@ -19,9 +19,12 @@ from collections.abc import Sequence
 
 import torch
 
-# float32 magnitudes as int32 bit patterns are monotone in the value; the top 16 bits
-# (sign bit always 0 for a magnitude) index 32768 histogram bins.
-N_MAG_BINS = 1 << 15
+# float32 magnitudes as int32 bit patterns are monotone in the value; their top 20 bits
+# (sign bit 0, 8 exponent bits, 11 mantissa bits) index the histogram bins of
+# :func:`magnitude_histogram`: one bin spans a relative width of 2^-11.
+MAG_SHIFT = 12
+N_MAG_BINS = 1 << (31 - MAG_SHIFT)
+NONFINITE_BIN = 0x7F800000 >> MAG_SHIFT  # Inf and NaN land at or above this bin
 
 
 def average(tensors: Sequence[torch.Tensor], weights: Sequence[float] | None = None) -> torch.Tensor:
@@ -70,12 +73,12 @@ def keep_count(density: float, n: int) -> int:
 
 
 def trim_magnitude(delta: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Zero the entries with ``|delta| < threshold`` (TIES's trim; ties at it are kept)."""
-    return torch.where(delta.abs() >= threshold, delta, torch.zeros((), dtype=delta.dtype))
+    """Zero, in place, the entries with ``|delta| < threshold`` (TIES's trim; ties at it are kept)."""
+    return delta.masked_fill_(delta.abs() < threshold, 0.0)
 
 
 def trim_top_density(delta: torch.Tensor, density: float) -> torch.Tensor:
-    """Keep the top ``density`` fraction of entries by magnitude of one tensor."""
+    """Keep the top ``density`` fraction of entries of one tensor by magnitude (in place)."""
     if density >= 1.0:
         return delta
     return trim_magnitude(delta, kth_largest_magnitude(delta, keep_count(density, delta.numel())))
@@ -98,7 +101,7 @@ def elect_sign(deltas: Sequence[torch.Tensor]) -> torch.Tensor:
     mass = deltas[0].clone()
     for d in deltas[1:]:
         mass.add_(d)
-    return torch.where(mass >= 0, 1.0, -1.0).to(mass.dtype)
+    return (mass >= 0).to(mass.dtype).mul_(2.0).sub_(1.0)
 
 
 def disjoint_mean(
@@ -114,15 +117,18 @@ def disjoint_mean(
     num = torch.zeros_like(deltas[0])
     den = torch.zeros_like(deltas[0])
     for d, w in zip(deltas, weights):
-        agree = ((torch.sign(d) == sign) & (d != 0)).to(d.dtype)
-        num.add_(d * agree, alpha=float(w))
-        den.add_(agree, alpha=float(w))
-    return torch.where(den != 0, num / den.clamp_min(1e-30), torch.zeros((), dtype=num.dtype))
+        # d * sign > 0 exactly where d is nonzero and agrees; relu keeps |d| there.
+        signed = d * sign
+        agree = signed > 0
+        num.add_(signed.clamp_min_(0.0), alpha=float(w))
+        den.add_(agree.to(den.dtype), alpha=float(w))
+    # where no input agrees num is 0, so any nonzero denominator gives 0 there
+    return num.mul_(sign).div_(torch.where(den != 0, den, torch.ones((), dtype=den.dtype)))
 
 
 def sign_masked(deltas: Sequence[torch.Tensor], sign: torch.Tensor) -> list[torch.Tensor]:
     """Each delta with the entries that disagree with the elected sign zeroed."""
-    return [torch.where(torch.sign(d) == sign, d, torch.zeros((), dtype=d.dtype)) for d in deltas]
+    return [d.masked_fill(d * sign < 0, 0.0) for d in deltas]
 
 
 def interpolate(t1: torch.Tensor, t2: torch.Tensor, lam: float) -> torch.Tensor:
@@ -132,29 +138,25 @@ def interpolate(t1: torch.Tensor, t2: torch.Tensor, lam: float) -> torch.Tensor:
 
 
 def magnitude_histogram(x: torch.Tensor) -> torch.Tensor:
-    """Counts of |x| over :data:`N_MAG_BINS` bins of the float32 bit pattern's top 16 bits.
+    """Counts of |x| over the first of :data:`N_MAG_BINS` bins of the float32 bit pattern's top bits.
 
-    Summed over tensors, these counts locate the whole-model k-th largest magnitude
-    in one streaming pass without holding the model (see :func:`locate_kth_bin`).
+    Summed over tensors, these counts locate the whole-model k-th largest magnitude in
+    one streaming pass without holding the model (:func:`locate_threshold`). Bins at or
+    above :data:`NONFINITE_BIN` count Inf and NaN.
     """
-    bits = x.detach().float().abs().reshape(-1).view(torch.int32) >> 16
-    return torch.bincount(bits, minlength=N_MAG_BINS)
+    bits = x.detach().float().abs().reshape(-1).view(torch.int32)
+    # no minlength: the counts end at the largest bin present (add into a prefix)
+    return torch.bincount(bits >> MAG_SHIFT)
 
 
-def locate_kth_bin(hist: torch.Tensor, k: int) -> tuple[int, int]:
-    """The bin holding the k-th largest magnitude and that value's rank inside the bin.
+def locate_threshold(hist: torch.Tensor, k: int) -> float:
+    """A magnitude threshold keeping the k largest entries, from a histogram.
 
-    Returns:
-        (bin index, rank r >= 1 counted from the bin's largest value).
+    Returns the lower edge of the bin holding the k-th largest magnitude: entries with
+    |x| >= it are kept, i.e. the k largest plus the other entries of that bin (those
+    within a relative 2^-11 of the k-th largest).
     """
     desc = torch.flip(hist, [0]).cumsum(0)
     pos = int(torch.searchsorted(desc, torch.tensor(k, dtype=desc.dtype)))
     b = N_MAG_BINS - 1 - pos
-    above = int(desc[pos - 1]) if pos > 0 else 0
-    return b, k - above
-
-
-def values_in_bin(x: torch.Tensor, b: int) -> torch.Tensor:
-    """The magnitudes of x that fall into histogram bin b."""
-    mag = x.detach().float().abs().reshape(-1)
-    return mag[(mag.view(torch.int32) >> 16) == b]
+    return float(torch.tensor([b << MAG_SHIFT], dtype=torch.int32).view(torch.float32))

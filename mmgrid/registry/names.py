@@ -35,6 +35,13 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def now_iso() -> str:
+    """UTC time with microseconds; sorts as text in creation order."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -102,6 +109,10 @@ def check_alias(name: str) -> str:
             "letter or digit, no '/' and no '..'), e.g. 'best-text-books'."
         )
     return name
+
+
+def is_alias(name: str) -> bool:
+    return isinstance(name, str) and bool(_ALIAS_RE.match(name)) and ".." not in name
 
 
 def check_file_name(name: str) -> str:

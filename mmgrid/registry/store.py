@@ -14,12 +14,16 @@ hash the first time a blob is read in a process (``_VERIFIED``), then trust it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import struct
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from mmgrid.registry.errors import CorruptBlobError, MissingBlobError
 
@@ -66,6 +70,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes, tmp_dir: Path, durable: bool = True, pause: str | None = None) -> None:
     """Write ``data`` to ``path`` so that readers see the old state or the whole new file."""
     tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -87,13 +99,78 @@ def atomic_write(path: Path, data: bytes, tmp_dir: Path, durable: bool = True, p
         fsync_dir(path.parent)
 
 
+def tensor_bytes(tensor: "torch.Tensor") -> tuple[bytes, memoryview]:
+    """A one-tensor safetensors file as (header, data view), without copying the data.
+
+    The header is the one ``safetensors.torch.save({"t": tensor})`` writes (JSON, spaces
+    to an 8-byte boundary), so a blob's bytes do not depend on which path wrote them.
+    """
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    info = {TENSOR_KEY: {"dtype": _st_name(t.dtype), "shape": list(t.shape), "data_offsets": [0, t.numel() * t.element_size()]}}
+    head = json.dumps(info, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    data = t.reshape(-1).view(torch_uint8()).numpy().data if t.numel() else memoryview(b"")
+    return struct.pack("<Q", len(head)) + head, data
+
+
+def torch_uint8() -> "torch.dtype":
+    import torch
+
+    return torch.uint8
+
+
+def _st_name(dtype: "torch.dtype") -> str:
+    from mmgrid.errors import RegistryError
+
+    name = str(dtype).removeprefix("torch.")
+    for st, tn in ST_TO_TORCH.items():
+        if tn == name:
+            return st
+    raise RegistryError(f"tensor dtype {dtype} cannot be stored in safetensors; cast it (e.g. to float32).")
+
+
+def _from_blob(buf: bytearray, path: Path) -> "torch.Tensor":
+    """The tensor of a verified one-tensor safetensors blob, sharing ``buf``'s memory (no copy)."""
+    import torch
+
+    from mmgrid.registry.errors import CorruptBlobError
+
+    try:
+        (n,) = struct.unpack_from("<Q", buf, 0)
+        info = json.loads(bytes(buf[8 : 8 + n]))[TENSOR_KEY]
+        dtype, shape = getattr(torch, ST_TO_TORCH[info["dtype"]]), tuple(info["shape"])
+        start, end = info["data_offsets"]
+    except (struct.error, ValueError, KeyError, TypeError) as exc:
+        raise CorruptBlobError(f"blob {path} is not a one-tensor safetensors file ({exc!r}); re-create the checkpoint.") from exc
+    count = end - start
+    if count == 0:
+        return torch.empty(shape, dtype=dtype)
+    flat = torch.frombuffer(buf, dtype=torch.uint8, count=count, offset=8 + n + start)
+    return flat.view(dtype).reshape(shape)
+
+
+class _Batch:
+    """Blob writes of one put: hashed and written by a thread pool, made durable together."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=workers)
+        self.pending: dict[str, tuple[Path, Path]] = {}  # sha -> (temp file, final path)
+        self.lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(2 * workers)  # bounds tensors held in memory
+
+
 class BlobStore:
     """Tensor blobs and file blobs under one root."""
 
-    def __init__(self, root: Path, durable: bool = True) -> None:
+    def __init__(self, root: Path, durable: bool = True, workers: int | None = None) -> None:
         self.root = Path(root)
         self.tmp = self.root / "tmp"
         self.durable = durable
+        self.workers = workers or min(8, (os.cpu_count() or 2) + 2)
+        self._local = threading.local()  # each thread batches its own puts
 
     # -- paths -----------------------------------------------------------------
     def blob_path(self, sha: str) -> Path:
@@ -102,19 +179,81 @@ class BlobStore:
     def file_path(self, sha: str) -> Path:
         return self.root / "files" / sha[:2] / sha
 
+    # -- batches -----------------------------------------------------------------
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group the blob writes of one checkpoint.
+
+        Inside the block blobs are hashed and written to temporary files by a thread pool
+        (sha256 and file writes release the GIL). On a clean exit every temporary file is
+        fsynced (in parallel, so the file system can share journal commits), renamed into
+        place, and the folders fsynced. A blob never sits under its final name before its
+        bytes are durable, and a failed block leaves no blob at all.
+        """
+        if getattr(self._local, "batch", None) is not None:  # nested: the outer block flushes
+            yield
+            return
+        b = _Batch(self.workers)
+        self._local.batch = b
+        try:
+            yield
+            b.pool.shutdown(wait=True)
+            self._flush(b)
+        except BaseException:
+            b.pool.shutdown(wait=True, cancel_futures=True)
+            for tmp, _ in b.pending.values():
+                tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            self._local.batch = None
+
+    def _flush(self, b: _Batch) -> None:
+        if not b.pending:
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(b.pending))) as pool:
+            if self.durable:
+                list(pool.map(_fsync_file, [tmp for tmp, _ in b.pending.values()]))
+            pause_point("blob_tmp_written")
+            for tmp, final in b.pending.values():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, final)
+            if self.durable:
+                list(pool.map(fsync_dir, sorted({final.parent for _, final in b.pending.values()})))
+        with _VERIFIED_LOCK:
+            _VERIFIED.update(b.pending)
+
     # -- writing ---------------------------------------------------------------
     def put_tensor(self, tensor: "torch.Tensor") -> tuple[str, int, bool]:
-        """Store one tensor; returns (sha256, size in bytes, written?) — False means deduplicated."""
-        from safetensors.torch import save
+        """Store one tensor now; returns (sha256, size in bytes, written?) — False means deduplicated."""
+        head, data = tensor_bytes(tensor)
+        return self._put([head, data], self.blob_path)
 
-        data = save({TENSOR_KEY: tensor.detach().cpu().contiguous()})
-        return self._put(data, self.blob_path, pause="blob_tmp_written")
+    def submit_tensor(self, tensor: "torch.Tensor") -> "Future[tuple[str, int, bool]]":
+        """Inside :meth:`batch`: store one tensor in the background; outside: at once."""
+        b = getattr(self._local, "batch", None)
+        if b is None:
+            fut: Future = Future()
+            fut.set_result(self.put_tensor(tensor))
+            return fut
+        b.slots.acquire()
+
+        def job() -> tuple[str, int, bool]:
+            try:
+                head, data = tensor_bytes(tensor)
+                return self._put([head, data], self.blob_path, b)
+            finally:
+                b.slots.release()
+
+        return b.pool.submit(job)
 
     def put_file(self, data: bytes) -> tuple[str, int, bool]:
-        return self._put(bytes(data), self.file_path, pause=None)
+        return self._put([bytes(data)], self.file_path, getattr(self._local, "batch", None))
 
-    def _put(self, data: bytes, where, pause: str | None) -> tuple[str, int, bool]:
-        sha = hashlib.sha256(data).hexdigest()
+    def _put(self, parts: list, where, b: "_Batch | None" = None) -> tuple[str, int, bool]:
+        h = hashlib.sha256()
+        for part in parts:
+            h.update(part)
+        sha, size = h.hexdigest(), sum(len(p) for p in parts)
         path = where(sha)
         if path.exists():
             # Refresh mtime: gc's grace period then protects a blob a concurrent put reuses.
@@ -122,16 +261,29 @@ class BlobStore:
                 os.utime(path)
             except OSError:
                 pass
-            return sha, len(data), False
-        atomic_write(path, data, self.tmp, self.durable, pause=pause)
-        with _VERIFIED_LOCK:
-            _VERIFIED.add(sha)  # we just hashed these very bytes
-        return sha, len(data), True
+            return sha, size, False
+        if b is None:
+            atomic_write(path, b"".join(parts), self.tmp, self.durable)
+            with _VERIFIED_LOCK:
+                _VERIFIED.add(sha)  # we just hashed these very bytes
+            return sha, size, True
+        with b.lock:
+            if sha in b.pending:  # the same tensor twice in one checkpoint (tied weights)
+                return sha, size, False
+            tmp = self.tmp / f".{sha}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+            b.pending[sha] = (tmp, path)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            for part in parts:
+                fh.write(part)
+        return sha, size, True
 
     # -- reading ---------------------------------------------------------------
-    def _read_verified(self, sha: str, path: Path, where: str) -> bytes:
+    def _read_verified(self, sha: str, path: Path, where: str) -> bytearray:
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as fh:
+                data = bytearray(os.fstat(fh.fileno()).st_size)
+                fh.readinto(data)
         except FileNotFoundError:
             raise MissingBlobError(
                 f"blob {sha} ({where}) is missing from {path.parent}; restore it from a backup or "
@@ -151,9 +303,7 @@ class BlobStore:
         """Load one tensor; the first read in a process checks the hash."""
         path = self.blob_path(sha)
         if sha not in _VERIFIED:
-            from safetensors.torch import load
-
-            tensor = load(self._read_verified(sha, path, where))[TENSOR_KEY]
+            tensor = _from_blob(self._read_verified(sha, path, where), path)
             return tensor if device == "cpu" else tensor.to(device)
         from safetensors import safe_open
 
@@ -167,7 +317,7 @@ class BlobStore:
 
     def read_file(self, sha: str, where: str = "") -> bytes:
         """Small files are re-hashed on every read (cheap, and they are read rarely)."""
-        return self._read_verified(sha, self.file_path(sha), where)
+        return bytes(self._read_verified(sha, self.file_path(sha), where))
 
     def check(self, path: Path) -> bool:
         """Does the file at ``path`` still hash to its name?"""

@@ -1,9 +1,135 @@
-"""CLI sub-commands of mmgrid.sweep (see mmgrid/cli.py)."""
+"""CLI sub-commands of mmgrid.sweep: ``sweep temporal``, ``sweep cross-domain``,
+``predict-lambda`` and ``report`` (see mmgrid/cli.py)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
+    from mmgrid.cli import add_overrides
+
+    sw = sub.add_parser("sweep", help="merge studies: temporal lambda sweeps, cross-domain merges")
+    ssub = sw.add_subparsers(dest="study", metavar="STUDY")
+    t = ssub.add_parser("temporal", help="theta_t1 + lambda (theta_t2 - theta_t1) per domain (MMGRid Eq. 10)")
+    t.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    add_overrides(t)
+    t.set_defaults(func=_temporal)
+    c = ssub.add_parser("cross-domain", help="pairs x methods x bases x alpha (MMGRid Eq. 7-8)")
+    c.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    add_overrides(c)
+    c.set_defaults(func=_cross_domain)
+    sw.set_defaults(func=lambda a: (sw.print_help(), 0)[1])
+
+    p = sub.add_parser("predict-lambda", help="leave-one-out regression of lambda* on domain statistics (Eq. 11)")
+    p.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    p.add_argument("--stats", action="append", default=[], metavar="NAME=VALUE",
+                   help="statistics of a new domain (e.g. --stats avg_gap_days=300 --stats p_active=0.4): "
+                        "answer which lambda to use for it")
+    p.add_argument("--level", type=float, default=None,
+                   help="coverage of the prediction interval (default sweeps.predict_lambda.level, 0.9)")
+    p.add_argument("--no-eval", action="store_true", help="do not evaluate the lambda_hat* models (Table 3)")
+    add_overrides(p)
+    p.set_defaults(func=_predict)
+
+    r = sub.add_parser("report", help="write DIR/report.md with the paper's tables and figures")
+    r.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--no-diagnostics", action="store_true", help="skip Figure 2 and the task-vector diagnostics")
+    add_overrides(r)
+    r.set_defaults(func=_report)
+
+
+def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    from mmgrid.config import load_grid
+    from mmgrid.data.prepared import load_prepared
+    from mmgrid.registry import Registry
+
+    cfg = load_grid(args.config, args.overrides)
+    return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
+
+
+def _executor(cfg: Any) -> Any:
+    if cfg.exec.executor == "local":
+        return None
+    from mmgrid.exec.base import get_executor
+
+    return get_executor(cfg.exec.executor, cfg.exec.address)
+
+
+def _temporal(args: argparse.Namespace) -> int:
+    from mmgrid.sweep.selection import lambda_stars
+    from mmgrid.sweep.temporal import run_temporal
+
+    cfg, reg, prepared = _open(args)
+    df = run_temporal(cfg, reg, prepared, executor=_executor(cfg))
+    stars = lambda_stars(df, cfg.sweeps.temporal.metric).pivot(index="domain", columns="group", values="lambda_star")
+    print(f"temporal sweep: {df['lambda'].nunique()} lambdas x {df['domain'].nunique()} domains recorded in {reg.root}")
+    print(f"lambda* ({cfg.sweeps.temporal.metric}):")
+    print(stars.to_string(float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
+def _cross_domain(args: argparse.Namespace) -> int:
+    from mmgrid.sweep.crossdomain import relative_change, run_cross_domain
+
+    cfg, reg, prepared = _open(args)
+    df = run_cross_domain(cfg, reg, prepared)
+    metric = cfg.sweeps.cross_domain.metric
+    rel = relative_change(df, metric=metric)
+    n = rel["recipe_hash"].nunique() if not rel.empty else 0
+    print(f"cross-domain: {n} merged models evaluated on both domains, recorded in {reg.root}")
+    if not rel.empty:
+        summary = rel.groupby(["paradigm", "method", "base_kind"])["rel_change"].mean() * 100
+        print(f"mean % change of {metric} against each domain's own t2 checkpoint:")
+        print(summary.to_string(float_format=lambda v: f"{v:+.2f}"))
+    return 0
+
+
+def _parse_stats(items: list[str]) -> dict[str, float]:
+    from mmgrid.errors import ConfigError
+
+    out = {}
+    for it in items:
+        name, sep, value = it.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ConfigError(f"--stats {it!r}: expected NAME=NUMBER, e.g. --stats avg_gap_days=300.")
+    return out
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from mmgrid.sweep.lambda_model import answer_new_domain, predict_lambda
+    from mmgrid.sweep.tables import regression_summary, table4
+
+    cfg, reg, prepared = _open(args)
+    new = _parse_stats(args.stats)
+    pred = predict_lambda(cfg, reg, prepared, evaluate=not args.no_eval and not new)
+    print(table4(pred)[0].to_string(float_format=lambda v: f"{v:.3f}"))
+    print()
+    print(regression_summary(pred).to_string(float_format=lambda v: f"{v:.4g}"))
+    print(f"Spearman rho({pred.features[0]}, lambda*) = {pred.rho:.3f}: lambda* {pred.direction} as it rises")
+    for note in pred.notes:
+        print(f"note: {note}")
+    if new:
+        ans = answer_new_domain(pred, new, args.level or cfg.sweeps.predict_lambda.level)
+        print(f"new domain: lambda*_pred = {ans.lambda_pred:.3f}; use lambda_hat* = {ans.lambda_hat:.3f} "
+              f"({ans.level:.0%} prediction interval {ans.low:.3f} .. {ans.high:.3f}, s.e. {ans.se:.3f}, "
+              f"fitted on {ans.n_domains} domains)")
+    elif pred.evaluated is not None:
+        print(f"evaluated lambda_hat* models of {pred.evaluated['domain'].nunique()} domains (study lambda_hat)")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from mmgrid.sweep.report import write_report
+
+    cfg, reg, prepared = _open(args)
+    path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics)
+    print(f"report written to {path}")
+    return 0

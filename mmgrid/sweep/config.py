@@ -31,13 +31,15 @@ class CrossDomainSweepConfig:
         }
     )
     bases: list[str] = field(default_factory=lambda: ["original", "historical", "neutral"])
-    alphas: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    alphas: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])  # Eq. 7 weight of the pair's first domain
+    metric: str = "ndcg@10"  # relative change against each domain's own t2 checkpoint (Figures 3-4)
 
 
 @dataclass
 class PredictLambdaConfig:
     features: list[str] = field(default_factory=lambda: ["avg_gap_days"])  # domain statistics used as regressors
-    group: str = "non_active"
+    group: str = "non_active"  # whose lambda* is regressed (the paper: non-active users)
+    level: float = 0.9  # coverage of the prediction interval given for a new domain
 
 
 @dataclass

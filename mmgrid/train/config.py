@@ -14,7 +14,8 @@ class BaseConfig:
     lm_epochs: int = 2  # tiny base: language-model epochs on the text set apart for it
     lm_lr: float = 1e-3
     lm_batch_size: int = 32
-    max_length: int = 64  # tokens per LM example
+    max_length: int = 64  # tokens per LM example (also for text retention)
+    allow_download: bool = False  # HF base: fetch a hub id if it is not cached locally
 
 
 @dataclass
@@ -27,6 +28,7 @@ class TrainConfig:
     seed: int = 0
     max_examples: int | None = None  # cap per stage (quick runs); None = all
     device: str = "auto"  # auto | cpu | cuda
+    threads: int | None = None  # torch intra-op CPU threads (None = torch default; 1 is fastest for tiny models)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
 
 
@@ -43,5 +45,9 @@ class EvalConfig:
     ks: list[int] = field(default_factory=lambda: [10, 20])
     groups: list[str] = field(default_factory=lambda: ["all", "active", "non_active"])
     activity_phase: str = "p2"  # active users = at least one interaction in this phase
-    max_users: int | None = None  # cap evaluated test examples (quick runs)
+    max_users: int | None = None  # cap evaluated test examples (quick runs); a fixed seeded sample
     split: str = "test"
+    retention: bool = True  # also record the text loss on held-out base text (Orbit's forgetting axis)
+    retention_docs: int | None = 200  # held-out texts used for retention (None = all)
+    matrix_paradigms: list[str] = field(default_factory=lambda: ["emb"])  # accuracy matrix R for these
+    popular_phases: list[str] | None = None  # phases counted by the most-popular baseline (None = train.stages)

@@ -1,0 +1,27 @@
+"""Figures 3 (heatmaps) and 4 (alpha curves per base) of the cross-domain study, from the registry.
+
+    python analysis/figures34_crossdomain.py CONFIG [KEY=VALUE ...] --out DIR
+"""
+
+import argparse
+
+import numpy as np
+
+from mmgrid.sweep.crossdomain import cross_domain_results, relative_change
+from mmgrid.sweep.figures import figure3_heatmaps, figure4_alpha
+from mmgrid.sweep.results import open_grid
+from mmgrid.sweep.tables import cross_domain_table, markdown_table
+
+ap = argparse.ArgumentParser(description=__doc__)
+ap.add_argument("config")
+ap.add_argument("overrides", nargs="*")
+ap.add_argument("--out", default=".")
+ap.add_argument("--metric", default="ndcg@10")
+a = ap.parse_args()
+cfg, reg, _ = open_grid(a.config, a.overrides)
+rel = relative_change(cross_domain_results(reg), metric=a.metric)
+rel["alpha"] = rel["alpha"].astype(float)
+heat = rel[rel["base_kind"].isin(["original", "none"]) & (rel["alpha"].isna() | np.isclose(rel["alpha"], 0.5))]
+print(markdown_table(cross_domain_table(rel)[0], "{:+.2f}"))
+print(figure3_heatmaps(heat, f"{a.out}/figure3_heatmaps.png"))
+print(figure4_alpha(rel, f"{a.out}/figure4_alpha.png"))

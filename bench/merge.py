@@ -1,0 +1,213 @@
+"""Benchmark of the merge engine against mergekit on Qwen3-0.6B-shaped checkpoints.
+
+Builds a base and two fine-tunes (random bfloat16 weights, shapes from
+transformers.Qwen3Config, nothing downloaded) in a temp dir under /tmp, then times in
+separate subprocesses (peak RSS from each child's getrusage):
+
+* TIES (density 0.2) and task arithmetic of the two fine-tunes onto the base;
+* a 21-point temporal lambda sweep (lambda in [-0.5, 1.5]) between two checkpoints,
+
+for mmgrid and for mergekit (run from its own venv: $MMGRID_MERGEKIT_PYTHON, else
+bench/.venv-mergekit/bin/python, else /tmp/venv-mergekit/bin/python). Prints wall
+time, peak memory, the ratios and the bandwidth limit (bytes read + written divided by
+a plain big-file read/write bandwidth measured in the same run).
+
+Usage: python bench/merge.py [--sweep-mergekit-points 3] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LAMBDAS = [round(-0.5 + 0.1 * i, 2) for i in range(21)]
+
+
+def qwen3_06b_config():
+    """Qwen3-0.6B's published sizes, spelled out."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                       tie_word_embeddings=True, dtype="bfloat16", architectures=["Qwen3ForCausalLM"])
+
+
+def build_models(root: Path) -> dict[str, Path]:
+    """base, ft1, ft2 folders with config.json + model.safetensors (bf16)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen3ForCausalLM
+
+    cfg = qwen3_06b_config()
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in Qwen3ForCausalLM(cfg).state_dict().items() if "lm_head" not in k}
+    gen = torch.Generator().manual_seed(0)
+    base = {k: (torch.randn(s, generator=gen) * 0.02).to(torch.bfloat16) for k, s in shapes.items()}
+    paths = {}
+    for name, noise in (("base", 0.0), ("ft1", 0.002), ("ft2", 0.002)):
+        d = root / name
+        d.mkdir()
+        cfg.to_json_file(str(d / "config.json"))
+        state = base if noise == 0 else {k: (v.float() + noise * torch.randn(v.shape, generator=gen)).to(torch.bfloat16) for k, v in base.items()}
+        save_file(state, str(d / "model.safetensors"), metadata={"format": "pt"})
+        paths[name] = d
+        del state
+    return paths
+
+
+def child(code: str, python: str = sys.executable) -> dict:
+    """Run ``code`` in a fresh interpreter; return wall time and peak RSS (GB)."""
+    wrapper = (
+        "import time, resource, json\nt0 = time.perf_counter()\n" + code +
+        "\nprint('RESULT', json.dumps({'wall_s': time.perf_counter() - t0, "
+        "'peak_gb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([python, "-c", wrapper], capture_output=True, text=True, cwd=HERE.parent, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"child failed:\n{out.stderr[-3000:]}")
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    return json.loads(line[7:])
+
+
+def mmgrid_merge(method: str, p: dict[str, Path], out: Path, params: str) -> dict:
+    return child(
+        "from mmgrid.merge import merge_to_file\n"
+        f"merge_to_file({method!r}, [{str(p['ft1'] / 'model.safetensors')!r}, {str(p['ft2'] / 'model.safetensors')!r}], "
+        f"{str(out)!r}, base={str(p['base'] / 'model.safetensors')!r}, durable=False, {params})\n"
+    )
+
+
+def mmgrid_sweep(p: dict[str, Path], out: Path) -> dict:
+    return child(
+        "from mmgrid.merge.sweep import TemporalSweep\n"
+        f"sw = TemporalSweep({str(p['ft1'] / 'model.safetensors')!r}, {str(p['ft2'] / 'model.safetensors')!r})\n"
+        f"for lam in {LAMBDAS!r}:\n    sw.write(lam, {str(out)!r}, durable=False)\n"
+    )
+
+
+def mergekit_config(method: str, p: dict[str, Path], lam: float | None = None) -> str:
+    import yaml
+
+    if method == "ties":
+        models = [{"model": str(p[k]), "parameters": {"weight": 1.0, "density": 0.2}} for k in ("ft1", "ft2")]
+        cfg = {"merge_method": "ties", "base_model": str(p["base"]), "models": models,
+               "parameters": {"normalize": False}, "dtype": "bfloat16"}
+    elif method == "task_arithmetic":
+        models = [{"model": str(p[k]), "parameters": {"weight": 1.0}} for k in ("ft1", "ft2")]
+        cfg = {"merge_method": "task_arithmetic", "base_model": str(p["base"]), "models": models, "dtype": "bfloat16"}
+    else:  # temporal point: t1 + lam (t2 - t1) = task arithmetic on base t1
+        cfg = {"merge_method": "task_arithmetic", "base_model": str(p["ft1"]),
+               "models": [{"model": str(p["ft2"]), "parameters": {"weight": lam}}], "dtype": "bfloat16"}
+    return yaml.safe_dump(cfg)
+
+
+def mergekit_run(python: str, configs: list[str], out: Path) -> dict:
+    return child(
+        "import yaml\nfrom mergekit.config import MergeConfiguration\nfrom mergekit.merge import run_merge, MergeOptions\n"
+        f"for text in {configs!r}:\n"
+        "    cfg = MergeConfiguration.model_validate(yaml.safe_load(text))\n"
+        f"    run_merge(cfg, {str(out)!r}, options=MergeOptions(copy_tokenizer=False, lazy_unpickle=True, low_cpu_memory=False))\n",
+        python,
+    )
+
+
+def bandwidth(src: Path, tmp: Path) -> tuple[float, float]:
+    """Plain sequential read and write bandwidth (bytes/s) of one big file, no fsync
+    (neither mergekit nor the benchmarked merges fsync): the best of two tries each."""
+    size = src.stat().st_size
+    buf = bytearray(64 << 20)
+    reads, writes = [], []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        with open(src, "rb", buffering=0) as fh:
+            while fh.readinto(buf):
+                pass
+        reads.append(size / (time.perf_counter() - t0))
+    data = src.read_bytes()
+    dst = tmp / "bw.bin"
+    for _ in range(2):
+        t0 = time.perf_counter()
+        with open(dst, "wb", buffering=0) as fo:
+            view = memoryview(data)
+            for i in range(0, size, 64 << 20):
+                fo.write(view[i:i + (64 << 20)])
+        writes.append(size / (time.perf_counter() - t0))
+        dst.unlink()
+    del data
+    return max(reads), max(writes)
+
+
+def find_mergekit() -> str | None:
+    for cand in (os.environ.get("MMGRID_MERGEKIT_PYTHON"), str(HERE / ".venv-mergekit/bin/python"), "/tmp/venv-mergekit/bin/python"):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweep-mergekit-points", type=int, default=3, help="mergekit sweep points timed (the rest extrapolated)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="mmgrid-bench-merge-", dir="/tmp"))
+    try:
+        t0 = time.perf_counter()
+        p = build_models(root)
+        size = (p["base"] / "model.safetensors").stat().st_size
+        print(f"built 3 Qwen3-0.6B-shaped bf16 checkpoints ({size / 1e9:.2f} GB each) in {time.perf_counter() - t0:.0f} s")
+        rbw, wbw = bandwidth(p["base"] / "model.safetensors", root)
+        print(f"bandwidth: read {rbw / 1e9:.2f} GB/s, write {wbw / 1e9:.2f} GB/s (page cache, same run)")
+        out = root / "out.safetensors"
+        mk_py = find_mergekit()
+        rows = []
+        ours = {
+            "ties": mmgrid_merge("ties", p, out, "density=0.2"),
+            "ties_tensor": mmgrid_merge("ties", p, out, "density=0.2, scope='tensor'"),
+            "task_arithmetic": mmgrid_merge("task_arithmetic", p, out, ""),
+            "sweep21": mmgrid_sweep(p, out),
+        }
+        theirs: dict[str, dict] = {}
+        for case, r in ours.items():
+            print(f"mmgrid {case}: {r['wall_s']:.1f} s, peak {r['peak_gb']:.2f} GB", flush=True)
+        if mk_py:
+            mk_out = root / "mk_out"
+            try:
+                theirs["ties"] = mergekit_run(mk_py, [mergekit_config("ties", p)], mk_out)
+                print(f"mergekit ties: {theirs['ties']['wall_s']:.1f} s", flush=True)
+                theirs["task_arithmetic"] = mergekit_run(mk_py, [mergekit_config("task_arithmetic", p)], mk_out)
+                print(f"mergekit task_arithmetic: {theirs['task_arithmetic']['wall_s']:.1f} s", flush=True)
+                k = max(1, args.sweep_mergekit_points)
+                r = mergekit_run(mk_py, [mergekit_config("temporal", p, lam) for lam in LAMBDAS[:k]], mk_out)
+                theirs["sweep21"] = {"wall_s": r["wall_s"] * len(LAMBDAS) / k, "peak_gb": r["peak_gb"], "note": f"{k} of 21 points timed, x{len(LAMBDAS) / k:.0f}"}
+            except RuntimeError as exc:  # report and keep mmgrid's numbers
+                print(f"mergekit failed: {exc}")
+        else:
+            print("mergekit not found (set MMGRID_MERGEKIT_PYTHON); no baseline ratios")
+        limits = {"task_arithmetic": 3 * size / rbw + size / wbw, "ties": 3 * size / rbw + size / wbw,
+                  "ties_tensor": 3 * size / rbw + size / wbw, "sweep21": 2 * size / rbw + 21 * size / wbw}
+        print(f"\n{'case':<18}{'mmgrid s':>10}{'peak GB':>9}{'mergekit s':>12}{'peak GB':>9}{'speedup':>9}{'bw limit s':>12}{'x limit':>9}")
+        for case, r in ours.items():
+            mk = theirs.get(case if case != "ties_tensor" else "ties")
+            sp = f"{mk['wall_s'] / r['wall_s']:.1f}x" if mk else "-"
+            rows.append(case)
+            print(f"{case:<18}{r['wall_s']:>10.1f}{r['peak_gb']:>9.2f}{(mk['wall_s'] if mk else float('nan')):>12.1f}"
+                  f"{(mk['peak_gb'] if mk else float('nan')):>9.2f}{sp:>9}{limits[case]:>12.1f}{r['wall_s'] / limits[case]:>9.1f}")
+        if "sweep21" in theirs:
+            print(f"(mergekit sweep: {theirs['sweep21']['note']}; ties_tensor is compared with mergekit's per-tensor TIES)")
+        print("targets: >= 5x mergekit for one merge, >= 10x for the sweep, task arithmetic within 2x of the bandwidth limit")
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Domain statistics: one row a domain (MMGRid Tables 1 and 4).
+
+Columns: ``domain``, ``users``, ``items``, ``interactions``, ``n_<phase>`` per phase,
+``test_users`` (users with a test example), ``p_active`` (share of them active in the phase
+before the test phase, MMGRid Eq. 11's p_active), ``avg_gap_days`` (mean over training
+interactions of the days since the item's first interaction in the data: Table 4's
+"Ave. Interaction Time Gap"), and ``new_share_<phase>`` (share of that phase's interactions whose
+item is first seen in that phase).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from mmgrid.data.groups import active_users
+
+MS_PER_DAY = 86_400_000
+
+
+def domain_stats(
+    name: str,
+    inter: pl.DataFrame,
+    items: pl.DataFrame,
+    examples: pl.DataFrame,
+    windows: dict[str, tuple[int | None, int | None]],
+) -> dict[str, object]:
+    """Statistics of one prepared domain.
+
+    Args:
+        name: domain name.
+        inter: ``user_idx``, ``item_idx``, ``timestamp``, ``phase``.
+        items: ``item_idx``, ``first_seen_ms``.
+        examples: ``phase``, ``user_idx`` (targets of every phase).
+        windows: phase name → [start_ms, end_ms), in time order; the last is the test phase and
+            the one before it the "recent" phase used for p_active.
+
+    Returns:
+        A row for :func:`stats_frame`.
+    """
+    names = list(windows)
+    test, recent = names[-1], names[-2] if len(names) > 1 else None
+    row: dict[str, object] = {
+        "domain": name,
+        "users": inter.get_column("user_idx").n_unique(),
+        "items": items.height,
+        "interactions": inter.height,
+    }
+    counts = dict(inter.group_by("phase").len().iter_rows())
+    for p in names:
+        row[f"n_{p}"] = int(counts.get(p, 0))
+    test_users = examples.filter(pl.col("phase") == test).get_column("user_idx").unique()
+    row["test_users"] = test_users.len()
+    if recent is not None and test_users.len():
+        act = active_users(inter, *windows[recent])
+        row["p_active"] = float(test_users.is_in(act.implode()).mean())
+    else:
+        row["p_active"] = float("nan")
+    joined = inter.join(items.select("item_idx", "first_seen_ms"), on="item_idx")
+    train = joined.filter(pl.col("phase") != test)
+    gap = ((pl.col("timestamp") - pl.col("first_seen_ms")) / MS_PER_DAY).mean()
+    row["avg_gap_days"] = float(train.select(gap).item()) if train.height else float("nan")
+    for p in names:
+        start, end = windows[p]
+        sub = joined.filter(pl.col("phase") == p)
+        fs = pl.col("first_seen_ms")
+        new = pl.lit(True)
+        if start is not None:
+            new = new & (fs >= start)
+        if end is not None:
+            new = new & (fs < end)
+        row[f"new_share_{p}"] = float(sub.select(new.mean()).item()) if sub.height else float("nan")
+    return row
+
+
+def stats_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
+    """Rows of :func:`domain_stats` → a frame (one row a domain)."""
+    return pl.DataFrame(rows)
+
+
+def format_stats(df: pl.DataFrame) -> str:
+    """The statistics table as aligned plain text (for the terminal)."""
+    if df.height == 0:
+        return "(no domains)"
+    cols = df.columns
+    cells = [[_fmt(v) for v in r] for r in df.iter_rows()]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    out = [_line(cols, widths), _line(["-" * w for w in widths], widths)]
+    out += [_line(r, widths) for r in cells]
+    return "\n".join(out)
+
+
+def _line(vals: list[str], widths: list[int]) -> str:
+    """First column left-aligned (the domain), numbers right-aligned."""
+    return "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return "nan" if v != v else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}")
+    return str(v)

@@ -1,0 +1,124 @@
+"""The generative process of the synthetic world (numpy, vectorised per period).
+
+Items have a latent category, a release time, a popularity life-span and a quality; the weight of
+item i at time t is ``quality_i * exp(-(t - release_i) / lifespan_i)`` once released (zero before).
+Users arrive over time, have a per-period probability of being active, and a latent category
+preference that drifts from a start vector to an end vector and is mixed with a domain-wide
+trend. An active user's interactions pick a category from the current preference and then an
+item of that category by its current weight: fast-turnover domains therefore keep moving to new
+items, long-lived ones keep consuming old ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class DomainKnobs:
+    """Generating knobs of one synthetic domain (all recorded in truth.json)."""
+
+    name: str
+    n_users: int  # before k-core, at scale 1
+    n_items: int  # before k-core, at scale 1
+    lifespan_days: float  # mean popularity life-span (phones: weeks, books: years)
+    initial_item_share: float  # share of items released before the start; the rest arrive uniformly
+    activity: float  # mean per-period probability that a present user is active
+    burst: float  # extra interactions of an active user in a period ~ Poisson(burst)
+    drift: float  # how far a user's preference moves from its start to its end vector over the span
+    trend_weight: float  # weight of the domain-wide rotating category trend in every preference
+    user_arrival_share: float  # share of users present from the start; the rest arrive uniformly
+    pref_concentration: float  # Dirichlet concentration of user preferences (small = focused users)
+    quality_sigma: float  # log-normal spread of item quality (popularity inequality)
+    activity_concentration: float = 40.0  # Beta concentration of per-user activity (large = alike users)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Simulated:
+    """Raw generated data of one domain."""
+
+    user: np.ndarray  # int, per interaction
+    item: np.ndarray  # int, per interaction
+    ts: np.ndarray  # int64 ms, per interaction
+    item_cat: np.ndarray  # latent category per item
+    release_ms: np.ndarray  # release time per item
+
+
+def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_days: float, scale: float,
+             rng: np.random.Generator) -> Simulated:  # fmt: skip
+    """Run the generative process of one domain between ``start_ms`` and ``end_ms``."""
+    n_users, n_items = max(int(round(k.n_users * scale)), 10), max(int(round(k.n_items * scale)), n_cats)
+    span = end_ms - start_ms
+    period = int(period_days * DAY_MS)
+    # Items: categories round-robin then shuffled, so every category has items before the start.
+    cat = rng.permutation(np.arange(n_items) % n_cats)
+    pre = rng.random(n_items) < k.initial_item_share
+    pre[np.unique(cat, return_index=True)[1]] = True
+    pre_span = min(max(2 * k.lifespan_days, 90.0), 1100.0) * DAY_MS
+    release = np.where(pre, start_ms - rng.random(n_items) * pre_span, start_ms + rng.random(n_items) * span)
+    life = k.lifespan_days * DAY_MS * rng.lognormal(0.0, 0.3, n_items)
+    quality = rng.lognormal(0.0, k.quality_sigma, n_items)
+    # Users.
+    arrive = np.where(rng.random(n_users) < k.user_arrival_share, start_ms,
+                      start_ms + rng.random(n_users) * max(span - 120 * DAY_MS, 1))  # fmt: skip
+    c = k.activity_concentration
+    act = rng.beta(c * k.activity, c * (1 - k.activity), n_users)  # mean = activity
+    p0 = rng.dirichlet(np.full(n_cats, k.pref_concentration), n_users)
+    p1 = rng.dirichlet(np.full(n_cats, k.pref_concentration), n_users)
+    phase = rng.random(n_cats) * 2 * np.pi
+    out_u, out_i, out_t = [], [], []
+    for t0 in range(start_ms, end_ms, period):
+        t_mid = t0 + period // 2
+        present = arrive <= t0 + period
+        active = np.nonzero(present & (rng.random(n_users) < act))[0]
+        if active.size == 0:
+            continue
+        users = np.repeat(active, 1 + rng.poisson(k.burst, active.size))
+        frac = (t_mid - start_ms) / span
+        trend = np.exp(1.5 * np.sin(2 * np.pi * frac + phase))
+        pref = (1 - k.drift * frac) * p0[users] + k.drift * frac * p1[users]
+        pref = (1 - k.trend_weight) * pref + k.trend_weight * trend / trend.sum()
+        cum = np.cumsum(pref, axis=1)
+        chosen_cat = (rng.random((users.size, 1)) * cum[:, -1:] > cum).sum(axis=1).clip(0, n_cats - 1)
+        weight = np.where(release <= t0 + period, quality * np.exp(-np.maximum(t_mid - release, 0) / life), 0.0)
+        items = _pick_items(chosen_cat, cat, weight, n_cats, rng)
+        ok = items >= 0
+        users, items = users[ok], items[ok]
+        ts = t0 + (rng.random(users.size) * period).astype(np.int64)
+        # An item is never reviewed before its release, nor a user before arriving.
+        ts = np.maximum(ts, np.maximum(release[items], arrive[users]).astype(np.int64) + 3_600_000)
+        keep = ts < end_ms
+        out_u.append(users[keep])
+        out_i.append(items[keep])
+        out_t.append(ts[keep])
+    return Simulated(
+        user=np.concatenate(out_u), item=np.concatenate(out_i), ts=np.concatenate(out_t).astype(np.int64),
+        item_cat=cat, release_ms=release.astype(np.int64),
+    )  # fmt: skip
+
+
+def _pick_items(chosen_cat: np.ndarray, cat: np.ndarray, weight: np.ndarray, n_cats: int,
+                rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+    """For each draw, an item of its category by weight (any released item if the category has none)."""
+    out = np.full(chosen_cat.size, -1, dtype=np.int64)
+    for c in range(n_cats):
+        rows = np.nonzero(chosen_cat == c)[0]
+        if rows.size == 0:
+            continue
+        cand = np.nonzero(cat == c)[0]
+        w = weight[cand]
+        if w.sum() <= 0:
+            cand, w = np.nonzero(weight > 0)[0], weight[weight > 0]
+            if cand.size == 0:
+                continue
+        cum = np.cumsum(w)
+        pos = np.searchsorted(cum, rng.random(rows.size) * cum[-1], side="right").clip(0, cand.size - 1)
+        out[rows] = cand[pos]
+    return out

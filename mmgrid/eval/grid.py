@@ -1,0 +1,159 @@
+"""Evaluate a built grid: final checkpoints on the test window (all / active / non-active),
+text retention against the base, the most-popular baseline, and the accuracy matrix R
+for the paradigms in ``eval.matrix_paradigms``. Everything is recorded in the registry."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mmgrid.eval.matrix import transfer_summary
+from mmgrid.eval.ranking import Evaluator, record_results
+
+RETENTION_SPLIT = "lm_heldout"
+
+
+@dataclass
+class EvalSummary:
+    # keyed by (variant, paradigm, domain): group -> metric -> value
+    results: dict[tuple[str, str, str], dict[str, dict[str, float]]] = field(default_factory=dict)
+    popular: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    retention: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+    base_text_loss: float = float("nan")
+    matrices: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (paradigm, domain)
+    seconds: float = 0.0
+
+
+def _evaluator(par: Any, dom: Any, cfg: Any, split: str | None = None, groups: Any = None) -> Evaluator:
+    e = cfg.eval
+    return Evaluator(par, dom, split=split or e.split, ks=e.ks, groups=groups or e.groups,
+                     activity_phase=e.activity_phase, max_users=e.max_users, seed=cfg.train.seed)
+
+
+def _done(registry: Any, cid: str, split: str) -> bool:
+    res = registry.results(id=cid, split=split)
+    return not res.empty
+
+
+def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = False) -> EvalSummary:
+    """Evaluate the grid built by ``build_grid`` (a ``BuildResult``) and record the results.
+
+    Args:
+        cfg: the GridConfig.
+        build: the BuildResult (ids of every stage).
+        progress: print one line per evaluated model.
+        redo: evaluate again even where results are already recorded.
+    """
+    from mmgrid.models.base import bundle_from_registry
+    from mmgrid.paradigms import get_paradigm
+    from mmgrid.train.checkpoints import load_checkpoint
+    from mmgrid.train.context import open_prepared, open_registry
+
+    t0 = time.perf_counter()
+    reg, prepared = open_registry(cfg.registry), open_prepared(cfg.prepared)
+    out = EvalSummary()
+    texts = _heldout(prepared, cfg)
+    if cfg.eval.retention and texts:
+        from mmgrid.eval.retention import text_loss
+
+        base = bundle_from_registry(reg, build.base_id)
+        out.base_text_loss = text_loss(base.model, base.tokenizer, texts, cfg.base.max_length)
+        reg.record_eval(build.base_id, RETENTION_SPLIT, "all", {"text_loss": out.base_text_loss})
+    domains = list(dict.fromkeys(s.domain for s in build.stages))
+    for (variant, paradigm, domain), cid in _finals(build).items():
+        par, dom = get_paradigm(paradigm), prepared.domain(domain)
+        params = dict(cfg.paradigm_params.get(paradigm, {}))
+        if not redo and _done(reg, cid, cfg.eval.split):
+            continue
+        model = par.load(load_checkpoint(reg, cid), dom, params)
+        res = _evaluator(par, dom, cfg).evaluate(model)
+        record_results(reg, cid, cfg.eval.split, res, domain)
+        out.results[(variant, paradigm, domain)] = res
+        if cfg.eval.retention and texts:
+            from mmgrid.eval.retention import retention_metrics
+
+            ret = retention_metrics(par, model, texts, out.base_text_loss, cfg.base.max_length)
+            out.retention[(variant, paradigm, domain)] = ret
+            clean = {k: v for k, v in ret.items() if v == v}
+            if clean:
+                reg.record_eval(cid, RETENTION_SPLIT, "all", clean, extra={"eval_domain": domain})
+        if progress:
+            print(f"eval {variant}/{paradigm}/{domain}: R@10={res['all'].get('recall@10', float('nan')):.4f}", flush=True)
+    for domain in domains:
+        out.popular[domain] = evaluate_popular(cfg, reg, prepared, domain, redo)
+    ids = build.ids
+    for paradigm in cfg.eval.matrix_paradigms:
+        if paradigm not in cfg.paradigms:
+            continue
+        for domain in domains:
+            if any(("default", paradigm, domain, s) not in ids for s in cfg.train.stages):
+                continue  # a row that is not fully built (or not in the default variant)
+            out.matrices[(paradigm, domain)] = accuracy_matrix(cfg, reg, prepared, build, paradigm, domain)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _finals(build: Any) -> dict[tuple[str, str, str], str]:
+    last: dict[tuple[str, str, str], str] = {}
+    for s in build.stages:
+        last[(s.variant, s.paradigm, s.domain)] = s.id
+    return last
+
+
+def _heldout(prepared: Any, cfg: Any) -> list[str]:
+    texts = list(prepared.lm_text("heldout"))
+    n = cfg.eval.retention_docs
+    return texts[:n] if n is not None else texts
+
+
+def evaluate_popular(cfg: Any, reg: Any, prepared: Any, domain: str,
+                     redo: bool = False) -> dict[str, dict[str, float]]:
+    """Most-popular baseline of ``domain`` over the training phases, recorded in the registry."""
+    from mmgrid.eval.popular import popular_ranking, put_popular
+
+    dom = prepared.domain(domain)
+    phases = list(cfg.eval.popular_phases or cfg.train.stages)
+    cid = put_popular(reg, dom, phases, prepared.fingerprint, cfg.train.seed)
+    ev = _evaluator(None, dom, cfg)
+    res = ev.evaluate_ranked(popular_ranking(dom.popularity(phases), max(cfg.eval.ks)))
+    if redo or not _done(reg, cid, cfg.eval.split):
+        record_results(reg, cid, cfg.eval.split, res, domain)
+    return res
+
+
+def accuracy_matrix(cfg: Any, reg: Any, prepared: Any, build: Any, paradigm: str, domain: str,
+                    metric: str = "recall@10", variant: str = "default") -> dict[str, Any]:
+    """R[model trained through period i, evaluated on period j] over the training stages (+ the
+    start row b), with BWT / FWT / forgetting; every entry is recorded (split = period j)."""
+    from mmgrid.models.base import load_base
+    from mmgrid.paradigms import get_paradigm
+    from mmgrid.train.checkpoints import load_checkpoint
+    from mmgrid.train.device import derive_seed, seed_everything
+
+    par, dom = get_paradigm(paradigm), prepared.domain(domain)
+    params = dict(cfg.paradigm_params.get(paradigm, {}))
+    stages = list(cfg.train.stages)
+    ids = build.ids
+    evs = {p: _evaluator(par, dom, cfg, split=p, groups=["all"]) for p in stages}
+    base, _ = load_base(cfg.base, prepared, reg, seed=cfg.train.seed)
+    seed = derive_seed(cfg.train.seed, paradigm, domain, "build")
+    seed_everything(seed)
+    start = par.build(base, dom, params, seed)
+    b = np.array([evs[p].evaluate(start)["all"][metric] for p in stages])
+    R = np.zeros((len(stages), len(stages)))
+    for i, si in enumerate(stages):
+        cid = ids[(variant, paradigm, domain, si)]
+        model = par.load(load_checkpoint(reg, cid), dom, params)
+        for j, sj in enumerate(stages):
+            res = evs[sj].evaluate(model)
+            record_results(reg, cid, sj, res, domain, extra={"matrix": True})
+            R[i, j] = res["all"][metric]
+    summary = transfer_summary(R, b)
+    last = ids[(variant, paradigm, domain, stages[-1])]
+    clean = {k: v for k, v in summary.items() if v == v}
+    if clean:
+        reg.record_eval(last, "matrix", "all", clean, extra={"eval_domain": domain, "metric": metric})
+    return {"periods": stages, "R": R.tolist(), "b": b.tolist(), "metric": metric, **summary}

@@ -1,0 +1,121 @@
+"""Full-ranking evaluation of a paradigm model on one domain's examples of one phase.
+
+:class:`Evaluator` reads and caches what does not depend on the weights (histories,
+targets, user groups) once, so that many models of the same paradigm and domain (a
+lambda sweep, a merge grid) are evaluated by swapping weights and calling
+:meth:`Evaluator.evaluate` again. Groups: ``all``, ``active`` (the user has at least one
+interaction in ``activity_phase``, MMGRid section 4.3) and ``non_active``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from mmgrid.errors import DataError
+from mmgrid.eval.metrics import ranking_metrics
+
+GROUPS = ("all", "active", "non_active")
+
+
+class Evaluator:
+    """Recall@K / NDCG@K of models of one paradigm on one domain's phase ``split``."""
+
+    def __init__(self, paradigm: Any, domain: Any, *, split: str = "test", ks: Sequence[int] = (10, 20),
+                 groups: Sequence[str] = GROUPS, activity_phase: str = "p2", max_users: int | None = None,
+                 batch_size: int = 256, seed: int = 0) -> None:
+        """Read the examples and groups.
+
+        Args:
+            paradigm: a Paradigm (its ``rank`` is called); None for ranking-only use.
+            domain: the prepared ``DomainData``.
+            split: the phase evaluated (the test window by default).
+            ks: cut-offs.
+            groups: any of ``all``, ``active``, ``non_active``.
+            activity_phase: the phase that defines active users.
+            max_users: evaluate a fixed, seeded sample of this many examples (None = all).
+            batch_size: histories ranked per ``paradigm.rank`` call.
+            seed: seed of the sample.
+
+        Raises:
+            DataError: the phase has no examples, or an unknown group is asked for.
+        """
+        unknown = [g for g in groups if g not in GROUPS]
+        if unknown:
+            raise DataError(f"eval.groups: unknown group(s) {unknown}; use {list(GROUPS)}.")
+        df = domain.examples(split)
+        if df.height == 0:
+            raise DataError(f"domain {domain.name!r}: phase {split!r} has no examples to evaluate; "
+                            "check data.phases or choose another eval.split.")
+        if max_users is not None and df.height > max_users:
+            rows = np.sort(np.random.default_rng(seed).choice(df.height, size=max_users, replace=False))
+            df = df[rows.tolist()]
+        self.paradigm, self.domain, self.split = paradigm, domain, split
+        self.ks, self.batch_size = [int(k) for k in ks], batch_size
+        self.users = df.get_column("user_idx").to_numpy().astype(np.int64)
+        self.targets = df.get_column("target").to_numpy().astype(np.int64)
+        self.histories = [[int(i) for i in (h or [])] for h in df.get_column("history").to_list()]
+        active = np.isin(self.users, np.fromiter(domain.active_users(activity_phase), dtype=np.int64))
+        masks = {"all": np.ones(len(self.users), dtype=bool), "active": active, "non_active": ~active}
+        self.masks = {g: masks[g] for g in groups}
+
+    @property
+    def n(self) -> int:
+        return len(self.targets)
+
+    def rank(self, model: Any) -> np.ndarray:
+        """Top-max(K) items for every cached history, best first: int array [n, max(K)]."""
+        import torch
+
+        k = min(max(self.ks), self.domain.n_items)
+        parts = []
+        with torch.no_grad():
+            for s in range(0, self.n, self.batch_size):
+                out = self.paradigm.rank(model, self.domain, self.histories[s:s + self.batch_size], k)
+                parts.append(np.asarray(out, dtype=np.int64).reshape(-1, k))
+        return np.concatenate(parts, axis=0)
+
+    def evaluate_ranked(self, ranked: np.ndarray) -> dict[str, dict[str, float]]:
+        """Metrics per group from a precomputed ranking ([n, >= max K], or [L] shared by all)."""
+        ranked = np.asarray(ranked)
+        if ranked.ndim == 1:
+            ranked = np.broadcast_to(ranked, (self.n, ranked.shape[0]))
+        out = {}
+        for g, mask in self.masks.items():
+            metrics = ranking_metrics(ranked[mask], self.targets[mask], self.ks) if mask.any() else {
+                m: float("nan") for k in self.ks for m in (f"recall@{k}", f"ndcg@{k}")}
+            metrics["n"] = float(mask.sum())
+            out[g] = metrics
+        return out
+
+    def evaluate(self, model: Any) -> dict[str, dict[str, float]]:
+        """``{group: {"recall@10": ..., "ndcg@10": ..., ..., "n": count}}`` of ``model``."""
+        model.eval()
+        return self.evaluate_ranked(self.rank(model))
+
+
+def record_results(registry: Any, ref: Any, split: str, results: dict[str, dict[str, float]],
+                   eval_domain: str, recipe: dict | None = None, extra: dict | None = None) -> None:
+    """One ``record_eval`` per group (NaN metrics of an empty group are left out)."""
+    for group, metrics in results.items():
+        clean = {k: v for k, v in metrics.items() if v == v}
+        if len(clean) > 1 or (clean and "n" not in clean):
+            registry.record_eval(ref, split, group, clean, recipe=recipe,
+                                 extra={"eval_domain": eval_domain, **(extra or {})})
+
+
+def evaluate_state(paradigm: Any, ckpt: Any, domain: Any, params: dict[str, Any] | None = None,
+                   evaluator: Evaluator | None = None, **kwargs: Any) -> dict[str, dict[str, float]]:
+    """Evaluate an in-memory checkpoint (e.g. a merged state) without storing it.
+
+    Args:
+        paradigm: the Paradigm.
+        ckpt: a ``Checkpoint`` (files/meta/added rows of a template, ``state`` possibly merged).
+        domain: the prepared domain evaluated.
+        params: the paradigm's params.
+        evaluator: reuse its cached examples (else one is made from ``kwargs``).
+    """
+    model = paradigm.load(ckpt, domain, dict(params or {}))
+    ev = evaluator or Evaluator(paradigm, domain, **kwargs)
+    return ev.evaluate(model)

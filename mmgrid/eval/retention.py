@@ -1,0 +1,86 @@
+"""Text retention: a model's language-modelling loss on the held-out base text.
+
+The Orbit paper's forgetting axis (section 3, Figure 2-3) is the loss of the original
+LLM capability during recommendation fine-tuning. Here it is the mean next-token NLL
+(and perplexity) on ``prepared.lm_text("heldout")``, compared with the base's own.
+A paradigm exposes its causal LM through ``language_model(model) -> (lm, tokenizer)``;
+a paradigm without one (SASRec) gets NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+
+@torch.no_grad()
+def text_loss(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int = 64,
+              batch_size: int = 32) -> float:
+    """Mean next-token negative log-likelihood per token (nats) of ``texts``.
+
+    Args:
+        model: a causal LM (``model(input_ids, attention_mask, labels).logits``).
+        tokenizer: its tokenizer.
+        texts: the held-out text.
+        max_length: tokens per text (``<bos> text <eos>``, truncated), as in base training.
+        batch_size: texts per forward pass.
+    """
+    from mmgrid.models.base import lm_batch
+
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for s in range(0, len(texts), batch_size):
+        batch = lm_batch(tokenizer, list(texts[s:s + batch_size]), max_length)
+        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+        labels = batch["labels"][:, 1:].to(device)
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        mask = labels != -100
+        nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        total += float(nll[mask].sum())
+        count += int(mask.sum())
+    return total / count if count else float("nan")
+
+
+def language_model(paradigm: Any, model: Any) -> tuple[Any, Any] | None:
+    """``(causal_lm, tokenizer)`` of a paradigm model, or None when it has no language model.
+
+    A paradigm says so with ``language_model(model)``; otherwise the model itself (text,
+    semid: the LM carries its tokenizer in an ``mmgrid_*`` info attribute) or its
+    ``item_llm`` (emb) is used when it has an LM head.
+    """
+    fn = getattr(paradigm, "language_model", None)
+    if fn is not None:
+        return fn(model)
+    for cand in (model, getattr(model, "item_llm", None)):
+        if cand is None or not hasattr(cand, "get_output_embeddings") or cand.get_output_embeddings() is None:
+            continue
+        tok = _find_tokenizer(model)
+        if tok is not None:
+            return cand, tok
+    return None
+
+
+def _find_tokenizer(model: Any) -> Any:
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None:
+        return tok
+    for name, value in vars(model).items():
+        if name.startswith("mmgrid_") and getattr(value, "tokenizer", None) is not None:
+            return value.tokenizer
+    return None
+
+
+def retention_metrics(paradigm: Any, model: Any, texts: Sequence[str], base_loss: float,
+                      max_length: int = 64) -> dict[str, float]:
+    """``text_loss``, ``text_ppl`` and ``text_loss_delta`` (vs the base); NaN without an LM."""
+    lm = language_model(paradigm, model)
+    loss = text_loss(lm[0], lm[1], texts, max_length) if lm is not None and texts else float("nan")
+    return {
+        "text_loss": loss,
+        "text_ppl": math.exp(loss) if loss == loss and loss < 50 else float("nan"),
+        "base_text_loss": base_loss,
+        "text_loss_delta": loss - base_loss,
+    }

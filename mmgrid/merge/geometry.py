@@ -1,0 +1,141 @@
+"""Pure tensor math of the geometric merges: the orthogonal group (OrthoMerge, paper 003)
+and Gaussian covariance geometry (GCWM, paper 001). No I/O.
+
+Conventions: OrthoMerge writes W in R^{d_in x d_out} and rotates with R in
+R^{d_in x d_in} from the left (Eq. 1). The functions here take matrices in that
+orientation; the method module transposes PyTorch ``(out, in)`` weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def procrustes(target: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """argmin_R ||target - R base||_F over orthogonal R (OrthoMerge Eq. 3-4, 12).
+
+    R = U V^T with U S V^T = SVD(target base^T).
+    """
+    u, _, vh = torch.linalg.svd(target.double() @ base.double().T)
+    return (u @ vh).float()
+
+
+def cayley(q: torch.Tensor) -> torch.Tensor:
+    """R = (I + Q)(I - Q)^{-1} for skew-symmetric Q (OrthoMerge Eq. 2)."""
+    eye = torch.eye(q.shape[-1], dtype=torch.float64)
+    qd = q.double()
+    # (I+Q)(I-Q)^{-1} = ((I-Q)^{-T}(I+Q)^T)^T; the factors commute, so solve from the right.
+    return torch.linalg.solve(eye - qd, eye + qd).float()
+
+
+def inverse_cayley(r: torch.Tensor) -> torch.Tensor:
+    """Q = (R - I)(R + I)^{-1} (OrthoMerge Eq. 5), made exactly skew-symmetric.
+
+    R + I is singular when R has the eigenvalue -1 (a reflection or a half turn);
+    the least-squares solve then returns the minimum-norm generator.
+    """
+    eye = torch.eye(r.shape[-1], dtype=torch.float64)
+    rd = r.double()
+    # The factors commute, so (R-I)(R+I)^{-1} = (R+I)^{-1}(R-I).
+    try:
+        q = torch.linalg.solve(rd + eye, rd - eye)
+    except RuntimeError:  # singular
+        q = torch.linalg.lstsq(rd + eye, rd - eye).solution
+    return (0.5 * (q - q.T)).float()
+
+
+def magnitude_corrected_mean(qs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Q_merged = c mean_i Q_i, c = sum_i ||Q_i||_F / ||sum_i Q_i||_F (OrthoMerge Eq. 7-8)."""
+    total = qs[0].double().clone()
+    for q in qs[1:]:
+        total += q.double()
+    norm_sum = float(sum(float(torch.linalg.matrix_norm(q.double())) for q in qs))
+    norm_total = float(torch.linalg.matrix_norm(total))
+    if norm_total <= 1e-30:  # all generators cancel (or are zero): no rotation
+        return torch.zeros_like(qs[0])
+    return (total * (norm_sum / norm_total) / len(qs)).float()
+
+
+def conflict_columns(taus: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Conflict-aware targets' updates tau_i^conf (OrthoMerge Eq. 10-11).
+
+    Keeps column j of tau_i where cos(tau_i[:, j], tau_mean[:, j]) < 0; others are 0.
+    """
+    mean = torch.stack([t.float() for t in taus]).mean(0)
+    out = []
+    for t in taus:
+        cos = torch.nn.functional.cosine_similarity(t.float(), mean, dim=0, eps=1e-12)
+        out.append(t.float() * (cos < 0).to(torch.float32)[None, :])
+    return out
+
+
+def sym(a: torch.Tensor) -> torch.Tensor:
+    """The symmetric part (A + A^T)/2."""
+    return 0.5 * (a + a.T)
+
+
+def sqrtm_psd(a: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """Principal square root of a symmetric PSD matrix (eigenvalues clamped at eps)."""
+    w, v = torch.linalg.eigh(sym(a.double()))
+    return (v * w.clamp_min(eps).sqrt()) @ v.T
+
+
+def inv_sqrtm_psd(a: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """A^{-1/2} of a symmetric positive definite matrix (eigenvalues clamped at eps)."""
+    w, v = torch.linalg.eigh(sym(a.double()))
+    return (v * w.clamp_min(eps).rsqrt()) @ v.T
+
+
+def bures_distance_sq(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Squared Bures-Wasserstein distance of zero-mean Gaussians N(0, A), N(0, B).
+
+    d^2 = tr A + tr B - 2 tr (A^{1/2} B A^{1/2})^{1/2}.
+    """
+    ra = sqrtm_psd(a)
+    inner = sqrtm_psd(ra @ b.double() @ ra)
+    return max(0.0, float(torch.trace(a.double()) + torch.trace(b.double()) - 2 * torch.trace(inner)))
+
+
+def bw_barycenter(
+    covs: Sequence[torch.Tensor], weights: Sequence[float], max_iter: int = 50, tol: float = 1e-7
+) -> torch.Tensor:
+    """Bures-Wasserstein barycenter of SPD matrices by the fixed-point iteration.
+
+    S <- S^{-1/2} (sum_i w_i (S^{1/2} C_i S^{1/2})^{1/2})^2 S^{-1/2}, started at the
+    weighted arithmetic mean (Alvarez-Esteban et al., 2016).
+    """
+    w = [float(x) / float(sum(weights)) for x in weights]
+    cs = [sym(c.double()) for c in covs]
+    s = sum(wi * c for wi, c in zip(w, cs))
+    for _ in range(max_iter):
+        rs, irs = sqrtm_psd(s), inv_sqrtm_psd(s)
+        t = sum(wi * sqrtm_psd(rs @ c @ rs) for wi, c in zip(w, cs))
+        nxt = sym(irs @ t @ t @ irs)
+        done = float(torch.linalg.matrix_norm(nxt - s)) <= tol * float(torch.linalg.matrix_norm(s))
+        s = nxt
+        if done:
+            break
+    return s
+
+
+def right_basis(delta: torch.Tensor, rank: int, energy: float) -> torch.Tensor:
+    """Top right singular vectors of delta: the smallest r <= rank capturing ``energy``.
+
+    Returns:
+        An orthonormal (cols x r) basis of the dominant row space.
+    """
+    _, s, vh = torch.linalg.svd(delta.double(), full_matrices=False)
+    if float(s.sum()) == 0.0:
+        return vh[:1].T
+    cum = torch.cumsum(s**2, 0) / torch.sum(s**2)
+    r = int(torch.searchsorted(cum, torch.tensor(energy, dtype=cum.dtype))) + 1
+    return vh[: max(1, min(r, rank, s.numel()))].T
+
+
+def union_basis(bases: Sequence[torch.Tensor], eps: float = 1e-8) -> torch.Tensor:
+    """An orthonormal basis of the span of several bases (QR, dropping dependent columns)."""
+    q, r = torch.linalg.qr(torch.cat(list(bases), dim=1))
+    keep = r.diagonal().abs() > eps
+    return q[:, keep] if bool(keep.any()) else q[:, :1]

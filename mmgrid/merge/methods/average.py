@@ -1,0 +1,52 @@
+"""Weight averaging (MMGRid Sec. 2, WA; Wortsman et al., 2022, "Model soups").
+
+theta* = sum_i w_i theta_i / sum_i w_i. Needs no base.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mmgrid.merge import ops
+from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods.base import Method, TensorView, register
+
+
+@dataclass
+class AverageParams:
+    """Parameters of ``average``.
+
+    Attributes:
+        weights: one non-negative weight per input (uniform if omitted).
+    """
+
+    weights: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.weights is not None and (any(w < 0 for w in self.weights) or sum(self.weights) <= 0):
+            raise MergeParamError(f"average weights {self.weights} must be >= 0 with a positive sum")
+
+
+@register
+class Average(Method):
+    name = "average"
+    pretty = "Weight averaging"
+    paper = "MMGRid (paper 004) Sec. 2; Wortsman et al. 2022 (model soups)"
+    Params = AverageParams
+    needs_base = False
+
+    def check_inputs(self, n: int) -> None:
+        super().check_inputs(n)
+        if self.params.weights is not None and len(self.params.weights) != n:
+            raise MergeParamError(f"average: {len(self.params.weights)} weights for {n} inputs")
+
+    elementwise = True
+
+    def linear(self, n: int) -> tuple[float, list[float]]:
+        w = self.params.weights or [1.0] * n
+        return 0.0, [x / sum(w) for x in w]
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        return ops.average(view.models, self.params.weights)

@@ -1,0 +1,219 @@
+"""What every merge method is: a registered class with a typed parameter dataclass.
+
+One lookup (:func:`get_method`) knows all methods; a method's ``Params`` dataclass is
+the schema that ``--set key=value``, recipes and grid YAML are validated against
+(:func:`validate_params`) before any tensor is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from mmgrid.errors import ConfigError, UnknownNameError
+from mmgrid.merge.errors import MergeParamError
+
+_METHODS: dict[str, type["Method"]] = {}
+# Parameter names that are Python keywords or common spellings, mapped to field names.
+ALIASES = {"lambda": "lam", "lambda_": "lam", "lambdas_": "lambdas"}
+
+
+@dataclass
+class TensorView:
+    """One tensor (or a row chunk of it) of every input, shared rows only.
+
+    The tensors are given as stored (bf16...); ``models`` and ``base`` are their float32
+    versions, made on first use, and :meth:`deltas` computes float32 task vectors
+    without a float32 copy of the base.
+
+    Attributes:
+        name: the tensor's name in the state dict.
+        raw: the inputs' tensors, in input order.
+        raw_base: the base's tensor (None when the method takes no base).
+        vocab: True for embedding / LM-head rows (merged in Euclidean space by the
+            geometric methods).
+        start: first row of this view when a big tensor is seen in row chunks.
+    """
+
+    name: str
+    raw: list[torch.Tensor]
+    raw_base: torch.Tensor | None
+    vocab: bool = False
+    start: int = 0
+    _f32: list[torch.Tensor] | None = field(default=None, repr=False)
+    _b32: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def models(self) -> list[torch.Tensor]:
+        if self._f32 is None:
+            self._f32 = [t.float() for t in self.raw]
+        return self._f32
+
+    @property
+    def base(self) -> torch.Tensor | None:
+        if self._b32 is None and self.raw_base is not None:
+            self._b32 = self.raw_base.float()
+        return self._b32
+
+    @property
+    def key(self) -> str:
+        """Names this view for seeded randomness (DARE): the tensor, plus the chunk's row."""
+        return self.name if self.start == 0 else f"{self.name}@{self.start}"
+
+    def deltas(self) -> list[torch.Tensor]:
+        """tau_i = theta_i - theta_0 (MMGRid Eq. 2), fresh float32 tensors."""
+        assert self.raw_base is not None
+        b = self._b32 if self._b32 is not None else self.raw_base
+        # a float32 input's .float() is the input itself: copy, never modify the caller's tensors
+        return [t.to(torch.float32, copy=True).sub_(b) for t in self.raw]
+
+
+@dataclass
+class ViewStream:
+    """A re-startable stream of views for :meth:`Method.prepare` passes.
+
+    Attributes:
+        views: a callable that yields every merged tensor's views afresh.
+        total: entries per input over all merged tensors (shared rows).
+    """
+
+    views: Callable[[], Iterator[TensorView]]
+    total: int
+
+    def __call__(self) -> Iterator[TensorView]:
+        return self.views()
+
+
+class Method:
+    """Base class of merge methods (subclass, set the ClassVars, decorate with @register).
+
+    Attributes:
+        params: the validated parameter dataclass.
+        report: JSON-able facts the method computed (conflict scores...), stored in
+            the merged checkpoint's ``meta["merge"]``.
+    """
+
+    name: ClassVar[str]
+    pretty: ClassVar[str]
+    paper: ClassVar[str]
+    Params: ClassVar[type]
+    needs_base: ClassVar[bool] = True
+    symmetric: ClassVar[bool] = True  # result independent of the order of the inputs
+    min_inputs: ClassVar[int] = 1
+    max_inputs: ClassVar[int | None] = None
+
+    def __init__(self, params: Any) -> None:
+        self.params = params
+        self.report: dict[str, Any] = {}
+
+    def check_inputs(self, n: int) -> None:
+        """Raise MergeParamError if ``n`` inputs do not fit this method or its params."""
+        if n < self.min_inputs or (self.max_inputs is not None and n > self.max_inputs):
+            want = f"exactly {self.min_inputs}" if self.min_inputs == self.max_inputs else f"at least {self.min_inputs}"
+            raise MergeParamError(f"method {self.name!r} takes {want} input model(s), got {n}")
+
+    @property
+    def elementwise(self) -> bool:
+        """True if each output entry depends only on the same entry of the inputs (after
+        :meth:`prepare`): the engine may then hand big tensors over in row chunks."""
+        return False
+
+    @property
+    def verify_inputs(self) -> bool:
+        """Whether the engine must check each input chunk for NaN/Inf in the merge pass."""
+        return True
+
+    def linear(self, n: int) -> tuple[float, list[float]] | None:
+        """(c_0, [c_i]) if the result is c_0 theta_0 + sum_i c_i theta_i (a fast path)."""
+        return None
+
+    def prepare(self, stream: ViewStream) -> None:
+        """Optional streaming passes before the merge pass (whole-model statistics)."""
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        """The merged float32 tensor for one name."""
+        raise NotImplementedError
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator: make a method available under ``cls.name``."""
+    _METHODS[cls.name] = cls
+    return cls
+
+
+def _load_all() -> None:
+    from mmgrid.merge.methods import (  # noqa: F401  (import registers)
+        average,
+        dare,
+        gcwm,
+        orthomerge,
+        task_arithmetic,
+        temporal,
+        ties,
+        ties_dare,
+    )
+
+
+def method_names() -> list[str]:
+    """The registered method names, sorted."""
+    _load_all()
+    return sorted(_METHODS)
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class registered as ``name`` (UnknownNameError lists the known ones)."""
+    _load_all()
+    if name not in _METHODS:
+        raise UnknownNameError("merge method", name, list(_METHODS))
+    return _METHODS[name]
+
+
+def validate_params(name: str, params: dict[str, Any] | None) -> Any:
+    """Check ``params`` against method ``name``'s typed parameters; return the dataclass.
+
+    Raises:
+        UnknownNameError: unknown method.
+        MergeParamError: unknown parameter, wrong type, or out of range.
+    """
+    from mmgrid.configtools import build
+
+    cls = get_method(name)
+    data = {ALIASES.get(k, k): v for k, v in (params or {}).items()}
+    try:
+        return build(cls.Params, data, where=f"merge method {name!r} parameters")
+    except MergeParamError:
+        raise
+    except ConfigError as exc:
+        raise MergeParamError(str(exc)) from exc
+
+
+def params_dict(params: Any) -> dict[str, Any]:
+    """The parameter dataclass as a plain dict (for recipes and lineage)."""
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+
+
+def check_range(name: str, value: float, lo: float, hi: float, lo_open: bool, hi_open: bool, hint: str) -> None:
+    """Raise MergeParamError unless ``value`` lies in the interval."""
+    ok = (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
+        iv = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+        raise MergeParamError(f"parameter {name}={value} is outside {iv}; {hint}")
+
+
+def input_weights(lambdas: Sequence[float] | None, alpha: float | None, n: int, default: float = 1.0) -> tuple[float, ...]:
+    """Per-input weights from ``lambdas`` (one each) or ``alpha`` (Eq. 7: alpha, 1-alpha)."""
+    if lambdas is not None and alpha is not None:
+        raise MergeParamError("give either lambdas or alpha, not both")
+    if alpha is not None:
+        if n != 2:
+            raise MergeParamError(f"alpha (MMGRid Eq. 7) merges exactly 2 inputs, got {n}; use lambdas for {n}")
+        return (float(alpha), 1.0 - float(alpha))
+    if lambdas is not None:
+        if len(lambdas) != n:
+            raise MergeParamError(f"lambdas has {len(lambdas)} values for {n} inputs; give one per input")
+        return tuple(float(x) for x in lambdas)
+    return (default,) * n

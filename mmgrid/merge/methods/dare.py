@@ -1,0 +1,51 @@
+"""DARE (Yu et al., 2024; MMGRid Sec. 2): drop each task-vector entry with probability
+p, rescale the survivors by 1/(1-p), then task arithmetic.
+
+theta* = theta_0 + scale * sum_i lambda_i DARE_p(tau_i). The mask of input i and tensor
+t comes from a generator seeded by (seed, t, i), so a seed reproduces the merge and
+E[DARE_p(tau)] = tau.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods.base import check_range, input_weights, register
+from mmgrid.merge.methods.euclid import PipelineMethod
+
+
+@dataclass
+class DareParams:
+    """Parameters of ``dare``.
+
+    Attributes:
+        p: drop probability, in [0, 1) (MMGRid: 0.1).
+        lambdas: one weight per input; default 1.0.
+        alpha: two inputs only: weights (alpha, 1 - alpha) (Eq. 7).
+        scale: a factor on the summed task vector.
+        seed: seed of the drop masks.
+    """
+
+    p: float = 0.1
+    lambdas: list[float] | None = None
+    alpha: float | None = None
+    scale: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_range("p", self.p, 0.0, 1.0, False, True, "DARE drops a fraction of entries, e.g. p=0.1")
+
+
+@register
+class Dare(PipelineMethod):
+    name = "dare"
+    pretty = "DARE (drop and rescale)"
+    paper = "Yu et al. 2024 (DARE); MMGRid (paper 004) Sec. 2"
+    Params = DareParams
+    symmetric = False  # input i's mask depends on i
+
+    def pipeline(self, n: int) -> pl.Pipeline:
+        p = self.params
+        return pl.Pipeline(sparsify="dare", p=p.p, weights=input_weights(p.lambdas, p.alpha, n),
+                           scale=p.scale, seed=p.seed)

@@ -1,0 +1,53 @@
+"""Temporal merge (MMGRid Eq. 9-10): theta = theta_t1 + lambda (theta_t2 - theta_t1).
+
+Inputs: [theta_t1, theta_t2] of one domain. tau_temp = theta_t2 - theta_t1 is the
+temporal preference-shift vector (Eq. 9); lambda is any real number: 0 gives theta_t1,
+1 gives theta_t2, above 1 extrapolates. A base, if given, is ignored (theta_t1 is it).
+For many lambdas use :class:`mmgrid.merge.sweep.TemporalSweep`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from mmgrid.merge import ops
+from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods.base import Method, TensorView, register
+
+
+@dataclass
+class TemporalParams:
+    """Parameters of ``temporal``.
+
+    Attributes:
+        lam: lambda_temp of Eq. 10 (``lambda=`` is accepted too); any finite real.
+    """
+
+    lam: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.lam):
+            raise MergeParamError(f"temporal lambda must be finite, got {self.lam}")
+
+
+@register
+class Temporal(Method):
+    name = "temporal"
+    pretty = "Temporal preference-shift scaling"
+    paper = "MMGRid (paper 004) Eq. 9-10"
+    Params = TemporalParams
+    needs_base = False
+    symmetric = False
+    min_inputs = 2
+    max_inputs = 2
+
+    elementwise = True
+
+    def linear(self, n: int) -> tuple[float, list[float]]:
+        return 0.0, [1.0 - self.params.lam, self.params.lam]  # Eq. 10 rearranged
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        return ops.interpolate(view.models[0], view.models[1], self.params.lam)

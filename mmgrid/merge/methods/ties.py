@@ -1,0 +1,68 @@
+"""TIES merging (Yadav et al., 2023; MMGRid Eq. 4 and Sec. 2).
+
+1. trim: keep the top ``density`` fraction of each task vector by magnitude, over the
+   whole model (``scope="model"``, the TIES and MMGRid code; two streaming passes) or
+   per tensor (``scope="tensor"``, mergekit and PEFT). k = max(1, floor(density * n));
+   entries whose magnitude equals the k-th largest are kept too.
+2. elect sign: gamma = sign(sum_i TRIM(tau_i)) (total mass; +1 where it is 0).
+3. combine: ``disjoint_mean`` (TIES) = sum_i w_i tau_i [sign agrees] / sum_i w_i [agrees]
+   (mergekit's rule; with equal weights PEFT's count rule), or ``sum`` =
+   sum_i w_i TRIM(tau_i) with disagreeing entries dropped (MMGRid Eq. 4 with w_i = 1/N,
+   Eq. 7 with alpha).
+4. scale: theta* = theta_0 + scale * combined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods.base import check_range, input_weights, register
+from mmgrid.merge.methods.euclid import PipelineMethod
+
+
+@dataclass
+class TiesParams:
+    """Parameters of ``ties``.
+
+    Attributes:
+        density: fraction X of entries kept per task vector, in (0, 1] (MMGRid: 0.2).
+        scope: model (top-X% over the whole model) | tensor (per tensor).
+        combine: disjoint_mean (TIES) | sum (MMGRid Eq. 4/7 weighted sum); default:
+            sum when ``alpha`` is given (Eq. 7 as written), else disjoint_mean.
+        lambdas: one weight per input; default 1.0 (``sum`` then defaults to 1/N).
+        alpha: two inputs only: weights (alpha, 1 - alpha) (Eq. 7).
+        scale: lambda of TIES: a factor on the merged task vector.
+    """
+
+    density: float = 0.2
+    scope: Literal["model", "tensor"] = "model"
+    combine: Literal["disjoint_mean", "sum"] | None = None
+    lambdas: list[float] | None = None
+    alpha: float | None = None
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_range("density", self.density, 0.0, 1.0, True, False, "TIES keeps a fraction of entries, e.g. density=0.2")
+
+
+def ties_pipeline(p, n: int, sparsify: str = "magnitude", p_drop: float = 0.0, seed: int = 0) -> pl.Pipeline:
+    """The TIES preset (shared with ties_dare)."""
+    combine = p.combine or ("sum" if p.alpha is not None else "disjoint_mean")
+    default = 1.0 if combine == "disjoint_mean" else 1.0 / n
+    return pl.Pipeline(
+        sparsify=sparsify, density=p.density, p=p_drop, elect_sign=True, combine=combine,
+        weights=input_weights(p.lambdas, p.alpha, n, default), scale=p.scale, scope=p.scope, seed=seed,
+    )
+
+
+@register
+class Ties(PipelineMethod):
+    name = "ties"
+    pretty = "TIES merging"
+    paper = "Yadav et al. 2023 (TIES-Merging); MMGRid (paper 004) Eq. 4"
+    Params = TiesParams
+
+    def pipeline(self, n: int) -> pl.Pipeline:
+        return ties_pipeline(self.params, n)

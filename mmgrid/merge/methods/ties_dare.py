@@ -1,0 +1,56 @@
+"""TIES-DARE: DARE, then TIES (MMGRid's subspace merge, Sec. 2: p = 0.1, X = 20%).
+
+TRIM(tau) = top-X% by magnitude of DARE_p(tau), then sign election and the TIES
+combine (see :mod:`mmgrid.merge.methods.ties`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods.base import check_range, register
+from mmgrid.merge.methods.euclid import PipelineMethod
+from mmgrid.merge.methods.ties import ties_pipeline
+
+
+@dataclass
+class TiesDareParams:
+    """Parameters of ``ties_dare``.
+
+    Attributes:
+        p: DARE drop probability, in [0, 1).
+        density: TIES fraction kept, in (0, 1].
+        scope: model | tensor (where the top-X% is taken).
+        combine: disjoint_mean | sum (see ties; default sum with ``alpha``, else disjoint_mean).
+        lambdas: one weight per input.
+        alpha: two inputs only: weights (alpha, 1 - alpha) (Eq. 7).
+        scale: a factor on the merged task vector.
+        seed: seed of the DARE masks.
+    """
+
+    p: float = 0.1
+    density: float = 0.2
+    scope: Literal["model", "tensor"] = "model"
+    combine: Literal["disjoint_mean", "sum"] | None = None
+    lambdas: list[float] | None = None
+    alpha: float | None = None
+    scale: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_range("p", self.p, 0.0, 1.0, False, True, "DARE drops a fraction of entries, e.g. p=0.1")
+        check_range("density", self.density, 0.0, 1.0, True, False, "TIES keeps a fraction, e.g. density=0.2")
+
+
+@register
+class TiesDare(PipelineMethod):
+    name = "ties_dare"
+    pretty = "TIES after DARE"
+    paper = "MMGRid (paper 004) Sec. 2 (p=0.1, X=20); Yadav et al. 2023; Yu et al. 2024"
+    Params = TiesDareParams
+    symmetric = False
+
+    def pipeline(self, n: int) -> pl.Pipeline:
+        return ties_pipeline(self.params, n, "dare_magnitude", self.params.p, self.params.seed)

@@ -1,0 +1,172 @@
+"""Sweeps over one scalar without re-reading files: the temporal lambda (MMGRid Eq. 10)
+and the pairwise alpha (Eq. 7).
+
+A sweep reads its inputs once and keeps float32 copies of what the scalar multiplies
+(theta_t1 and tau_temp; or the base and the two TRIMmed task vectors), so each point
+costs one fused multiply-add per tensor: ``state_at`` returns a state dict,
+``apply_to`` writes the point into an already loaded torch module's parameters with no
+file I/O (evaluate, then move to the next point), ``write`` streams it to a file.
+Memory: two (temporal) or three (alpha) float32 copies of the model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from mmgrid.merge import engine, ops
+from mmgrid.merge import pipeline as pl
+from mmgrid.merge.api import prepare
+from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods.average import Average, AverageParams
+from mmgrid.merge.methods.euclid import PipelineMethod
+from mmgrid.merge.tensors import SafetensorsWriter
+
+
+class _Sweep:
+    """Shared part: an affine family theta(s) = c0 + s * c1 (+ passthrough tensors)."""
+
+    def __init__(self, plan: engine.Plan) -> None:
+        self.plan = plan
+        self.c0: dict[str, torch.Tensor] = {}
+        self.c1: dict[str, torch.Tensor] = {}
+        self.fixed: dict[str, torch.Tensor] = {}
+        self.dtypes = {n: d for n, _, d in plan.layout}
+
+    def _point(self, name: str, s: float, out: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.add(self.c0[name], self.c1[name], alpha=float(s), out=out)
+
+    def state_at(self, s: float) -> dict[str, torch.Tensor]:
+        """The merged state dict at scalar ``s`` (in the inputs' dtype)."""
+        out = {}
+        for name, _, dtype in self.plan.layout:
+            out[name] = self.fixed[name] if name in self.fixed else self._point(name, s).to(dtype)
+        return out
+
+    def states(self, values: Iterable[float]) -> Iterator[tuple[float, dict[str, torch.Tensor]]]:
+        """(s, theta(s)) for each value, without reading any file again."""
+        for s in values:
+            yield s, self.state_at(s)
+
+    def apply_to(self, module: torch.nn.Module, s: float, strict: bool = True) -> None:
+        """Set ``module``'s parameters/buffers to theta(s) in place, without file I/O."""
+        apply_inplace(module, lambda name: self._point(name, s) if name in self.c0 else self.fixed[name],
+                      names=[n for n, _, _ in self.plan.layout], strict=strict)
+
+    def write(self, s: float, path: str | os.PathLike, durable: bool = True) -> None:
+        """Stream theta(s) into a safetensors file."""
+        w = SafetensorsWriter(path, self.plan.layout, durable=durable)
+        try:
+            for name, _, _ in self.plan.layout:
+                w.write(name, self.fixed[name] if name in self.fixed else self._point(name, s))
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
+
+
+class TemporalSweep(_Sweep):
+    """theta(lambda) = theta_t1 + lambda (theta_t2 - theta_t1) (MMGRid Eq. 9-10).
+
+    Added-vocabulary rows are aligned by token: rows both checkpoints have are
+    interpolated, rows of one checkpoint are kept as they are (as :func:`merge` does).
+    """
+
+    def __init__(self, t1: Any, t2: Any, registry: Any = None) -> None:
+        inst, srcs, _, plan = prepare("temporal", [t1, t2], registry=registry)
+        super().__init__(plan)
+        for name, _, _ in plan.layout:
+            if name in plan.passthrough:
+                self.fixed[name] = engine._passthrough(srcs, name)
+                continue
+            a, b = (s.get(name).float() for s in srcs)
+            rp = plan.rows.get(name)
+            if rp is not None:
+                a, b = _aligned(a, b, rp)
+            engine._finite(a, name, srcs[0].label)
+            engine._finite(b, name, srcs[1].label)
+            self.c0[name] = a
+            self.c1[name] = b - a
+
+    def state_at(self, lam: float) -> dict[str, torch.Tensor]:  # noqa: D102 (named for Eq. 10)
+        return super().state_at(lam)
+
+
+def _aligned(a: torch.Tensor, b: torch.Tensor, rp) -> tuple[torch.Tensor, torch.Tensor]:
+    ra, rb = [a[: rp.shared]], [b[: rp.shared]]
+    for src in rp.sources:
+        rows = {i: r for i, r in src}
+        va = a[rows[0]] if 0 in rows else b[rows[1]]
+        vb = b[rows[1]] if 1 in rows else a[rows[0]]
+        ra.append(va[None])
+        rb.append(vb[None])
+    return torch.cat(ra), torch.cat(rb)
+
+
+class AlphaSweep(_Sweep):
+    """theta(alpha) = theta_0' + alpha TRIM(tau_i) + (1 - alpha) TRIM(tau_j) (MMGRid Eq. 7).
+
+    ``method`` is one of task_arithmetic, ties, dare, ties_dare (its TRIM: DARE and/or
+    top-X% with the sign election over both task vectors); ``base`` may be the original
+    base, a historical checkpoint, or a list (the neutral base, Eq. 8). Added rows are
+    alpha-independent (mean of the inputs that have the token, else copied).
+    """
+
+    def __init__(self, model_i: Any, model_j: Any, base: Any, method: str = "ties",
+                 registry: Any = None, **params: Any) -> None:
+        inst, srcs, bsrc, plan = prepare(method, [model_i, model_j], base, registry, **params)
+        if not isinstance(inst, PipelineMethod):
+            raise MergeParamError(f"AlphaSweep needs a Euclidean method (task_arithmetic, ties, dare, ties_dare), not {method!r}")
+        super().__init__(plan)
+        cfg, chunked = inst.pipeline(2), inst.elementwise
+        inst.prepare(engine.view_stream(srcs, bsrc, plan, True, chunked))
+        mean = Average(AverageParams())
+        for name, _, _ in plan.layout:
+            if name in plan.passthrough:
+                continue
+            c0s, c1s = [], []
+            for view in engine.tensor_views(srcs, bsrc, plan, name, True, chunked):
+                ds = pl.trimmed(cfg, view.key, view.deltas(), inst._thresholds)
+                if cfg.elect_sign:
+                    ds = ops.sign_masked(ds, ops.elect_sign(ds))
+                # theta(alpha) = (base + T_j) + alpha (T_i - T_j)
+                c0s.append(view.base + ds[1])
+                c1s.append(ds[0] - ds[1])
+            rp = plan.rows.get(name)
+            if rp is not None:
+                extra = engine._added_rows(mean, srcs, None, name, rp, False)
+                c0s.append(extra)
+                c1s.append(torch.zeros_like(extra))
+            self.c0[name], self.c1[name] = torch.cat(c0s), torch.cat(c1s)
+        for name in plan.passthrough:
+            self.fixed[name] = engine._passthrough(srcs, name)
+
+
+def apply_inplace(module: torch.nn.Module, state: Mapping[str, torch.Tensor] | Callable[[str], torch.Tensor],
+                  names: list[str] | None = None, strict: bool = True) -> None:
+    """Copy a merged state (a mapping, or a function name -> tensor) into ``module``.
+
+    Parameters and buffers keep their storage, dtype and device (``copy_``), so an
+    evaluation harness holding the module sees the new weights at once.
+
+    Raises:
+        MergeParamError: with ``strict``, a state tensor the module lacks.
+    """
+    targets = dict(module.named_parameters())
+    targets.update(dict(module.named_buffers()))
+    get = state if callable(state) else state.__getitem__
+    keys = names if names is not None else list(state.keys())  # type: ignore[union-attr]
+    with torch.no_grad():
+        for name in keys:
+            if name not in targets:
+                if strict:
+                    raise MergeParamError(f"the module has no parameter or buffer {name!r}; load the model the merge inputs came from")
+                continue
+            t = get(name)
+            dst = targets[name]
+            if tuple(dst.shape) != tuple(t.shape):
+                raise MergeParamError(f"{name}: module has shape {tuple(dst.shape)}, merge gives {tuple(t.shape)}; rebuild the module for the merged vocabulary")
+            dst.copy_(t)

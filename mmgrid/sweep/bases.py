@@ -1,0 +1,67 @@
+"""The original base Theta(0) of a paradigm's checkpoints, in the paradigm's own tensor names.
+
+MMGRid takes task vectors against the shared base LLM (Eq. 2). A paradigm wraps that LLM
+(HLLM-style item + user LLMs, added semantic-ID rows), so its tensors are named
+differently from the base checkpoint's. The paradigm's *start model* - ``build`` from the
+base LLM with the same seed training used - holds exactly the base LLM's weights under
+the paradigm's names, plus the freshly initialised parts; it is the Theta(0) of that
+domain's task vectors. It is stored once as a ``base`` checkpoint (period ``start``)
+whose lineage points at the base LLM, so the studies can name it by id.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mmgrid.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.config import GridConfig
+    from mmgrid.data.prepared import PreparedDataset
+
+
+def lineage_root(registry: Any, cid: str) -> str:
+    """The root of a checkpoint's lineage (the base LLM it was trained from)."""
+    g = registry.lineage(cid)
+    roots = sorted(n for n in g.nodes if g.in_degree(n) == 0)
+    if not roots:
+        raise ConfigError(f"checkpoint {cid}: its lineage has no root; cannot find the original base.")
+    if len(roots) > 1:
+        bases = [r for r in roots if registry.get(r).kind == "base"]
+        roots = bases or roots
+    return roots[0]
+
+
+def start_model_id(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", paradigm: str, domain: str,
+                   variant: str, trained_id: str) -> str:
+    """Id of the paradigm's start model for ``domain`` (built and stored on first use).
+
+    Falls back to the lineage root when the paradigm cannot build (e.g. a test double).
+    """
+    root = lineage_root(registry, trained_id)
+    from mmgrid.paradigms.base import get_paradigm
+
+    par = get_paradigm(paradigm)
+    if not hasattr(par, "build"):
+        return root
+    from mmgrid.train.device import derive_seed
+
+    seed = derive_seed(cfg.train.seed, paradigm, domain, "build")
+    coords = {"paradigm": paradigm, "domain": domain, "period": "start", "variant": variant}
+    params = {"built_from": root, "build_seed": seed, "role": "original_base"}
+    parents = [(root, "init")]
+    cid = registry.make_id(coords, "base", parents, params, None, cfg.train.seed)
+    if registry.has(cid):
+        return cid
+    from mmgrid.models.base import bundle_from_registry
+    from mmgrid.sweep.evaluation import paradigm_params
+    from mmgrid.train.checkpoints import checkpoint_meta
+    from mmgrid.train.device import seed_everything
+
+    bundle = bundle_from_registry(registry, root)
+    seed_everything(seed)
+    model = par.build(bundle, prepared.domain(domain), paradigm_params(cfg, paradigm), seed)
+    ck = par.save(model)
+    state = {k: v.detach().cpu().contiguous() for k, v in ck.state.items()}
+    return registry.put(state, coords, "base", parents=parents, params=params, files=ck.files,
+                        meta=checkpoint_meta(ck, {}), seed=cfg.train.seed)

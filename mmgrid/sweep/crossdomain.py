@@ -1,0 +1,331 @@
+"""The cross-domain study (``mmgrid sweep cross-domain``): pairs x methods x bases x alpha.
+
+MMGRid section 4. Two domains' t2 checkpoints are merged (Eq. 7:
+theta* = base + alpha TRIM(tau_i) + (1 - alpha) TRIM(tau_j)) with task vectors taken
+against one of three bases (section 4.3):
+
+* ``original``: the paradigm's start model built from the shared base LLM for the pair's
+  first domain (:mod:`mmgrid.sweep.bases`);
+* ``historical``: the t1 checkpoint of the pair's first domain;
+* ``neutral``: AVERAGE(theta_i^t1, theta_j^t1) (Eq. 8), stored once as a merged checkpoint.
+
+Each merged model is evaluated in memory on both source domains; the relative change
+against each domain's own t2 checkpoint (evaluated by the same evaluator) gives the
+paper's Figures 3 and 4. Semantic-ID merges keep both domains' token rows (the merge
+engine appends each input's added rows). Methods whose result does not depend on the
+base (weight averaging) run once, with base ``none``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import TYPE_CHECKING, Any, Callable
+
+import pandas as pd
+
+from mmgrid.errors import ConfigError, MergeError
+from mmgrid.sweep.evaluation import EvalFn, EvaluatorFactory, clean_metrics, default_evaluator_factory, load_checkpoint, paradigm_params
+from mmgrid.sweep.temporal import periods
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from mmgrid.config import GridConfig
+    from mmgrid.data.prepared import PreparedDataset
+
+STUDY = "cross_domain"
+BASE_KINDS = ("original", "historical", "neutral")
+COLUMNS = ["study", "paradigm", "variant", "pair", "domain_i", "domain_j", "method", "base_kind", "base_id", "alpha",
+           "eval_domain", "group", "metric", "value", "recipe_hash"]
+# merge(method, [id_i, id_j], base=id|None, registry=..., **params) -> (state, meta)
+MergeFn = Callable[..., "tuple[dict[str, torch.Tensor], dict[str, Any]]"]
+
+
+def domain_pairs(domains: list[str], pairs: list[list[str]] | None) -> list[tuple[str, str]]:
+    """The configured pairs (checked) or every unordered pair of ``domains`` in order."""
+    if pairs is None:
+        return list(itertools.combinations(domains, 2))
+    out = []
+    for k, p in enumerate(pairs):
+        if len(p) != 2 or p[0] == p[1] or any(d not in domains for d in p):
+            raise ConfigError(f"sweeps.cross_domain.pairs[{k}]: {p} must be two different domains of {domains}.")
+        out.append((p[0], p[1]))
+    return out
+
+
+def method_params(method: str, params: dict[str, Any], alpha: float) -> tuple[dict[str, Any], bool]:
+    """``params`` with the Eq. 7 weights (alpha, 1 - alpha) in the method's own field.
+
+    Returns:
+        (params, supports_alpha); a method with no weight field ignores alpha.
+    """
+    import dataclasses
+
+    from mmgrid.merge.methods.base import get_method
+
+    fields = {f.name for f in dataclasses.fields(get_method(method).Params)}
+    out = dict(params)
+    if "alpha" in fields:
+        out["alpha"] = alpha
+    elif "weights" in fields:
+        out["weights"] = [alpha, 1.0 - alpha]
+    elif "lambdas" in fields:
+        out["lambdas"] = [alpha, 1.0 - alpha]
+    else:
+        return out, False
+    return out, True
+
+
+def needs_base(method: str) -> bool:
+    from mmgrid.merge.methods.base import get_method
+
+    return bool(get_method(method).needs_base)
+
+
+def neutral_base_id(registry: Any, p1_i: str, p1_j: str, coords: dict[str, Any], merge_fn: MergeFn) -> str:
+    """AVERAGE(theta_i^t1, theta_j^t1) (MMGRid Eq. 8), stored once as a merged checkpoint."""
+    params = {"method": "average", "equation": "MMGRid Eq. 8", "role": "neutral_base"}
+    parents = [(p1_i, "merge_input"), (p1_j, "merge_input")]
+    cid = registry.make_id(coords, "merged", parents, params, None, None)
+    if registry.has(cid):
+        return cid
+    state, meta = merge_fn("average", [p1_i, p1_j], base=None, registry=registry)
+    return registry.put(state, coords, "merged", parents=parents, params=params, meta=meta)
+
+
+def default_merge_fn(method: str, models: list[Any], base: Any = None, registry: Any = None,
+                     **params: Any) -> "tuple[dict[str, torch.Tensor], dict[str, Any]]":
+    """Run :func:`mmgrid.merge.merge_with_info`; return the state and the meta a paradigm needs to load it
+    (``added_rows``: both inputs' added token rows, kept side by side)."""
+    from mmgrid.merge import merge_with_info
+
+    state, info = merge_with_info(method, models, base=base, registry=registry, **params)
+    meta: dict[str, Any] = {"merge": {"method": info.method, "params": info.params}}
+    if info.added_rows:
+        meta["added_rows"] = info.added_rows
+    return state, meta
+
+
+class _Evaluators:
+    """One evaluator and one loaded t2 model per (paradigm, domain), built on first use."""
+
+    def __init__(self, cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", factory: EvaluatorFactory) -> None:
+        self.cfg, self.registry, self.prepared, self.factory = cfg, registry, prepared, factory
+        self._cache: dict[tuple[str, str], tuple[Any, EvalFn]] = {}
+        self._models: dict[tuple[str, str], Any] = {}
+
+    def get(self, paradigm: str, domain: str) -> tuple[Any, EvalFn]:
+        key = (paradigm, domain)
+        if key not in self._cache:
+            from mmgrid.paradigms.base import get_paradigm
+
+            par = get_paradigm(paradigm)
+            data = self.prepared.domain(domain)
+            self._cache[key] = (par, self.factory(self.cfg, paradigm, par, data, self.prepared))
+        return self._cache[key]
+
+    def evaluate_state(self, paradigm: str, domain: str, p2_id: str, state: dict, meta: dict) -> dict[str, dict[str, float]]:
+        """Evaluate ``state`` as a model of ``domain`` (files and meta of its t2 checkpoint).
+
+        The domain's model is built once; a merged state with the same tensor shapes is
+        copied into it in place, one with other shapes (added token rows of the other
+        domain) is loaded afresh by the paradigm.
+        """
+        import torch
+
+        from mmgrid.sweep.interpolate import assign_state
+
+        par, evaluate = self.get(paradigm, domain)
+        key = (paradigm, domain)
+        model = self._models.get(key)
+        if model is None or meta.get("added_rows") or not assign_state(model, state):
+            ck = load_checkpoint(self.registry, p2_id, state=state)
+            if meta.get("added_rows"):
+                ck.meta = {**ck.meta, "added_rows": meta["added_rows"]}
+                ck.added_rows = {k: (int(v[0]), list(v[1])) for k, v in meta["added_rows"].items()}
+            model = par.load(ck, self.prepared.domain(domain), paradigm_params(self.cfg, paradigm))
+            if not meta.get("added_rows"):
+                self._models[key] = model
+        model.eval()
+        with torch.no_grad():
+            return evaluate(model)
+
+
+def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: "GridConfig") -> tuple[str, str]:
+    t1, t2 = periods(cfg)
+    c = {"paradigm": paradigm, "domain": domain, "variant": variant, "kind": "trained"}
+    return registry.resolve({**c, "period": t1}), registry.resolve({**c, "period": t2})
+
+
+def run_cross_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset",
+                     evaluator_factory: EvaluatorFactory | None = None, merge_fn: MergeFn | None = None) -> pd.DataFrame:
+    """Run the configured pairs x methods x bases x alphas; record and return every evaluation.
+
+    Args:
+        cfg: the grid (``sweeps.cross_domain``).
+        registry: an open registry with the t1/t2 checkpoints of each paradigm and domain.
+        prepared: the prepared dataset.
+        evaluator_factory: override the evaluator (tests).
+        merge_fn: override the merge call (tests).
+
+    Returns:
+        Long results, columns :data:`COLUMNS`; ``method == "single"`` rows are each domain's
+        own t2 checkpoint (the baseline of the relative change).
+    """
+    cd = cfg.sweeps.cross_domain
+    bad = [b for b in cd.bases if b not in BASE_KINDS]
+    if bad:
+        raise ConfigError(f"sweeps.cross_domain.bases: {bad} unknown; use {list(BASE_KINDS)}.")
+    merge_fn = merge_fn or default_merge_fn
+    evals = _Evaluators(cfg, registry, prepared, evaluator_factory or default_evaluator_factory)
+    pairs = domain_pairs(list(prepared.domains), cd.pairs)
+    rows: list[dict[str, Any]] = []
+    for paradigm in cd.paradigms:
+        ids = {d: _t2_ids(registry, paradigm, cd.variant, d, cfg) for d in sorted({d for p in pairs for d in p})}
+        for d, (_, p2) in ids.items():
+            rows += _baseline(cfg, registry, evals, paradigm, d, p2)
+        for di, dj in _progress(pairs, f"cross-domain {paradigm}"):
+            rows += _pair(cfg, registry, evals, merge_fn, paradigm, di, dj, ids)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _baseline(cfg: "GridConfig", registry: Any, evals: _Evaluators, paradigm: str, domain: str, p2: str) -> list[dict]:
+    from mmgrid.registry.names import hash_json
+
+    rec = {"method": "single", "inputs": [p2]}
+    state = registry.load(p2)
+    res = evals.evaluate_state(paradigm, domain, p2, state, {})
+    extra = {"study": STUDY, "paradigm": paradigm, "variant": cfg.sweeps.cross_domain.variant, "domain": domain,
+             "eval_domain": domain, "method": "single", "base_kind": "none"}
+    # recorded as a recipe, not against p2's id, so the checkpoint's own evaluations stay untouched
+    return _record(cfg, registry, None, rec, extra, res, hash_json(rec), pair=domain, di=domain, dj=domain,
+                   base_id=None, alpha=None)
+
+
+def _pair(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
+          ids: dict[str, tuple[str, str]]) -> list[dict]:
+    """Every method x base x alpha of one pair; a combination the engine cannot merge is skipped with a message."""
+    cd = cfg.sweeps.cross_domain
+    rows: list[dict] = []
+    base_cache: dict[str, str | None] = {}
+    for method, mparams in cd.methods.items():
+        for kind in (list(cd.bases) if needs_base(method) else ["none"]):
+            try:
+                if kind not in base_cache:
+                    base_cache[kind] = _base(cfg, registry, evals.prepared, kind, paradigm, di, dj, ids, merge_fn)
+                rows += _alphas(cfg, registry, evals, merge_fn, paradigm, di, dj, ids, method, dict(mparams or {}),
+                                kind, base_cache[kind])
+            except MergeError as exc:  # e.g. SASRec's per-domain item tables are not mergeable: say so, go on
+                if isinstance(exc, ConfigError):  # a bad parameter is the user's to fix
+                    raise
+                print(f"cross-domain: skipped {paradigm} {di}+{dj} {method} base={kind}: {exc}", file=sys.stderr)
+    return rows
+
+
+def _alphas(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
+            ids: dict[str, tuple[str, str]], method: str, mparams: dict[str, Any], kind: str,
+            base_id: str | None) -> list[dict]:
+    """Merge one pair with one method and base over the alpha grid (Eq. 7); evaluate on both domains."""
+    from mmgrid.registry.names import hash_json
+
+    cd = cfg.sweeps.cross_domain
+    (_, p2_i), (_, p2_j) = ids[di], ids[dj]
+    pair = f"{di}+{dj}"
+    rows: list[dict] = []
+    for alpha in cd.alphas:
+        params, uses_alpha = method_params(method, mparams, float(alpha))
+        if not uses_alpha and alpha != cd.alphas[0]:
+            continue
+        a = float(alpha) if uses_alpha else None
+        state, meta = merge_fn(method, [p2_i, p2_j], base=base_id, registry=registry, **params)
+        rec = {"method": method, "params": params, "inputs": [p2_i, p2_j], "base": base_id,
+               "base_kind": kind, "alpha": a, "equation": "MMGRid Eq. 7"}
+        extra = {"study": STUDY, "paradigm": paradigm, "variant": cd.variant, "domain": pair,
+                 "method": method, "base_kind": kind, "alpha": a}
+        for ed, p2 in ((di, p2_i), (dj, p2_j)):
+            res = evals.evaluate_state(paradigm, ed, p2, state, meta)
+            rows += _record(cfg, registry, None, rec, {**extra, "eval_domain": ed}, res, hash_json(rec),
+                            pair=pair, di=di, dj=dj, base_id=base_id, alpha=a)
+    return rows
+
+
+def _base(cfg: "GridConfig", registry: Any, prepared: Any, kind: str, paradigm: str, di: str, dj: str,
+          ids: dict[str, tuple[str, str]], merge_fn: MergeFn) -> str | None:
+    """Id of the base of one (pair, base kind) (MMGRid section 4.3)."""
+    from mmgrid.sweep.bases import start_model_id
+
+    variant = cfg.sweeps.cross_domain.variant
+    (p1_i, p2_i), (p1_j, _) = ids[di], ids[dj]
+    if kind == "none":
+        return None
+    if kind == "original":
+        return start_model_id(cfg, registry, prepared, paradigm, di, variant, p2_i)
+    if kind == "historical":
+        return p1_i
+    coords = {"paradigm": paradigm, "domain": f"{di}+{dj}", "period": "neutral_base", "variant": variant}
+    return neutral_base_id(registry, p1_i, p1_j, coords, merge_fn)
+
+
+def _record(cfg: "GridConfig", registry: Any, cid: str | None, rec: dict, extra: dict, res: dict[str, dict[str, float]],
+            rhash: str, *, pair: str, di: str, dj: str, base_id: str | None, alpha: float | None) -> list[dict]:
+    rows = []
+    for group, metrics in res.items():
+        metrics = clean_metrics(metrics)
+        if not metrics:
+            continue
+        registry.record_eval(cid, cfg.eval.split, group, metrics, recipe=rec, extra=extra)
+        for metric, value in metrics.items():
+            rows.append({"study": STUDY, "paradigm": extra["paradigm"], "variant": extra["variant"], "pair": pair,
+                         "domain_i": di, "domain_j": dj, "method": extra["method"], "base_kind": extra["base_kind"],
+                         "base_id": base_id, "alpha": alpha, "eval_domain": extra["eval_domain"], "group": group,
+                         "metric": metric, "value": float(value), "recipe_hash": rhash})
+    return rows
+
+
+def _progress(items: list, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, disable=None)
+
+
+def relative_change(df: pd.DataFrame, metric: str = "ndcg@10", group: str = "all") -> pd.DataFrame:
+    """Merged rows with ``baseline`` (the eval domain's own t2 value) and ``rel_change`` = merged / baseline - 1.
+
+    Args:
+        df: the study's long results (:data:`COLUMNS`).
+        metric: the metric compared.
+        group: the user group compared.
+    """
+    sub = df[(df["metric"] == metric) & (df["group"] == group)]
+    base = sub[sub["method"] == "single"].groupby(["paradigm", "eval_domain"])["value"].last()
+    merged = sub[sub["method"] != "single"].copy()
+    key = list(zip(merged["paradigm"], merged["eval_domain"]))
+    merged["baseline"] = [base.get(k, float("nan")) for k in key]
+    merged["rel_change"] = merged["value"] / merged["baseline"] - 1.0
+    return merged.reset_index(drop=True)
+
+
+def cross_domain_results(registry: Any, paradigm: str | None = None) -> pd.DataFrame:
+    """The study's evaluations as stored in the registry, in :data:`COLUMNS` (newest wins)."""
+    import json
+
+    from mmgrid.sweep.results import study_frame
+
+    df = study_frame(registry, STUDY, paradigm=paradigm)
+    if df.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    recs = df["recipe"].map(lambda r: json.loads(r) if isinstance(r, str) else {})
+    df["pair"] = df["domain"]
+    ins = recs.map(lambda r: r.get("inputs") or [])
+    df["base_id"] = recs.map(lambda r: r.get("base"))
+    single = df["method"] == "single"
+    df["domain_i"] = [d if s else str(p).split("+")[0] for d, s, p in zip(df["domain"], single, df["pair"])]
+    df["domain_j"] = [d if s else str(p).split("+")[-1] for d, s, p in zip(df["domain"], single, df["pair"])]
+    if "alpha" not in df.columns:
+        df["alpha"] = None
+    df["study"] = STUDY
+    keys = ["paradigm", "variant", "pair", "method", "base_kind", "alpha", "eval_domain", "group", "metric"]
+    df = df.assign(_a=df["alpha"].astype(str)).drop_duplicates([*keys[:5], "_a", *keys[6:]], keep="last")
+    del ins
+    return df[COLUMNS].reset_index(drop=True)

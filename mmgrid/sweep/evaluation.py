@@ -1,0 +1,87 @@
+"""How the studies load models and evaluate them in memory (adapters to mmgrid.eval).
+
+Everything the sweeps need from the other concerns passes through here, so tests can
+swap in a fake evaluator (see ``EvaluatorFactory``) and the sweeps never depend on how a
+particular paradigm is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from mmgrid.config import GridConfig
+    from mmgrid.data.prepared import DomainData, PreparedDataset
+    from mmgrid.paradigms.base import Checkpoint, Paradigm
+
+# model -> {group: {metric: value}}
+EvalFn = Callable[["torch.nn.Module"], dict[str, dict[str, float]]]
+# (cfg, paradigm name, paradigm, domain data, prepared) -> EvalFn, made once per domain
+EvaluatorFactory = Callable[["GridConfig", str, "Paradigm", "DomainData", "PreparedDataset"], EvalFn]
+
+
+def load_checkpoint(registry: Any, cid: str, state: dict | None = None) -> "Checkpoint":
+    """A registry checkpoint as a paradigm :class:`Checkpoint` (state, files, meta, added_rows).
+
+    Args:
+        registry: an open registry.
+        cid: checkpoint id.
+        state: use this state instead of the stored one (a merge result), keeping the
+            checkpoint's files and meta.
+    """
+    from mmgrid.paradigms.base import Checkpoint
+
+    m = registry.get(cid)
+    files = {name: registry.file(cid, name) for name in m.files}
+    meta = dict(m.meta or {})
+    added = {k: (int(v[0]), list(v[1])) for k, v in (meta.get("added_rows") or {}).items()}
+    return Checkpoint(state=state if state is not None else registry.load(cid), files=files, meta=meta, added_rows=added)
+
+
+def paradigm_params(cfg: "GridConfig", name: str) -> dict[str, Any]:
+    """The grid's ``paradigm_params.<name>`` mapping (empty when absent)."""
+    return dict((cfg.paradigm_params or {}).get(name, {}) or {})
+
+
+def default_evaluator_factory(cfg: "GridConfig", name: str, paradigm: "Paradigm", domain: "DomainData",
+                              prepared: "PreparedDataset") -> EvalFn:
+    """An in-memory evaluator over the test split from :mod:`mmgrid.eval` (built once a domain).
+
+    The evaluator caches the weight-independent work (test histories, targets, user
+    groups, item popularity) so each sweep point only ranks.
+    """
+    from mmgrid.eval.ranking import Evaluator
+
+    ev = Evaluator(
+        paradigm,
+        domain,
+        split=cfg.eval.split,
+        ks=list(cfg.eval.ks),
+        groups=list(cfg.eval.groups),
+        activity_phase=cfg.eval.activity_phase,
+        max_users=cfg.eval.max_users,
+        seed=cfg.train.seed,
+    )
+
+    def evaluate(model: "torch.nn.Module") -> dict[str, dict[str, float]]:
+        return _as_nested(ev.evaluate(model))
+
+    return evaluate
+
+
+def clean_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Drop NaN metrics (an empty user group); an empty dict when only the count is left."""
+    out = {k: float(v) for k, v in metrics.items() if v == v}
+    return out if set(out) - {"n"} else {}
+
+
+def _as_nested(result: Any) -> dict[str, dict[str, float]]:
+    """Normalise an evaluator's answer to {group: {metric: value}}."""
+    if hasattr(result, "by_group"):
+        result = result.by_group
+    if hasattr(result, "to_dict") and not isinstance(result, dict):
+        result = result.to_dict()
+    return {str(g): {str(k): float(v) for k, v in ms.items()} for g, ms in dict(result).items()}

@@ -1,0 +1,200 @@
+"""The report's figures as PNG files (matplotlib, Agg backend), in the papers' layouts.
+
+Each function takes a tidy DataFrame and a path, draws one figure and returns the path;
+none of them reads the registry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+GROUP_STYLE = {"all": ("tab:blue", "All users"), "active": ("tab:green", "Active"),
+               "non_active": ("tab:red", "Non-active")}
+BASE_STYLE = {"original": ("tab:gray", "Original base"), "historical": ("tab:orange", "Historical checkpoint"),
+              "neutral": ("tab:purple", "Neutral base"), "none": ("black", "No base")}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _grid(n: int, ncols: int = 3, size: tuple[float, float] = (4.0, 3.2)):
+    plt = _plt()
+    ncols = max(1, min(ncols, n))
+    nrows = int(np.ceil(n / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(size[0] * ncols, size[1] * nrows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
+
+
+def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric: str = "ndcg@10") -> Path:
+    """MMGRid Figure 5: metric against lambda per domain, one line per user group, lambda* dashed.
+
+    Args:
+        curves: long temporal results (domain, group, lambda, metric, value).
+        stars: lambda* per (domain, group).
+        path: PNG path.
+        metric: the metric drawn.
+    """
+    sub = curves[curves["metric"] == metric]
+    domains = sorted(sub["domain"].unique())
+    fig, axes = _grid(len(domains))
+    for ax, d in zip(axes, domains):
+        for g, gdf in sub[sub["domain"] == d].groupby("group"):
+            color, label = GROUP_STYLE.get(g, ("black", g))
+            gdf = gdf.sort_values("lambda")
+            ax.plot(gdf["lambda"], gdf["value"], color=color, label=label, marker=".", lw=1.2)
+            st = stars[(stars["domain"] == d) & (stars["group"] == g)]
+            if not st.empty:
+                ax.axvline(float(st["lambda_star"].iloc[0]), color=color, ls="--", lw=1)
+        ax.axvline(1.0, color="0.6", ls=":", lw=0.8)
+        ax.set_title(d)
+        ax.set_xlabel("lambda_temp")
+        ax.set_ylabel(metric.upper())
+    axes[0].legend(fontsize=8)
+    fig.suptitle("theta_t1 + lambda (theta_t2 - theta_t1); dashed = lambda*", fontsize=10)
+    return _save(fig, path)
+
+
+def figure2_norms(norms: pd.DataFrame, path: Path) -> Path:
+    """MMGRid Figure 2: L1 norm of task vectors per paradigm x domain, one bar per period."""
+    paradigms = list(dict.fromkeys(norms["paradigm"]))
+    fig, axes = _grid(len(paradigms), ncols=4, size=(4.6, 3.4))
+    for ax, p in zip(axes, paradigms):
+        sub = norms[norms["paradigm"] == p]
+        table = sub.pivot_table(index="domain", columns="period", values="l1", aggfunc="last")
+        periods = list(dict.fromkeys(sub["period"]))
+        table = table.reindex(columns=periods)
+        x = np.arange(len(table.index))
+        w = 0.8 / max(1, len(periods))
+        for i, per in enumerate(periods):
+            ax.bar(x + i * w - 0.4 + w / 2, table[per].to_numpy(dtype=float), width=w, label=per)
+        ax.set_xticks(x, table.index, rotation=30, ha="right", fontsize=8)
+        ax.set_title(p)
+        ax.set_ylabel("||tau||_1")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Task-vector L1 norm vs. start model", fontsize=10)
+    return _save(fig, path)
+
+
+def figure3_heatmaps(rel: pd.DataFrame, path: Path) -> Path:
+    """MMGRid Figure 3: relative change (%) of domain i (row) merged with domain j (column).
+
+    One panel per (paradigm, method); ``rel`` holds the merged rows with ``rel_change``.
+    """
+    plt = _plt()
+    panels = list(dict.fromkeys(zip(rel["paradigm"], rel["method"])))
+    fig, axes = _grid(len(panels), ncols=3, size=(4.2, 3.8))
+    for ax, (p, m) in zip(axes, panels):
+        sub = rel[(rel["paradigm"] == p) & (rel["method"] == m)]
+        partner = np.where(sub["eval_domain"] == sub["domain_i"], sub["domain_j"], sub["domain_i"])
+        sub = sub.assign(partner=partner)
+        doms = sorted(set(sub["eval_domain"]) | set(sub["partner"]))
+        mat = sub.pivot_table(index="eval_domain", columns="partner", values="rel_change", aggfunc="mean")
+        mat = mat.reindex(index=doms, columns=doms) * 100
+        lim = np.nanmax(np.abs(mat.to_numpy(dtype=float))) if np.isfinite(mat.to_numpy(dtype=float)).any() else 1.0
+        im = ax.imshow(mat.to_numpy(dtype=float), cmap="RdBu", vmin=-lim, vmax=lim)
+        for (i, j), v in np.ndenumerate(mat.to_numpy(dtype=float)):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:+.0f}", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(doms)), doms, rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(len(doms)), doms, fontsize=8)
+        ax.set_xlabel("merged with")
+        ax.set_ylabel("evaluated on")
+        ax.set_title(f"{p} / {m}", fontsize=9)
+        plt.colorbar(im, ax=ax, fraction=0.046, label="% change vs own t2")
+    fig.suptitle("% change vs. each domain's own t2 checkpoint", fontsize=10)
+    return _save(fig, path)
+
+
+def figure4_alpha(rel: pd.DataFrame, path: Path) -> Path:
+    """MMGRid Figure 4: joint relative change against alpha, one line per base, a panel per paradigm x method.
+
+    Joint performance = mean over both evaluated domains and over pairs of the relative change.
+    """
+    sub = rel.dropna(subset=["alpha"])
+    panels = list(dict.fromkeys(zip(sub["paradigm"], sub["method"])))
+    fig, axes = _grid(max(1, len(panels)), ncols=3)
+    for ax, (p, m) in zip(axes, panels):
+        s = sub[(sub["paradigm"] == p) & (sub["method"] == m)]
+        for kind, k in s.groupby("base_kind"):
+            color, label = BASE_STYLE.get(kind, ("black", kind))
+            curve = k.groupby("alpha")["rel_change"].mean() * 100
+            ax.plot(curve.index, curve.to_numpy(), marker="o", color=color, label=label)
+        ax.axhline(0, color="0.6", lw=0.8)
+        ax.set_title(f"{p} / {m}", fontsize=9)
+        ax.set_xlabel("alpha (weight of the pair's first domain, Eq. 7)")
+        ax.set_ylabel("joint % change")
+        ax.legend(fontsize=7)
+    fig.suptitle("Cross-domain merging with different bases (Eq. 7-8)", fontsize=10)
+    return _save(fig, path)
+
+
+def regression_plot(table: pd.DataFrame, feature: str, path: Path, loo: pd.DataFrame | None = None,
+                    rho: float = float("nan")) -> Path:
+    """lambda* (non-active users) against a domain statistic, with the fitted line (Table 4)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    x, y = table[feature].to_numpy(float), table["lambda_star"].to_numpy(float)
+    ax.scatter(x, y, color="tab:red", zorder=3, label="lambda* (non-active)")
+    for d, xi, yi in zip(table["domain"], x, y):
+        ax.annotate(str(d), (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if len(x) >= 2 and np.ptp(x) > 0:
+        k, c = np.polyfit(x, y, 1)
+        xs = np.linspace(x.min(), x.max(), 20)
+        ax.plot(xs, c + k * xs, color="0.3", lw=1, label="least squares")
+    if loo is not None:
+        ax.scatter(loo[feature], loo["lambda_pred"], marker="x", color="tab:blue", label="leave-one-out prediction")
+    ax.set_xlabel(feature)
+    ax.set_ylabel("lambda*")
+    ax.set_title(f"Spearman rho = {rho:.2f}")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def pareto_orbit(points: pd.DataFrame, path: Path) -> Path:
+    """Orbit paper Figure 6 layout: text retention (x) against Recall@10 (y), one marker per variant."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    markers = {"none": "o", "l2_init": "s", "soup_to_go": "^", "orbit": "*"}
+    for reg, sub in points.groupby("regularizer"):
+        ax.scatter(sub["text_retention"], sub["recall@10"], marker=markers.get(reg, "D"), s=60, label=reg)
+        for _, r in sub.iterrows():
+            ax.annotate(str(r["variant"]), (r["text_retention"], r["recall@10"]), fontsize=6, xytext=(3, 2),
+                        textcoords="offset points")
+    front = pareto_front(points, "text_retention", "recall@10")
+    if len(front) > 1:
+        ax.plot(front["text_retention"], front["recall@10"], color="0.5", ls="--", lw=1, label="Pareto front")
+    ax.set_xlabel("text retention (base ppl / ppl)")
+    ax.set_ylabel("Recall@10")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """Rows no other row beats on both ``x`` and ``y`` (larger is better), sorted by ``x``."""
+    pts = points.dropna(subset=[x, y])
+    keep = []
+    for i, r in pts.iterrows():
+        dominated = ((pts[x] >= r[x]) & (pts[y] >= r[y]) & ((pts[x] > r[x]) | (pts[y] > r[y]))).any()
+        if not dominated:
+            keep.append(i)
+    return pts.loc[keep].sort_values(x)

@@ -1,0 +1,144 @@
+"""lambda* prediction (``mmgrid predict-lambda``): MMGRid section 5.2, Eq. 11, Tables 3-4.
+
+From the temporal study's results, lambda* per domain and user group; a leave-one-out
+linear regression (scikit-learn) from domain statistics (default: the average
+interaction time gap, ``avg_gap_days``) to the non-active users' lambda*; each left-out
+prediction blended with p_active by Eq. 11 into lambda_hat*. For a new domain that has
+only statistics, :func:`answer_new_domain` says which lambda to use with the fitted
+model's prediction interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from mmgrid.errors import ConfigError
+from mmgrid.sweep.regression import LinearFit, NewDomainAnswer, fit_linear, leave_one_out, predict_new_domain, spearman
+from mmgrid.sweep.selection import lambda_stars
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.config import GridConfig
+    from mmgrid.data.prepared import PreparedDataset
+
+
+@dataclass
+class LambdaPrediction:
+    """Everything the prediction found (the report's Tables 3-4 and Figure 5 read it)."""
+
+    paradigm: str
+    metric: str
+    group: str
+    features: list[str]
+    stars: pd.DataFrame  # domain, group, lambda_star, best (every group)
+    table: pd.DataFrame  # one row a domain: statistics + lambda_star of ``group``
+    loo: pd.DataFrame | None  # leave-one-out predictions and Eq. 11 (None with too few domains)
+    fit: LinearFit | None  # fitted on every domain (None with too few)
+    rho: float  # Spearman's rho between features[0] and lambda*
+    pvalue: float
+    notes: list[str] = field(default_factory=list)
+    evaluated: pd.DataFrame | None = None  # evaluations at lambda_hat* (Table 3), when run
+
+    @property
+    def direction(self) -> str:
+        """'falls', 'rises' or 'undetermined': how lambda* moves as features[0] rises."""
+        if not np.isfinite(self.rho) or self.rho == 0:
+            return "undetermined"
+        return "falls" if self.rho < 0 else "rises"
+
+    def lambda_hat(self) -> dict[str, float]:
+        """Domain -> the leave-one-out lambda_hat* (Eq. 11)."""
+        if self.loo is None:
+            return {}
+        return dict(zip(self.loo["domain"], self.loo["lambda_hat"].astype(float)))
+
+
+def stats_table(prepared: "PreparedDataset") -> pd.DataFrame:
+    """The prepared dataset's domain statistics as pandas, with active/non-active counts."""
+    st = prepared.stats()
+    df = st.to_pandas() if hasattr(st, "to_pandas") else pd.DataFrame(st)
+    if "test_users" in df.columns and "p_active" in df.columns:
+        df["active_users"] = (df["test_users"] * df["p_active"]).round().astype("Int64")
+        df["non_active_users"] = df["test_users"] - df["active_users"]
+    return df
+
+
+def predict_lambda(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset",
+                   results: pd.DataFrame | None = None, evaluate: bool = True,
+                   evaluator_factory: Any = None) -> LambdaPrediction:
+    """lambda* per domain and group, the leave-one-out regression and the Eq. 11 blend.
+
+    Args:
+        cfg: the grid (``sweeps.temporal`` for paradigm/metric, ``sweeps.predict_lambda``).
+        registry: an open registry holding the temporal study's evaluations.
+        prepared: the prepared dataset (its statistics are the regressors).
+        results: use these long temporal results instead of reading the registry.
+        evaluate: also evaluate (and store, with lineage) each domain's model at its
+            leave-one-out lambda_hat* for Table 3.
+        evaluator_factory: override the evaluator (tests).
+
+    Returns:
+        A :class:`LambdaPrediction`.
+
+    Raises:
+        ConfigError: when there are no temporal results, or the group or a feature is unknown.
+    """
+    from mmgrid.sweep.temporal import temporal_results
+
+    t, pl_cfg = cfg.sweeps.temporal, cfg.sweeps.predict_lambda
+    res = results if results is not None else temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
+    if res.empty:
+        raise ConfigError("predict-lambda: the registry has no temporal results; run `mmgrid sweep temporal CONFIG` first.")
+    stars = lambda_stars(res, t.metric)
+    pred = from_stars(stars, stats_table(prepared), t.paradigm, t.metric, pl_cfg.group, list(pl_cfg.features))
+    if evaluate and pred.loo is not None:
+        pred.evaluated = evaluate_lambda_hat(cfg, registry, prepared, pred, evaluator_factory)
+    return pred
+
+
+def from_stars(stars: pd.DataFrame, stats: pd.DataFrame, paradigm: str, metric: str, group: str,
+               features: list[str]) -> LambdaPrediction:
+    """The regression part of :func:`predict_lambda` on ready lambda* and statistics tables."""
+    if group not in set(stars["group"]):
+        raise ConfigError(f"sweeps.predict_lambda.group: {group!r} not among {sorted(set(stars['group']))}.")
+    target = stars[stars["group"] == group][["domain", "lambda_star"]]
+    table = stats.merge(target, on="domain", how="inner").sort_values("domain").reset_index(drop=True)
+    notes: list[str] = []
+    loo = fit = None
+    try:
+        fit = fit_linear(table, features)
+        loo = leave_one_out(table, features)
+    except ConfigError as exc:
+        if "unknown domain statistic" in str(exc):
+            raise
+        notes.append(str(exc))
+    rho, pval = spearman(table[features[0]], table["lambda_star"]) if len(table) else (float("nan"), float("nan"))
+    return LambdaPrediction(paradigm, metric, group, features, stars, table, loo, fit, rho, pval, notes)
+
+
+def answer_new_domain(pred: LambdaPrediction, stats_row: dict[str, float], level: float = 0.9) -> NewDomainAnswer:
+    """Which lambda to use for a domain that has only statistics (needs ``p_active`` and the features)."""
+    if pred.fit is None:
+        raise ConfigError(f"predict-lambda: no regression was fitted ({'; '.join(pred.notes)}).")
+    if "p_active" not in stats_row:
+        raise ConfigError("predict-lambda: give the new domain's p_active (share of active users) for Eq. 11.")
+    return predict_new_domain(pred.fit, stats_row, float(stats_row["p_active"]), level)
+
+
+def evaluate_lambda_hat(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", pred: LambdaPrediction,
+                        evaluator_factory: Any = None, store: bool = True) -> pd.DataFrame:
+    """Evaluate each domain at its leave-one-out lambda_hat* (Table 3's second row).
+
+    The lambda_hat* model is stored as a merged checkpoint with lineage (``store``);
+    its evaluations carry ``study="lambda_hat"``.
+    """
+    from mmgrid.sweep.temporal import COLUMNS, sweep_domain
+
+    rows: list[dict] = []
+    for domain, lam in pred.lambda_hat().items():
+        rows += sweep_domain(cfg, registry, prepared, domain, evaluator_factory, lambdas=[float(lam)],
+                             study="lambda_hat", store=store)
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,53 @@
+"""Reading the studies' evaluations back from the registry as tidy DataFrames."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+
+def study_frame(registry: Any, study: str, **filters: Any) -> pd.DataFrame:
+    """All evaluation rows of one study (``extra.study``), newest last.
+
+    Args:
+        registry: an open registry.
+        study: ``temporal``, ``cross_domain`` or ``lambda_hat``.
+        **filters: further registry result filters; None values are ignored.
+
+    Returns:
+        The registry's results frame (one row per metric) restricted to the study.
+    """
+    clean = {k: v for k, v in filters.items() if v is not None}
+    df = registry.results(study=study, **clean)
+    if df.empty:
+        return df
+    if "created" in df.columns:
+        df = df.sort_values(["created", "key"] if "key" in df.columns else ["created"], kind="stable")
+    return df.reset_index(drop=True)
+
+
+def checkpoint_metrics(registry: Any, ids: list[str], split: str = "test", group: str = "all") -> pd.DataFrame:
+    """Newest recorded metrics of checkpoints: one row per id, one column per metric.
+
+    Rows recorded by a study (an ``extra.study`` key) are ignored: they belong to merges.
+    """
+    if not ids:
+        return pd.DataFrame()
+    res = registry.results(id=list(ids), split=split, group=group)
+    if res.empty:
+        return pd.DataFrame(index=pd.Index([], name="id"))
+    if "study" in res.columns:
+        res = res[res["study"].isna()]
+    res = res.sort_values("created", kind="stable").drop_duplicates(["id", "metric"], keep="last")
+    return res.pivot(index="id", columns="metric", values="value")
+
+
+def open_grid(config: str, overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
+    """(GridConfig, Registry, PreparedDataset) of a grid YAML: what every study script starts from."""
+    from mmgrid.config import load_grid
+    from mmgrid.data.prepared import load_prepared
+    from mmgrid.registry import Registry
+
+    cfg = load_grid(config, overrides)
+    return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)

@@ -1,0 +1,216 @@
+"""The temporal study (``mmgrid sweep temporal``): lambda sweeps between t1 and t2 per domain.
+
+MMGRid section 5: theta(lambda) = theta_t1 + lambda * (theta_t2 - theta_t1) (Eq. 9-10)
+for lambda on a grid (default 0.0 to 1.5 in steps of 0.05), evaluated on the test window
+for all, active and non-active users. lambda* per domain and group is the argmax of
+NDCG@10 (ties go to the lambda closest to 1; :mod:`mmgrid.sweep.selection`).
+
+Each domain's model is built once from the t2 checkpoint; every sweep point writes
+theta(lambda) into it in place (:class:`InPlaceInterpolator`) and is evaluated in memory
+by an evaluator that caches the weight-independent work. No point is written as a
+checkpoint; each evaluation is recorded with a recipe naming its input ids, so every
+number can be traced back to them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from mmgrid.errors import ConfigError, MmgridError
+from mmgrid.sweep.evaluation import EvaluatorFactory, clean_metrics, default_evaluator_factory, load_checkpoint, paradigm_params
+from mmgrid.sweep.selection import lambda_grid
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.config import GridConfig
+    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.exec.base import Executor
+
+STUDY = "temporal"
+COLUMNS = ["study", "paradigm", "variant", "domain", "eval_domain", "group", "lambda", "metric", "value",
+           "p1_id", "p2_id", "recipe_hash"]
+
+
+def periods(cfg: "GridConfig") -> tuple[str, str]:
+    """(t1, t2): the last two training stages (the paper's p1 and p2)."""
+    stages = list(cfg.train.stages)
+    if len(stages) < 2:
+        raise ConfigError(f"train.stages {stages}: the temporal study needs at least two stages (t1 and t2).")
+    return stages[-2], stages[-1]
+
+
+def recipe(p1: str, p2: str, lam: float) -> dict[str, Any]:
+    """The recipe of one sweep point: Eq. 10 on two registry checkpoints."""
+    return {"method": "temporal", "equation": "MMGRid Eq. 10", "inputs": [p1, p2], "roles": ["t1", "t2"],
+            "lambda": float(lam)}
+
+
+def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", domain: str,
+                 evaluator_factory: EvaluatorFactory | None = None, lambdas: list[float] | None = None,
+                 study: str = STUDY, store: bool = False) -> list[dict[str, Any]]:
+    """Sweep lambda for one domain, record every evaluation, return long rows.
+
+    Args:
+        cfg: the grid (``sweeps.temporal`` picks paradigm, variant and the lambda grid).
+        registry: an open registry with the domain's t1 and t2 checkpoints.
+        prepared: the prepared dataset.
+        domain: domain name.
+        evaluator_factory: builds the in-memory evaluator (default: :mod:`mmgrid.eval`).
+        lambdas: evaluate these instead of the configured grid.
+        study: the ``study`` key recorded with each evaluation.
+        store: also store each theta(lambda) as a merged checkpoint with lineage (only for a
+            handful of chosen lambdas, e.g. lambda_hat*; the sweep itself never stores).
+
+    Returns:
+        One dict per (lambda, group, metric), columns :data:`COLUMNS`.
+    """
+    import torch
+
+    from mmgrid.paradigms.base import get_paradigm
+    from mmgrid.registry.names import hash_json
+    from mmgrid.sweep.interpolate import InPlaceInterpolator
+
+    t = cfg.sweeps.temporal
+    t1, t2 = periods(cfg)
+    p1, p2 = period_ids(registry, t.paradigm, t.variant, domain, (t1, t2))
+    paradigm = get_paradigm(t.paradigm)
+    data = prepared.domain(domain)
+    ck1, ck2 = load_checkpoint(registry, p1), load_checkpoint(registry, p2)
+    model = paradigm.load(ck2, data, paradigm_params(cfg, t.paradigm))
+    model.eval()
+    evaluate = (evaluator_factory or default_evaluator_factory)(cfg, t.paradigm, paradigm, data, prepared)
+    interp = InPlaceInterpolator(model, ck1.state, ck2.state)
+    rows: list[dict[str, Any]] = []
+    grid = lambdas if lambdas is not None else lambda_grid(t.start, t.stop, t.step)
+    with torch.no_grad():
+        for lam in grid:
+            lam = round(float(lam), 9)
+            interp.apply(lam)
+            rec = recipe(p1, p2, lam)
+            cid = _store_point(registry, ck1.state, ck2, p1, p2, lam, t, domain, (t1, t2)) if store else None
+            extra = {"study": study, "paradigm": t.paradigm, "variant": t.variant, "domain": domain,
+                     "eval_domain": domain, "period": f"{t1}-{t2}", "lambda": lam, "method": "temporal"}
+            for group, metrics in evaluate(model).items():
+                metrics = clean_metrics(metrics)
+                if not metrics:
+                    continue
+                registry.record_eval(cid, cfg.eval.split, group, metrics, recipe=rec, extra=extra)
+                for metric, value in metrics.items():
+                    rows.append({"study": study, "paradigm": t.paradigm, "variant": t.variant, "domain": domain,
+                                 "eval_domain": domain, "group": group, "lambda": lam, "metric": metric,
+                                 "value": float(value), "p1_id": p1, "p2_id": p2, "recipe_hash": hash_json(rec)})
+    return rows
+
+
+def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tuple[str, str]) -> tuple[str, str]:
+    """Ids of the trained t1 and t2 checkpoints of one grid cell row."""
+    coords = {"paradigm": paradigm, "domain": domain, "variant": variant, "kind": "trained"}
+    return registry.resolve({**coords, "period": pers[0]}), registry.resolve({**coords, "period": pers[1]})
+
+
+def _store_point(registry: Any, theta1: dict, ck2: Any, p1: str, p2: str, lam: float, t: Any, domain: str,
+                 pers: tuple[str, str]) -> str:
+    """Store theta(lambda) as a merged checkpoint whose lineage names both inputs."""
+    from mmgrid.sweep.interpolate import interpolate_state
+
+    coords = {"paradigm": t.paradigm, "domain": domain, "period": f"{pers[1]}@lambda={lam:g}", "variant": t.variant}
+    params = {"method": "temporal", "lam": lam, "equation": "MMGRid Eq. 10"}
+    parents = [(p1, "merge_input"), (p2, "merge_input")]
+    cid = registry.make_id(coords, "merged", parents, params, None, None)
+    if registry.has(cid):
+        return cid
+    state = interpolate_state(theta1, ck2.state, lam)
+    meta = {**ck2.meta, "added_rows": {k: [v[0], list(v[1])] for k, v in ck2.added_rows.items()}}
+    return registry.put(state, coords, "merged", parents=parents, params=params, files=ck2.files, meta=meta)
+
+
+def sweep_domain_job(grid: dict[str, Any], domain: str) -> list[dict[str, Any]]:
+    """Executor entry point (JSON in, JSON out): one domain's sweep in a worker process."""
+    from mmgrid.config import GridConfig
+    from mmgrid.configtools import build
+    from mmgrid.data.prepared import load_prepared
+    from mmgrid.registry import Registry
+
+    cfg = build(GridConfig, grid, where="job")
+    reg = Registry.open(cfg.registry, index=False)
+    return sweep_domain(cfg, reg, load_prepared(cfg.prepared), domain)
+
+
+def run_temporal(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
+                 evaluator_factory: EvaluatorFactory | None = None) -> pd.DataFrame:
+    """Run the temporal sweep on every configured domain (``sweeps.temporal.domains`` or all).
+
+    Args:
+        cfg: the grid.
+        registry: an open registry.
+        prepared: the prepared dataset.
+        executor: run one job a domain on it (e.g. Ray); None runs here, in order.
+        evaluator_factory: override the evaluator (tests).
+
+    Returns:
+        Long results, columns :data:`COLUMNS`.
+    """
+    domains = list(cfg.sweeps.temporal.domains or prepared.domains)
+    unknown = [d for d in domains if d not in prepared.domains]
+    if unknown:
+        raise ConfigError(f"sweeps.temporal.domains: {unknown} not in the prepared dataset ({prepared.domains}).")
+    rows: list[dict[str, Any]] = []
+    if executor is None or evaluator_factory is not None:
+        for d in _progress(domains, "temporal sweep"):
+            rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory)
+    else:
+        from mmgrid.exec.base import Job
+
+        grid = cfg.to_dict()
+        futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job", {"grid": grid, "domain": d},
+                                    name=f"temporal:{d}")) for d in domains]
+        for f in futs:
+            rows += f.result()
+        if hasattr(registry, "sync"):
+            registry.sync()
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _progress(items: list[str], desc: str) -> Any:
+    try:
+        from tqdm import tqdm
+
+        return tqdm(items, desc=desc, disable=None)
+    except ImportError:  # pragma: no cover
+        return items
+
+
+def temporal_results(registry: Any, paradigm: str | None = None, variant: str | None = None,
+                     study: str = STUDY) -> pd.DataFrame:
+    """The temporal study's evaluations as stored in the registry, long format (:data:`COLUMNS`).
+
+    Re-recorded points (a sweep run twice) keep the newest value. ``study="lambda_hat"``
+    reads the evaluations at the predicted lambda_hat* instead.
+    """
+    from mmgrid.sweep.results import study_frame
+
+    df = study_frame(registry, study, paradigm=paradigm, variant=variant)
+    if df.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    rec = df["recipe"].map(_inputs)
+    df["p1_id"] = rec.map(lambda r: r[0])
+    df["p2_id"] = rec.map(lambda r: r[1])
+    df["lambda"] = df["lambda"].astype(float).round(9)
+    df["study"] = study
+    keys = ["paradigm", "variant", "domain", "group", "lambda", "metric"]
+    if study != STUDY:  # one evaluation per domain: the newest lambda_hat* wins
+        df = df.drop_duplicates(["paradigm", "variant", "domain", "group", "metric"], keep="last")
+    df = df.drop_duplicates(keys, keep="last")
+    return df[COLUMNS].sort_values(keys).reset_index(drop=True)
+
+
+def _inputs(recipe_json: Any) -> tuple[str | None, str | None]:
+    import json
+
+    try:
+        r = json.loads(recipe_json) if isinstance(recipe_json, str) else dict(recipe_json or {})
+        ins = r.get("inputs") or [None, None]
+        return ins[0], ins[1]
+    except (ValueError, TypeError, MmgridError):
+        return None, None

@@ -1,0 +1,24 @@
+"""Paradigm checkpoints to and from the registry (``Checkpoint`` <-> put / load)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmgrid.paradigms.base import Checkpoint
+
+
+def checkpoint_meta(ckpt: Checkpoint, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The meta stored with a checkpoint: its own meta, ``added_rows`` and ``extra``."""
+    meta = dict(ckpt.meta)
+    meta["added_rows"] = {k: [int(v[0]), list(v[1])] for k, v in ckpt.added_rows.items()}
+    meta.update(extra or {})
+    return meta
+
+
+def load_checkpoint(registry: Any, ref: Any) -> Checkpoint:
+    """Rebuild a paradigm :class:`Checkpoint` (state, files, meta, added rows) from the registry."""
+    man = registry.get(ref)
+    files = {name: registry.file(man.id, name) for name in man.files}
+    meta = dict(man.meta)
+    added = {k: (int(v[0]), list(v[1])) for k, v in (meta.get("added_rows") or {}).items()}
+    return Checkpoint(state=registry.load(man.id), files=files, meta=meta, added_rows=added)

@@ -1,0 +1,180 @@
+"""The training loop: one function, read top to bottom (STYLE.md 7).
+
+``train_stage`` trains a model on a list of examples for a fixed number of epochs with
+AdamW at a fixed learning rate, seeded. Batches come from ``task.collate``, the loss from
+``task.loss`` (a paradigm, or the base LM task); regularizers see the model after every
+optimizer step through their one hook. A NaN/Inf loss stops the stage with a
+TrainingError; nothing is written for it, so the previous stage's checkpoint remains.
+
+Under ``torchrun`` (``WORLD_SIZE > 1``) every rank takes its share of each batch
+(``mmgrid.exec.ddp``) and gradients are averaged over ranks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from mmgrid.errors import TrainingError
+from mmgrid.train.device import autocast, resolve_device, seed_everything, to_device
+
+MAX_EVENTS = 500  # back-merge events kept in the stage log
+
+
+@dataclass
+class StageLog:
+    """What a stage reports (stored in the checkpoint's meta)."""
+
+    seeds: dict[str, int] = field(default_factory=dict)
+    steps: int = 0
+    examples: int = 0
+    epoch_losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    device: str = "cpu"
+    events: list[dict[str, float]] = field(default_factory=list)  # back-merges: step, distances, merges
+    n_events: int = 0
+    last_distance: float | None = None
+    max_distance_after_step: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def dist_context(device: str = "auto") -> Any:
+    """A ``mmgrid.exec.ddp.DistContext`` under torchrun (``WORLD_SIZE > 1``), else None."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from mmgrid.exec.ddp import DistContext
+
+    return DistContext.from_env(device=device)
+
+
+def _average_gradients(params: list[torch.nn.Parameter], world_size: int) -> None:
+    """Mean of the gradients over all ranks (what DDP does), without wrapping the model, so
+    that paradigms may call any method of their model in ``loss``."""
+    import torch.distributed as dist
+
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            p.grad.div_(world_size)
+
+
+def _record(log: StageLog, step: int, values: dict[str, float]) -> None:
+    if "distance" in values:
+        log.last_distance = values["distance"]
+        prev = log.max_distance_after_step
+        log.max_distance_after_step = values["distance"] if prev is None else max(prev, values["distance"])
+    if values.get("merges", 0) > 0:
+        log.n_events += 1
+        if len(log.events) < MAX_EVENTS:
+            log.events.append({"step": step, **values})
+
+
+def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, epochs: int, lr: float,
+                batch_size: int, seed: int, weight_decay: float = 0.0, regularizers: Sequence[Any] = (),
+                max_examples: int | None = None, where: str = "", progress: bool = True,
+                device: str = "auto", dtype: str = "auto", dist: Any = None) -> StageLog:
+    """Train ``model`` in place on ``examples``.
+
+    Args:
+        task: has ``collate(model, examples) -> batch`` and ``loss(model, batch) -> scalar``.
+        model: the model; moved to the device, left there in train mode.
+        examples: the stage's training examples.
+        epochs: passes over the (possibly capped) examples.
+        lr: AdamW learning rate, fixed for the whole stage.
+        batch_size: examples per optimizer step.
+        seed: seeds torch, numpy, random and the shuffling.
+        weight_decay: AdamW's decoupled weight decay.
+        regularizers: objects with ``on_step_end(model, step) -> dict`` (and maybe ``penalty``).
+        max_examples: keep a seeded random sample of this many examples (None = all).
+        where: ``paradigm/domain/stage`` for progress and error messages.
+        progress: show a tqdm bar (stage, epoch, loss, time left).
+        device: ``auto`` | ``cpu`` | ``cuda``.
+        dtype: ``auto`` (bf16 autocast on CUDA) | ``float32`` | ``bfloat16``.
+        dist: a ``DistContext`` (torchrun): every rank sees the same shuffled order, takes
+            its strided share with ``batch_size / world_size`` per step, and gradients are
+            averaged over ranks, so N processes follow the one-process trajectory.
+
+    Returns:
+        The :class:`StageLog`.
+
+    Raises:
+        TrainingError: the loss became NaN or infinite.
+    """
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    log = StageLog(seeds=seed_everything(seed))
+    dev = torch.device(dist.device) if dist is not None else resolve_device(device)
+    log.device = str(dev)
+    model.to(dev)
+    model.train()
+
+    gen = torch.Generator().manual_seed(seed)
+    examples = list(examples)
+    if max_examples is not None and len(examples) > max_examples:
+        keep = torch.randperm(len(examples), generator=gen)[:max_examples].sort().values
+        examples = [examples[i] for i in keep.tolist()]
+    log.examples = len(examples)
+    world = dist.world_size if dist is not None else 1
+    local_bs = batch_size
+    if world > 1:
+        from mmgrid.exec.ddp import local_batch_size, shard
+
+        local_bs = local_batch_size(batch_size, dist)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    n_batches = math.ceil(math.ceil(len(examples) / world) / local_bs) if examples else 0
+    bar = tqdm(total=epochs * n_batches, desc=where, disable=None if progress else True, leave=False)
+    step = 0
+    for epoch in range(epochs):
+        order = torch.randperm(len(examples), generator=gen).tolist()
+        mine = [examples[i] for i in order]
+        if world > 1:
+            mine = shard(mine, dist)
+        total, count = 0.0, 0
+        for b in range(n_batches):
+            chunk = mine[b * local_bs:(b + 1) * local_bs]
+            batch = to_device(task.collate(model, chunk), dev)
+            with autocast(dev, dtype):
+                loss = task.loss(model, batch)
+                for reg in regularizers:
+                    if hasattr(reg, "penalty"):
+                        loss = loss + reg.penalty(model)
+            if not torch.isfinite(loss.detach()).all():
+                bar.close()
+                raise TrainingError(
+                    f"{where}: the loss became {float(loss.detach())} at epoch {epoch + 1}, step {step}; "
+                    "nothing was written for this stage (the previous checkpoint is kept). Lower train.lr "
+                    "or check the data of this phase."
+                )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if world > 1:
+                _average_gradients(params, world)
+            opt.step()
+            for reg in regularizers:
+                _record(log, step, reg.on_step_end(model, step))
+            value = float(loss.detach())
+            total, count, step = total + value, count + 1, step + 1
+            bar.set_postfix(epoch=f"{epoch + 1}/{epochs}", loss=f"{value:.4f}", refresh=False)
+            bar.update(1)
+        mean = total / max(count, 1)
+        if world > 1:
+            from mmgrid.exec.ddp import all_reduce_mean
+
+            mean = all_reduce_mean(mean, dist)
+        log.epoch_losses.append(mean)
+    bar.close()
+    model.eval()
+    log.steps = step
+    log.seconds = time.perf_counter() - t0
+    return log

@@ -1,0 +1,65 @@
+"""Recall@K / NDCG@K on hand-computed rankings; the accuracy matrix on a hand-computed 3x3."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mmgrid.eval.matrix import backward_transfer, forgetting, forward_transfer, transfer_summary
+from mmgrid.eval.metrics import ndcg_at_k, ranking_metrics, recall_at_k, target_ranks
+from mmgrid.eval.popular import popular_ranking
+
+# five items ranked for three users; targets at ranks 0, 3 and absent
+RANKED = np.array([[4, 2, 0, 1, 3], [0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
+TARGETS = np.array([4, 3, 9])
+
+
+def test_target_ranks() -> None:
+    assert target_ranks(RANKED, TARGETS).tolist() == [0, 3, -1]
+
+
+def test_recall_by_hand() -> None:
+    assert recall_at_k(RANKED, TARGETS, 1) == pytest.approx(1 / 3)
+    assert recall_at_k(RANKED, TARGETS, 3) == pytest.approx(1 / 3)
+    assert recall_at_k(RANKED, TARGETS, 4) == pytest.approx(2 / 3)
+
+
+def test_ndcg_by_hand() -> None:
+    # user 0: 1/log2(2) = 1; user 1: rank 3 -> 1/log2(5) if K > 3; user 2: 0
+    assert ndcg_at_k(RANKED, TARGETS, 3) == pytest.approx(1 / 3)
+    assert ndcg_at_k(RANKED, TARGETS, 5) == pytest.approx((1 + 1 / math.log2(5)) / 3)
+
+
+def test_ranking_metrics_keys_and_empty() -> None:
+    m = ranking_metrics(RANKED, TARGETS, [2, 5])
+    assert set(m) == {"recall@2", "ndcg@2", "recall@5", "ndcg@5"}
+    assert recall_at_k(np.zeros((0, 5), dtype=int), np.zeros(0, dtype=int), 5) == 0.0
+
+
+# R[i, j]: trained through period i, evaluated on period j
+R = np.array([[0.5, 0.1, 0.2], [0.4, 0.6, 0.3], [0.3, 0.5, 0.7]])
+B = np.array([0.05, 0.05, 0.1])
+
+
+def test_accuracy_matrix_measures_by_hand() -> None:
+    # BWT = ((0.3 - 0.5) + (0.5 - 0.6)) / 2 = -0.15
+    assert backward_transfer(R) == pytest.approx(-0.15)
+    # FWT = ((R[0,1] - b1) + (R[1,2] - b2)) / 2 = ((0.1 - 0.05) + (0.3 - 0.1)) / 2 = 0.125
+    assert forward_transfer(R, B) == pytest.approx(0.125)
+    # forgetting: j=0: max(0.5, 0.4) - 0.3 = 0.2; j=1: max(0.1, 0.6) - 0.5 = 0.1 -> 0.15
+    assert forgetting(R) == pytest.approx(0.15)
+    s = transfer_summary(R)
+    assert math.isnan(s["fwt"]) and s["bwt"] == pytest.approx(-0.15)
+
+
+def test_matrix_rejects_non_square_and_one_period_is_nan() -> None:
+    with pytest.raises(ValueError, match="square"):
+        backward_transfer(np.ones((2, 3)))
+    assert math.isnan(forgetting(np.ones((1, 1))))
+
+
+def test_popular_ranking_ties_go_to_lower_index() -> None:
+    assert popular_ranking(np.array([3, 5, 5, 0, 1]), 4).tolist() == [1, 2, 0, 4]
+    assert popular_ranking(np.array([1, 2]), 10).tolist() == [1, 0]

@@ -1,0 +1,88 @@
+"""Base model factory: named builders, tokenizer, load_base caching, HF folders, bad input."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train"))
+import train_fakes as F  # noqa: E402
+
+from mmgrid.configtools import build  # noqa: E402
+from mmgrid.errors import ModelError, UnknownNameError  # noqa: E402
+from mmgrid.models import get_builder, load_base, parse_builder, tiny_qwen3, train_tokenizer  # noqa: E402
+from mmgrid.registry.api import Registry  # noqa: E402
+from mmgrid.train.config import BaseConfig  # noqa: E402
+
+
+def test_tiny_qwen3_has_its_literal_sizes() -> None:
+    m = tiny_qwen3(300)
+    c = m.config
+    assert (c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+            c.head_dim, c.intermediate_size) == (300, 64, 2, 4, 2, 16, 128)
+    assert type(m).__name__ == "Qwen3ForCausalLM"
+    out = m(input_ids=torch.tensor([[1, 5, 7]]))
+    assert out.logits.shape == (1, 3, 300)
+
+
+def test_builder_names_and_unknown_builder() -> None:
+    assert parse_builder("tiny_qwen3()") == "tiny_qwen3" and parse_builder("Qwen/Qwen3-0.6B") is None
+    with pytest.raises(UnknownNameError, match=r"tiny_qwen3\(\)"):
+        get_builder("tiny_qwen4")
+
+
+def test_tokenizer_special_tokens_and_round_trip() -> None:
+    tok = train_tokenizer(["red cotton shirt", "blue steel kettle"] * 20, vocab_size=300)
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
+    ids = tok("blue shirt", add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == "blue shirt"
+
+
+def test_load_base_trains_once_then_hits_the_cache(tmp_path, monkeypatch) -> None:
+    from mmgrid.eval.retention import text_loss
+    from mmgrid.models import base as base_mod
+
+    prep = F.FakePrepared([F.make_domain("A")], fingerprint="base-test")
+    reg = Registry.open(tmp_path / "reg")
+    cfg = BaseConfig(vocab_size=300, lm_epochs=3, lm_batch_size=8, lm_lr=3e-3, max_length=24)
+    bundle, bid = load_base(cfg, prep, reg, seed=0)
+    man = reg.get(bid)
+    assert man.kind == "base" and {"config.json", "tokenizer.json"} <= set(man.files)
+    assert man.meta["lm_losses"][-1] < man.meta["lm_losses"][0]  # the LM learned something
+    # a fresh process would load it from the registry: same tensors, no training
+    base_mod._CACHE.clear()
+    monkeypatch.setattr(base_mod, "_train_tiny_base", lambda *a, **k: pytest.fail("trained again"))
+    again, bid2 = load_base(cfg, prep, reg, seed=0)
+    assert bid2 == bid
+    for k, v in bundle.model.state_dict().items():
+        assert torch.equal(v, again.model.state_dict()[k]), k
+    heldout = prep.lm_text("heldout")
+    assert text_loss(again.model, again.tokenizer, heldout) == pytest.approx(
+        text_loss(bundle.model, bundle.tokenizer, heldout), rel=1e-6)
+    untrained = tiny_qwen3(len(bundle.tokenizer))
+    assert text_loss(bundle.model, bundle.tokenizer, heldout) < text_loss(untrained, bundle.tokenizer, heldout)
+
+
+def test_hf_folder_without_tokenizer_is_a_model_error(tmp_path) -> None:
+    tiny_qwen3(300).save_pretrained(tmp_path / "hf")
+    reg = Registry.open(tmp_path / "reg")
+    prep = F.FakePrepared([F.make_domain("A")])
+    with pytest.raises(ModelError, match="tokenizer"):
+        load_base(BaseConfig(model=str(tmp_path / "hf")), prep, reg)
+    with pytest.raises(ModelError, match="allow_download"):
+        load_base(BaseConfig(model=str(tmp_path / "nothing-here")), prep, reg)
+
+
+def test_hf_folder_with_tokenizer_becomes_the_root(tmp_path) -> None:
+    tok = train_tokenizer(["red cotton shirt", "blue steel kettle"] * 20, vocab_size=300)
+    model = tiny_qwen3(len(tok))
+    model.save_pretrained(tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    reg = Registry.open(tmp_path / "reg")
+    cfg = build(BaseConfig, {"model": str(tmp_path / "hf")})
+    bundle, bid = load_base(cfg, F.FakePrepared([F.make_domain("A")]), reg)
+    assert reg.get(bid).kind == "base"
+    assert torch.equal(bundle.model.lm_head.weight, model.lm_head.weight)

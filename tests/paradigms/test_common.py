@@ -1,0 +1,62 @@
+"""Shared paradigm helpers: params, padding, top-k, examples, token cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mmgrid.errors import ConfigError
+from mmgrid.paradigms.common import (
+    cached_item_tokens,
+    load_examples,
+    pad_right,
+    resolve_params,
+    topk_items,
+)
+
+
+def test_resolve_params_defaults_types_and_unknown_keys() -> None:
+    d = {"a": 1, "t": 0.5, "flag": True}
+    assert resolve_params(None, d, "x") == d
+    assert resolve_params({"t": 1}, d, "x")["t"] == 1.0  # ints are fine for floats
+    with pytest.raises(ConfigError, match="x.b: unknown"):
+        resolve_params({"b": 2}, d, "x")
+    with pytest.raises(ConfigError, match="x.a: expected int"):
+        resolve_params({"a": "two"}, d, "x")
+    with pytest.raises(ConfigError, match="x.a"):
+        resolve_params({"a": True}, d, "x")
+
+
+def test_pad_right_keeps_last_entries_and_handles_empty() -> None:
+    ids, lengths = pad_right([[1, 2, 3], [], [4]], pad=0, max_len=2)
+    assert ids.tolist() == [[2, 3], [0, 0], [4, 0]]
+    assert lengths.tolist() == [2, 0, 1]
+    ids, lengths = pad_right([[]], pad=7)
+    assert ids.tolist() == [[7]] and lengths.tolist() == [0]
+
+
+def test_topk_items_best_first_with_exclusion() -> None:
+    scores = torch.tensor([[0.1, 0.9, 0.5, 0.7], [0.4, 0.3, 0.2, 0.1]])
+    assert topk_items(scores, 2).tolist() == [[1, 3], [0, 1]]
+    assert topk_items(scores, 2, [[1], [0, 1]]).tolist() == [[3, 2], [2, 3]]
+    assert topk_items(scores, 2, [[1], [0, 1]]).dtype == np.int64
+    with pytest.raises(ConfigError):
+        topk_items(scores, 5)
+
+
+def test_load_examples_cuts_history(tiny_domain) -> None:
+    ex = load_examples(tiny_domain, "p2", max_history=3)
+    df = tiny_domain.examples("p2")
+    assert len(ex) == df.height
+    for e, h, t in zip(ex, df["history"].to_list(), df["target"].to_list()):
+        assert list(e.history) == list(h)[-3:] and e.target == t
+
+
+def test_item_token_cache_appends_eos_and_is_reused(tiny_base_shared, tiny_domain) -> None:
+    tok = tiny_base_shared.tokenizer
+    a = cached_item_tokens(tok, tiny_domain, 6)
+    assert a is cached_item_tokens(tok, tiny_domain, 6)
+    assert a.ids.shape[0] == tiny_domain.n_items and a.ids.shape[1] <= 6
+    last = a.ids[torch.arange(tiny_domain.n_items), a.lengths - 1]
+    assert (last == tok.eos_token_id).all()

@@ -1,0 +1,155 @@
+"""SemEmb (HLLM) paradigm: InfoNCE, user-LLM init, training, ranking, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mmgrid.errors import ModelError
+from mmgrid.paradigms import Checkpoint, get_paradigm
+from mmgrid.paradigms.common import CheckpointMismatchError
+from mmgrid.paradigms.emb import info_nce
+
+P = get_paradigm("emb")
+
+
+@pytest.fixture()
+def model(tiny_base, tiny_domain):
+    return P.build(tiny_base, tiny_domain, {"n_negatives": 8}, seed=0)
+
+
+def test_info_nce_hand_computed_2x2() -> None:
+    # Orthonormal users and candidates, tau = 0.5: logits [[2, 0], [0, 2]] -> loss = log(1 + e^-2) per row.
+    eye = torch.eye(2)
+    got = info_nce(eye, eye, torch.tensor([0, 1]), temperature=0.5)
+    assert got.item() == pytest.approx(math.log(1 + math.exp(-2)), rel=1e-6)
+    # Cosine, not dot: scaling a user vector changes nothing; cos(u, c1) = 1, cos(u, c2) = 1/sqrt(2).
+    user = torch.tensor([[3.0, 0.0], [0.0, 5.0]])
+    cands = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    c = 1 / math.sqrt(2)
+    row0 = -math.log(math.exp(1) / (math.exp(1) + math.exp(c)))  # positive = cand 0
+    row1 = -math.log(math.exp(c) / (math.exp(0) + math.exp(c)))  # positive = cand 1
+    got = info_nce(user, cands, torch.tensor([0, 1]), temperature=1.0)
+    assert got.item() == pytest.approx((row0 + row1) / 2, rel=1e-6)
+
+
+def test_user_llm_starts_from_first_and_last_base_layers(tiny_base_factory, tiny_domain) -> None:
+    base = tiny_base_factory(tiny_domain.item_texts, seed=1, n_layers=3)
+    m = P.build(base, tiny_domain, {}, seed=0)
+    src = base.model.model
+    for user_i, base_i in ((0, 0), (1, 2)):
+        got, want = m.user_llm.layers[user_i].state_dict(), src.layers[base_i].state_dict()
+        assert set(got) == set(want)
+        for name in want:
+            assert torch.equal(got[name], want[name]), (user_i, name)
+    assert torch.equal(m.user_llm.norm.weight, src.norm.weight)
+    assert len(m.user_llm.layers) == 2 and not hasattr(m.user_llm, "embed_tokens")
+    # The item LLM is the whole base, copied (not shared).
+    for name, w in base.model.state_dict().items():
+        assert torch.equal(m.item_llm.state_dict()[name], w)
+    assert m.item_llm.model.embed_tokens.weight.data_ptr() != src.embed_tokens.weight.data_ptr()
+
+
+def test_collate_positions_point_at_history_targets_and_candidates(model, tiny_domain) -> None:
+    ex = P.examples(model, tiny_domain, "p1")[:6]
+    b = P.collate(model, ex)
+    for row, e in enumerate(ex):
+        n = len(e.history)
+        assert b["hist_len"][row].item() == n
+        assert b["items"][b["hist_pos"][row, :n]].tolist() == list(e.history)
+    cands = b["items"][b["cand_pos"]]
+    assert cands[b["labels"]].tolist() == [e.target for e in ex]
+    assert len(set(cands.tolist())) == len(cands)  # deduplicated candidates
+
+
+def test_training_steps_reduce_loss(model, tiny_domain) -> None:
+    torch.manual_seed(0)
+    batch = P.collate(model, P.examples(model, tiny_domain, "pretrain")[:16])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    first = P.loss(model, batch)
+    assert torch.isfinite(first)
+    for _ in range(8):
+        opt.zero_grad()
+        P.loss(model, batch).backward()
+        opt.step()
+    assert P.loss(model, batch).item() < first.item() - 0.1
+
+
+def test_rank_returns_unique_valid_items_not_in_history(model, tiny_domain) -> None:
+    hists = [list(e.history) for e in P.examples(model, tiny_domain, "test")] + [[]]
+    k = 5
+    top = P.rank(model, tiny_domain, hists, k)
+    assert top.shape == (len(hists), k) and top.dtype == np.int64
+    assert ((top >= 0) & (top < tiny_domain.n_items)).all()
+    for row, h in zip(top, hists):
+        assert len(set(row.tolist())) == k
+        assert not set(row.tolist()) & set(h)
+    # Reusing precomputed item embeddings gives the same answer.
+    emb = P.item_embeddings(model)
+    assert emb.shape == (tiny_domain.n_items, model.item_llm.config.hidden_size)
+    assert np.array_equal(P.rank(model, tiny_domain, hists, k, item_emb=emb), top)
+
+
+def test_save_load_round_trip_gives_identical_rankings(model, tiny_domain) -> None:
+    hists = [list(e.history) for e in P.examples(model, tiny_domain, "test")]
+    ck = P.save(model)
+    assert all(k.startswith(("item_llm.", "user_llm.")) for k in ck.state)
+    assert all(v.is_floating_point() for v in ck.state.values())
+    assert ck.meta["n_items"] == tiny_domain.n_items and ck.meta["domain"] == tiny_domain.name
+    json.dumps(ck.meta)  # JSON-able
+    again = P.load(Checkpoint(dict(ck.state), dict(ck.files), dict(ck.meta)), tiny_domain, {})
+    assert np.array_equal(P.rank(again, tiny_domain, hists, 10), P.rank(model, tiny_domain, hists, 10))
+    for name, w in P.save(again).state.items():
+        assert torch.equal(w, ck.state[name])
+
+
+def test_item_llm_exports_as_plain_hf_folder(model, tiny_domain, tmp_path) -> None:
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    ck = P.save(model)
+    item = {k[len("item_llm."):]: v for k, v in ck.state.items() if k.startswith("item_llm.")}
+    save_file(item, str(tmp_path / "model.safetensors"))
+    for name, data in ck.files.items():
+        (tmp_path / name).write_bytes(data)
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+    ids = model.item_ids[:3, :8]
+    with torch.no_grad():
+        assert torch.allclose(hf(ids).logits, model.item_llm.eval()(ids).logits, atol=1e-5)
+
+
+def test_load_with_other_n_items_is_a_named_error(model, tiny_domain) -> None:
+    ck = P.save(model)
+    ck.meta["n_items"] = tiny_domain.n_items + 1
+    with pytest.raises(CheckpointMismatchError, match="n_items"):
+        P.load(ck, tiny_domain, {})
+    assert issubclass(CheckpointMismatchError, ModelError)
+
+
+def test_load_with_missing_tensor_is_a_named_error(model, tiny_domain) -> None:
+    ck = P.save(model)
+    ck.state.pop("user_llm.norm.weight")
+    with pytest.raises(CheckpointMismatchError, match="user_llm"):
+        P.load(ck, tiny_domain, {})
+
+
+def test_checkpoint_names_are_state_dict_names(model) -> None:
+    ck = P.save(model)
+    live = model.state_dict()
+    assert set(ck.state) <= set(live)  # in-place sweeps write checkpoint tensors by state_dict name
+    assert set(live) - set(ck.state) <= {"item_llm.lm_head.weight"}  # tied to embed_tokens
+    assert all(ck.state[k].shape == live[k].shape for k in ck.state)
+
+
+def test_item_embedding_cache_follows_in_place_weight_changes(model) -> None:
+    a = P.item_embeddings(model)
+    assert P.item_embeddings(model) is a  # same weights: reused
+    w = model.item_llm.model.layers[0].mlp.down_proj.weight
+    w.data.copy_(w.data * 2)  # .data.copy_ does not bump the version counter
+    b = P.item_embeddings(model)
+    assert b is not a and not torch.allclose(a, b)

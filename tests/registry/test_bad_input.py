@@ -1,0 +1,100 @@
+"""Bad input gets named errors that say what to do; pickles are never opened."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmgrid.errors import RegistryError
+from mmgrid.registry.api import Registry
+from mmgrid.registry.errors import InvalidNameError, UnknownCheckpointError, UnsafeFormatError
+
+from .conftest import COORDS, tiny_state
+
+
+class Boom:
+    """Unpickling this would run code; the registry must never get that far."""
+
+    def __reduce__(self):  # noqa: ANN204
+        return (Path("/nonexistent-should-never-run").mkdir, ())
+
+
+@pytest.mark.parametrize("suffix", [".bin", ".pt", ".pkl", ".pth", ".ckpt"])
+def test_pickle_checkpoints_are_refused(reg: Registry, tmp_path: Path, suffix: str) -> None:
+    f = tmp_path / f"model{suffix}"
+    f.write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(UnsafeFormatError, match="safetensors") as err:
+        reg.put(f, COORDS, "base")
+    assert "save_file" in str(err.value) or "safe_serialization" in str(err.value)
+    folder = tmp_path / f"hf{suffix}"
+    folder.mkdir()
+    (folder / f"pytorch_model{suffix}").write_bytes(pickle.dumps(Boom()))
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(UnsafeFormatError, match="safetensors"):
+        reg.put(folder, COORDS, "base")
+    with pytest.raises(UnsafeFormatError, match="safetensors"):
+        reg.import_hf(folder, COORDS)
+    assert reg.query().empty
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", "", ".hidden", "x" * 200, "sp ace"])
+def test_bad_alias_refused(reg: Registry, name: str) -> None:
+    cid = reg.put(tiny_state(0), COORDS, "base")
+    with pytest.raises(InvalidNameError, match="alias"):
+        reg.alias(name, cid)
+    assert not list((reg.root.parent).glob("x*"))
+
+
+@pytest.mark.parametrize(
+    "coords",
+    [{"paradigm": "text", "domain": "Books"}, {**COORDS, "domain": "../etc"}, {**COORDS, "period": "a/b"},
+     {**COORDS, "bad key": 1}, {**COORDS, "lambda": float("nan")}, {**COORDS, "variant": 3}, "text/Books/p0"],
+)
+def test_bad_coords_refused(reg: Registry, coords) -> None:  # noqa: ANN001
+    with pytest.raises(InvalidNameError):
+        reg.put(tiny_state(0), coords, "base")
+
+
+def test_other_bad_input(reg: Registry) -> None:
+    sd = tiny_state(0)
+    with pytest.raises(InvalidNameError, match="kind"):
+        reg.put(sd, COORDS, "finetuned")
+    with pytest.raises(InvalidNameError, match="role"):
+        reg.put(sd, COORDS, "trained", parents=[("ab" * 8, "father")])
+    with pytest.raises(UnknownCheckpointError, match="parent"):
+        reg.put(sd, COORDS, "trained", parents=[("ab" * 8, "previous_stage")])
+    with pytest.raises(RegistryError, match="not a tensor"):
+        reg.put({"w": [1, 2]}, COORDS, "base")
+    with pytest.raises(RegistryError, match="no tensors"):
+        reg.put({}, COORDS, "base")
+    with pytest.raises(InvalidNameError, match="file name"):
+        reg.put(sd, COORDS, "base", files={"../config.json": b"{}"})
+    with pytest.raises(RegistryError, match="JSON"):
+        reg.put(sd, COORDS, "base", meta={"x": object()})
+    with pytest.raises(InvalidNameError, match="JSON"):
+        reg.put(sd, COORDS, "base", params={"x": {1, 2}})
+    with pytest.raises(UnknownCheckpointError, match="no checkpoint"):
+        reg.load("0123456789abcdef")
+    with pytest.raises(UnknownCheckpointError, match="no checkpoint"):
+        reg.record_eval("nope", "test", "all", {"r": 1.0})
+    cid = reg.put(sd, COORDS, "base")
+    with pytest.raises(UnknownCheckpointError, match="no file"):
+        reg.file(cid, "tokenizer.json")
+    with pytest.raises(RegistryError, match="number"):
+        reg.record_eval(cid, "test", "all", {"r": "high"})
+    with pytest.raises(RegistryError, match="recipe"):
+        reg.record_eval(None, "test", "all", {"r": 1.0})
+    with pytest.raises(RegistryError, match="not a .safetensors"):
+        reg.put(Path(__file__), {**COORDS, "period": "p8"}, "base")
+    with pytest.raises(RegistryError, match="does not exist"):
+        reg.put(Path("/nonexistent/x.safetensors"), {**COORDS, "period": "p8"}, "base")
+    bad = reg.root.parent / "bad.safetensors"
+    bad.write_bytes(b"\x00" * 20)
+    with pytest.raises(RegistryError, match="not a valid safetensors"):
+        reg.put(bad, {**COORDS, "period": "p9"}, "base")
+    with pytest.raises(RegistryError, match="is a file"):
+        Registry.open(bad)
+    assert torch.equal(reg.load(cid)["model.position_ids"], sd["model.position_ids"])

@@ -1,0 +1,86 @@
+"""verify finds flipped bytes and missing blobs; reads refuse them; gc keeps what is needed."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from mmgrid.registry.api import Registry
+from mmgrid.registry.errors import CorruptBlobError, MissingBlobError
+from mmgrid.registry.store import forget_verified
+
+from .conftest import COORDS, tiny_state
+from .test_dedupe_lineage import grid_with_merge
+
+
+def flip_byte(path, offset: int = -3) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_verify_finds_a_flipped_byte(reg: Registry) -> None:
+    cid = reg.put(tiny_state(0), COORDS, "base", files={"config.json": b"{}"})
+    assert reg.verify().ok
+    ref = reg.get(cid).blobs["model.layers.0.mlp.weight"]
+    flip_byte(reg.store.blob_path(ref.sha256))
+    report = reg.verify()
+    assert not report.ok and report.corrupt == [str(reg.store.blob_path(ref.sha256))]
+    assert report.affected == [cid] and "PROBLEMS" in report.summary()
+    forget_verified()
+    with pytest.raises(CorruptBlobError, match="model.layers.0.mlp.weight"):
+        reg.load(cid)
+    assert torch.equal(reg.open_tensors(cid)["model.embed_tokens.weight"], tiny_state(0)["model.embed_tokens.weight"])
+
+
+def test_verify_finds_corrupt_file_and_missing_blob(reg: Registry) -> None:
+    cid = reg.put(tiny_state(0), COORDS, "base", files={"config.json": b'{"x": 1}'})
+    m = reg.get(cid)
+    flip_byte(reg.store.file_path(m.files["config.json"]), 0)
+    reg.store.blob_path(m.blobs["model.position_ids"].sha256).unlink()
+    report = reg.verify()
+    assert len(report.corrupt) == 1 and report.missing == [(cid, "model.position_ids", m.blobs["model.position_ids"].sha256)]
+    with pytest.raises(CorruptBlobError, match="config.json"):
+        reg.file(cid, "config.json")
+    with pytest.raises(MissingBlobError, match="verify"):
+        reg.load(cid)
+
+
+def test_verify_reports_bad_manifest(reg: Registry) -> None:
+    cid = reg.put(tiny_state(0), COORDS, "base")
+    reg.manifest_path(cid).write_text("{not json")
+    assert reg.verify().bad_manifests == [str(reg.manifest_path(cid))]
+
+
+def test_gc_default_keeps_checkpoints_and_drops_orphans(reg: Registry) -> None:
+    grid_with_merge(reg)
+    orphan_sha, _, _ = reg.store.put_tensor(torch.randn(3))  # as a killed writer would leave
+    n = len(reg.store.iter_blobs())
+    assert reg.gc().removed_blobs == 0  # inside the grace period
+    dry = reg.gc(grace_s=0, dry_run=True)
+    assert dry.removed_blobs == 1 and len(reg.store.iter_blobs()) == n
+    report = reg.gc(grace_s=0)
+    assert report.removed_blobs == 1 and not report.removed_checkpoints
+    assert not reg.store.blob_path(orphan_sha).exists() and len(reg.query()) == 5 and reg.verify().ok
+
+
+def test_gc_keep_removes_unreachable_with_their_blobs(reg: Registry) -> None:
+    base, a1, a2, b1, merged = grid_with_merge(reg)
+    extra = reg.put(tiny_state(11), {**COORDS, "period": "x"}, "trained", parents=[(base, "init")])
+    reg.alias("games", b1)
+    old = time.time() - 7200
+    for p in reg.store.iter_blobs():
+        os.utime(p, (old, old))
+    dry = reg.gc(keep=[a2], dry_run=True)
+    assert set(dry.removed_checkpoints) == {merged, extra} and reg.has(merged)
+    report = reg.gc(keep=[a2])
+    assert set(report.removed_checkpoints) == {merged, extra} and report.removed_blobs > 0
+    assert set(reg.query()["id"]) == {base, a1, a2, b1}  # kept, aliased, and their ancestors
+    assert not reg.has(merged) and reg.verify().ok
+    for cid in (base, a1, a2, b1):
+        assert reg.load(cid)
+    fresh = Registry.open(reg.root)
+    assert fresh.reindex() and set(fresh.query()["id"]) == {base, a1, a2, b1}
