@@ -12,7 +12,7 @@ bench/.venv-mergekit/bin/python, else /tmp/venv-mergekit/bin/python). Prints wal
 time, peak memory, the ratios and the bandwidth limit (bytes read + written divided by
 a plain big-file read/write bandwidth measured in the same run).
 
-Usage: python bench/merge.py [--sweep-mergekit-points 3] [--keep]
+Usage: python bench/merge.py [--sweep-mergekit-points 1] [--keep]
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def find_mergekit() -> str | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sweep-mergekit-points", type=int, default=3, help="mergekit sweep points timed (the rest extrapolated)")
+    ap.add_argument("--sweep-mergekit-points", type=int, default=1, help="mergekit sweep points timed (the rest extrapolated)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="mmgrid-bench-merge-", dir="/tmp"))
@@ -171,7 +171,6 @@ def main() -> None:
         rows = []
         ours = {
             "ties": mmgrid_merge("ties", p, out, "density=0.2"),
-            "ties_tensor": mmgrid_merge("ties", p, out, "density=0.2, scope='tensor'"),
             "task_arithmetic": mmgrid_merge("task_arithmetic", p, out, ""),
             "sweep21": mmgrid_sweep(p, out),
         }
@@ -202,7 +201,7 @@ def main() -> None:
             print(f"{case:<18}{r['wall_s']:>10.1f}{r['peak_gb']:>9.2f}{(mk['wall_s'] if mk else float('nan')):>12.1f}"
                   f"{(mk['peak_gb'] if mk else float('nan')):>9.2f}{sp:>9}{limits[case]:>12.1f}{r['wall_s'] / limits[case]:>9.1f}")
         if "sweep21" in theirs:
-            print(f"(mergekit sweep: {theirs['sweep21']['note']}; ties_tensor is compared with mergekit's per-tensor TIES)")
+            print(f"(mergekit sweep: {theirs['sweep21']['note']}; mmgrid's TIES takes the top-X% over the whole model, mergekit per tensor)")
         print("targets: >= 5x mergekit for one merge, >= 10x for the sweep, task arithmetic within 2x of the bandwidth limit")
     finally:
         if not args.keep:

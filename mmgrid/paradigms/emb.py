@@ -10,7 +10,10 @@ trained jointly with InfoNCE (HLLM, Chen et al. 2024, Eq. 3 there):
     L = -log  exp(s(u, e+)/tau) / sum_{e in {e+} U N} exp(s(u, e)/tau),   s = cosine,
 
 with N the other targets of the batch plus ``n_negatives`` items sampled uniformly from
-the domain. Only the last position of each example is trained: an example is one
+the domain; when ``n_negatives`` covers the catalog (the default for catalogs up to 512
+items, -1 always) N is every item, an exact softmax. On the demo world this matters:
+in-batch negatives are drawn by popularity and, with few uniform ones, teach the model
+to demote popular items (Recall@10 on Books 0.10 with 64 sampled vs 0.18 with all). Only the last position of each example is trained: an example is one
 interaction of the phase, its history holds earlier ones (already trained in their own
 phase), so next-item targets never leak across phases.
 
@@ -62,8 +65,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULTS: dict[str, Any] = {
     "temperature": 0.07,  # InfoNCE temperature tau (fixed, HLLM's choice)
-    "n_negatives": 64,  # items sampled uniformly from the domain per batch, shared by its rows
-    "max_item_tokens": 24,  # tokens of item text, EOS included
+    "n_negatives": 512,  # items sampled uniformly per batch (shared by its rows); >= n_items or -1: all items
+    "max_item_tokens": 16,  # tokens of item text, EOS included
     "max_history": 20,  # most recent history items read by the user LLM
     "exclude_history": True,  # never recommend an item already in the history
     "item_batch": 512,  # items encoded per forward when ranking
@@ -211,7 +214,11 @@ class EmbParadigm:
         """
         hist, hist_len = pad_right([e.history for e in examples], pad=0)
         targets = torch.tensor([e.target for e in examples], dtype=torch.long)
-        negs = torch.randint(0, model.n_items, (int(model.params["n_negatives"]),), generator=model.generator)
+        n_neg = int(model.params["n_negatives"])
+        if n_neg < 0 or n_neg >= model.n_items:  # the whole catalog: exact softmax over items
+            negs = torch.arange(model.n_items)
+        else:
+            negs = torch.randint(0, model.n_items, (n_neg,), generator=model.generator)
         real = torch.arange(hist.shape[1])[None, :] < hist_len[:, None]
         items, inverse = torch.unique(torch.cat([hist[real], targets, negs]), return_inverse=True)
         hist_pos = torch.zeros_like(hist)

@@ -108,6 +108,19 @@ def cmd_alias(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    out = _open(args.root).export_hf(args.id, args.out)
+    print(f"wrote {out} (open it with AutoModelForCausalLM.from_pretrained)")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    coords = {"paradigm": args.paradigm, "domain": args.domain, "period": args.period, "variant": args.variant}
+    cid = _open(args.root, create=True).import_hf(args.path, coords, expect_arch=args.expect_arch, like=args.like)
+    print(cid)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
     fmt = {"choices": ("table", "csv", "json"), "default": "table", "help": "output format (default table)"}
@@ -137,7 +150,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ln.add_argument("--registry", default=_default_root(), metavar="ROOT", help=ROOT_HELP)
     ln.set_defaults(func=cmd_lineage)
 
-    reg = sub.add_parser("registry", help="maintain a registry: verify, reindex, gc, alias")
+    reg = sub.add_parser("registry", help="maintain a registry: verify, reindex, gc, alias, export-hf, import-hf")
     rs = reg.add_subparsers(dest="registry_command", metavar="ACTION", required=True)
     v = rs.add_parser("verify", help="re-hash every blob; report missing or corrupt ones (exit 1 if any)")
     v.add_argument("root", metavar="ROOT")
@@ -158,3 +171,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("name", metavar="NAME")
     a.add_argument("id", metavar="ID")
     a.set_defaults(func=cmd_alias)
+    e = rs.add_parser("export-hf", help="write a checkpoint as a Hugging Face folder (model.safetensors + config/tokenizer)")
+    e.add_argument("root", metavar="ROOT")
+    e.add_argument("id", metavar="ID", help="id, id prefix or alias")
+    e.add_argument("out", metavar="OUT_DIR", help="new or empty folder")
+    e.set_defaults(func=cmd_export)
+    im = rs.add_parser("import-hf", help="bring in a Hugging Face folder (safetensors only; prints the id)")
+    im.add_argument("root", metavar="ROOT")
+    im.add_argument("path", metavar="HF_DIR")
+    for name in ("paradigm", "domain", "period"):
+        im.add_argument(f"--{name}", required=True, help=f"grid {name} of the imported checkpoint")
+    im.add_argument("--variant", default="default")
+    im.add_argument("--expect-arch", default=None, help="architecture or model_type config.json must name")
+    im.add_argument("--like", default=None, metavar="REF", help="checkpoint whose tensor names and shapes must match")
+    im.set_defaults(func=cmd_import)

@@ -48,7 +48,7 @@ CREATE INDEX IF NOT EXISTS res_id ON results(id);
 CREATE INDEX IF NOT EXISTS res_metric ON results(metric, split, grp);
 CREATE TABLE IF NOT EXISTS sync_state(path TEXT PRIMARY KEY, stamp TEXT);
 """
-SCHEMA_VERSION = 2  # bump when the schema changes: older index files are rebuilt from the files
+SCHEMA_VERSION = 3  # bump when the schema changes: older index files are rebuilt from the files
 CK_COLS = ("id", "paradigm", "domain", "period", "variant", "kind", "method", "created", "n_tensors", "nbytes", "coords", "params")
 STD = ("paradigm", "domain", "period", "variant")
 RECENT_NS = 2_000_000_000  # re-list folders touched in the last 2 s (coarse mtimes on network file systems)
@@ -125,7 +125,7 @@ class Index:
         c = m.coords
         conn.execute(
             "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (m.id, c["paradigm"], c["domain"], c["period"], c.get("variant", "default"), m.kind, m.method,
+            (m.id, c["paradigm"], c["domain"], c["period"], c.get("variant", "default"), m.kind, _method(m),
              m.created, json.dumps(c, sort_keys=True), json.dumps(m.params, sort_keys=True), len(m.blobs), m.nbytes),
         )
         conn.execute("DELETE FROM coord_kv WHERE id=?", (m.id,))
@@ -281,6 +281,14 @@ class Index:
         if where:
             sql += " WHERE " + " AND ".join(where)
         return self.read(sql + " ORDER BY r.created, r.key, r.metric", args)
+
+
+def _method(m: Manifest) -> str | None:
+    """How it was made: ``params["method"]``, else a ``method`` coordinate (merges put it there)."""
+    if m.method is not None:
+        return m.method
+    method = m.coords.get("method")
+    return str(method) if method is not None else None
 
 
 def _safe_key(key: str) -> str:

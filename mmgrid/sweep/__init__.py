@@ -1,0 +1,11 @@
+"""The merge studies of MMGRid (paper 004) on a built grid, and the report.
+
+* :mod:`~mmgrid.sweep.temporal` - temporal lambda sweeps (Eq. 9-10), ``run_temporal``;
+* :mod:`~mmgrid.sweep.crossdomain` - pairs x methods x bases x alpha (Eq. 7-8), ``run_cross_domain``;
+* :mod:`~mmgrid.sweep.lambda_model` - lambda* prediction (Eq. 11, Tables 3-4), ``predict_lambda``;
+* :mod:`~mmgrid.sweep.report` - ``write_report``: report.md with the paper's tables and figures.
+
+Pure parts: :mod:`~mmgrid.sweep.selection` (lambda grid, lambda*, Eq. 11),
+:mod:`~mmgrid.sweep.regression` (leave-one-out OLS), :mod:`~mmgrid.sweep.interpolate`
+(theta(lambda) in place), :mod:`~mmgrid.sweep.tables`, :mod:`~mmgrid.sweep.figures`.
+"""

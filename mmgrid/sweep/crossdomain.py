@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import pandas as pd
 
 from mmgrid.errors import ConfigError, MergeError
-from mmgrid.sweep.evaluation import EvalFn, EvaluatorFactory, clean_metrics, default_evaluator_factory, load_checkpoint, paradigm_params
+from mmgrid.sweep.evaluation import (EvalFn, EvaluatorFactory, clean_metrics, default_evaluator_factory, eval_key,
+                                     load_checkpoint, paradigm_params)
+from mmgrid.sweep.results import recorded, study_frame
 from mmgrid.sweep.temporal import periods
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,8 +112,9 @@ def default_merge_fn(method: str, models: list[Any], base: Any = None, registry:
 class _Evaluators:
     """One evaluator and one loaded t2 model per (paradigm, domain), built on first use."""
 
-    def __init__(self, cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", factory: EvaluatorFactory) -> None:
-        self.cfg, self.registry, self.prepared, self.factory = cfg, registry, prepared, factory
+    def __init__(self, cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", factory: EvaluatorFactory,
+                 redo: bool = False) -> None:
+        self.cfg, self.registry, self.prepared, self.factory, self.redo = cfg, registry, prepared, factory, redo
         self._cache: dict[tuple[str, str], tuple[Any, EvalFn]] = {}
         self._models: dict[tuple[str, str], Any] = {}
 
@@ -159,7 +162,8 @@ def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: "GridC
 
 
 def run_cross_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset",
-                     evaluator_factory: EvaluatorFactory | None = None, merge_fn: MergeFn | None = None) -> pd.DataFrame:
+                     evaluator_factory: EvaluatorFactory | None = None, merge_fn: MergeFn | None = None,
+                     redo: bool = False) -> pd.DataFrame:
     """Run the configured pairs x methods x bases x alphas; record and return every evaluation.
 
     Args:
@@ -168,6 +172,8 @@ def run_cross_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDatase
         prepared: the prepared dataset.
         evaluator_factory: override the evaluator (tests).
         merge_fn: override the merge call (tests).
+        redo: merge and evaluate again even where the registry holds the recipe's results
+            (by default a recorded recipe is a cache hit: nothing is merged or loaded).
 
     Returns:
         Long results, columns :data:`COLUMNS`; ``method == "single"`` rows are each domain's
@@ -178,7 +184,7 @@ def run_cross_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDatase
     if bad:
         raise ConfigError(f"sweeps.cross_domain.bases: {bad} unknown; use {list(BASE_KINDS)}.")
     merge_fn = merge_fn or default_merge_fn
-    evals = _Evaluators(cfg, registry, prepared, evaluator_factory or default_evaluator_factory)
+    evals = _Evaluators(cfg, registry, prepared, evaluator_factory or default_evaluator_factory, redo)
     pairs = domain_pairs(list(prepared.domains), cd.pairs)
     rows: list[dict[str, Any]] = []
     for paradigm in cd.paradigms:
@@ -193,7 +199,9 @@ def run_cross_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDatase
 def _baseline(cfg: "GridConfig", registry: Any, evals: _Evaluators, paradigm: str, domain: str, p2: str) -> list[dict]:
     from mmgrid.registry.names import hash_json
 
-    rec = {"method": "single", "inputs": [p2]}
+    rec = {"method": "single", "inputs": [p2], "eval": eval_key(cfg)}
+    if not evals.redo and recorded(registry, [hash_json(rec)], STUDY):
+        return _frame_rows(study_frame(registry, STUDY, recipe_hash=hash_json(rec)))
     state = registry.load(p2)
     res = evals.evaluate_state(paradigm, domain, p2, state, {})
     extra = {"study": STUDY, "paradigm": paradigm, "variant": cfg.sweeps.cross_domain.variant, "domain": domain,
@@ -238,9 +246,12 @@ def _alphas(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: Merg
         if not uses_alpha and alpha != cd.alphas[0]:
             continue
         a = float(alpha) if uses_alpha else None
-        state, meta = merge_fn(method, [p2_i, p2_j], base=base_id, registry=registry, **params)
         rec = {"method": method, "params": params, "inputs": [p2_i, p2_j], "base": base_id,
-               "base_kind": kind, "alpha": a, "equation": "MMGRid Eq. 7"}
+               "base_kind": kind, "alpha": a, "equation": "MMGRid Eq. 7", "eval": eval_key(cfg)}
+        if not evals.redo and recorded(registry, [hash_json(rec)], STUDY):
+            rows += _frame_rows(study_frame(registry, STUDY, recipe_hash=hash_json(rec)))
+            continue
+        state, meta = merge_fn(method, [p2_i, p2_j], base=base_id, registry=registry, **params)
         extra = {"study": STUDY, "paradigm": paradigm, "variant": cd.variant, "domain": pair,
                  "method": method, "base_kind": kind, "alpha": a}
         for ed, p2 in ((di, p2_i), (dj, p2_j)):
@@ -308,16 +319,21 @@ def relative_change(df: pd.DataFrame, metric: str = "ndcg@10", group: str = "all
 
 def cross_domain_results(registry: Any, paradigm: str | None = None) -> pd.DataFrame:
     """The study's evaluations as stored in the registry, in :data:`COLUMNS` (newest wins)."""
+    return _to_columns(study_frame(registry, STUDY, paradigm=paradigm))
+
+
+def _frame_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return _to_columns(df).to_dict("records")
+
+
+def _to_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Registry result rows of this study -> :data:`COLUMNS`."""
     import json
 
-    from mmgrid.sweep.results import study_frame
-
-    df = study_frame(registry, STUDY, paradigm=paradigm)
     if df.empty:
         return pd.DataFrame(columns=COLUMNS)
     recs = df["recipe"].map(lambda r: json.loads(r) if isinstance(r, str) else {})
     df["pair"] = df["domain"]
-    ins = recs.map(lambda r: r.get("inputs") or [])
     df["base_id"] = recs.map(lambda r: r.get("base"))
     single = df["method"] == "single"
     df["domain_i"] = [d if s else str(p).split("+")[0] for d, s, p in zip(df["domain"], single, df["pair"])]
@@ -327,5 +343,4 @@ def cross_domain_results(registry: Any, paradigm: str | None = None) -> pd.DataF
     df["study"] = STUDY
     keys = ["paradigm", "variant", "pair", "method", "base_kind", "alpha", "eval_domain", "group", "metric"]
     df = df.assign(_a=df["alpha"].astype(str)).drop_duplicates([*keys[:5], "_a", *keys[6:]], keep="last")
-    del ins
     return df[COLUMNS].reset_index(drop=True)

@@ -85,3 +85,11 @@ def _as_nested(result: Any) -> dict[str, dict[str, float]]:
     if hasattr(result, "to_dict") and not isinstance(result, dict):
         result = result.to_dict()
     return {str(g): {str(k): float(v) for k, v in ms.items()} for g, ms in dict(result).items()}
+
+
+def eval_key(cfg: "GridConfig") -> dict[str, Any]:
+    """The evaluation settings a recorded number depends on (part of every study recipe, so a
+    changed setting is a new recipe and not a cache hit)."""
+    e = cfg.eval
+    return {"split": e.split, "ks": list(e.ks), "groups": list(e.groups), "activity_phase": e.activity_phase,
+            "max_users": e.max_users, "seed": cfg.train.seed}

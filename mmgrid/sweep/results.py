@@ -51,3 +51,11 @@ def open_grid(config: str, overrides: list[str] | None = None) -> tuple[Any, Any
 
     cfg = load_grid(config, overrides)
     return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
+
+
+def recorded(registry: Any, recipe_hashes: list[str], study: str) -> set[str]:
+    """Which of these recipe hashes already have evaluations of ``study`` in the registry."""
+    if not recipe_hashes:
+        return set()
+    df = registry.results(recipe_hash=list(recipe_hashes), study=study)
+    return set(df["recipe_hash"]) if not df.empty else set()

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from mmgrid.errors import ConfigError, MmgridError
-from mmgrid.sweep.evaluation import EvaluatorFactory, clean_metrics, default_evaluator_factory, load_checkpoint, paradigm_params
+from mmgrid.sweep.evaluation import (EvaluatorFactory, clean_metrics, default_evaluator_factory, eval_key,
+                                     load_checkpoint, paradigm_params)
+from mmgrid.sweep.results import recorded
 from mmgrid.sweep.selection import lambda_grid
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,15 +42,15 @@ def periods(cfg: "GridConfig") -> tuple[str, str]:
     return stages[-2], stages[-1]
 
 
-def recipe(p1: str, p2: str, lam: float) -> dict[str, Any]:
-    """The recipe of one sweep point: Eq. 10 on two registry checkpoints."""
+def recipe(p1: str, p2: str, lam: float, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The recipe of one sweep point: Eq. 10 on two registry checkpoints (+ the eval settings)."""
     return {"method": "temporal", "equation": "MMGRid Eq. 10", "inputs": [p1, p2], "roles": ["t1", "t2"],
-            "lambda": float(lam)}
+            "lambda": float(lam), "eval": evaluation or {}}
 
 
 def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", domain: str,
                  evaluator_factory: EvaluatorFactory | None = None, lambdas: list[float] | None = None,
-                 study: str = STUDY, store: bool = False) -> list[dict[str, Any]]:
+                 study: str = STUDY, store: bool = False, redo: bool = False) -> list[dict[str, Any]]:
     """Sweep lambda for one domain, record every evaluation, return long rows.
 
     Args:
@@ -61,6 +63,8 @@ def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
         study: the ``study`` key recorded with each evaluation.
         store: also store each theta(lambda) as a merged checkpoint with lineage (only for a
             handful of chosen lambdas, e.g. lambda_hat*; the sweep itself never stores).
+        redo: evaluate again even when the registry already holds every point (a cache hit
+            returns the stored rows without loading any model).
 
     Returns:
         One dict per (lambda, group, metric), columns :data:`COLUMNS`.
@@ -74,6 +78,11 @@ def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
     t = cfg.sweeps.temporal
     t1, t2 = periods(cfg)
     p1, p2 = period_ids(registry, t.paradigm, t.variant, domain, (t1, t2))
+    grid = [round(float(x), 9) for x in (lambdas if lambdas is not None else lambda_grid(t.start, t.stop, t.step))]
+    ev = eval_key(cfg)
+    hashes = [hash_json(recipe(p1, p2, lam, ev)) for lam in grid]
+    if not redo and not store and set(hashes) <= recorded(registry, hashes, study):
+        return _stored_rows(registry, study, hashes)
     paradigm = get_paradigm(t.paradigm)
     data = prepared.domain(domain)
     ck1, ck2 = load_checkpoint(registry, p1), load_checkpoint(registry, p2)
@@ -82,12 +91,10 @@ def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
     evaluate = (evaluator_factory or default_evaluator_factory)(cfg, t.paradigm, paradigm, data, prepared)
     interp = InPlaceInterpolator(model, ck1.state, ck2.state)
     rows: list[dict[str, Any]] = []
-    grid = lambdas if lambdas is not None else lambda_grid(t.start, t.stop, t.step)
     with torch.no_grad():
         for lam in grid:
-            lam = round(float(lam), 9)
             interp.apply(lam)
-            rec = recipe(p1, p2, lam)
+            rec = recipe(p1, p2, lam, ev)
             cid = _store_point(registry, ck1.state, ck2, p1, p2, lam, t, domain, (t1, t2)) if store else None
             extra = {"study": study, "paradigm": t.paradigm, "variant": t.variant, "domain": domain,
                      "eval_domain": domain, "period": f"{t1}-{t2}", "lambda": lam, "method": "temporal"}
@@ -101,6 +108,18 @@ def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
                                  "eval_domain": domain, "group": group, "lambda": lam, "metric": metric,
                                  "value": float(value), "p1_id": p1, "p2_id": p2, "recipe_hash": hash_json(rec)})
     return rows
+
+
+def _stored_rows(registry: Any, study: str, hashes: list[str]) -> list[dict[str, Any]]:
+    """The rows of already recorded sweep points (newest per point, group and metric)."""
+    from mmgrid.sweep.results import study_frame
+
+    df = study_frame(registry, study, recipe_hash=list(hashes))
+    rec = df["recipe"].map(_inputs)
+    df = df.assign(p1_id=rec.map(lambda r: r[0]), p2_id=rec.map(lambda r: r[1]), study=study,
+                   **{"lambda": df["lambda"].astype(float).round(9)})
+    df = df.drop_duplicates(["recipe_hash", "group", "metric"], keep="last")
+    return df[COLUMNS].to_dict("records")
 
 
 def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tuple[str, str]) -> tuple[str, str]:

@@ -104,9 +104,13 @@ def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], finge
 
 def validate(cfg: Any) -> None:
     """Fail before any job runs: unknown paradigms, regularizers, bad regularizer params."""
+    from mmgrid.models.builders import get_builder, parse_builder
     from mmgrid.paradigms import get_paradigm
     from mmgrid.train.regularizers import check_params
 
+    name = parse_builder(cfg.base.model)
+    if name is not None:
+        get_builder(name)
     for p in cfg.paradigms:
         get_paradigm(p)
     for i, v in enumerate(cfg.variants):
@@ -146,16 +150,16 @@ def build_grid(cfg: Any, executor: Any = None, progress: bool = True) -> BuildRe
     from mmgrid.exec.base import Job, get_executor
     from mmgrid.models.base import load_base
     from mmgrid.train.context import open_prepared, open_registry
-
     from mmgrid.train.device import set_threads
 
     t0 = time.perf_counter()
     validate(cfg)
     set_threads(cfg.train.threads)
     prepared = open_prepared(cfg.prepared)
+    domains = _domains(cfg, prepared)
+    _check_phases(prepared, domains, cfg.train.stages)
     registry = open_registry(cfg.registry)
     _, base_id = load_base(cfg.base, prepared, registry, seed=cfg.train.seed, progress=progress)
-    domains = _domains(cfg, prepared)
     plans = plan_stages(cfg, registry, base_id, domains, prepared.fingerprint)
     result = BuildResult(base_id, plans)
     had = {p.id for p in plans if registry.has(p.id)}
@@ -204,6 +208,15 @@ def plan_grid(cfg: Any) -> BuildResult:
     plans = plan_stages(cfg, registry, base_id, _domains(cfg, prepared), prepared.fingerprint)
     done = [p for p in plans if registry.has(p.id)]
     return BuildResult(base_id, done, cached=[p.id for p in done])
+
+
+def _check_phases(prepared: Any, domains: list[str], stages: list[str]) -> None:
+    """Every stage needs examples in every domain: fail before training anything."""
+    for d in domains:
+        for stage in stages:
+            if prepared.domain(d).examples(stage).height == 0:
+                raise DataError(f"domain {d!r}: phase {stage!r} has no examples, so stage {stage!r} cannot be "
+                                "trained; drop the domain (data.domains), widen data.phases or lower data.kcore.")
 
 
 def _domains(cfg: Any, prepared: Any) -> list[str]:

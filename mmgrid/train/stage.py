@@ -48,6 +48,12 @@ def train_one_stage(cfg: Any, registry: Any, prepared: Any, variant_name: str, p
                       batch_size=cfg.train.batch_size, seed=derive_seed(cfg.train.seed, paradigm, domain, stage),
                       weight_decay=cfg.train.weight_decay, regularizers=regs, max_examples=cfg.train.max_examples,
                       where=where, progress=progress, device=cfg.train.device, dtype=cfg.train.dtype, dist=dist)
+    if progress and (dist is None or dist.is_main):
+        from tqdm.auto import tqdm
+
+        losses = " -> ".join(f"{x:.3f}" for x in log.epoch_losses)
+        tqdm.write(f"{where}: {log.examples} examples, {log.steps} steps, loss {losses}, {log.seconds:.1f}s"
+                   + (f", {log.n_events} back-merges" if log.n_events else ""))
     if dist is None or not dist.distributed:
         return _store(cfg, registry, prepared, par, model, variant, paradigm, domain, stage, parent_id, first,
                       base_id, log)

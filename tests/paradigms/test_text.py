@@ -122,3 +122,24 @@ def test_save_load_round_trip_gives_identical_rankings(built: torch.nn.Module, t
 def test_bad_beam_combine_is_a_model_error(tiny_base_shared: Any, tiny_domain: Any) -> None:
     with pytest.raises(ModelError, match="beam_combine"):
         P.build(tiny_base_shared, tiny_domain, {"beam_combine": "mean"}, seed=0)
+
+
+def test_popularity_adjust_follows_bigrec_step_two() -> None:
+    from mmgrid.paradigms.text import popularity_adjust
+
+    sims = torch.tensor([[0.5, 0.4]])  # L2 distances 1.0 and sqrt(1.2)
+    np.testing.assert_allclose(popularity_adjust(sims, np.array([0, 0]), 1.0).numpy(), [[-1.0, -np.sqrt(1.2)]],
+                               rtol=1e-6)
+    flipped = popularity_adjust(sims, np.array([0, 10]), 1.0)  # item 1 is the most popular: distance halved
+    np.testing.assert_allclose(flipped.numpy(), [[-1.0, -np.sqrt(1.2) / 2]], rtol=1e-6)
+    assert int(flipped.argmax()) == 1
+
+
+def test_rank_with_popularity_uses_trained_phases(tiny_base_shared: Any, tiny_domain: Any) -> None:
+    model = P.build(tiny_base_shared, tiny_domain, {"max_history": 3, "popularity_gamma": 1.0}, seed=0)
+    P.examples(model, tiny_domain, "pretrain")
+    assert model.mmgrid_text.trained_phases == ["pretrain"]
+    ranked = P.rank(model, tiny_domain, _histories(tiny_domain)[:4], 5)
+    assert ranked.shape == (4, 5) and all(len(set(r.tolist())) == 5 for r in ranked)
+    again = P.load(P.save(model), tiny_domain, {})
+    assert again.mmgrid_text.trained_phases == ["pretrain"]

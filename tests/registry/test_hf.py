@@ -78,3 +78,15 @@ def test_import_mismatches_are_named(reg: Registry, hf_folder: Path, tmp_path: P
     assert cfg["model_type"] == "qwen3"
     with pytest.raises(Exception, match="config.json"):
         reg.export_hf(base, tmp_path / "nocfg")
+
+
+def test_cli_import_export(tmp_path: Path, hf_folder: Path, capsys: pytest.CaptureFixture) -> None:
+    from mmgrid.cli import main
+
+    root = str(tmp_path / "reg")
+    assert main(["registry", "import-hf", root, str(hf_folder), "--paradigm", "text", "--domain", "Books",
+                 "--period", "released", "--expect-arch", "qwen3"]) == 0
+    cid = capsys.readouterr().out.strip()
+    assert main(["registry", "export-hf", root, cid, str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "tokenizer.json").is_file()
+    assert Registry.open(root).get(cid).coords["period"] == "released"

@@ -144,3 +144,18 @@ def test_worker_env_selects_worker_mode(tmp_path, monkeypatch: pytest.MonkeyPatc
     assert Registry.open(tmp_path / "r", index=True).indexed  # explicit wins
     monkeypatch.delenv("MMGRID_REGISTRY_WORKER")
     assert Registry.open(tmp_path / "r").indexed
+
+
+def test_old_index_file_is_rebuilt_and_extra_coords_stay_queryable(reg: Registry) -> None:
+    a = reg.put(tiny_state(0), {**COORDS, "lam": 0.5, "method": "ties", "alpha": 1}, "merged")
+    b = reg.put(tiny_state(1), {**COORDS, "lam": 1.0, "method": "dare"}, "merged")
+    con = sqlite3.connect(reg.root / "index.sqlite")
+    con.execute("DELETE FROM coord_kv")
+    con.execute("PRAGMA user_version=1")  # as written by an older mmgrid
+    con.commit()
+    con.close()
+    fresh = Registry.open(reg.root)
+    assert list(fresh.query(lam=0.5)["id"]) == [a]
+    assert list(fresh.query(lam=1)["id"]) == [b]  # 1 == 1.0, as in Python
+    assert list(fresh.query(alpha=1, lam=[0.5, 1.0])["id"]) == [a]
+    assert set(fresh.query(method=["ties", "dare"])["id"]) == {a, b}

@@ -63,3 +63,21 @@ def test_unknown_base_kind(grid, counter):
     cfg.sweeps.cross_domain.bases = ["original", "weird"]
     with pytest.raises(ConfigError, match="weird"):
         run_cross_domain(cfg, reg, prep, evaluator_factory=counter, merge_fn=fake_merge)
+
+
+def test_rerun_merges_nothing(grid, counter):
+    cfg, reg, prep = grid
+    calls = []
+
+    def counting_merge(*a, **k):
+        calls.append(a[0])
+        return fake_merge(*a, **k)
+
+    first = run_cross_domain(cfg, reg, prep, evaluator_factory=counter, merge_fn=counting_merge)
+    n = len(calls)
+    again = run_cross_domain(cfg, reg, prep, evaluator_factory=counter, merge_fn=counting_merge)
+    assert len(calls) == n and len(again) == len(first)
+    key = ["pair", "method", "base_kind", "alpha", "eval_domain", "group", "metric"]
+    j = first.merge(again, on=key, suffixes=("", "_2"))
+    assert len(j) == len(first)
+    np.testing.assert_allclose(j["value"].astype(float), j["value_2"].astype(float))

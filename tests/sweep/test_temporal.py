@@ -51,3 +51,18 @@ def test_sweep_finds_lambda_star_and_records_without_checkpoints(grid, counter):
     np.testing.assert_allclose(merged["value"], merged["value_run"])
     p2 = reg.resolve({"paradigm": "fakelin", "domain": "A", "period": "p2"})
     assert set(back.loc[back["domain"] == "A", "p2_id"]) == {p2}
+
+
+def test_rerun_is_a_cache_hit_and_eval_settings_are_part_of_the_recipe(grid, counter):
+    cfg, reg, prep = grid
+    first = run_temporal(cfg, reg, prep, evaluator_factory=counter)
+    calls = counter.calls
+    again = run_temporal(cfg, reg, prep, evaluator_factory=counter)
+    assert counter.calls == calls  # nothing evaluated again
+    key = ["domain", "group", "lambda", "metric"]
+    a, b = first.sort_values(key).reset_index(drop=True), again.sort_values(key).reset_index(drop=True)
+    np.testing.assert_allclose(a["value"], b["value"])
+    assert list(a["recipe_hash"]) == list(b["recipe_hash"])
+    cfg.eval.max_users = 10  # another evaluation setting: another recipe, evaluated afresh
+    run_temporal(cfg, reg, prep, evaluator_factory=counter)
+    assert counter.calls == 2 * calls

@@ -109,13 +109,18 @@ def test_unknown_regularizer_and_bad_params_fail_early(tmp_path) -> None:
         build_grid(F.make_cfg(tmp_path, variants=[{"name": "x", "regularizer": "orbit"}]), progress=False)
 
 
-def test_empty_phase_is_a_data_error_and_keeps_earlier_stages(tmp_path) -> None:
-    prep = F.FakePrepared([F.make_domain("A", drop_phase="p1")], fingerprint="fake-empty")
+def test_empty_phase_is_a_data_error_before_any_training(tmp_path) -> None:
+    prep = F.FakePrepared([F.make_domain("A"), F.make_domain("B", drop_phase="p1")], fingerprint="fake-empty")
     cfg = F.make_cfg(tmp_path, prep)
-    with pytest.raises(DataError, match="toy/A: phase 'p1' has no training examples"):
+    with pytest.raises(DataError, match="domain 'B': phase 'p1' has no examples"):
         build_grid(cfg, progress=False)
-    reg = open_registry(cfg.registry)
-    assert list(reg.query(paradigm="toy")["period"]) == ["pretrain"]
+    assert not (tmp_path / "reg").exists()
+
+
+def test_unknown_base_builder_fails_early(tmp_path) -> None:
+    cfg = F.make_cfg(tmp_path, base={"model": "tiny_qwen9()"})
+    with pytest.raises(UnknownNameError, match=r"tiny_qwen3\(\)"):
+        build_grid(cfg, progress=False)
 
 
 def test_nan_loss_stops_with_training_error_and_keeps_last_good(tmp_path) -> None:
