@@ -38,7 +38,8 @@ def _done(registry: Any, cid: str, split: str) -> bool:
     return not res.empty
 
 
-def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = False) -> EvalSummary:
+def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = False, registry: Any = None,
+                  prepared: Any = None) -> EvalSummary:
     """Evaluate the grid built by ``build_grid`` (a ``BuildResult``) and record the results.
 
     Args:
@@ -46,14 +47,18 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
         build: the BuildResult (ids of every stage).
         progress: print one line per evaluated model.
         redo: evaluate again even where results are already recorded.
+        registry, prepared: already open handles (default: opened from ``cfg``).
     """
     from mmgrid.models.base import bundle_from_registry
     from mmgrid.paradigms import get_paradigm
     from mmgrid.train.checkpoints import load_checkpoint
     from mmgrid.train.context import open_prepared, open_registry
+    from mmgrid.train.device import set_threads
 
     t0 = time.perf_counter()
-    reg, prepared = open_registry(cfg.registry), open_prepared(cfg.prepared)
+    set_threads(cfg.train.threads)
+    reg = registry if registry is not None else open_registry(cfg.registry)
+    prepared = prepared if prepared is not None else open_prepared(cfg.prepared)
     out = EvalSummary()
     texts = _heldout(prepared, cfg)
     if cfg.eval.retention and texts:

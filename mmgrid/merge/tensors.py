@@ -2,9 +2,9 @@
 writer that writes one tensor at a time.
 
 A model source is an in-memory state dict, a ``.safetensors`` file (or a folder with
-``model.safetensors``), or a registry id. Files are memory-mapped, so reading one
-tensor costs that tensor's bytes: a merge holds at most (inputs + 1) float32 copies of
-the largest tensor, never a whole model per input.
+``model.safetensors``), or a registry id. Reading one tensor costs that tensor's
+bytes: a merge holds each input's current tensor (as stored) plus float32 work
+buffers, never a whole model per input.
 """
 
 from __future__ import annotations
@@ -67,24 +67,47 @@ def from_state(state: Mapping[str, torch.Tensor], label: str, meta: dict | None 
 
 
 def from_safetensors(path: str | os.PathLike) -> TensorSource:
-    """A memory-mapped source over a ``.safetensors`` file (or a folder holding one)."""
-    from safetensors import safe_open
+    """A streaming source over a ``.safetensors`` file (or a folder holding one).
 
+    The header is parsed here and each tensor is read with a plain positioned read into
+    a fresh tensor: the process holds only the tensors it asked for (a memory map would
+    count every touched page of every input in the process's resident memory).
+    """
     p = Path(path)
     if p.is_dir():
         p = p / "model.safetensors"
     if not p.is_file():
         raise SourceError(f"no safetensors file at {p}; pass a .safetensors path, a folder with model.safetensors, or a registry id")
-    handle = safe_open(str(p), framework="pt")
-    shapes = {}
-    for k in handle.keys():
-        sl = handle.get_slice(k)
-        shapes[k] = (tuple(sl.get_shape()), _dtype_from_st(sl.get_dtype()))
-    meta = dict(handle.metadata() or {})
+    try:
+        with open(p, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError, struct.error) as exc:
+        raise SourceError(f"{p} is not a readable safetensors file ({exc})") from exc
+    meta = dict(header.pop("__metadata__", None) or {})
+    data_start = 8 + n
+    shapes = {k: (tuple(v["shape"]), _dtype_from_st(v["dtype"])) for k, v in header.items()}
+
+    def get(name: str) -> torch.Tensor:
+        shape, dtype = shapes[name]
+        begin, end = header[name]["data_offsets"]
+        out = torch.empty(shape, dtype=dtype)
+        if end > begin:
+            with open(p, "rb", buffering=0) as fh:
+                fh.seek(data_start + begin)
+                view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+                got = 0
+                while got < end - begin:  # readinto may return short counts
+                    r = fh.readinto(view[got:])
+                    if not r:
+                        raise SourceError(f"{p}: tensor {name} is truncated; the file is incomplete")
+                    got += r
+        return out
+
     parsed: dict[str, Any] = {}
     if "added_rows" in meta:  # our writer stores it as JSON in the header metadata
         parsed["added_rows"] = json.loads(meta["added_rows"])
-    return TensorSource(str(p), shapes, handle.get_tensor, parsed)
+    return TensorSource(str(p), shapes, get, parsed)
 
 
 def from_registry(registry: Any, cid: str) -> TensorSource:

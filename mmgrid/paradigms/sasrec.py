@@ -57,7 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "dropout": 0.2,  # paper: 0.2 on sparse data, 0.5 on MovieLens
     "max_len": 20,  # most recent history items read (also positional embeddings)
     "exclude_history": True,  # never recommend an item already in the history
-    "item_bias": True,  # a learned per-item score offset (lets the model learn popularity)
+    "item_bias": False,  # add a learned per-item score offset (not in the paper)
     "user_batch": 2048,  # histories scored per forward when ranking
 }
 _SIZE_KEYS = ("hidden", "layers", "heads", "max_len", "item_bias")

@@ -64,7 +64,9 @@ def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric
             ax.plot(gdf["lambda"], gdf["value"], color=color, label=label, marker=".", lw=1.2)
             st = stars[(stars["domain"] == d) & (stars["group"] == g)]
             if not st.empty:
-                ax.axvline(float(st["lambda_star"].iloc[0]), color=color, ls="--", lw=1)
+                # distinct dash patterns keep coinciding lambda* of several groups visible
+                ax.axvline(float(st["lambda_star"].iloc[0]), color=color, lw=1.2,
+                           ls={"all": (0, (5, 3)), "active": (2, (2, 4)), "non_active": (4, (4, 4))}.get(g, "--"))
         ax.axvline(1.0, color="0.6", ls=":", lw=0.8)
         ax.set_title(d)
         ax.set_xlabel("lambda_temp")

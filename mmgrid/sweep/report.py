@@ -217,8 +217,10 @@ def _prediction(rep: Report, cfg: "GridConfig", registry: Any, prepared: Any, ct
         rep.add(f"**Spearman's rho** between {feature} and the {pred.group.replace('_', '-')} users' lambda* over "
                 f"{len(pred.table)} domains: **rho = {pred.rho:.3f}** (p = {pred.pvalue:.3g}): lambda* "
                 f"**{pred.direction}** as {feature} rises"
-                + (" (the direction of MMGRid Table 4)." if pred.direction == "falls" else
-                   "; MMGRid Table 4 shows it falling.") , "")
+                + (" (the direction of MMGRid Table 4)" if pred.direction == "falls" else
+                   "; MMGRid Table 4 shows it falling")
+                + (f"; weak evidence: not significant at the 0.05 level over {len(pred.table)} domains." if
+                   not pred.pvalue < 0.05 else "."), "")
     else:
         rep.add(f"Spearman's rho is undefined here ({len(pred.table)} domain(s) or constant values).", "")
     for note in pred.notes:

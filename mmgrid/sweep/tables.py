@@ -65,6 +65,8 @@ def table2(cfg: "GridConfig", registry: Any, domains: list[str], scale: float = 
     for p in rows:
         if p == "popular":
             ck = registry.query(paradigm="popular")
+            if not ck.empty:
+                ck = ck.sort_values("created").drop_duplicates("domain", keep="last")
             ids = dict(zip(ck["domain"], ck["id"])) if not ck.empty else {}
         else:
             ids = final_ids(cfg, registry, p)

@@ -188,7 +188,7 @@ def build_grid(cfg: Any, executor: Any = None, progress: bool = True) -> BuildRe
     return result
 
 
-def plan_grid(cfg: Any) -> BuildResult:
+def plan_grid(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResult:
     """The grid's ids without training anything (for evaluating a built grid).
 
     Raises:
@@ -198,8 +198,8 @@ def plan_grid(cfg: Any) -> BuildResult:
     from mmgrid.train.context import open_prepared, open_registry
 
     validate(cfg)
-    prepared = open_prepared(cfg.prepared)
-    registry = open_registry(cfg.registry)
+    prepared = prepared if prepared is not None else open_prepared(cfg.prepared)
+    registry = registry if registry is not None else open_registry(cfg.registry)
     ident = base_identity(cfg.base, prepared.fingerprint, cfg.train.seed)
     base_id = registry.make_id(ident["coords"], ident["kind"], ident["parents"], ident["params"],
                                ident["config_hash"], ident["seed"])
@@ -208,6 +208,24 @@ def plan_grid(cfg: Any) -> BuildResult:
     plans = plan_stages(cfg, registry, base_id, _domains(cfg, prepared), prepared.fingerprint)
     done = [p for p in plans if registry.has(p.id)]
     return BuildResult(base_id, done, cached=[p.id for p in done])
+
+
+def format_baseline_table(cfg: Any, registry: Any = None, prepared: Any = None, progress: bool = True) -> str:
+    """Evaluate what is not evaluated yet, then the Table-2-style Markdown baseline table.
+
+    Rows: the grid's paradigms (SASRec included) and the most-popular baseline; columns:
+    domain x {R@K, N@K} for ``eval.ks``, all users, the last stage, variant ``default``.
+    """
+    from mmgrid.eval.grid import evaluate_grid
+    from mmgrid.eval.table import baseline_table
+    from mmgrid.train.context import open_registry
+
+    registry = registry if registry is not None else open_registry(cfg.registry)
+    plan = plan_grid(cfg, registry, prepared)
+    evaluate_grid(cfg, plan, progress=progress, registry=registry, prepared=prepared)
+    domains = list(dict.fromkeys(s.domain for s in plan.stages))
+    return baseline_table(registry, cfg.paradigms, domains, ks=cfg.eval.ks, split=cfg.eval.split,
+                          period=cfg.train.stages[-1])
 
 
 def _check_phases(prepared: Any, domains: list[str], stages: list[str]) -> None:

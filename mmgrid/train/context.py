@@ -28,19 +28,26 @@ def open_registry(root: str | Path) -> Any:
     return _REGISTRIES[key]
 
 
+def _stamp(path: str | Path) -> int | None:
+    manifest = Path(path) / "manifest.json"
+    return manifest.stat().st_mtime_ns if manifest.exists() else None
+
+
 def open_prepared(path: str | Path) -> Any:
-    """``load_prepared(path)``, once per process (or what :func:`put_prepared` placed there)."""
+    """``load_prepared(path)``, once per process and re-read when the folder was prepared
+    again (or what :func:`put_prepared` placed there)."""
     key = _key(path)
-    if key not in _PREPARED:
+    hit = _PREPARED.get(key)
+    if hit is None or (hit[0] is not None and hit[0] != _stamp(path)):
         from mmgrid.data.prepared import load_prepared
 
-        _PREPARED[key] = load_prepared(path)
-    return _PREPARED[key]
+        _PREPARED[key] = (_stamp(path), load_prepared(path))
+    return _PREPARED[key][1]
 
 
 def put_prepared(path: str | Path, prepared: Any) -> None:
     """Use ``prepared`` for ``path`` in this process (tests, or data already in memory)."""
-    _PREPARED[_key(path)] = prepared
+    _PREPARED[_key(path)] = (None, prepared)
 
 
 def forget(path: str | Path | None = None) -> None:

@@ -36,6 +36,8 @@ def train_one_stage(cfg: Any, registry: Any, prepared: Any, variant_name: str, p
         seed_everything(build_seed)
         model = par.build(base, dom, params, build_seed)
     else:
+        # the RNG state a job sees must not depend on what ran before it in this process (resume)
+        seed_everything(derive_seed(cfg.train.seed, paradigm, domain, stage, "load"))
         model = par.load(load_checkpoint(registry, parent_id), dom, params)
     examples = par.examples(model, dom, stage)
     if not examples:

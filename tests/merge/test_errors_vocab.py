@@ -151,3 +151,14 @@ def test_inputs_are_never_modified(models, method):
     merge(method, [models["a"], models["b"]], base=models["base"])
     for k, m in models.items():
         assert all(torch.equal(m[n], before[k][n]) for n in m)
+
+
+def test_unreadable_source(tmp_path: Path):
+    from mmgrid.merge.errors import SourceError
+
+    bad = tmp_path / "x.safetensors"
+    bad.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{nope")
+    with pytest.raises(SourceError, match="not a readable"):
+        merge("average", [bad, bad])
+    with pytest.raises(SourceError, match="registry"):
+        merge("average", ["0123abcd"])

@@ -153,3 +153,9 @@ def test_item_embedding_cache_follows_in_place_weight_changes(model) -> None:
     w.data.copy_(w.data * 2)  # .data.copy_ does not bump the version counter
     b = P.item_embeddings(model)
     assert b is not a and not torch.allclose(a, b)
+
+
+def test_negatives_covering_the_catalog_give_an_exact_softmax(tiny_base, tiny_domain) -> None:
+    m = P.build(tiny_base, tiny_domain, {"n_negatives": -1}, seed=0)
+    b = P.collate(m, P.examples(m, tiny_domain, "p1")[:4])
+    assert sorted(b["items"][b["cand_pos"]].tolist()) == list(range(tiny_domain.n_items))

@@ -101,3 +101,14 @@ def test_load_with_other_n_items_is_a_named_error(model, tiny_domain) -> None:
     ck.state["item_emb.weight"] = torch.zeros(5, 16)
     with pytest.raises(CheckpointMismatchError, match="item_emb"):
         P.load(ck, tiny_domain, {})
+
+
+def test_item_bias_option_round_trips(tiny_domain) -> None:
+    m = P.build(None, tiny_domain, {**PARAMS, "item_bias": True}, seed=0)
+    with torch.no_grad():
+        m.item_bias.copy_(torch.arange(tiny_domain.n_items, dtype=torch.float32))
+    ck = P.save(m)
+    assert ck.meta["item_bias"] is True and "item_bias" in ck.state
+    again = P.load(ck, tiny_domain, {})  # the option comes from the checkpoint's meta
+    hists = [[1, 2], [], [5]]
+    assert np.array_equal(P.rank(again, tiny_domain, hists, 5), P.rank(m, tiny_domain, hists, 5))

@@ -56,7 +56,7 @@ def test_overflowing_prefix_gets_a_disambiguation_level() -> None:
     assert len({tuple(r) for r in out.codes}) == 5
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(n=st.integers(8, 60), dup=st.integers(0, 20), seed=st.integers(0, 10_000), levels=st.integers(1, 3))
 def test_every_item_gets_a_unique_code(n: int, dup: int, seed: int, levels: int) -> None:
     rng = np.random.default_rng(seed)
@@ -98,7 +98,7 @@ def _table_step(rng: np.random.Generator, sizes: list[int], scale: float):
     return step, logp
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 100_000), levels=st.integers(1, 4), k=st.integers(2, 6), n_codes=st.integers(1, 40),
        beam=st.integers(1, 25), scale=st.sampled_from([0.1, 3.0, 50.0]))
 def test_trie_beam_search_never_emits_an_invalid_code(seed, levels, k, n_codes, beam, scale) -> None:

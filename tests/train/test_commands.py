@@ -50,3 +50,16 @@ def test_eval_errors_are_one_line_named_errors(tmp_path, capsys) -> None:
     assert main(["eval", cfg]) == 2  # nothing built yet
     assert "run `mmgrid build` first" in capsys.readouterr().err
     assert main(["eval"]) == 2
+
+
+def test_format_baseline_table_evaluates_then_formats(tmp_path) -> None:
+    from mmgrid.train.build import build_grid, format_baseline_table
+    from mmgrid.train.regularizers import get_regularizer_class
+
+    cfg = F.make_cfg(tmp_path, F.FakePrepared([F.make_domain("A")], fingerprint="table"),
+                     train={"epochs": {"pretrain": 1, "p1": 1, "p2": 1}, "batch_size": 8, "lr": 0.01})
+    build_grid(cfg, progress=False)
+    table = format_baseline_table(cfg, progress=False)
+    assert table.splitlines()[0] == "| Paradigm | A R@10 | A N@10 | A R@20 | A N@20 |"
+    assert "| toy |" in table and "| MostPop |" in table
+    assert get_regularizer_class("orbit").name == "orbit"

@@ -41,6 +41,14 @@ def regularizer_names() -> list[str]:
     return ["none", *sorted(_REGISTRY)]
 
 
+def get_regularizer_class(name: str) -> Callable[[Any, Origin], Regularizer]:
+    """The class registered as ``name`` (UnknownNameError lists the known names)."""
+    _load()
+    if name not in _REGISTRY:
+        raise UnknownNameError("regularizer", name, regularizer_names())
+    return _REGISTRY[name][1]
+
+
 def check_params(name: str, params: dict[str, Any], where: str = "variants") -> Any:
     """Validate a variant's regularizer parameters (ConfigError / UnknownNameError before any job runs)."""
     _load()
