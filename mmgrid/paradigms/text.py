@@ -11,11 +11,12 @@ Prompt (token ids, built from per-title token lists so training and ranking agre
 
     <bos> Items: <title_1> | <title_2> | ... | <title_h> Next: <target title> <eos>
 
-Ranking choice (``beam_combine``): ``"best"`` (default, BIGRec) ranks every item of the
-domain by cosine similarity to the best beam's text; ``"weighted"`` ranks by
-``sum_b softmax(beam scores)_b * cos(beam_b, item)`` over the returned beams. BIGRec's
-second grounding step, popularity injection, is optional (``popularity_gamma``; items'
-counts over the phases the model was trained on). With
+Ranking choice (``beam_combine``): ``"weighted"`` (default) ranks every item of the
+domain by ``sum_b softmax(beam scores)_b * cos(beam_b, item)`` over the returned beams;
+``"best"`` (plain BIGRec step 1) by cosine similarity to the best beam's text only. BIGRec's
+second grounding step, popularity injection, is on by default (``popularity_gamma`` = 1;
+items' counts over the phases the model was trained on; 0 turns it off). On the demo
+world, weighted + gamma 1 was the best setting tried (docs/paradigms_text_semid.md). With
 ``exclude_history`` items of the history are never returned (prepared data is
 deduplicated per user and item). A generated text equal to an item title reuses that
 item's cached embedding, so only novel text is embedded.
@@ -64,8 +65,8 @@ DEFAULTS: dict[str, Any] = {
     "max_title_tokens": 16,  # each title is cut to this many tokens
     "num_beams": 4,  # beam width of title generation
     "max_new_tokens": 0,  # 0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS
-    "beam_combine": "best",  # best | weighted (see module docstring)
-    "popularity_gamma": 0.0,  # BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)
+    "beam_combine": "weighted",  # weighted | best (see module docstring)
+    "popularity_gamma": 1.0,  # BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)
     "exclude_history": True,  # never recommend an item already in the history
     "rank_batch": 128,  # histories per generate() call
 }
