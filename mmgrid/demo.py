@@ -23,11 +23,14 @@ from mmgrid.cli import add_overrides
 QUICK_OVERRIDES = [
     "world.n_domains=2",
     "world.scale=0.5",
-    "paradigms=[text, semid, emb, sasrec]",
+    "data.lm_text_docs=1500",
+    "base.lm_epochs=1",
+    "train.epochs={pretrain: 1, p1: 1, p2: 1}",
     "train.max_examples=256",
-    "eval.max_users=150",
+    "eval.max_users=100",
     "sweeps.temporal.step=0.25",
-    "sweeps.cross_domain.alphas=[0.0, 0.5, 1.0]",
+    "sweeps.cross_domain.paradigms=[emb]",
+    "sweeps.cross_domain.alphas=[0.5]",
     "sweeps.cross_domain.methods={average: {}, ties_dare: {p: 0.1, density: 0.2}}",
     "sweeps.cross_domain.bases=[original, neutral]",
 ]
@@ -60,10 +63,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     from mmgrid.config import load_grid
+    from mmgrid.exec.validate import check_scale
     from mmgrid.validate import validate_grid
 
     cfg = load_grid(args.config, args.overrides)
-    warnings = validate_grid(cfg)
+    warnings = validate_grid(cfg) + check_scale(cfg)
     for w in warnings:
         print(f"warning: {w}")
     print(f"{args.config}: valid grid {cfg.name!r} (hash {cfg.hash()})")

@@ -10,16 +10,19 @@ from typing import Any
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
     from mmgrid.cli import add_overrides
+    from mmgrid.exec.args import add_executor_args
 
     sw = sub.add_parser("sweep", help="merge studies: temporal lambda sweeps, cross-domain merges")
     ssub = sw.add_subparsers(dest="study", metavar="STUDY")
     t = ssub.add_parser("temporal", help="theta_t1 + lambda (theta_t2 - theta_t1) per domain (MMGRid Eq. 10)")
     t.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
     add_overrides(t)
+    add_executor_args(t)
     t.set_defaults(func=_temporal)
     c = ssub.add_parser("cross-domain", help="pairs x methods x bases x alpha (MMGRid Eq. 7-8)")
     c.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
     add_overrides(c)
+    add_executor_args(c)
     c.set_defaults(func=_cross_domain)
     sw.set_defaults(func=lambda a: (sw.print_help(), 0)[1])
 
@@ -51,12 +54,13 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
 
 
-def _executor(cfg: Any) -> Any:
-    if cfg.exec.executor == "local":
-        return None
-    from mmgrid.exec.base import get_executor
+def _executor(args: argparse.Namespace, cfg: Any) -> Any:
+    """None (run here, in order) for the local executor; else the executor the flags/grid ask for."""
+    from mmgrid.exec.args import executor_from_args
+    from mmgrid.exec.base import LocalExecutor
 
-    return get_executor(cfg.exec.executor, cfg.exec.address)
+    ex = executor_from_args(args, cfg)
+    return None if isinstance(ex, LocalExecutor) else ex
 
 
 def _temporal(args: argparse.Namespace) -> int:
@@ -64,7 +68,7 @@ def _temporal(args: argparse.Namespace) -> int:
     from mmgrid.sweep.temporal import run_temporal
 
     cfg, reg, prepared = _open(args)
-    df = run_temporal(cfg, reg, prepared, executor=_executor(cfg))
+    df = run_temporal(cfg, reg, prepared, executor=_executor(args, cfg))
     stars = lambda_stars(df, cfg.sweeps.temporal.metric).pivot(index="domain", columns="group", values="lambda_star")
     print(f"temporal sweep: {df['lambda'].nunique()} lambdas x {df['domain'].nunique()} domains recorded in {reg.root}")
     print(f"lambda* ({cfg.sweeps.temporal.metric}):")

@@ -303,6 +303,9 @@ def _progress(items: list, desc: str) -> Any:
 def relative_change(df: pd.DataFrame, metric: str = "ndcg@10", group: str = "all") -> pd.DataFrame:
     """Merged rows with ``baseline`` (the eval domain's own t2 value) and ``rel_change`` = merged / baseline - 1.
 
+    Where the baseline is 0 the relative change is undefined: it is NaN, and the summaries
+    (which skip NaN) leave that domain out instead of averaging an infinity.
+
     Args:
         df: the study's long results (:data:`COLUMNS`).
         metric: the metric compared.
@@ -313,7 +316,8 @@ def relative_change(df: pd.DataFrame, metric: str = "ndcg@10", group: str = "all
     merged = sub[sub["method"] != "single"].copy()
     key = list(zip(merged["paradigm"], merged["eval_domain"]))
     merged["baseline"] = [base.get(k, float("nan")) for k in key]
-    merged["rel_change"] = merged["value"] / merged["baseline"] - 1.0
+    ok = merged["baseline"] > 0
+    merged["rel_change"] = (merged["value"] / merged["baseline"].where(ok)) - 1.0
     return merged.reset_index(drop=True)
 
 

@@ -180,6 +180,7 @@ def build_grid(cfg: Any, executor: Any = None, progress: bool = True) -> BuildRe
     finally:
         if owned:
             executor.shutdown()
+        registry.sync()  # workers (Ray) write manifests only; the driver indexes them
     if errors:
         raise errors[0]
     result.cached = [p.id for p in plans if p.id in had]

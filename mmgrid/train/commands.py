@@ -14,6 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.seed=1")
     p.add_argument("--eval", action="store_true", help="evaluate the grid afterwards and print the baseline table")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    from mmgrid.exec.args import add_executor_args
+
+    add_executor_args(p)
     p.set_defaults(func=_build)
 
     e = sub.add_parser("eval", help="evaluate a grid, a registry checkpoint, or a merge recipe",
@@ -35,10 +38,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     from mmgrid.config import load_grid
+    from mmgrid.exec.args import executor_from_args
+    from mmgrid.exec.ddp import is_main
     from mmgrid.train.build import build_grid
 
     cfg = load_grid(args.config, args.overrides)
-    res = build_grid(cfg, progress=not args.no_progress)
+    executor = executor_from_args(args, cfg)
+    try:
+        res = build_grid(cfg, executor=executor, progress=not args.no_progress)
+    finally:
+        executor.shutdown()
+    if not is_main():  # under torchrun only rank 0 reports and evaluates
+        return 0
     print(f"grid {cfg.name!r}: {len(res.stages)} stages ({len(res.trained)} trained, {len(res.cached)} cached) "
           f"+ base {res.base_id[:12]} in {res.seconds:.1f}s; registry {cfg.registry}")
     if args.eval:

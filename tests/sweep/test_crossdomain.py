@@ -81,3 +81,22 @@ def test_rerun_merges_nothing(grid, counter):
     j = first.merge(again, on=key, suffixes=("", "_2"))
     assert len(j) == len(first)
     np.testing.assert_allclose(j["value"].astype(float), j["value_2"].astype(float))
+
+
+def test_relative_change_is_undefined_for_a_zero_baseline() -> None:
+    import math
+
+    import pandas as pd
+
+    from mmgrid.sweep.crossdomain import relative_change
+
+    rows = [
+        {"paradigm": "emb", "eval_domain": "A", "method": "single", "metric": "ndcg@10", "group": "all", "value": 0.2},
+        {"paradigm": "emb", "eval_domain": "B", "method": "single", "metric": "ndcg@10", "group": "all", "value": 0.0},
+        {"paradigm": "emb", "eval_domain": "A", "method": "average", "metric": "ndcg@10", "group": "all", "value": 0.1},
+        {"paradigm": "emb", "eval_domain": "B", "method": "average", "metric": "ndcg@10", "group": "all", "value": 0.3},
+    ]
+    rel = relative_change(pd.DataFrame(rows)).set_index("eval_domain")["rel_change"]
+    assert rel["A"] == -0.5  # 0.1 / 0.2 - 1
+    assert math.isnan(rel["B"])  # own t2 scored 0: no relative change, not +inf
+    assert rel.mean() == -0.5  # summaries skip the undefined domain
