@@ -9,11 +9,13 @@ get extra streaming passes through :meth:`Method.prepare` before the merge pass.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from mmgrid.merge import stream
 from mmgrid.merge import vocab as vc
 from mmgrid.merge.errors import MissingTensorError, NonFiniteError, ShapeMismatchError
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
@@ -164,15 +166,93 @@ def view_stream(models: list[TensorSource], base: TensorSource | None, plan: Pla
     return ViewStream(lambda: _views(models, base, plan, use_base, chunked, verify=False), total)
 
 
-def run(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, sink: Sink) -> None:
-    """Merge every tensor and give each result (in the output dtype) to ``sink``."""
+# The fast pass of mmgrid.merge.stream (bitwise equal to the reference path below);
+# tests switch it off to compare the two.
+FAST = True
+
+
+def run(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, sink: Sink,
+        sink_part: Callable[[str, torch.Tensor], None] | None = None) -> None:
+    """Merge every tensor and give each result (in the output dtype) to ``sink``.
+
+    With ``sink_part`` (the streaming writer's ``write_part``) tensors merged by the
+    fast pass are handed over chunk by chunk instead, never held whole.
+    """
     use_base, chunked = method.needs_base, method.elementwise
-    # A method's first pass checks what it reads itself (the TIES histogram flags NaN/Inf);
-    # the merge pass checks inputs unless that pass saw them all (Method.verify_inputs).
-    method.prepare(view_stream(models, base, plan, use_base, chunked))
+    kernel = method.fast_kernel(len(models)) if FAST and chunked else None
+    with stream.threads() if kernel is not None else nullcontext():
+        # A method's first pass checks what it reads itself (the TIES histogram flags NaN/Inf);
+        # the merge pass checks inputs unless that pass saw them all (Method.verify_inputs).
+        if kernel is not None:  # the first passes read chunk buffers too
+            method.prepare(ViewStream(lambda: _flat_views(models, base if use_base else None, plan),
+                                      view_stream(models, base, plan, use_base, chunked).total))
+        else:
+            method.prepare(view_stream(models, base, plan, use_base, chunked))
+        if kernel is not None:
+            kernel = method.fast_kernel(len(models))  # now with the first pass's thresholds
+        _merge_pass(method, models, base if use_base else None, plan, sink, sink_part, kernel)
+
+
+PREPARE_CHUNK = 1 << 22  # entries per chunk of the first passes (they only sample)
+
+
+def _shared_numel(models: list[TensorSource], plan: Plan, name: str) -> int:
+    rp = plan.rows.get(name)
+    shape = models[0].shapes[name][0]
+    n = 1
+    for d in ((rp.shared,) + tuple(shape[1:]) if rp else shape):
+        n *= int(d)
+    return n
+
+
+def _flat_views(models: list[TensorSource], base: TensorSource | None, plan: Plan) -> Iterator[TensorView]:
+    """The views of :func:`view_stream` for the fast pass: flat chunks of the shared
+    entries in reused buffers (consume each before the next). Only for methods with a
+    :meth:`Method.fast_kernel`, whose first passes do not depend on the chunking."""
+    for name, _, _ in plan.layout:
+        if name in plan.passthrough:
+            continue
+        n = _shared_numel(models, plan, name)
+        ins = [stream.ChunkInput(s, name, n, PREPARE_CHUNK) for s in ([base] if base is not None else []) + models]
+        try:
+            for a in range(0, n, PREPARE_CHUNK):
+                b = min(a + PREPARE_CHUNK, n)
+                parts = [x.chunk(a, b) for x in ins]
+                yield TensorView(name, parts[1:] if base is not None else parts, parts[0] if base is not None else None)
+        finally:
+            for x in ins:
+                x.close()
+
+
+def _fast_tensor(kernel: stream.Kernel, method: Method, models: list[TensorSource], base: TensorSource | None,
+                 plan: Plan, name: str, shape: tuple[int, ...], dtype: torch.dtype, bufs: stream.Buffers,
+                 sink: Sink, sink_part: Callable[[str, torch.Tensor], None] | None) -> bool:
+    """Merge one tensor with the fast pass; False if it must take the reference path."""
+    rp = plan.rows.get(name)
+    n = _shared_numel(models, plan, name)
+    if n == 0 or any(not s.shapes[name][1].is_floating_point for s in models):
+        return False
+    if sink_part is not None and rp is None:
+        stream.merge_tensor(kernel, models, base, name, n, dtype, bufs, lambda a, b, c: sink_part(name, c), method.name)
+        return True
+    full = torch.empty(shape, dtype=dtype)
+    flat = full.reshape(-1)
+    stream.merge_tensor(kernel, models, base, name, n, dtype, bufs, lambda a, b, c: flat[a:b].copy_(c), method.name)
+    if rp is not None:
+        full[rp.shared:] = _added_rows(method, models, base, name, rp, base is not None).to(dtype)
+    sink(name, full)
+    return True
+
+
+def _merge_pass(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, sink: Sink,
+                sink_part: Callable[[str, torch.Tensor], None] | None, kernel: stream.Kernel | None) -> None:
+    use_base, chunked = base is not None, method.elementwise
+    bufs = stream.Buffers(len(models)) if kernel is not None else None
     for name, shape, dtype in plan.layout:
         if name in plan.passthrough:
             sink(name, _passthrough(models, name))
+            continue
+        if kernel is not None and _fast_tensor(kernel, method, models, base, plan, name, shape, dtype, bufs, sink, sink_part):
             continue
         parts = []
         coefs = method.linear(len(models)) if chunked else None

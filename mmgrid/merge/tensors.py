@@ -51,6 +51,9 @@ class TensorSource:
     _get: Any = field(repr=False)
     meta: dict[str, Any] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
+    # file-backed sources: name -> (file path, byte offset of the tensor's data), so the
+    # fast pass (mmgrid.merge.stream) can read chunks itself; None for other sources.
+    locate: Any = field(default=None, repr=False)
 
     def keys(self) -> list[str]:
         return list(self.shapes)
@@ -107,7 +110,8 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
     parsed: dict[str, Any] = {}
     if "added_rows" in meta:  # our writer stores it as JSON in the header metadata
         parsed["added_rows"] = json.loads(meta["added_rows"])
-    return TensorSource(str(p), shapes, get, parsed)
+    return TensorSource(str(p), shapes, get, parsed,
+                        locate=lambda name: (str(p), data_start + header[name]["data_offsets"][0]))
 
 
 def from_registry(registry: Any, cid: str) -> TensorSource:
@@ -214,10 +218,11 @@ class SafetensorsWriter:
         self._fh = open(self._tmp, "wb")
         self._fh.write(struct.pack("<Q", len(raw)) + raw)
         self._next = 0
+        self._part = 0  # entries of tensor self._next written by write_part
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         """Append the next tensor (must come in layout order, with its shape and dtype)."""
-        if self._next >= len(self._order) or self._order[self._next] != name:
+        if self._next >= len(self._order) or self._order[self._next] != name or self._part:
             raise SourceError(f"writer expected tensor {self._order[self._next] if self._next < len(self._order) else None!r}, got {name!r}")
         shape, dtype = self._spec[name]
         t = tensor.detach().to(dtype).contiguous()
@@ -226,6 +231,28 @@ class SafetensorsWriter:
         if t.numel():
             self._fh.write(t.reshape(-1).view(torch.uint8).numpy().data)
         self._next += 1
+        self._part = 0
+
+    def write_part(self, name: str, chunk: torch.Tensor) -> None:
+        """Append the next consecutive entries of tensor ``name`` (flat, its dtype).
+
+        The tensor counts as written once all its entries came; parts of the next
+        tensor may follow.
+        """
+        if self._next >= len(self._order) or self._order[self._next] != name:
+            raise SourceError(f"writer expected tensor {self._order[self._next] if self._next < len(self._order) else None!r}, got {name!r}")
+        shape, dtype = self._spec[name]
+        if chunk.dtype != dtype:
+            raise SourceError(f"writer: {name} part has dtype {chunk.dtype}, layout says {dtype}")
+        n = chunk.numel()
+        if self._part + n > _numel(shape):
+            raise SourceError(f"writer: {name} got more than its {_numel(shape)} entries")
+        if n:
+            self._fh.write(chunk.contiguous().reshape(-1).view(torch.uint8).numpy().data)
+        self._part += n
+        if self._part == _numel(shape):
+            self._next += 1
+            self._part = 0
 
     def close(self) -> Path:
         """Finish: check every tensor was written, fsync (if durable), rename to the final path."""

@@ -67,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "max_new_tokens": 0,  # 0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS
     "beam_combine": "weighted",  # weighted | best (see module docstring)
     "popularity_gamma": 1.0,  # BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)
+    "popularity_phases": "last",  # popularity counted over: last = the latest trained phase, all = every trained phase
     "exclude_history": True,  # never recommend an item already in the history
     "rank_batch": 128,  # histories per generate() call
 }
@@ -227,6 +228,17 @@ def popularity_adjust(sims: torch.Tensor, counts: np.ndarray, gamma: float) -> t
     return -dist / (1 + pop)[None, :] ** gamma
 
 
+def _pop_phases(trained: list[str], params: dict[str, Any]) -> list[str]:
+    """Phases whose interactions count as popularity: the latest trained one (the stage's own
+    data, which follows item turnover) or all trained ones."""
+    mode = params["popularity_phases"]
+    if mode not in ("last", "all"):
+        from mmgrid.errors import ConfigError
+
+        raise ConfigError(f"paradigm_params.text.popularity_phases: {mode!r} is not one of 'last', 'all'.")
+    return trained[-1:] if mode == "last" else list(trained)
+
+
 @register_paradigm("text")
 class TextParadigm:
     """BIGRec-style text-grounded generative recommender (see the module docstring)."""
@@ -304,7 +316,8 @@ class TextParadigm:
             texts, scores = self.generate(model, chunk)
             sims = self._ground(texts, scores, items, title_row, p)
             if float(p["popularity_gamma"]) > 0 and info.trained_phases:
-                sims = popularity_adjust(sims, domain.popularity(info.trained_phases), float(p["popularity_gamma"]))
+                sims = popularity_adjust(sims, domain.popularity(_pop_phases(info.trained_phases, p)),
+                                         float(p["popularity_gamma"]))
             exclude = chunk if p["exclude_history"] else None
             out.append(topk_items(sims, k, exclude))
         model.train(was_training)

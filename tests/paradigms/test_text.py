@@ -143,3 +143,14 @@ def test_rank_with_popularity_uses_trained_phases(tiny_base_shared: Any, tiny_do
     assert ranked.shape == (4, 5) and all(len(set(r.tolist())) == 5 for r in ranked)
     again = P.load(P.save(model), tiny_domain, {})
     assert again.mmgrid_text.trained_phases == ["pretrain"]
+
+
+def test_popularity_phases_choose_the_latest_or_every_trained_phase() -> None:
+    from mmgrid.errors import ConfigError
+    from mmgrid.paradigms.text import _pop_phases
+
+    trained = ["pretrain", "p1", "p2"]
+    assert _pop_phases(trained, {"popularity_phases": "last"}) == ["p2"]
+    assert _pop_phases(trained, {"popularity_phases": "all"}) == trained
+    with pytest.raises(ConfigError, match="popularity_phases"):
+        _pop_phases(trained, {"popularity_phases": "recent"})

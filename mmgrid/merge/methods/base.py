@@ -131,6 +131,17 @@ class Method:
         """(c_0, [c_i]) if the result is c_0 theta_0 + sum_i c_i theta_i (a fast path)."""
         return None
 
+    def fast_kernel(self, n: int) -> Any:
+        """A :class:`mmgrid.merge.stream.Kernel` doing this method's arithmetic chunk by
+        chunk (bitwise equal to :meth:`merge_tensor`), or None. Linear elementwise
+        methods get one from :meth:`linear`."""
+        coefs = self.linear(n) if self.elementwise else None
+        if coefs is None:
+            return None
+        from mmgrid.merge.stream import Kernel
+
+        return Kernel(coefs=(coefs[0] if self.needs_base else None, list(coefs[1])))
+
     def prepare(self, stream: ViewStream) -> None:
         """Optional streaming passes before the merge pass (whole-model statistics)."""
 

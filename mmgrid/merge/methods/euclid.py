@@ -34,6 +34,19 @@ class PipelineMethod(Method):
         cs = [cfg.scale * w for w in (cfg.weights or (1.0,) * n)]
         return 1.0 - sum(cs), cs  # theta_0 + sum_i c_i (theta_i - theta_0)
 
+    def fast_kernel(self, n: int):
+        """The fast pass covers the pipeline without DARE and without a per-tensor top-X%."""
+        lin = super().fast_kernel(n)
+        if lin is not None:
+            return lin
+        cfg = self.pipeline(n)
+        if cfg.sparsify not in ("none", "magnitude") or (cfg.uses_magnitude and cfg.scope != "model"):
+            return None
+        from mmgrid.merge.stream import Kernel
+
+        return Kernel(thresholds=self._thresholds if cfg.uses_magnitude else None, weights=cfg.weights,
+                      combine=cfg.combine, elect_sign=cfg.elect_sign, scale=cfg.scale)
+
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
         self._n = n
