@@ -9,15 +9,20 @@ from __future__ import annotations
 import polars as pl
 
 
-def active_users(inter: pl.DataFrame, start_ms: int | None, end_ms: int | None, user: str = "user_idx") -> pl.Series:
-    """Distinct users with at least one interaction in the half-open ``[start_ms, end_ms)``."""
-    ts = pl.col("timestamp")
+def in_window(col: str, start_ms: int | None, end_ms: int | None) -> pl.Expr:
+    """``col`` lies in the half-open ``[start_ms, end_ms)`` (None = open end)."""
+    c = pl.col(col)
     cond = pl.lit(True)
     if start_ms is not None:
-        cond = cond & (ts >= start_ms)
+        cond = cond & (c >= start_ms)
     if end_ms is not None:
-        cond = cond & (ts < end_ms)
-    return inter.filter(cond).get_column(user).unique().sort()
+        cond = cond & (c < end_ms)
+    return cond
+
+
+def active_users(inter: pl.DataFrame, start_ms: int | None, end_ms: int | None, user: str = "user_idx") -> pl.Series:
+    """Distinct users with at least one interaction in the half-open ``[start_ms, end_ms)``."""
+    return inter.filter(in_window("timestamp", start_ms, end_ms)).get_column(user).unique().sort()
 
 
 def user_groups(

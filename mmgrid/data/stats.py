@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from mmgrid.data.groups import active_users
+from mmgrid.data.groups import active_users, in_window
 
 MS_PER_DAY = 86_400_000
 
@@ -62,12 +62,7 @@ def domain_stats(
     for p in names:
         start, end = windows[p]
         sub = joined.filter(pl.col("phase") == p)
-        fs = pl.col("first_seen_ms")
-        new = pl.lit(True)
-        if start is not None:
-            new = new & (fs >= start)
-        if end is not None:
-            new = new & (fs < end)
+        new = in_window("first_seen_ms", start, end)
         row[f"new_share_{p}"] = float(sub.select(new.mean()).item()) if sub.height else float("nan")
     return row
 

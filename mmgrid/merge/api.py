@@ -126,7 +126,7 @@ def merge_to_file(method: str, models: Sequence[Any], out_path: str | os.PathLik
     meta = {"added_rows": json.dumps(merged_added_rows(plan.rows))} if plan.rows else {}
     writer = SafetensorsWriter(out_path, plan.layout, meta, durable=durable)
     try:
-        engine.run(inst, srcs, bsrc, plan, writer.write, writer.write_part)
+        engine.run(inst, srcs, bsrc, plan, writer.write, writer)
         writer.close()
     except BaseException:
         writer.abort()

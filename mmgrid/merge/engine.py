@@ -172,11 +172,12 @@ FAST = True
 
 
 def run(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, sink: Sink,
-        sink_part: Callable[[str, torch.Tensor], None] | None = None) -> None:
+        writer: Any = None) -> None:
     """Merge every tensor and give each result (in the output dtype) to ``sink``.
 
-    With ``sink_part`` (the streaming writer's ``write_part``) tensors merged by the
-    fast pass are handed over chunk by chunk instead, never held whole.
+    With ``writer`` (a :class:`~mmgrid.merge.tensors.SafetensorsWriter`; ``sink`` is
+    then unused) tensors merged by the fast pass are written chunk by chunk, never
+    held whole, from a background thread.
     """
     use_base, chunked = method.needs_base, method.elementwise
     kernel = method.fast_kernel(len(models)) if FAST and chunked else None
@@ -190,7 +191,7 @@ def run(method: Method, models: list[TensorSource], base: TensorSource | None, p
             method.prepare(view_stream(models, base, plan, use_base, chunked))
         if kernel is not None:
             kernel = method.fast_kernel(len(models))  # now with the first pass's thresholds
-        _merge_pass(method, models, base if use_base else None, plan, sink, sink_part, kernel)
+        _merge_pass(method, models, base if use_base else None, plan, sink, writer, kernel)
 
 
 PREPARE_CHUNK = 1 << 22  # entries per chunk of the first passes (they only sample)
@@ -226,14 +227,14 @@ def _flat_views(models: list[TensorSource], base: TensorSource | None, plan: Pla
 
 def _fast_tensor(kernel: stream.Kernel, method: Method, models: list[TensorSource], base: TensorSource | None,
                  plan: Plan, name: str, shape: tuple[int, ...], dtype: torch.dtype, bufs: stream.Buffers,
-                 sink: Sink, sink_part: Callable[[str, torch.Tensor], None] | None) -> bool:
+                 sink: Sink, sink_part: Any) -> bool:
     """Merge one tensor with the fast pass; False if it must take the reference path."""
     rp = plan.rows.get(name)
     n = _shared_numel(models, plan, name)
     if n == 0 or any(not s.shapes[name][1].is_floating_point for s in models):
         return False
     if sink_part is not None and rp is None:
-        stream.merge_tensor(kernel, models, base, name, n, dtype, bufs, lambda a, b, c: sink_part(name, c), method.name)
+        stream.merge_tensor(kernel, models, base, name, n, dtype, bufs, lambda a, b, c: sink_part(name, c, dtype), method.name)
         return True
     full = torch.empty(shape, dtype=dtype)
     flat = full.reshape(-1)
@@ -245,9 +246,23 @@ def _fast_tensor(kernel: stream.Kernel, method: Method, models: list[TensorSourc
 
 
 def _merge_pass(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, sink: Sink,
-                sink_part: Callable[[str, torch.Tensor], None] | None, kernel: stream.Kernel | None) -> None:
-    use_base, chunked = base is not None, method.elementwise
+                writer: Any, kernel: stream.Kernel | None) -> None:
+    """The merge pass; with a ``writer`` (a SafetensorsWriter) and a kernel, writes
+    happen on a background thread while the next chunks are merged."""
     bufs = stream.Buffers(len(models)) if kernel is not None else None
+    if writer is None or kernel is None:
+        _merge_tensors(method, models, base, plan, sink, None, kernel, bufs)
+        return
+    aw = stream.AsyncWriter(writer)
+    try:
+        _merge_tensors(method, models, base, plan, aw.write, aw.part, kernel, bufs)
+    finally:
+        aw.drain()
+
+
+def _merge_tensors(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, sink: Sink,
+                   sink_part: Any, kernel: stream.Kernel | None, bufs: stream.Buffers | None) -> None:
+    use_base, chunked = base is not None, method.elementwise
     for name, shape, dtype in plan.layout:
         if name in plan.passthrough:
             sink(name, _passthrough(models, name))

@@ -120,12 +120,6 @@ class Buffers:
         self.acc, self.base, self.sign, self.tmp, self.den = f(), f(), f(), f(), f()
         self.d = [f() for _ in range(n_inputs)]
         self.mask = torch.empty(chunk, dtype=torch.bool)
-        self.out: dict[torch.dtype, torch.Tensor] = {}
-
-    def out_buf(self, dtype: torch.dtype, m: int) -> torch.Tensor:
-        if dtype not in self.out:
-            self.out[dtype] = torch.empty(self.acc.numel(), dtype=dtype)
-        return self.out[dtype][:m]
 
 
 def linear_chunk(k: Kernel, parts: list[torch.Tensor], bufs: Buffers) -> tuple[torch.Tensor, list[int]]:
@@ -234,7 +228,7 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
                  dtype: torch.dtype, bufs: Buffers, emit: Callable[[int, int, torch.Tensor], None],
                  what: str) -> None:
     """Merge the first ``n`` entries of tensor ``name``; ``emit(a, b, chunk)`` gets each
-    result chunk in ``dtype`` (a reused buffer: consume it before returning).
+    float32 result chunk (a reused buffer: cast or copy it before returning).
 
     Raises:
         NonFiniteError: NaN/Inf in an input (named) or in the result.
@@ -256,9 +250,7 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
             if not _all_finite(acc):
                 _culprit(parts, ins, name)
                 raise NonFiniteError(f"tensor {name!r} of the {what} merge (check the method's parameters) holds NaN or Inf; fix or retrain that checkpoint")
-            out = bufs.out_buf(dtype, b - a)
-            out.copy_(acc)
-            emit(a, b, out)
+            emit(a, b, acc)
     finally:
         for x in ins:
             x.close()
@@ -268,3 +260,73 @@ def _culprit(parts: list[torch.Tensor], ins: list[ChunkInput], name: str) -> Non
     for t, x in zip(parts, ins):
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise NonFiniteError(f"tensor {name!r} of {x.label} holds NaN or Inf; fix or retrain that checkpoint")
+
+
+ASYNC_WRITE = os.environ.get("MMGRID_MERGE_ASYNC_WRITE", "1") != "0"
+
+
+class _Done:
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+class _Inline:
+    """An executor that runs each call at once (writes without a background thread)."""
+
+    def submit(self, fn, *args):
+        return _Done(fn(*args))
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+class AsyncWriter:
+    """Writes to a :class:`SafetensorsWriter` from one background thread, in order.
+
+    The merge or sweep computes the next chunk while the previous ones are written (the
+    write syscalls release the GIL), so a pass costs about max(compute, write) rather
+    than their sum. Chunks are cast into a ring of ``depth`` buffers; a buffer is
+    reused only after its write finished. Every write goes through the one worker, so
+    whole tensors and parts keep the layout order.
+    """
+
+    def __init__(self, writer, depth: int = 4) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.w = writer
+        self.ex = ThreadPoolExecutor(1, thread_name_prefix="mmgrid-write") if ASYNC_WRITE else _Inline()
+        self.ring: dict[torch.dtype, list[torch.Tensor]] = {}
+        self.futs: list = [None] * depth
+        self.depth, self.i = depth, 0
+
+    def write(self, name: str, t: torch.Tensor) -> None:
+        self._slot_wait(self.i)
+        self.futs[self.i] = self.ex.submit(self.w.write, name, t)
+        self.i = (self.i + 1) % self.depth
+
+    def part(self, name: str, chunk: torch.Tensor, dtype: torch.dtype) -> None:
+        """Cast a float32 chunk to ``dtype`` into a ring buffer and queue its write."""
+        self._slot_wait(self.i)
+        ring = self.ring.setdefault(dtype, [torch.empty(CHUNK, dtype=dtype) for _ in range(self.depth)])
+        if ring[self.i].numel() < chunk.numel():
+            ring[self.i] = torch.empty(chunk.numel(), dtype=dtype)
+        out = ring[self.i][: chunk.numel()]
+        out.copy_(chunk)
+        self.futs[self.i] = self.ex.submit(self.w.write_part, name, out)
+        self.i = (self.i + 1) % self.depth
+
+    def _slot_wait(self, i: int) -> None:
+        if self.futs[i] is not None:
+            self.futs[i].result()  # re-raises the write's error
+            self.futs[i] = None
+
+    def drain(self) -> None:
+        """Wait for every queued write (raising the first error)."""
+        try:
+            for k in range(self.depth):
+                self._slot_wait((self.i + k) % self.depth)
+        finally:
+            self.ex.shutdown(wait=True)

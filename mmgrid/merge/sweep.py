@@ -60,32 +60,33 @@ class _Sweep:
         """Stream theta(s) into a safetensors file."""
         w = SafetensorsWriter(path, self.plan.layout, durable=durable)
         try:
-            with stream.threads():
-                acc = torch.empty(stream.CHUNK, dtype=torch.float32)
-                outs: dict[torch.dtype, torch.Tensor] = {}
-                for name, _, dtype in self.plan.layout:
-                    if name in self.fixed or self.c0[name].numel() == 0:
-                        w.write(name, self.fixed[name] if name in self.fixed else self._point(name, s))
-                        continue
-                    out = outs.setdefault(dtype, torch.empty(stream.CHUNK, dtype=dtype))
-                    self._write_chunks(w, name, float(s), acc, out)
+            aw = stream.AsyncWriter(w)
+            try:
+                with stream.threads():
+                    acc = torch.empty(stream.CHUNK, dtype=torch.float32)
+                    for name, _, dtype in self.plan.layout:
+                        if name in self.fixed or self.c0[name].numel() == 0:
+                            aw.write(name, self.fixed[name] if name in self.fixed else self._point(name, s))
+                        else:
+                            self._write_chunks(aw, name, dtype, float(s), acc)
+            finally:
+                aw.drain()
             w.close()
         except BaseException:
             w.abort()
             raise
 
 
-    def _write_chunks(self, w: SafetensorsWriter, name: str, s: float, acc: torch.Tensor, out: torch.Tensor) -> None:
+    def _write_chunks(self, aw: stream.AsyncWriter, name: str, dtype: torch.dtype, s: float, acc: torch.Tensor) -> None:
         """theta(s) of one tensor in cache-sized chunks (the same fused add as ``_point``)."""
         c0, c1 = self.c0[name].reshape(-1), self.c1[name].reshape(-1)
         step = acc.numel()
         for a in range(0, c0.numel(), step):
             b = min(a + step, c0.numel())
-            acc[: b - a].copy_(c0[a:b])  # exact: c0 is float32 or a narrower float
-            acc[: b - a].add_(c1[a:b], alpha=s)
-            o = out[: b - a]
-            o.copy_(acc[: b - a])
-            w.write_part(name, o)
+            part = acc[: b - a]
+            part.copy_(c0[a:b])  # exact: c0 is float32 or a narrower float
+            part.add_(c1[a:b], alpha=s)
+            aw.part(name, part, dtype)
 
 
 class TemporalSweep(_Sweep):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module", autouse=True)  # every test module
 def _one_thread():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
