@@ -7,11 +7,12 @@ module runs the same arithmetic, operation for operation (so results are bitwise
 equal to the reference path; tests/merge/test_stream.py checks it), on chunks of
 :data:`CHUNK` entries that fit in the L2 cache:
 
-* file-backed inputs are read chunk by chunk with positioned reads into one reused
-  buffer per input (no page faults, no whole tensor held); in-memory inputs are sliced;
+* file-backed inputs are read chunk by chunk with positioned reads into two reused
+  buffers per input, the next chunk on a background thread while this one is merged
+  (no page faults, no whole tensor held); in-memory inputs are sliced;
 * the float32 work buffers are allocated once per merge;
-* the result chunk is cast into a reused buffer and handed to a part sink (the
-  streaming safetensors writer) or copied into the output tensor.
+* the result chunk is cast into the output tensor, or into a ring of buffers written
+  by a background thread (:class:`AsyncWriter`) to the streaming safetensors writer.
 
 Covered: linear methods (task arithmetic, average, temporal: c_0 theta_0 + sum_i c_i
 theta_i) and the Euclidean pipeline without DARE (TIES with the whole-model top-X%,
@@ -28,6 +29,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -38,6 +40,8 @@ from mmgrid.merge.tensors import TensorSource
 
 CHUNK = 1 << 18  # entries per chunk: 1 MiB of float32, a few buffers fit in L2
 THREADS = 1
+# read the next chunk of file inputs on a background thread while merging this one
+PREFETCH = os.environ.get("MMGRID_MERGE_PREFETCH", "1") != "0"
 
 
 @contextmanager
@@ -56,7 +60,7 @@ def threads(n: int = THREADS) -> Iterator[None]:
 class ChunkInput:
     """The first ``n`` entries of one source's tensor, read chunk by chunk as stored."""
 
-    def __init__(self, src: TensorSource, name: str, n: int, chunk: int) -> None:
+    def __init__(self, src: TensorSource, name: str, n: int, chunk: int, slots: int = 1) -> None:
         self.label = src.label
         self.dtype = src.shapes[name][1]
         self.n = n
@@ -67,22 +71,23 @@ class ChunkInput:
         else:
             path, self.offset = loc
             self.fd = os.open(path, os.O_RDONLY)
-            self.buf = torch.empty(min(chunk, max(n, 1)), dtype=self.dtype)
-            self.raw = self.buf.view(torch.uint8).numpy()
-            self.item = self.buf.element_size()
+            self.bufs = [torch.empty(min(chunk, max(n, 1)), dtype=self.dtype) for _ in range(slots)]
+            self.raws = [memoryview(b.view(torch.uint8).numpy()) for b in self.bufs]
+            self.item = self.bufs[0].element_size()
 
-    def chunk(self, a: int, b: int) -> torch.Tensor:
-        """Entries [a, b) in the stored dtype (valid until the next call)."""
+    def chunk(self, a: int, b: int, slot: int = 0) -> torch.Tensor:
+        """Entries [a, b) in the stored dtype, in buffer ``slot`` (valid until that slot
+        is read into again)."""
         if self.fd < 0:
             return self.flat[a:b]
         want, got = (b - a) * self.item, 0
-        view = memoryview(self.raw)[:want]
+        view = self.raws[slot][:want]
         while got < want:  # preadv may return short counts
             r = os.preadv(self.fd, [view[got:]], self.offset + a * self.item + got)
             if r <= 0:
                 raise SourceError(f"{self.label}: tensor data is truncated; the file is incomplete")
             got += r
-        return self.buf[: b - a]
+        return self.bufs[slot][: b - a]
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -234,12 +239,24 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
         NonFiniteError: NaN/Inf in an input (named) or in the result.
     """
     srcs = ([base] if base is not None else []) + list(models)
-    ins = [ChunkInput(s, name, n, bufs.acc.numel()) for s in srcs]
     step = bufs.acc.numel()
+    starts = list(range(0, n, step))
+    ahead = PREFETCH and len(starts) > 1 and any(s.locate is not None for s in srcs)
+    ins = [ChunkInput(s, name, n, step, 2 if ahead else 1) for s in srcs]
+
+    def read(idx: int) -> list[torch.Tensor]:
+        a = starts[idx]
+        return [x.chunk(a, min(a + step, n), idx % 2 if ahead else 0) for x in ins]
+
+    ex = ThreadPoolExecutor(1, thread_name_prefix="mmgrid-read") if ahead else None
     try:
-        for a in range(0, n, step):
+        nxt = ex.submit(read, 0) if ex is not None else None
+        for idx, a in enumerate(starts):
             b = min(a + step, n)
-            parts = [x.chunk(a, b) for x in ins]
+            # read chunk idx + 1 (other buffer slot) while chunk idx is merged
+            parts = nxt.result() if ex is not None else read(idx)
+            if ex is not None and idx + 1 < len(starts):
+                nxt = ex.submit(read, idx + 1)
             if k.coefs is not None:
                 acc, skipped = linear_chunk(k, parts, bufs)
                 for j in skipped:  # the reference adds a non-finite part even at coefficient 0
@@ -252,6 +269,8 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
                 raise NonFiniteError(f"tensor {name!r} of the {what} merge (check the method's parameters) holds NaN or Inf; fix or retrain that checkpoint")
             emit(a, b, acc)
     finally:
+        if ex is not None:
+            ex.shutdown(wait=True)  # no read in flight when the files close
         for x in ins:
             x.close()
 
@@ -294,8 +313,6 @@ class AsyncWriter:
     """
 
     def __init__(self, writer, depth: int = 4) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.w = writer
         self.ex = ThreadPoolExecutor(1, thread_name_prefix="mmgrid-write") if ASYNC_WRITE else _Inline()
         self.ring: dict[torch.dtype, list[torch.Tensor]] = {}

@@ -1,12 +1,13 @@
 """Sweeps over one scalar without re-reading files: the temporal lambda (MMGRid Eq. 10)
 and the pairwise alpha (Eq. 7).
 
-A sweep reads its inputs once and keeps float32 copies of what the scalar multiplies
-(theta_t1 and tau_temp; or the base and the two TRIMmed task vectors), so each point
-costs one fused multiply-add per tensor: ``state_at`` returns a state dict,
-``apply_to`` writes the point into an already loaded torch module's parameters with no
-file I/O (evaluate, then move to the next point), ``write`` streams it to a file.
-Memory: two (temporal) or three (alpha) float32 copies of the model.
+A sweep reads its inputs once and keeps what the scalar multiplies (theta_t1 as stored
+and float32 tau_temp; or float32 base and the two TRIMmed task vectors), so each point
+costs one multiply-add per entry: ``state_at`` returns a state dict, ``apply_to`` writes
+the point into an already loaded torch module's parameters with no file I/O (evaluate,
+then move to the next point), ``write`` streams it to a file in cache-sized chunks,
+written from a background thread (:class:`mmgrid.merge.stream.AsyncWriter`).
+Memory: 6 bytes per entry of a bf16 model (temporal), three float32 copies (alpha).
 """
 
 from __future__ import annotations

@@ -167,11 +167,14 @@ def _load_hf_base(cfg: "BaseConfig") -> BaseBundle:
     offline = not cfg.allow_download
     where = "a local folder" if offline else "a local folder or the hub"
     try:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, local_files_only=offline, dtype="float32")
+        # use_safetensors: a folder with only pickle weights (.bin) is refused, never unpickled
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, local_files_only=offline, dtype="float32",
+                                                     use_safetensors=True)
     except (OSError, ValueError) as exc:
         raise ModelError(
             f"base.model: cannot load {cfg.model!r} from {where}: {exc}. Give a folder with config.json and "
-            "weights, a named builder such as tiny_qwen3(), or set base.allow_download=true to fetch a hub id."
+            "safetensors weights (convert .bin with safetensors.torch.save_file), a named builder such as tiny_qwen3(), "
+            "or set base.allow_download=true to fetch a hub id."
         ) from exc
     tok_path = cfg.tokenizer or cfg.model
     fix = ("Put tokenizer.json / tokenizer_config.json next to the weights or set base.tokenizer to a "

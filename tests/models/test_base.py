@@ -86,3 +86,16 @@ def test_hf_folder_with_tokenizer_becomes_the_root(tmp_path) -> None:
     bundle, bid = load_base(cfg, F.FakePrepared([F.make_domain("A")]), reg)
     assert reg.get(bid).kind == "base"
     assert torch.equal(bundle.model.lm_head.weight, model.lm_head.weight)
+
+
+def test_hf_folder_with_only_pickle_weights_is_refused(tmp_path) -> None:
+    tok = train_tokenizer(["red cotton shirt", "blue steel kettle"] * 20, vocab_size=300)
+    model = tiny_qwen3(len(tok))
+    model.save_pretrained(tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    # a folder whose weights exist only as a pickle: mmgrid must refuse it without reading it
+    (tmp_path / "hf" / "model.safetensors").unlink()
+    (tmp_path / "hf" / "pytorch_model.bin").write_bytes(b"not to be unpickled")
+    reg = Registry.open(tmp_path / "reg")
+    with pytest.raises(ModelError, match="safetensors"):
+        load_base(BaseConfig(model=str(tmp_path / "hf")), F.FakePrepared([F.make_domain("A")]), reg)
