@@ -12,7 +12,7 @@ bench/.venv-mergekit/bin/python, else /tmp/venv-mergekit/bin/python). Prints wal
 time, peak memory, the ratios and the bandwidth limit (bytes read + written divided by
 a plain big-file read/write bandwidth measured in the same run).
 
-Usage: python bench/merge.py [--sweep-mergekit-points 1] [--keep]
+Usage: python bench/merge.py [--sweep-mergekit-points 21] [--keep]
 """
 
 from __future__ import annotations
@@ -161,7 +161,8 @@ def find_mergekit() -> str | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sweep-mergekit-points", type=int, default=1, help="mergekit sweep points timed (the rest extrapolated)")
+    ap.add_argument("--sweep-mergekit-points", type=int, default=21,
+                    help="mergekit sweep points timed in one process (default all 21; fewer: the rest extrapolated from one more point's increment)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="mmgrid-bench-merge-", dir="/tmp"))
@@ -196,7 +197,7 @@ def main() -> None:
                     # one more point in the same process: the increment is the cost of a point,
                     # so the estimate does not count the interpreter start-up 21 times
                     r2 = mergekit_run(mk_py, [mergekit_config("temporal", p, lam) for lam in LAMBDAS[:k + 1]], mk_out)
-                    per = max(r2["wall_s"] - r["wall_s"], r["wall_s"] / k * 0.5)
+                    per = r2["wall_s"] - r["wall_s"] if r2["wall_s"] > r["wall_s"] else r["wall_s"] / k
                     est = r["wall_s"] + (len(LAMBDAS) - k) * per
                     note = f"{k} and {k + 1} of 21 points timed: {r['wall_s']:.1f} s, {r2['wall_s']:.1f} s; est. = t({k}) + {len(LAMBDAS) - k} x {per:.1f} s"
                 else:

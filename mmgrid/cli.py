@@ -43,7 +43,13 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse cannot take positionals after options; KEY=VALUE overrides may stand anywhere
+        if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+            args.overrides = [*(args.overrides or []), *extra]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

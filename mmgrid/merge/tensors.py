@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,7 +264,15 @@ class SafetensorsWriter:
         if self.durable:  # on disk before the rename makes it visible
             os.fsync(self._fh.fileno())
         self._fh.close()
+        # Replacing a file frees its page cache in the replacing call (0.1-0.4 s per GB):
+        # hold the old file open across the rename and close it on a background thread.
+        try:
+            old = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            old = None
         os.replace(self._tmp, self.path)
+        if old is not None:
+            threading.Thread(target=os.close, args=(old,), daemon=True).start()
         return self.path
 
     def abort(self) -> None:

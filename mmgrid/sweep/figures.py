@@ -180,11 +180,13 @@ def pareto_orbit(points: pd.DataFrame, path: Path) -> Path:
     for reg, sub in points.groupby("regularizer"):
         ax.scatter(sub["text_retention"], sub["recall@10"], marker=markers.get(reg, "D"), s=60, label=reg)
         for _, r in sub.iterrows():
-            ax.annotate(str(r["variant"]), (r["text_retention"], r["recall@10"]), fontsize=6, xytext=(3, 2),
-                        textcoords="offset points")
-    front = pareto_front(points, "text_retention", "recall@10")
-    if len(front) > 1:
-        ax.plot(front["text_retention"], front["recall@10"], color="0.5", ls="--", lw=1, label="Pareto front")
+            ax.annotate(f"{r['variant']} / {r['paradigm']}", (r["text_retention"], r["recall@10"]), fontsize=6,
+                        xytext=(3, 2), textcoords="offset points")
+    for i, (_, sub) in enumerate(points.groupby("paradigm")):  # a front per paradigm: rows compete within one
+        front = pareto_front(sub, "text_retention", "recall@10")
+        if len(front) > 1:
+            ax.plot(front["text_retention"], front["recall@10"], color="0.5", ls="--", lw=1,
+                    label="Pareto front" if i == 0 else None)
     ax.set_xlabel("text retention (base ppl / ppl)")
     ax.set_ylabel("Recall@10")
     ax.legend(fontsize=7)

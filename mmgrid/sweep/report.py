@@ -241,6 +241,9 @@ def _prediction(rep: Report, cfg: "GridConfig", registry: Any, prepared: Any, ct
 
 def _pareto(rep: Report, cfg: "GridConfig", registry: Any) -> None:
     pts = pareto_points(cfg, registry)
+    # the comparison is within a paradigm: keep the paradigms that have a regularized row
+    regularized = set(pts.loc[pts["regularizer"] != "none", "paradigm"]) if not pts.empty else set()
+    pts = pts[pts["paradigm"].isin(regularized)]
     if pts.empty or pts["regularizer"].nunique() < 2:
         raise MissingInputs("needs evaluated variants with at least two regularizers (none, l2_init, soup_to_go, "
                             "orbit) and text-retention results; the quick demo builds none.")
