@@ -15,6 +15,7 @@ OVERRIDES = [
     "world.n_domains=2",
     "world.scale=0.3",
     "paradigms=[sasrec]",
+    "variants=[{name: default}]",  # the demo's regularizer rows are semid-only
     "base.lm_epochs=0",
     "base.vocab_size=512",
     "train.max_examples=128",
