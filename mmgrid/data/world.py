@@ -33,11 +33,11 @@ PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
 # Ordered so that the first few domains already span the extremes (fast / long-lived).
 PRESETS: tuple[DomainKnobs, ...] = (
     # name, users, items, life-span d, initial item share, activity, burst, drift, trend, arrival, conc, quality
-    DomainKnobs("Phones", 850, 380, 60.0, 0.08, 0.065, 1.3, 0.5, 0.55, 0.5, 0.3, 0.7, trend_period_days=2000.0),
-    DomainKnobs("Books", 850, 260, 1200.0, 0.70, 0.04, 1.6, 0.2, 0.45, 0.6, 0.3, 0.8, trend_period_days=184.0),
-    DomainKnobs("Games", 750, 260, 120.0, 0.25, 0.06, 1.3, 0.4, 0.30, 0.5, 0.3, 0.7, trend_period_days=1000.0),
-    DomainKnobs("Health", 600, 260, 600.0, 0.50, 0.12, 1.0, 0.15, 0.30, 0.6, 0.4, 0.6, trend_period_days=300.0),
-    DomainKnobs("Sports", 700, 260, 300.0, 0.40, 0.075, 1.3, 0.3, 0.30, 0.5, 0.3, 0.7, trend_period_days=420.0),
+    DomainKnobs("Phones", 850, 380, 25.0, 0.08, 0.065, 1.3, 0.5, 0.35, 0.5, 0.3, 0.7),
+    DomainKnobs("Books", 850, 260, 1200.0, 0.70, 0.04, 1.6, 0.2, 0.10, 0.6, 0.3, 0.8),
+    DomainKnobs("Games", 750, 260, 120.0, 0.25, 0.06, 1.3, 0.4, 0.25, 0.5, 0.3, 0.7),
+    DomainKnobs("Health", 600, 260, 600.0, 0.50, 0.12, 1.0, 0.15, 0.10, 0.6, 0.4, 0.6),
+    DomainKnobs("Sports", 700, 260, 300.0, 0.40, 0.075, 1.3, 0.3, 0.15, 0.5, 0.3, 0.7),
 )
 
 

@@ -35,7 +35,6 @@ class DomainKnobs:
     pref_concentration: float  # Dirichlet concentration of user preferences (small = focused users)
     quality_sigma: float  # log-normal spread of item quality (popularity inequality)
     activity_concentration: float = 40.0  # Beta concentration of per-user activity (large = alike users)
-    trend_period_days: float = 0.0  # period of the rotating trend; 0 = one cycle over the whole span
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,8 +82,7 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
             continue
         users = np.repeat(active, 1 + rng.poisson(k.burst, active.size))
         frac = (t_mid - start_ms) / span
-        cycles = (t_mid - start_ms) / (k.trend_period_days * DAY_MS) if k.trend_period_days > 0 else frac
-        trend = np.exp(1.5 * np.sin(2 * np.pi * cycles + phase))
+        trend = np.exp(1.5 * np.sin(2 * np.pi * frac + phase))
         pref = (1 - k.drift * frac) * p0[users] + k.drift * frac * p1[users]
         pref = (1 - k.trend_weight) * pref + k.trend_weight * trend / trend.sum()
         cum = np.cumsum(pref, axis=1)
