@@ -192,7 +192,7 @@ def test_ray_refuses_jobs_larger_than_the_local_ray(ray_executor: RayExecutor) -
 
 GPU_SCRIPT = """
 import json, ray
-ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)  # a declared GPU: no CUDA needed to schedule
+ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False)  # its own cluster (not the module's); a declared GPU needs no CUDA
 from mmgrid.exec import Job
 from mmgrid.exec.ray import RayExecutor
 ex = RayExecutor()
