@@ -136,6 +136,7 @@ class RayExecutor:
         # for GPU jobs, whose worker process then exits after one task (freeing the CUDA context).
         self._gpu_task = ray.remote(max_calls=1)(run_in_worker)
         self._refs: weakref.WeakKeyDictionary[Future, Any] = weakref.WeakKeyDictionary()
+        self._waits_on: weakref.WeakKeyDictionary[Future, list[Future]] = weakref.WeakKeyDictionary()
 
     def submit(self, job: Job, deps: Sequence[Future] = ()) -> Future:
         """Submit ``job`` to run after ``deps``; returns a future of its result.
@@ -163,6 +164,8 @@ class RayExecutor:
         ref = task.options(**opts).remote(job_to_json(job), os.getcwd(), *dep_refs)
         fut = ref.future()
         self._refs[fut] = ref
+        if dep_refs:
+            self._waits_on[fut] = list(deps)
         return fut
 
     @staticmethod
@@ -188,14 +191,19 @@ class RayExecutor:
                 )
 
     def cancel(self) -> int:
-        """Cancel every submitted job that has not finished (e.g. on Ctrl-C); returns how many."""
+        """Stop every submitted job that has not finished (e.g. on Ctrl-C); returns how many.
+
+        Jobs whose dependencies are all done (running or ready) are cancelled directly; a job
+        still waiting on a dependency then fails with that dependency's cancellation.
+        (Cancelling a waiting dependent as well trips an internal reference-count check in
+        Ray 2.x that aborts the driver.)
+        """
         ray = _import_ray()
-        n = 0
-        for fut, ref in list(self._refs.items()):
-            if not fut.done():
+        pending = [(fut, ref) for fut, ref in list(self._refs.items()) if not fut.done()]
+        for fut, ref in pending:
+            if all(d.done() for d in self._waits_on.get(fut, ())):
                 ray.cancel(ref)
-                n += 1
-        return n
+        return len(pending)
 
     def shutdown(self) -> None:
         """Shut Ray down if this executor started it."""
