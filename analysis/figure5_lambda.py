@@ -3,19 +3,12 @@
     python analysis/figure5_lambda.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-import argparse
-
 from mmgrid.sweep.figures import figure5_lambda
-from mmgrid.sweep.results import open_grid
+from mmgrid.sweep.results import script_grid
 from mmgrid.sweep.selection import lambda_stars
 from mmgrid.sweep.temporal import temporal_results
 
-ap = argparse.ArgumentParser(description=__doc__)
-ap.add_argument("config")
-ap.add_argument("overrides", nargs="*")
-ap.add_argument("--out", default=".")
-a = ap.parse_args()
-cfg, reg, _ = open_grid(a.config, a.overrides)
+a, cfg, reg, _ = script_grid(__doc__)
 t = cfg.sweeps.temporal
 res = temporal_results(reg, paradigm=t.paradigm, variant=t.variant)
 stars = lambda_stars(res, t.metric)

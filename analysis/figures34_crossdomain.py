@@ -3,22 +3,14 @@
     python analysis/figures34_crossdomain.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-import argparse
-
 import numpy as np
 
 from mmgrid.sweep.crossdomain import cross_domain_results, relative_change
 from mmgrid.sweep.figures import figure3_heatmaps, figure4_alpha
-from mmgrid.sweep.results import open_grid
+from mmgrid.sweep.results import script_grid
 from mmgrid.sweep.tables import cross_domain_table, markdown_table
 
-ap = argparse.ArgumentParser(description=__doc__)
-ap.add_argument("config")
-ap.add_argument("overrides", nargs="*")
-ap.add_argument("--out", default=".")
-ap.add_argument("--metric", default="ndcg@10")
-a = ap.parse_args()
-cfg, reg, _ = open_grid(a.config, a.overrides)
+a, cfg, reg, _ = script_grid(__doc__, lambda p: p.add_argument("--metric", default="ndcg@10"))
 rel = relative_change(cross_domain_results(reg), metric=a.metric)
 rel["alpha"] = rel["alpha"].astype(float)
 heat = rel[rel["base_kind"].isin(["original", "none"]) & (rel["alpha"].isna() | np.isclose(rel["alpha"], 0.5))]

@@ -3,18 +3,11 @@
     python analysis/orbit_pareto.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-import argparse
-
 from mmgrid.sweep.figures import pareto_orbit
 from mmgrid.sweep.report import pareto_points
-from mmgrid.sweep.results import open_grid
+from mmgrid.sweep.results import script_grid
 
-ap = argparse.ArgumentParser(description=__doc__)
-ap.add_argument("config")
-ap.add_argument("overrides", nargs="*")
-ap.add_argument("--out", default=".")
-a = ap.parse_args()
-cfg, reg, _ = open_grid(a.config, a.overrides)
+a, cfg, reg, _ = script_grid(__doc__)
 pts = pareto_points(cfg, reg)
 print(pts.drop(columns=["ids"]).to_string())
 if not pts.empty:

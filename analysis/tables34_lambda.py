@@ -3,20 +3,13 @@
     python analysis/tables34_lambda.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-import argparse
-
 from mmgrid.sweep.figures import regression_plot
 from mmgrid.sweep.lambda_model import predict_lambda
-from mmgrid.sweep.results import open_grid
+from mmgrid.sweep.results import script_grid
 from mmgrid.sweep.tables import markdown_table, regression_summary, table3, table4
 from mmgrid.sweep.temporal import temporal_results
 
-ap = argparse.ArgumentParser(description=__doc__)
-ap.add_argument("config")
-ap.add_argument("overrides", nargs="*")
-ap.add_argument("--out", default=".")
-a = ap.parse_args()
-cfg, reg, prepared = open_grid(a.config, a.overrides)
+a, cfg, reg, prepared = script_grid(__doc__)
 pred = predict_lambda(cfg, reg, prepared, evaluate=False)
 print(markdown_table(table4(pred)[0]), "\n")
 print(markdown_table(regression_summary(pred), "{:.4g}"), "\n")

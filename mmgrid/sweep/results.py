@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+from pathlib import Path
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -51,6 +53,28 @@ def open_grid(config: str, overrides: list[str] | None = None) -> tuple[Any, Any
 
     cfg = load_grid(config, overrides)
     return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
+
+
+def script_grid(doc: str | None, extra: Callable[[argparse.ArgumentParser], None] | None = None
+                ) -> tuple[argparse.Namespace, Any, Any, Any]:
+    """The command line every analysis/ script shares: ``CONFIG [KEY=VALUE ...] --out DIR``.
+
+    Args:
+        doc: the script's docstring (its --help).
+        extra: adds the script's own options to the parser.
+
+    Returns:
+        (parsed arguments, GridConfig, Registry, PreparedDataset); ``--out`` exists afterwards.
+    """
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    ap.add_argument("--out", default=".", help="folder for the figures (created if missing)")
+    if extra is not None:
+        extra(ap)
+    args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    return (args, *open_grid(args.config, args.overrides))
 
 
 def recorded(registry: Any, recipe_hashes: list[str], study: str) -> set[str]:

@@ -74,3 +74,18 @@ def test_markdown_table():
     df = pd.DataFrame({"a": [1.23456, float("nan")], "b": ["x", "y"]}, index=["r1", "r2"])
     md = tb.markdown_table(df, "{:.2f}")
     assert md.splitlines()[2] == "| r1 | 1.23 | x |" and "| r2 | - | y |" in md
+
+
+def test_script_grid_parses_the_shared_command_line_and_creates_out(tmp_path, monkeypatch) -> None:
+    import sys
+
+    import mmgrid.sweep.results as R
+
+    seen = {}
+    monkeypatch.setattr(R, "open_grid", lambda c, o: seen.update(config=c, overrides=o) or ("cfg", "reg", "prep"))
+    out = tmp_path / "figs" / "deep"
+    monkeypatch.setattr(sys, "argv", ["x.py", "demo", "train.seed=3", "--out", str(out), "--metric", "recall@10"])
+    args, cfg, reg, prep = R.script_grid("doc", lambda p: p.add_argument("--metric", default="ndcg@10"))
+    assert (cfg, reg, prep) == ("cfg", "reg", "prep")
+    assert seen == {"config": "demo", "overrides": ["train.seed=3"]}
+    assert args.metric == "recall@10" and out.is_dir()
