@@ -103,7 +103,7 @@ def check_kind(kind: str) -> str:
 
 def check_alias(name: str) -> str:
     """An alias becomes a file name: refuse separators, '..' and anything that looks like a path."""
-    if not isinstance(name, str) or not _ALIAS_RE.match(name) or ".." in name:
+    if not is_alias(name):
         raise InvalidNameError(
             f"alias {name!r} is not allowed: use 1-128 letters, digits, _ . - (starting with a "
             "letter or digit, no '/' and no '..'), e.g. 'best-text-books'."

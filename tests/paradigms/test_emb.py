@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from paradigm_helpers import fit_batch
 from mmgrid.errors import ModelError
 from mmgrid.paradigms import Checkpoint, get_paradigm
 from mmgrid.paradigms.common import CheckpointMismatchError
@@ -69,15 +70,8 @@ def test_collate_positions_point_at_history_targets_and_candidates(model, tiny_d
 def test_training_steps_reduce_loss(model, tiny_domain) -> None:
     torch.manual_seed(0)
     batch = P.collate(model, P.examples(model, tiny_domain, "pretrain")[:16])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model.train()
-    first = P.loss(model, batch)
-    assert torch.isfinite(first)
-    for _ in range(8):
-        opt.zero_grad()
-        P.loss(model, batch).backward()
-        opt.step()
-    assert P.loss(model, batch).item() < first.item() - 0.1
+    first = fit_batch(P, model, batch, steps=8, lr=1e-3)
+    assert P.loss(model, batch).item() < first - 0.1
 
 
 def test_rank_returns_unique_valid_items_not_in_history(model, tiny_domain) -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from paradigm_helpers import fit_batch
 from mmgrid.paradigms import get_paradigm
 from mmgrid.paradigms.common import CheckpointMismatchError
 
@@ -51,14 +52,8 @@ def test_output_ignores_padding_and_later_items(model) -> None:
 def test_training_steps_reduce_loss(model, tiny_domain) -> None:
     batch = P.collate(model, P.examples(model, tiny_domain, "pretrain")[:32])
     assert batch["history"].shape[1] <= PARAMS["max_len"]
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
     torch.manual_seed(0)
-    first = P.loss(model, batch).item()
-    for _ in range(10):
-        opt.zero_grad()
-        P.loss(model, batch).backward()
-        opt.step()
+    first = fit_batch(P, model, batch, steps=10, lr=1e-2)
     model.eval()  # no dropout noise in the comparison
     assert P.loss(model, batch).item() < first - 0.2
 

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from paradigm_helpers import fit_batch
 from mmgrid.errors import ModelError
 from mmgrid.paradigms import Checkpoint, get_paradigm
 from mmgrid.paradigms.common import CheckpointMismatchError
@@ -184,14 +185,7 @@ def test_examples_mix_seqrec_and_alignment(built: torch.nn.Module, tiny_domain: 
 def test_training_steps_reduce_loss(tiny_base: Any, tiny_domain: Any) -> None:
     model = P.build(tiny_base, tiny_domain, PARAMS, seed=0)
     batch = P.collate(model, P.examples(model, tiny_domain, "pretrain")[:16])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    first = float(P.loss(model, batch).detach())
-    for _ in range(8):
-        loss = P.loss(model, batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    first = fit_batch(P, model, batch, steps=8, lr=1e-2)
     assert float(P.loss(model, batch).detach()) < 0.7 * first
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from paradigm_helpers import fit_batch
 from mmgrid.errors import ModelError
 from mmgrid.paradigms import get_paradigm
 from mmgrid.paradigms.text import TextParadigm, TokenExample, collate_lm, left_pad, lm_loss
@@ -71,14 +72,7 @@ def test_examples_end_with_target_title_and_eos(built: torch.nn.Module, tiny_dom
 def test_training_steps_reduce_loss(tiny_base: Any, tiny_domain: Any) -> None:
     model = P.build(tiny_base, tiny_domain, {"max_history": 3}, seed=0)
     batch = P.collate(model, P.examples(model, tiny_domain, "pretrain")[:16])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    first = float(P.loss(model, batch).detach())
-    for _ in range(8):
-        loss = P.loss(model, batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    first = fit_batch(P, model, batch, steps=8, lr=1e-2)
     assert float(P.loss(model, batch).detach()) < 0.7 * first
 
 
