@@ -21,7 +21,7 @@ from mmgrid.paradigms.semid.quantizer import resolve_collisions
 from mmgrid.paradigms.semid.tokens import code_token_names
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import make_tiny_domain  # noqa: E402
+from paradigm_helpers import make_tiny_domain  # noqa: E402
 
 P = get_paradigm("semid")
 PARAMS = {"levels": 3, "codebook_size": 8, "max_history": 4, "num_beams": 12}
