@@ -12,7 +12,12 @@ bench/.venv-mergekit/bin/python, else /tmp/venv-mergekit/bin/python). Prints wal
 time, peak memory, the ratios and the bandwidth limit (bytes read + written divided by
 a plain big-file read/write bandwidth measured in the same run).
 
-Usage: python bench/merge.py [--sweep-mergekit-points 21] [--keep]
+mergekit has no sweep, so the sweep has two baselines: ``mergekit-yaml`` run once per
+point (how a mergekit user produces 21 merges; the mean of ``--sweep-cli-points`` runs
+times 21, each run being a separate process), and the stricter ``run_merge`` called 21
+times in one Python process (no repeated start-up).
+
+Usage: python bench/merge.py [--sweep-mergekit-points 21] [--sweep-cli-points 3] [--keep]
 """
 
 from __future__ import annotations
@@ -126,6 +131,20 @@ def mergekit_run(python: str, configs: list[str], out: Path) -> dict:
     )
 
 
+def mergekit_cli(python: str, config: str, out: Path, work: Path) -> dict:
+    """One ``mergekit-yaml CONFIG OUT`` process (the tool's command line), timed from
+    outside; peak memory is not taken."""
+    cfg = work / "mk_cli.yaml"
+    cfg.write_text(config)
+    exe = str(Path(python).parent / "mergekit-yaml")
+    t0 = time.perf_counter()
+    out_ = subprocess.run([exe, str(cfg), str(out), "--no-copy-tokenizer", "--lazy-unpickle"], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out_.returncode != 0:
+        raise RuntimeError(f"mergekit-yaml failed:\n{out_.stderr[-3000:]}")
+    return {"wall_s": wall}
+
+
 def bandwidth(src: Path, tmp: Path) -> tuple[float, float]:
     """Plain sequential read and write bandwidth (bytes/s) of one big file, no fsync
     (neither mergekit nor the benchmarked merges fsync): the best of two tries each."""
@@ -163,6 +182,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sweep-mergekit-points", type=int, default=21,
                     help="mergekit sweep points timed in one process (default all 21; fewer: the rest extrapolated from one more point's increment)")
+    ap.add_argument("--sweep-cli-points", type=int, default=3,
+                    help="mergekit-yaml runs timed for the per-point baseline (default 3; their mean x 21; 21 times all)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="mmgrid-bench-merge-", dir="/tmp"))
@@ -203,6 +224,12 @@ def main() -> None:
                 else:
                     est, note = r["wall_s"], "all 21 points timed"
                 theirs["sweep21"] = {"wall_s": est, "peak_gb": r["peak_gb"], "note": note}
+                kc = min(max(1, args.sweep_cli_points), len(LAMBDAS))
+                step = max(1, len(LAMBDAS) // kc)
+                cli = [mergekit_cli(mk_py, mergekit_config("temporal", p, lam), mk_out, root)["wall_s"] for lam in LAMBDAS[::step][:kc]]
+                theirs["sweep21_cli"] = {"wall_s": sum(cli) / len(cli) * len(LAMBDAS), "peak_gb": float("nan"),
+                                         "note": f"{kc} of 21 mergekit-yaml runs timed ({', '.join(f'{c:.1f}' for c in cli)} s), mean x 21"}
+                print(f"mergekit sweep: in one process {est:.1f} s; mergekit-yaml per point {theirs['sweep21_cli']['wall_s']:.1f} s", flush=True)
             except RuntimeError as exc:  # report and keep mmgrid's numbers
                 print(f"mergekit failed: {exc}")
         else:
@@ -211,6 +238,10 @@ def main() -> None:
                   "ties_tensor": 3 * size / rbw + size / wbw, "sweep21": 2 * size / rbw + 21 * size / wbw}
         print(f"\n{'case':<18}{'mmgrid s':>10}{'peak GB':>9}{'mergekit s':>12}{'peak GB':>9}{'speedup':>9}{'bw limit s':>12}{'x limit':>9}"
               f"{'after imports s':>17}{'x limit':>9}")
+        if "sweep21_cli" in theirs:
+            ours["sweep21 vs CLI"] = ours["sweep21"]
+            theirs["sweep21 vs CLI"] = theirs["sweep21_cli"]
+            limits["sweep21 vs CLI"] = limits["sweep21"]
         for case, r in ours.items():
             mk = theirs.get(case if case != "ties_tensor" else "ties")
             sp = f"{mk['wall_s'] / r['wall_s']:.1f}x" if mk else "-"
@@ -219,7 +250,9 @@ def main() -> None:
                   f"{(mk['peak_gb'] if mk else float('nan')):>9.2f}{sp:>9}{limits[case]:>12.1f}{r['wall_s'] / limits[case]:>9.1f}"
                   f"{r.get('ready_s', r['wall_s']):>17.1f}{r.get('ready_s', r['wall_s']) / limits[case]:>9.1f}")
         if "sweep21" in theirs:
-            print(f"(mergekit sweep: {theirs['sweep21']['note']}; mmgrid's TIES takes the top-X% over the whole model, mergekit per tensor)")
+            print(f"(mergekit sweep21: run_merge looped in one process, {theirs['sweep21']['note']}; "
+                  f"sweep21 vs CLI: {theirs.get('sweep21_cli', {}).get('note', 'not run')})")
+            print("(mmgrid's TIES takes the top-X% over the whole model, mergekit per tensor)")
         print(f"load average at the end: {os.getloadavg()}")
         print("(mmgrid s and speedup count the interpreter start-up and imports, as mergekit's do; 'after imports' does not)")
         print("targets: >= 5x mergekit for one merge, >= 10x for the sweep, task arithmetic within 2x of the bandwidth limit")

@@ -8,6 +8,7 @@ get extra streaming passes through :meth:`Method.prepare` before the merge pass.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -227,15 +228,12 @@ def _flat_views(models: list[TensorSource], base: TensorSource | None, plan: Pla
 
 def _fast_tensor(kernel: stream.Kernel, method: Method, models: list[TensorSource], base: TensorSource | None,
                  plan: Plan, name: str, shape: tuple[int, ...], dtype: torch.dtype, bufs: stream.Buffers,
-                 sink: Sink, sink_part: Any) -> bool:
+                 sink: Sink) -> bool:
     """Merge one tensor with the fast pass; False if it must take the reference path."""
     rp = plan.rows.get(name)
     n = _shared_numel(models, plan, name)
     if n == 0 or any(not s.shapes[name][1].is_floating_point for s in models):
         return False
-    if sink_part is not None and rp is None:
-        stream.merge_tensor(kernel, models, base, name, n, dtype, bufs, lambda a, b, c: sink_part(name, c, dtype), method.name)
-        return True
     full = torch.empty(shape, dtype=dtype)
     flat = full.reshape(-1)
     stream.merge_tensor(kernel, models, base, name, n, dtype, bufs, lambda a, b, c: flat[a:b].copy_(c), method.name)
@@ -247,41 +245,61 @@ def _fast_tensor(kernel: stream.Kernel, method: Method, models: list[TensorSourc
 
 def _merge_pass(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, sink: Sink,
                 writer: Any, kernel: stream.Kernel | None) -> None:
-    """The merge pass; with a ``writer`` (a SafetensorsWriter) and a kernel, writes
-    happen on a background thread while the next chunks are merged."""
-    bufs = stream.Buffers(len(models)) if kernel is not None else None
+    """The merge pass; with a ``writer`` (a SafetensorsWriter) and a kernel, blocks are
+    read and merged on two threads and written from a third, in file order
+    (:func:`mmgrid.merge.stream.write_blocks`)."""
     if writer is None or kernel is None:
-        _merge_tensors(method, models, base, plan, sink, None, kernel, bufs)
+        bufs = stream.Buffers(len(models)) if kernel is not None else None
+        for name, shape, dtype in plan.layout:
+            sink(name, _one_tensor(method, models, base, plan, name, shape, dtype, kernel, bufs))
         return
+    srcs = ([base] if base is not None else []) + list(models)
+    jobs = []
+    for name, shape, dtype in plan.layout:
+        n = _shared_numel(models, plan, name)
+        if (name in plan.passthrough or plan.rows.get(name) is not None or n == 0
+                or any(not s.shapes[name][1].is_floating_point for s in models)):
+            jobs.append(stream.Job(name, 0, n, dtype, whole=functools.partial(
+                _one_tensor, method, models, base, plan, name, shape, dtype, kernel, None)))
+        else:
+            jobs += stream.block_jobs(name, n, dtype, max(s.shapes[name][1].itemsize for s in srcs))
+    reader = stream.BlockReader(srcs)
     aw = stream.AsyncWriter(writer)
     try:
-        _merge_tensors(method, models, base, plan, aw.write, aw.part, kernel, bufs)
+        stream.write_blocks(jobs, lambda job, out, work: stream.merge_block(kernel, reader, job, out, work, method.name),
+                            aw, make_work=lambda: (stream.Buffers(len(models)), [torch.empty(0, dtype=torch.uint8) for _ in srcs]))
     finally:
-        aw.drain()
+        try:
+            aw.drain()
+        finally:
+            reader.close()
 
 
-def _merge_tensors(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, sink: Sink,
-                   sink_part: Any, kernel: stream.Kernel | None, bufs: stream.Buffers | None) -> None:
+def _one_tensor(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, name: str,
+                shape: tuple[int, ...], dtype: torch.dtype, kernel: stream.Kernel | None,
+                bufs: stream.Buffers | None) -> torch.Tensor:
+    """One merged tensor, whole, in the output dtype (the fast pass where it applies)."""
+    if name in plan.passthrough:
+        return _passthrough(models, name)
+    if kernel is not None:
+        got: list[torch.Tensor] = []
+        if _fast_tensor(kernel, method, models, base, plan, name, shape, dtype, bufs or stream.Buffers(len(models)),
+                        lambda _, t: got.append(t)):
+            return got[0]
     use_base, chunked = base is not None, method.elementwise
-    for name, shape, dtype in plan.layout:
-        if name in plan.passthrough:
-            sink(name, _passthrough(models, name))
-            continue
-        if kernel is not None and _fast_tensor(kernel, method, models, base, plan, name, shape, dtype, bufs, sink, sink_part):
-            continue
-        parts = []
-        coefs = method.linear(len(models)) if chunked else None
-        if coefs is not None:
-            parts = list(_linear_chunks(models, base if use_base else None, plan, name, coefs, dtype, method.name))
-        views = () if coefs is not None else tensor_views(models, base, plan, name, use_base, chunked, method.verify_inputs)
-        for view in views:
-            out = method.merge_tensor(view)
-            _finite(out, name, f"the {method.name} merge (check the method's parameters)")
-            parts.append(out.to(dtype))
-        rp = plan.rows.get(name)
-        if rp is not None:
-            parts.append(_added_rows(method, models, base, name, rp, use_base).to(dtype))
-        sink(name, parts[0] if len(parts) == 1 else torch.cat(parts))
+    parts = []
+    coefs = method.linear(len(models)) if chunked else None
+    if coefs is not None:
+        parts = list(_linear_chunks(models, base if use_base else None, plan, name, coefs, dtype, method.name))
+    views = () if coefs is not None else tensor_views(models, base, plan, name, use_base, chunked, method.verify_inputs)
+    for view in views:
+        out = method.merge_tensor(view)
+        _finite(out, name, f"the {method.name} merge (check the method's parameters)")
+        parts.append(out.to(dtype))
+    rp = plan.rows.get(name)
+    if rp is not None:
+        parts.append(_added_rows(method, models, base, name, rp, use_base).to(dtype))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _linear_chunks(models: list[TensorSource], base: TensorSource | None, plan: Plan, name: str,

@@ -5,14 +5,18 @@ merges row chunks of up to 4M entries with fresh float32 temporaries. On a 2-cor
 machine that is bound by page faults (fresh allocations) and memory traffic. This
 module runs the same arithmetic, operation for operation (so results are bitwise
 equal to the reference path; tests/merge/test_stream.py checks it), on chunks of
-:data:`CHUNK` entries that fit in the L2 cache:
+:data:`CHUNK` entries that fit in the L2 cache, moving data in blocks of about
+:data:`BLOCK_BYTES`:
 
-* file-backed inputs are read chunk by chunk with positioned reads into two reused
-  buffers per input, the next chunk on a background thread while this one is merged
-  (no page faults, no whole tensor held); in-memory inputs are sliced;
-* the float32 work buffers are allocated once per merge;
-* the result chunk is cast into the output tensor, or into a ring of buffers written
-  by a background thread (:class:`AsyncWriter`) to the streaming safetensors writer.
+* merged to a file (:func:`write_blocks` + :func:`merge_block`): worker threads each
+  read a block of every input with positioned reads into their own reused buffers,
+  merge it chunk by chunk and cast it into an output block; a writer thread
+  (:class:`AsyncWriter`) writes the blocks in file order to the streaming safetensors
+  writer. No whole tensor is held, and a thread hand-off happens per block, not per
+  chunk;
+* merged in memory (:func:`merge_tensor`): the next block is read on a background
+  thread while this one is merged;
+* the float32 work buffers are allocated once per thread.
 
 Covered: linear methods (task arithmetic, average, temporal: c_0 theta_0 + sum_i c_i
 theta_i) and the Euclidean pipeline without DARE (TIES with the whole-model top-X%,
@@ -21,24 +25,29 @@ sign election, disjoint mean or sum). Everything else takes the reference path.
 Threads: the chunks are small, so torch's intra-op parallelism buys little and, on a
 shared 2-core machine, its spinning barrier slows every operation down several times
 when another process holds a core (measured: 0.22 s vs 0.4-26 s for one pass over the
-embedding). The pass therefore runs with :data:`THREADS` torch threads.
+embedding). Each thread therefore runs with :data:`THREADS` torch threads, and the
+parallelism comes from :data:`COMPUTE_THREADS` Python threads (torch releases the GIL
+inside each operation).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from mmgrid.merge.errors import NonFiniteError, SourceError
 from mmgrid.merge.tensors import TensorSource
 
-CHUNK = 1 << 18  # entries per chunk: 1 MiB of float32, a few buffers fit in L2
+CHUNK = 1 << 16  # entries per compute chunk: the work buffers stay in L2 (2 MiB per core here)
+BLOCK_BYTES = 4 << 20  # bytes per read or write call: few syscalls and thread hand-offs
 THREADS = 1
 # read the next chunk of file inputs on a background thread while merging this one
 PREFETCH = os.environ.get("MMGRID_MERGE_PREFETCH", "1") != "0"
@@ -229,45 +238,56 @@ def _all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum(dtype=torch.float32)))
 
 
+def block_entries(step: int, itemsize: int) -> int:
+    """Entries per I/O block: about :data:`BLOCK_BYTES`, a whole number of chunks."""
+    return max(step, (BLOCK_BYTES // max(itemsize, 1)) // step * step)
+
+
 def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | None, name: str, n: int,
                  dtype: torch.dtype, bufs: Buffers, emit: Callable[[int, int, torch.Tensor], None],
                  what: str) -> None:
     """Merge the first ``n`` entries of tensor ``name``; ``emit(a, b, chunk)`` gets each
     float32 result chunk (a reused buffer: cast or copy it before returning).
 
+    Inputs are read in blocks of about :data:`BLOCK_BYTES` (the next block on a
+    background thread while this one is merged) and merged in L2-sized chunks of
+    ``bufs``: a thread hand-off per block, not per chunk.
+
     Raises:
         NonFiniteError: NaN/Inf in an input (named) or in the result.
     """
     srcs = ([base] if base is not None else []) + list(models)
     step = bufs.acc.numel()
-    starts = list(range(0, n, step))
+    block = block_entries(step, max(s.shapes[name][1].itemsize for s in srcs))
+    starts = list(range(0, n, block))
     ahead = PREFETCH and len(starts) > 1 and any(s.locate is not None for s in srcs)
-    ins = [ChunkInput(s, name, n, step, 2 if ahead else 1) for s in srcs]
+    ins = [ChunkInput(s, name, n, block, 2 if ahead else 1) for s in srcs]
 
     def read(idx: int) -> list[torch.Tensor]:
         a = starts[idx]
-        return [x.chunk(a, min(a + step, n), idx % 2 if ahead else 0) for x in ins]
+        return [x.chunk(a, min(a + block, n), idx % 2 if ahead else 0) for x in ins]
 
     ex = ThreadPoolExecutor(1, thread_name_prefix="mmgrid-read") if ahead else None
     try:
         nxt = ex.submit(read, 0) if ex is not None else None
-        for idx, a in enumerate(starts):
-            b = min(a + step, n)
-            # read chunk idx + 1 (other buffer slot) while chunk idx is merged
-            parts = nxt.result() if ex is not None else read(idx)
+        for idx, a0 in enumerate(starts):
+            # read block idx + 1 (other buffer slot) while block idx is merged
+            blk = nxt.result() if ex is not None else read(idx)
             if ex is not None and idx + 1 < len(starts):
                 nxt = ex.submit(read, idx + 1)
-            if k.coefs is not None:
-                acc, skipped = linear_chunk(k, parts, bufs)
-                for j in skipped:  # the reference adds a non-finite part even at coefficient 0
-                    if not _all_finite(parts[j]):
-                        _culprit(parts, ins, name)
-            else:
-                acc = pipeline_chunk(k, parts[1:], parts[0], bufs)
-            if not _all_finite(acc):
-                _culprit(parts, ins, name)
-                raise NonFiniteError(f"tensor {name!r} of the {what} merge (check the method's parameters) holds NaN or Inf; fix or retrain that checkpoint")
-            emit(a, b, acc)
+            for c in range(0, blk[0].numel(), step):
+                parts = [t[c:c + step] for t in blk]
+                if k.coefs is not None:
+                    acc, skipped = linear_chunk(k, parts, bufs)
+                    for j in skipped:  # the reference adds a non-finite part even at coefficient 0
+                        if not _all_finite(parts[j]):
+                            _culprit(parts, ins, name)
+                else:
+                    acc = pipeline_chunk(k, parts[1:], parts[0], bufs)
+                if not _all_finite(acc):
+                    _culprit(parts, ins, name)
+                    raise NonFiniteError(f"tensor {name!r} of the {what} merge (check the method's parameters) holds NaN or Inf; fix or retrain that checkpoint")
+                emit(a0 + c, a0 + c + acc.numel(), acc)
     finally:
         if ex is not None:
             ex.shutdown(wait=True)  # no read in flight when the files close
@@ -275,7 +295,7 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
             x.close()
 
 
-def _culprit(parts: list[torch.Tensor], ins: list[ChunkInput], name: str) -> None:
+def _culprit(parts: list[torch.Tensor], ins: list, name: str) -> None:
     for t, x in zip(parts, ins):
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise NonFiniteError(f"tensor {name!r} of {x.label} holds NaN or Inf; fix or retrain that checkpoint")
@@ -305,34 +325,55 @@ class _Inline:
 class AsyncWriter:
     """Writes to a :class:`SafetensorsWriter` from one background thread, in order.
 
-    The merge or sweep computes the next chunk while the previous ones are written (the
+    The merge or sweep computes the next chunks while earlier ones are written (the
     write syscalls release the GIL), so a pass costs about max(compute, write) rather
-    than their sum. Chunks are cast into a ring of ``depth`` buffers; a buffer is
-    reused only after its write finished. Every write goes through the one worker, so
-    whole tensors and parts keep the layout order.
+    than their sum. Chunks of a tensor are cast into a block of about
+    :data:`BLOCK_BYTES`; a full block (or the last one of a tensor) goes to the writer
+    thread as one write. Blocks come from a ring of ``depth`` buffers, reused only
+    after their write finished. Every write goes through the one worker, so whole
+    tensors and parts keep the layout order.
     """
 
-    def __init__(self, writer, depth: int = 4) -> None:
+    def __init__(self, writer, depth: int = 3) -> None:
         self.w = writer
         self.ex = ThreadPoolExecutor(1, thread_name_prefix="mmgrid-write") if ASYNC_WRITE else _Inline()
-        self.ring: dict[torch.dtype, list[torch.Tensor]] = {}
+        self.ring: dict[torch.dtype, list[torch.Tensor | None]] = {}
         self.futs: list = [None] * depth
         self.depth, self.i = depth, 0
+        self.cur: tuple[str, torch.dtype, torch.Tensor] | None = None  # the block being filled
+        self.fill = 0
 
     def write(self, name: str, t: torch.Tensor) -> None:
-        self._slot_wait(self.i)
-        self.futs[self.i] = self.ex.submit(self.w.write, name, t)
-        self.i = (self.i + 1) % self.depth
+        """Queue a whole tensor (after any block being filled)."""
+        self.flush()
+        self._submit(self.w.write, name, t)
 
     def part(self, name: str, chunk: torch.Tensor, dtype: torch.dtype) -> None:
-        """Cast a float32 chunk to ``dtype`` into a ring buffer and queue its write."""
+        """Cast a float32 chunk (the next entries of tensor ``name``) to ``dtype`` into
+        the current block; queue the block's write when it is full."""
+        m = chunk.numel()
+        if self.cur is not None and (self.cur[0] != name or self.cur[1] != dtype or self.fill + m > self.cur[2].numel()):
+            self.flush()
+        if self.cur is None:
+            self._slot_wait(self.i)  # the slot's buffer is free once its write is done
+            ring = self.ring.setdefault(dtype, [None] * self.depth)
+            size = max(block_entries(CHUNK, dtype.itemsize), m)
+            if ring[self.i] is None or ring[self.i].numel() < size:
+                ring[self.i] = torch.empty(size, dtype=dtype)
+            self.cur, self.fill = (name, dtype, ring[self.i]), 0
+        self.cur[2][self.fill:self.fill + m].copy_(chunk)
+        self.fill += m
+
+    def flush(self) -> None:
+        """Queue the block being filled, if any."""
+        if self.cur is not None:
+            name, _, buf = self.cur
+            self.cur = None
+            self._submit(self.w.write_part, name, buf[: self.fill])
+
+    def _submit(self, fn, *args) -> None:
         self._slot_wait(self.i)
-        ring = self.ring.setdefault(dtype, [torch.empty(CHUNK, dtype=dtype) for _ in range(self.depth)])
-        if ring[self.i].numel() < chunk.numel():
-            ring[self.i] = torch.empty(chunk.numel(), dtype=dtype)
-        out = ring[self.i][: chunk.numel()]
-        out.copy_(chunk)
-        self.futs[self.i] = self.ex.submit(self.w.write_part, name, out)
+        self.futs[self.i] = self.ex.submit(fn, *args)
         self.i = (self.i + 1) % self.depth
 
     def _slot_wait(self, i: int) -> None:
@@ -341,9 +382,187 @@ class AsyncWriter:
             self.futs[i] = None
 
     def drain(self) -> None:
-        """Wait for every queued write (raising the first error)."""
+        """Queue the last block and wait for every queued write (raising the first error)."""
         try:
+            self.flush()
             for k in range(self.depth):
                 self._slot_wait((self.i + k) % self.depth)
         finally:
             self.ex.shutdown(wait=True)
+
+    def block(self, name: str, buf: torch.Tensor) -> Callable[[], None]:
+        """Queue ``buf`` (the next entries of tensor ``name``, already in its dtype) as one
+        write; returns a function that waits until that write is done (then ``buf`` may
+        be reused)."""
+        self.flush()
+        slot = self.i
+        self._submit(self.w.write_part, name, buf)
+        return lambda: self._slot_wait(slot)
+
+
+# compute threads of a blockwise write (the writer thread runs beside them)
+COMPUTE_THREADS = max(1, min(2, int(os.environ.get("MMGRID_MERGE_COMPUTE_THREADS", "2"))))
+
+
+@dataclass
+class Job:
+    """One piece of an output file, in file order: entries [a, b) of tensor ``name``
+    computed by a worker thread, or (``whole`` given) the whole tensor, produced on the
+    calling thread when its turn to be written comes."""
+
+    name: str
+    a: int
+    b: int
+    dtype: torch.dtype
+    whole: Callable[[], torch.Tensor] | None = None
+
+
+def block_jobs(name: str, n: int, dtype: torch.dtype, itemsize: int | None = None) -> list[Job]:
+    """Jobs covering the ``n`` entries of tensor ``name`` in blocks of about
+    :data:`BLOCK_BYTES` of ``itemsize``-byte entries (default: the dtype's)."""
+    step = block_entries(CHUNK, itemsize or dtype.itemsize)
+    return [Job(name, a, min(a + step, n), dtype) for a in range(0, n, step)] or [Job(name, 0, 0, dtype)]
+
+
+def two_f32() -> tuple[torch.Tensor, torch.Tensor]:
+    """Default per-thread work state: two float32 buffers of :data:`CHUNK` entries."""
+    return torch.empty(CHUNK, dtype=torch.float32), torch.empty(CHUNK, dtype=torch.float32)
+
+
+def write_blocks(jobs: list[Job], fill: Callable[[Job, torch.Tensor, Any], None], aw: AsyncWriter,
+                 make_work: Callable[[], Any] = two_f32, n_threads: int | None = None) -> None:
+    """Compute blocks on ``n_threads`` threads and write everything in file order.
+
+    ``fill(job, out, work)`` writes entries [job.a, job.b) of tensor ``job.name`` into
+    ``out`` (in ``job.dtype``), with the calling thread's own ``work = make_work()``.
+    Blocks go to ``aw``'s writer thread in order as they complete; at most
+    ``2 n_threads + 1`` are computed ahead, and an output buffer is reused once its
+    write is done. Whole-tensor jobs are produced on this thread when their turn comes.
+
+    Two compute threads beside the writer keep both cores of a small machine busy: a
+    pass then costs about (read + compute + write) / 2 instead of being bound by the
+    one thread that merges.
+    """
+    n = n_threads or COMPUTE_THREADS
+    local = threading.local()
+
+    def run(job: Job, out: torch.Tensor) -> torch.Tensor:
+        if not hasattr(local, "work"):
+            # once per worker: OpenMP's thread count is per calling thread, and a new
+            # thread starts from the default (all cores), not from the caller's setting;
+            # switching it per block (or inheriting 2 per worker) oversubscribes the cores
+            torch.set_num_threads(THREADS)
+            local.work = make_work()
+        fill(job, out, local.work)
+        return out
+
+    free: dict[torch.dtype, list[torch.Tensor]] = {}
+    writing: list[tuple[Callable[[], None], torch.Tensor]] = []  # (wait for the write, its buffer)
+    ahead: list[tuple[Job, Any, torch.Tensor | None]] = []  # (job, future, buffer)
+
+    def emit() -> None:
+        job, fut, buf = ahead.pop(0)
+        if job.whole is not None:
+            aw.write(job.name, job.whole())
+        else:
+            writing.append((aw.block(job.name, fut.result()), buf))
+
+    ex = ThreadPoolExecutor(n, thread_name_prefix="mmgrid-compute")
+    try:
+        for job in jobs:
+            if job.whole is not None:
+                ahead.append((job, None, None))
+            else:
+                bufs = free.setdefault(job.dtype, [])
+                while not bufs and writing:  # recycle the oldest written buffer
+                    done, buf = writing.pop(0)
+                    done()
+                    free.setdefault(buf.dtype, []).append(buf)
+                m = job.b - job.a
+                if bufs and bufs[-1].numel() >= m:
+                    out = bufs.pop()
+                else:
+                    out = torch.empty(max(block_entries(CHUNK, job.dtype.itemsize), m), dtype=job.dtype)
+                ahead.append((job, ex.submit(run, job, out[:m]), out))
+            while len(ahead) > 2 * n:
+                emit()
+        while ahead:
+            emit()
+    finally:
+        for _, fut, _ in ahead:
+            if fut is not None:
+                fut.cancel()
+        ex.shutdown(wait=True)
+
+
+class BlockReader:
+    """Entries [a, b) of any source's tensor, for any thread: positioned reads into that
+    thread's own buffers (file-backed sources; one descriptor per file, shared), or a
+    slice (in-memory sources)."""
+
+    def __init__(self, srcs: list[TensorSource]) -> None:
+        self.srcs = srcs
+        self.fds: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def _fd(self, path: str) -> int:
+        with self.lock:
+            if path not in self.fds:
+                self.fds[path] = os.open(path, os.O_RDONLY)
+            return self.fds[path]
+
+    def read(self, i: int, name: str, a: int, b: int, buf: torch.Tensor) -> torch.Tensor:
+        """Entries [a, b) of source ``i``'s tensor ``name`` (a view of ``buf``, uint8,
+        grown by the caller to fit, or a slice of the in-memory tensor)."""
+        src = self.srcs[i]
+        loc = src.locate(name) if src.locate is not None else None
+        dtype = src.shapes[name][1]
+        if loc is None:
+            return src.get(name).reshape(-1)[a:b]
+        path, offset = loc
+        item = dtype.itemsize
+        want, got = (b - a) * item, 0
+        view = memoryview(buf.numpy())[:want]
+        fd = self._fd(path)
+        while got < want:  # preadv may return short counts
+            r = os.preadv(fd, [view[got:]], offset + a * item + got)
+            if r <= 0:
+                raise SourceError(f"{src.label}: tensor data is truncated; the file is incomplete")
+            got += r
+        return buf[:want].view(dtype)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def merge_block(k: Kernel, reader: BlockReader, job: Job, out: torch.Tensor, work: tuple[Buffers, list[torch.Tensor]],
+                what: str) -> None:
+    """Entries [job.a, job.b) of a merged tensor into ``out`` (the operations of
+    :func:`merge_tensor`, so the result is bitwise the same). ``work``: this thread's
+    :class:`Buffers` and one uint8 read buffer per source."""
+    bufs, raw = work
+    name = job.name
+    parts = []
+    for i in range(len(reader.srcs)):
+        need = (job.b - job.a) * reader.srcs[i].shapes[name][1].itemsize
+        if raw[i].numel() < need:
+            raw[i] = torch.empty(need, dtype=torch.uint8)
+        parts.append(reader.read(i, name, job.a, job.b, raw[i]))
+    step = bufs.acc.numel()
+    for c in range(0, job.b - job.a, step):
+        sub = [t[c:c + step] for t in parts]
+        if k.coefs is not None:
+            acc, skipped = linear_chunk(k, sub, bufs)
+            for j in skipped:  # the reference adds a non-finite part even at coefficient 0
+                if not _all_finite(sub[j]):
+                    _culprit(sub, reader.srcs, name)
+        else:
+            acc = pipeline_chunk(k, sub[1:], sub[0], bufs)
+        out[c:c + acc.numel()].copy_(acc)
+    # one check per block on the output (NaN and +-Inf survive the cast, and a value the
+    # output dtype cannot hold becomes Inf): a single pass instead of one per chunk
+    if out.numel() and not all(bool(torch.isfinite(v)) for v in torch.aminmax(out)):
+        _culprit(parts, reader.srcs, name)
+        raise NonFiniteError(f"tensor {name!r} of the {what} merge (check the method's parameters) holds NaN or Inf; fix or retrain that checkpoint")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import threading
 from collections.abc import Iterable, Mapping
@@ -270,7 +271,11 @@ class SafetensorsWriter:
             old = os.open(self.path, os.O_RDONLY)
         except OSError:
             old = None
-        os.replace(self._tmp, self.path)
+        regular = old is not None and stat.S_ISREG(os.fstat(old).st_mode)
+        if regular and not self.durable and _exchange(self._tmp, self.path):
+            self._tmp.unlink()  # now the old file; its pages are freed when ``old`` closes
+        else:
+            os.replace(self._tmp, self.path)
         if old is not None:
             threading.Thread(target=os.close, args=(old,), daemon=True).start()
         return self.path
@@ -280,6 +285,34 @@ class SafetensorsWriter:
         if not self._fh.closed:
             self._fh.close()
         self._tmp.unlink(missing_ok=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where that
+    is not available, and the caller renames instead.
+
+    Used for non-durable writes over an existing file: ext4 (``auto_da_alloc``) starts
+    writing a file's data to disk when it is renamed over another one, which doubled
+    the cost of rewriting a 1.2 GB merge result into the page cache (0.65 s vs 0.3 s,
+    measured). An exchange is not such a rename, and readers still see either the old
+    complete file or the new one.
+    """
+    global _RENAMEAT2
+    if _RENAMEAT2 is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _RENAMEAT2 = libc.renameat2
+        except (OSError, AttributeError):
+            _RENAMEAT2 = False
+    if _RENAMEAT2 is False:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return _RENAMEAT2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+_RENAMEAT2: Any = None
 
 
 def _numel(shape: Iterable[int]) -> int:

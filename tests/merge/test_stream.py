@@ -87,22 +87,99 @@ def test_fast_pass_equals_reference_sampled_threshold(trio, monkeypatch, chunk):
     assert _same(ref, merge("ties", ins, base=trio["base"], **params))
 
 
-@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[5], CASES[9]])
-def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, method, n, params):
+@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[5], CASES[9]])
+@pytest.mark.parametrize("block_bytes,threads", [(1 << 22, 2), (40, 2), (40, 1)])
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, method, n, params, block_bytes, threads, on_disk):
+    """The blockwise file pass (2 compute threads + writer) writes the reference merge,
+    with blocks straddling rows and chunks, read from files or from memory."""
     paths = {}
     for k, v in trio.items():
         paths[k] = tmp_path / f"{k}.safetensors"
         save_file(v, str(paths[k]))
-    ins = [paths[k] for k in "abc"[:n]]
+    src = paths if on_disk else trio
+    ins = [src[k] for k in "abc"[:n]]
     monkeypatch.setattr(engine, "FAST", False)
     ref = merge(method, [trio[k] for k in "abc"[:n]], base=trio["base"], **params)
     monkeypatch.setattr(engine, "FAST", True)
     monkeypatch.setattr(stream, "CHUNK", 7)  # chunks straddle rows and tensors
+    monkeypatch.setattr(stream, "BLOCK_BYTES", block_bytes)  # 40 bytes: blocks of 14-20 entries
+    monkeypatch.setattr(stream, "COMPUTE_THREADS", threads)
     out = tmp_path / "out.safetensors"
-    merge_to_file(method, ins, out, base=paths["base"], durable=False, **params)
+    merge_to_file(method, ins, out, base=src["base"], durable=False, **params)
     with safe_open(str(out), "pt") as fh:
         got = {k: fh.get_tensor(k) for k in fh.keys()}
     assert _same(ref, got)
+
+
+def test_block_jobs_cover_the_tensor_once(monkeypatch):
+    monkeypatch.setattr(stream, "CHUNK", 7)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 40)
+    jobs = stream.block_jobs("w", 100, torch.bfloat16)
+    assert [(j.a, j.b) for j in jobs] == [(a, min(a + 14, 100)) for a in range(0, 100, 14)]  # 40 B // 2 B = 20 -> 14 (2 chunks)
+    assert [(j.a, j.b) for j in stream.block_jobs("e", 0, torch.float32)] == [(0, 0)]
+    assert stream.block_entries(7, 4) == 7  # a block is at least one chunk
+
+
+def test_blockwise_file_merge_names_nan_input_and_writes_nothing(trio, tmp_path: Path, monkeypatch):
+    bad = dict(trio["b"])
+    bad["layers.0.up.weight"] = bad["layers.0.up.weight"].clone()
+    bad["layers.0.up.weight"][11, 7] = float("inf")  # in the tensor's last block
+    paths = {}
+    for k, v in {"base": trio["base"], "a": trio["a"], "b": bad}.items():
+        paths[k] = tmp_path / f"{k}.safetensors"
+        save_file(v, str(paths[k]))
+    monkeypatch.setattr(stream, "CHUNK", 5)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 40)
+    out = tmp_path / "out.safetensors"
+    for method, params in (("task_arithmetic", {}), ("ties", {"density": 1.0})):
+        with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
+            merge_to_file(method, [paths["a"], paths["b"]], out, base=paths["base"], durable=False, **params)
+        assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_write_blocks_keeps_file_order_and_reuses_buffers(tmp_path: Path, monkeypatch):
+    """Blocks finishing out of order are still written in order; whole-tensor jobs sit
+    between them; a fill error aborts with nothing left behind."""
+    import random
+    import time
+
+    monkeypatch.setattr(stream, "CHUNK", 4)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 32)  # 8 float32 entries per block
+    x = torch.arange(50, dtype=torch.float32)
+    mid = torch.tensor([7, 8, 9], dtype=torch.int64)
+    layout = [("x", (50,), torch.float32), ("mid", (3,), torch.int64), ("y", (50,), torch.float32)]
+    jobs = stream.block_jobs("x", 50, torch.float32) + [stream.Job("mid", 0, 3, torch.int64, whole=lambda: mid)] \
+        + stream.block_jobs("y", 50, torch.float32)
+    rng = random.Random(0)
+
+    def fill(job, out, work):
+        time.sleep(rng.random() * 0.002)  # finish out of order
+        out.copy_(x[job.a:job.b] * (1 if job.name == "x" else -1))
+
+    w = SafetensorsWriter(tmp_path / "o.safetensors", layout)
+    aw = stream.AsyncWriter(w)
+    stream.write_blocks(jobs, fill, aw, n_threads=2)
+    aw.drain()
+    w.close()
+    with safe_open(str(tmp_path / "o.safetensors"), "pt") as fh:
+        assert torch.equal(fh.get_tensor("x"), x) and torch.equal(fh.get_tensor("y"), -x)
+        assert torch.equal(fh.get_tensor("mid"), mid)
+
+    def boom(job, out, work):
+        if job.name == "y" and job.a >= 16:
+            raise ValueError("fill failed")
+        fill(job, out, work)
+
+    w = SafetensorsWriter(tmp_path / "p.safetensors", layout)
+    aw = stream.AsyncWriter(w)
+    with pytest.raises(ValueError, match="fill failed"):
+        try:
+            stream.write_blocks(jobs, boom, aw, n_threads=2)
+        finally:
+            aw.drain()
+    w.abort()
+    assert not (tmp_path / "p.safetensors").exists() and not list(tmp_path.glob("*.partial"))
 
 
 def test_trim_by_hardshrink_equals_masked_fill():
@@ -141,13 +218,46 @@ def test_writer_parts_read_back_bitwise(tmp_path: Path):
         assert all(torch.equal(fh.get_tensor(k), v) for k, v in ts.items())
 
 
-def test_sweep_write_equals_state_at(trio, tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("block_bytes", [1 << 22, 40])
+def test_sweep_write_equals_state_at(trio, tmp_path: Path, monkeypatch, block_bytes):
+    before = {k: v.clone() for k, v in trio["b"].items()}
     sw = TemporalSweep(trio["a"], trio["b"])
     monkeypatch.setattr(stream, "CHUNK", 6)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", block_bytes)
     for lam in (-0.5, 0.3, 1.5):
-        sw.write(lam, tmp_path / "p.safetensors", durable=False)
+        sw.write(lam, tmp_path / "p.safetensors", durable=False)  # the second and third replace the first
         with safe_open(str(tmp_path / "p.safetensors"), "pt") as fh:
             got = {k: fh.get_tensor(k) for k in fh.keys()}
         assert _same(sw.state_at(lam), got)
         ref = merge("temporal", [trio["a"], trio["b"]], lam=lam)  # (1-lam) t1 + lam t2: rounds differently
         assert all(torch.allclose(ref[k].float(), got[k].float(), rtol=2 ** -7, atol=1e-6) for k in ref)
+        # hand-computed Eq. 10 in float64 for one entry
+        k = "layers.0.up.weight"
+        a, b = trio["a"][k][2, 3].double(), trio["b"][k][2, 3].double()
+        assert abs(float(got[k][2, 3]) - float(a + lam * (b - a))) <= 2 ** -7 * abs(float(a + lam * (b - a))) + 1e-6
+    assert not list(tmp_path.glob("*.partial"))
+    assert _same(before, trio["b"])  # the sweep holds the inputs; it never changes them
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_writer_replaces_an_existing_file_whole(tmp_path: Path, durable: bool):
+    """A write over an existing file (renameat2 exchange when not durable, rename when
+    durable) leaves the new content under the name and no temp file."""
+    path = tmp_path / "o.safetensors"
+    for value in (1.0, 2.0, 3.0):
+        t = torch.full((1000,), value)
+        w = SafetensorsWriter(path, [("x", (1000,), torch.float32)], durable=durable)
+        w.write("x", t)
+        w.close()
+        with safe_open(str(path), "pt") as fh:
+            assert torch.equal(fh.get_tensor("x"), t)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.safetensors"]
+
+
+def test_writer_does_not_swap_a_directory_in(tmp_path: Path):
+    (tmp_path / "o.safetensors").mkdir()
+    w = SafetensorsWriter(tmp_path / "o.safetensors", [("x", (2,), torch.float32)], durable=False)
+    w.write("x", torch.ones(2))
+    with pytest.raises(OSError):
+        w.close()
+    assert (tmp_path / "o.safetensors").is_dir()
