@@ -82,6 +82,7 @@ def child(code: str, python: str = sys.executable) -> dict:
         "print('RESULT', json.dumps({'wall_s': t1 - t0, 'ready_s': t1 - (t_ready or t0), 'peak_gb': hwm * 1024 / 1e9}))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    os.sync()  # no dirty pages of the previous case (or of building the models) are written back during this one
     out = subprocess.run([python, "-c", wrapper], capture_output=True, text=True, cwd=HERE.parent, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"child failed:\n{out.stderr[-3000:]}")
@@ -137,6 +138,7 @@ def mergekit_cli(python: str, config: str, out: Path, work: Path) -> dict:
     cfg = work / "mk_cli.yaml"
     cfg.write_text(config)
     exe = str(Path(python).parent / "mergekit-yaml")
+    os.sync()
     t0 = time.perf_counter()
     out_ = subprocess.run([exe, str(cfg), str(out), "--no-copy-tokenizer", "--lazy-unpickle"], capture_output=True, text=True)
     wall = time.perf_counter() - t0
