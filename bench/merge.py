@@ -179,8 +179,8 @@ def bandwidth(src: Path, tmp: Path) -> tuple[float, float]:
 
 
 def best(run, n: int = 2) -> dict:
-    """The fastest of ``n`` runs (single merges, for both tools: the shared 2-core VM's
-    page allocation makes one run vary by up to 2x)."""
+    """The fastest of ``n`` runs, for every case of both tools: on the shared 2-core VM
+    one run varies by up to 1.5x (page allocation after memory was handed back)."""
     return min((run() for _ in range(n)), key=lambda r: r["wall_s"])
 
 
@@ -213,7 +213,7 @@ def main() -> None:
         ours = {
             "ties": best(lambda: mmgrid_merge("ties", p, out, "density=0.2")),
             "task_arithmetic": best(lambda: mmgrid_merge("task_arithmetic", p, out, "")),
-            "sweep21": mmgrid_sweep(p, out),
+            "sweep21": best(lambda: mmgrid_sweep(p, out)),
         }
         theirs: dict[str, dict] = {}
         for case, r in ours.items():
@@ -226,7 +226,7 @@ def main() -> None:
                 theirs["task_arithmetic"] = best(lambda: mergekit_run(mk_py, [mergekit_config("task_arithmetic", p)], mk_out))
                 print(f"mergekit task_arithmetic: {theirs['task_arithmetic']['wall_s']:.1f} s", flush=True)
                 k = max(1, args.sweep_mergekit_points)
-                r = mergekit_run(mk_py, [mergekit_config("temporal", p, lam) for lam in LAMBDAS[:k]], mk_out)
+                r = best(lambda: mergekit_run(mk_py, [mergekit_config("temporal", p, lam) for lam in LAMBDAS[:k]], mk_out))
                 if k < len(LAMBDAS):
                     # one more point in the same process: the increment is the cost of a point,
                     # so the estimate does not count the interpreter start-up 21 times
