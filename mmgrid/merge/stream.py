@@ -146,11 +146,19 @@ def linear_chunk(k: Kernel, parts: list[torch.Tensor], bufs: Buffers) -> tuple[t
     allc = ([c0] if c0 is not None else []) + list(cs)
     m = parts[0].numel()
     acc = bufs.acc[:m]
-    acc.copy_(parts[0])
-    if allc[0] != 1.0:
-        acc.mul_(allc[0])
     skipped = []
-    for j, (t, c) in enumerate(zip(parts[1:], allc[1:]), start=1):
+    first = 1
+    if len(parts) > 1 and allc[0] == -1.0 and allc[1] == 1.0:
+        # task arithmetic of weight-1 models: (-1 x0) + x1 is x1 - x0 exactly (negation is
+        # exact, a + (-b) rounds as a - b), one pass fewer than copy, negate, add
+        acc.copy_(parts[1])
+        acc.sub_(parts[0])
+        first = 2
+    else:
+        acc.copy_(parts[0])
+        if allc[0] != 1.0:
+            acc.mul_(allc[0])
+    for j, (t, c) in enumerate(zip(parts[first:], allc[first:]), start=first):
         if c != 0.0:
             acc.add_(t, alpha=c)
         else:
