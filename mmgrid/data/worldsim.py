@@ -4,9 +4,12 @@ Items have a latent category, a release time, a popularity life-span and a quali
 item i at time t is ``quality_i * exp(-(t - release_i) / lifespan_i)`` once released (zero before).
 Users arrive over time, have a per-period probability of being active, and a latent category
 preference that drifts from a start vector to an end vector and is mixed with a domain-wide
-trend. An active user's interactions pick a category from the current preference and then an
-item of that category by its current weight: fast-turnover domains therefore keep moving to new
-items, long-lived ones keep consuming old ones.
+category trend, ``exp(amplitude * sin(2 pi t / period + phase_c))`` with evenly spaced category
+phases: a period much longer than the months from p1 to the test window makes it directional (what rose
+from p1 to p2 keeps rising), a half-year period makes it seasonal (the test quarter looks like p1). An
+active user's interactions pick a category from the current preference and then an item of that
+category by its current weight: fast-turnover domains therefore keep moving to new items,
+long-lived ones keep consuming old ones.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ class DomainKnobs:
     activity: float  # mean per-period probability that a present user is active
     burst: float  # extra interactions of an active user in a period ~ Poisson(burst)
     drift: float  # how far a user's preference moves from its start to its end vector over the span
-    trend_weight: float  # weight of the domain-wide rotating category trend in every preference
+    trend_weight: float  # weight of the domain-wide category trend in every preference
     user_arrival_share: float  # share of users present from the start; the rest arrive uniformly
     pref_concentration: float  # Dirichlet concentration of user preferences (small = focused users)
     quality_sigma: float  # log-normal spread of item quality (popularity inequality)
     activity_concentration: float = 40.0  # Beta concentration of per-user activity (large = alike users)
+    trend_period_days: float = 0.0  # period of the category trend; 0 = one cycle over the whole span
+    trend_amplitude: float = 1.5  # log-scale amplitude of the category trend
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -72,7 +77,8 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     act = rng.beta(c * k.activity, c * (1 - k.activity), n_users)  # mean = activity
     p0 = rng.dirichlet(np.full(n_cats, k.pref_concentration), n_users)
     p1 = rng.dirichlet(np.full(n_cats, k.pref_concentration), n_users)
-    phase = rng.random(n_cats) * 2 * np.pi
+    u = rng.random(n_cats)
+    phase = 2 * np.pi * (np.argsort(u) / n_cats + u[0])  # evenly spaced phases, in random order
     out_u, out_i, out_t = [], [], []
     for t0 in range(start_ms, end_ms, period):
         t_mid = t0 + period // 2
@@ -82,7 +88,8 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
             continue
         users = np.repeat(active, 1 + rng.poisson(k.burst, active.size))
         frac = (t_mid - start_ms) / span
-        trend = np.exp(1.5 * np.sin(2 * np.pi * frac + phase))
+        cycles = frac if k.trend_period_days <= 0 else (t_mid - start_ms) / (k.trend_period_days * DAY_MS)
+        trend = np.exp(k.trend_amplitude * np.sin(2 * np.pi * cycles + phase))
         pref = (1 - k.drift * frac) * p0[users] + k.drift * frac * p1[users]
         pref = (1 - k.trend_weight) * pref + k.trend_weight * trend / trend.sum()
         cum = np.cumsum(pref, axis=1)

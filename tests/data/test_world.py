@@ -94,3 +94,34 @@ def test_rewritten_world_keeps_prepare_up_to_date(world: Path, tmp_path: Path) -
     msgs: list[str] = []
     prepare(cfg, log=msgs.append)
     assert "up to date" in msgs[-1]
+
+
+def _trend_lambda(knobs, seed: int, d_i: int) -> float:
+    """The least-squares lambda with which p1's category mix + lambda (p2's - p1's) fits the test mix."""
+    import numpy as np
+
+    from mmgrid.data.world import PERIOD_DAYS, _date_ms
+    from mmgrid.data.worldsim import simulate
+
+    cfg = WorldConfig(seed=seed)
+    edges = [_date_ms(d, "") for d in ("2022-07-01", "2022-10-01", "2023-01-01", "2023-04-01")]  # demo's p1, p2, test
+    sim = simulate(knobs, 6, _date_ms(cfg.start, ""), _date_ms(cfg.end, ""), PERIOD_DAYS, 1.0,
+                   np.random.default_rng([seed, d_i]))  # fmt: skip
+    cat = sim.item_cat[sim.item]
+    mix = [np.bincount(cat[(sim.ts >= a) & (sim.ts < b)], minlength=6) for a, b in zip(edges, edges[1:])]
+    p1, p2, test = (m / m.sum() for m in mix)
+    return float((p2 - p1) @ (test - p1) / ((p2 - p1) @ (p2 - p1)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_category_trend_orders_the_temporal_ground_truth(seed: int) -> None:
+    # Issue 6's mechanism without training: fast-turnover domains' directional trend keeps moving past
+    # p2 (the category mix wants lambda > 1), long-lived domains' seasonal trend returns to p1's mix
+    # (lambda near 0), Sports in between; so lambda* can fall as the interaction time gap rises.
+    from mmgrid.data.world import PRESETS
+
+    lam = {k.name: _trend_lambda(k, seed, i) for i, k in enumerate(PRESETS)}
+    assert min(lam["Phones"], lam["Games"]) > 1.1, lam
+    assert 0.15 < lam["Sports"] < 0.6, lam
+    # Books' seasonal trend is weaker (weight 0.3, see world.PRESETS), so its pull back to p1's mix is too
+    assert max(lam["Health"], lam["Books"]) < 0.3, lam
