@@ -226,13 +226,18 @@ def _flat_views(models: list[TensorSource], base: TensorSource | None, plan: Pla
                 x.close()
 
 
+def _fast_ok(models: list[TensorSource], name: str, n: int) -> bool:
+    """Whether the fast pass can merge tensor ``name`` (``n`` shared entries, all float)."""
+    return n > 0 and all(s.shapes[name][1].is_floating_point for s in models)
+
+
 def _fast_tensor(kernel: stream.Kernel, method: Method, models: list[TensorSource], base: TensorSource | None,
                  plan: Plan, name: str, shape: tuple[int, ...], dtype: torch.dtype, bufs: stream.Buffers,
                  sink: Sink) -> bool:
     """Merge one tensor with the fast pass; False if it must take the reference path."""
     rp = plan.rows.get(name)
     n = _shared_numel(models, plan, name)
-    if n == 0 or any(not s.shapes[name][1].is_floating_point for s in models):
+    if not _fast_ok(models, name, n):
         return False
     full = torch.empty(shape, dtype=dtype)
     flat = full.reshape(-1)
@@ -257,8 +262,7 @@ def _merge_pass(method: Method, models: list[TensorSource], base: TensorSource |
     jobs = []
     for name, shape, dtype in plan.layout:
         n = _shared_numel(models, plan, name)
-        if (name in plan.passthrough or plan.rows.get(name) is not None or n == 0
-                or any(not s.shapes[name][1].is_floating_point for s in models)):
+        if name in plan.passthrough or plan.rows.get(name) is not None or not _fast_ok(models, name, n):
             jobs.append(stream.Job(name, 0, n, dtype, whole=functools.partial(
                 _one_tensor, method, models, base, plan, name, shape, dtype, kernel, None)))
         else:
