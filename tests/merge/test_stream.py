@@ -261,3 +261,20 @@ def test_writer_does_not_swap_a_directory_in(tmp_path: Path):
     with pytest.raises(OSError):
         w.close()
     assert (tmp_path / "o.safetensors").is_dir()
+
+
+def test_finite_range_hand_cases():
+    assert stream.finite_range(torch.tensor([1.0, -2.0, 0.0]))
+    assert stream.finite_range(torch.empty(0))
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for dtype in (torch.float32, torch.bfloat16):
+            assert not stream.finite_range(torch.tensor([0.5, bad, -0.5], dtype=dtype))
+
+
+@pytest.mark.parametrize("which,value", [("a", float("nan")), ("b", float("-inf"))])
+def test_temporal_sweep_names_a_non_finite_input(trio, which, value):
+    bad = {k: v.clone() for k, v in trio[which].items()}
+    bad["layers.0.q.weight"][1, 1] = value
+    ins = {"a": trio["a"], "b": trio["b"], which: bad}
+    with pytest.raises(NonFiniteError, match=r"layers\.0\.q\.weight"):
+        TemporalSweep(ins["a"], ins["b"])
