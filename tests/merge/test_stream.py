@@ -239,6 +239,33 @@ def test_sweep_write_equals_state_at(trio, tmp_path: Path, monkeypatch, block_by
     assert _same(before, trio["b"])  # the sweep holds the inputs; it never changes them
 
 
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16),
+                                    (torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16)])
+def test_sweep_point_is_eq10_rounded_once(tmp_path: Path, monkeypatch, dtypes):
+    """Every point is t1 + lam (t2 - t1) computed in float32 and rounded once to t1's dtype
+    (checked against float64), the same bits from state_at and from the blockwise write,
+    with lam = 0 and lam = 1 giving the checkpoints themselves."""
+    g = torch.Generator().manual_seed(3)
+    t1 = {"w": torch.randn(37, 5, generator=g).to(dtypes[0])}
+    t2 = {"w": (t1["w"].float() + 0.1 * torch.randn(37, 5, generator=g)).to(dtypes[1])}
+    sw = TemporalSweep(t1, t2)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 24)  # blocks of a few entries
+    for lam in (-0.5, 0.25, 0.5, 1.3, 2.0):
+        got = sw.state_at(lam)["w"]
+        assert got.dtype == dtypes[0]
+        a, b = t1["w"].double(), t2["w"].double()
+        exact = a + lam * (b - a)
+        u = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -11, torch.float32: 2 ** -24}[dtypes[0]]
+        # one rounding to the output dtype plus three float32 roundings of the terms
+        bound = u * exact.abs() + 3 * 2 ** -24 * (a.abs() + b.abs() + abs(lam) * (b - a).abs())
+        assert torch.all((got.double() - exact).abs() <= bound)
+        sw.write(lam, tmp_path / "p.safetensors", durable=False)
+        with safe_open(str(tmp_path / "p.safetensors"), "pt") as fh:
+            assert torch.equal(_bits(fh.get_tensor("w")), _bits(got))
+    assert torch.equal(sw.state_at(0.0)["w"], t1["w"])
+    assert torch.equal(sw.state_at(1.0)["w"], t2["w"].to(dtypes[0]))
+
+
 @pytest.mark.parametrize("durable", [True, False])
 def test_writer_replaces_an_existing_file_whole(tmp_path: Path, durable: bool):
     """A write over an existing file (renameat2 exchange when not durable, rename when
