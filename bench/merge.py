@@ -178,10 +178,14 @@ def bandwidth(src: Path, tmp: Path) -> tuple[float, float]:
     return max(reads), max(writes)
 
 
-def best(run, n: int = 2) -> dict:
-    """The fastest of ``n`` runs, for every case of both tools: on the shared 2-core VM
-    one run varies by up to 1.5x (page allocation after memory was handed back)."""
-    return min((run() for _ in range(n)), key=lambda r: r["wall_s"])
+def best(run, n: int = 2, short_s: float = 15.0) -> dict:
+    """The fastest of ``n`` runs (``n + 1`` when the first took under ``short_s``), for
+    every case of both tools: on the shared 2-core VM one run varies by up to 1.5x
+    (page allocation after memory was handed back), and a 2 s case by up to 2x."""
+    runs = [run()]
+    for _ in range(n - 1 + (runs[0]["wall_s"] < short_s)):
+        runs.append(run())
+    return min(runs, key=lambda r: r["wall_s"])
 
 
 def find_mergekit() -> str | None:
@@ -273,6 +277,11 @@ def main() -> None:
         print("(mmgrid s and speedup count the interpreter start-up and imports, as mergekit's do; 'after imports' columns do not:"
               " they time the merge work alone, for both tools)")
         print("targets: >= 5x mergekit for one merge, >= 10x for the sweep, task arithmetic within 2x of the bandwidth limit")
+        imp = best(lambda: child("import torch\nt_ready = time.perf_counter()\n"), n=2)["wall_s"]
+        print(f"floor of any torch-based tool: 'import torch' alone takes {imp:.2f} s (same run); with the bandwidth limit, "
+              f"task arithmetic cannot take less than {imp + limits['task_arithmetic']:.2f} s"
+              + (f", i.e. at most {theirs['task_arithmetic']['wall_s'] / (imp + limits['task_arithmetic']):.1f}x mergekit's "
+                 f"{theirs['task_arithmetic']['wall_s']:.1f} s" if "task_arithmetic" in theirs else ""))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -252,9 +252,10 @@ def _all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum(dtype=torch.float32)))
 
 
-def block_entries(step: int, itemsize: int) -> int:
-    """Entries per I/O block: about :data:`BLOCK_BYTES`, a whole number of chunks."""
-    return max(step, (BLOCK_BYTES // max(itemsize, 1)) // step * step)
+def block_entries(step: int, itemsize: int, block_bytes: int | None = None) -> int:
+    """Entries per I/O block: about ``block_bytes`` (default :data:`BLOCK_BYTES`), a
+    whole number of chunks."""
+    return max(step, ((block_bytes or BLOCK_BYTES) // max(itemsize, 1)) // step * step)
 
 
 def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | None, name: str, n: int,
@@ -399,10 +400,12 @@ class Job:
     whole: Callable[[], torch.Tensor] | None = None
 
 
-def block_jobs(name: str, n: int, dtype: torch.dtype, itemsize: int | None = None) -> list[Job]:
+def block_jobs(name: str, n: int, dtype: torch.dtype, itemsize: int | None = None,
+               block_bytes: int | None = None) -> list[Job]:
     """Jobs covering the ``n`` entries of tensor ``name`` in blocks of about
-    :data:`BLOCK_BYTES` of ``itemsize``-byte entries (default: the dtype's)."""
-    step = block_entries(CHUNK, itemsize or dtype.itemsize)
+    ``block_bytes`` (default :data:`BLOCK_BYTES`) of ``itemsize``-byte entries (default:
+    the dtype's)."""
+    step = block_entries(CHUNK, itemsize or dtype.itemsize, block_bytes)
     return [Job(name, a, min(a + step, n), dtype) for a in range(0, n, step)] or [Job(name, 0, 0, dtype)]
 
 
@@ -412,7 +415,8 @@ def two_f32() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def write_blocks(jobs: list[Job], fill: Callable[[Job, torch.Tensor, Any], None], aw: AsyncWriter,
-                 make_work: Callable[[], Any] = two_f32, n_threads: int | None = None) -> None:
+                 make_work: Callable[[], Any] = two_f32, n_threads: int | None = None,
+                 pool: dict[torch.dtype, list[torch.Tensor]] | None = None) -> None:
     """Compute blocks on ``n_threads`` threads and write everything in file order.
 
     ``fill(job, out, work)`` writes entries [job.a, job.b) of tensor ``job.name`` into
@@ -420,6 +424,8 @@ def write_blocks(jobs: list[Job], fill: Callable[[Job, torch.Tensor, Any], None]
     Blocks go to ``aw``'s writer thread in order as they complete; at most
     ``2 n_threads + 1`` are computed ahead, and an output buffer is reused once its
     write is done. Whole-tensor jobs are produced on this thread when their turn comes.
+    ``pool`` (dtype -> free output buffers) lends and takes back the output buffers, so
+    repeated calls (a sweep's points) reuse them instead of faulting in fresh memory.
 
     Two compute threads beside the writer keep both cores of a small machine busy: a
     pass then costs about (read + compute + write) / 2 instead of being bound by the
@@ -438,7 +444,11 @@ def write_blocks(jobs: list[Job], fill: Callable[[Job, torch.Tensor, Any], None]
         fill(job, out, local.work)
         return out
 
-    free: dict[torch.dtype, list[torch.Tensor]] = {}
+    free: dict[torch.dtype, list[torch.Tensor]] = pool if pool is not None else {}
+    size: dict[torch.dtype, int] = {}
+    for job in jobs:
+        if job.whole is None:
+            size[job.dtype] = max(size.get(job.dtype, 0), job.b - job.a)
     writing: list[tuple[Callable[[], None], torch.Tensor]] = []  # (wait for the write, its buffer)
     ahead: list[tuple[Job, Any, torch.Tensor | None]] = []  # (job, future, buffer)
 
@@ -464,12 +474,15 @@ def write_blocks(jobs: list[Job], fill: Callable[[Job, torch.Tensor, Any], None]
                 if bufs and bufs[-1].numel() >= m:
                     out = bufs.pop()
                 else:
-                    out = torch.empty(max(block_entries(CHUNK, job.dtype.itemsize), m), dtype=job.dtype)
+                    out = torch.empty(size[job.dtype], dtype=job.dtype)
                 ahead.append((job, ex.submit(run, job, out[:m]), out))
             while len(ahead) > 2 * n:
                 emit()
         while ahead:
             emit()
+        for done, buf in writing:  # every buffer back to the pool once written
+            done()
+            free.setdefault(buf.dtype, []).append(buf)
     finally:
         for _, fut, _ in ahead:
             if fut is not None:

@@ -15,6 +15,7 @@ Memory: 4 bytes per entry of a bf16 model (temporal), three float32 copies (alph
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -29,6 +30,12 @@ from mmgrid.merge.methods.euclid import PipelineMethod
 from mmgrid.merge.tensors import SafetensorsWriter, _numel
 
 
+# bytes per output block of a sweep point: one lerp per block, so bigger blocks mean
+# fewer thread hand-offs (a 1.2 GB point: 0.37 s in 2 MiB blocks, 0.21 s in 16 MiB,
+# compute only, measured); the blocks are pooled across points (at most about eight).
+SWEEP_BLOCK_BYTES = 16 << 20
+
+
 class _Sweep:
     """Shared part: an affine family theta(s) = c0 + s * c1 (+ passthrough tensors)."""
 
@@ -39,6 +46,8 @@ class _Sweep:
         self.pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # theta(s) = a + s (b - a)
         self.fixed: dict[str, torch.Tensor] = {}
         self.dtypes = {n: d for n, _, d in plan.layout}
+        self._pool: dict[torch.dtype, list[torch.Tensor]] = {}  # output blocks reused by every write
+        self._writing = threading.Lock()  # one write at a time shares the pool
 
     def _point(self, name: str, s: float) -> torch.Tensor:
         if name in self.pairs:
@@ -67,15 +76,22 @@ class _Sweep:
                       names=[n for n, _, _ in self.plan.layout], strict=strict)
 
     def write(self, s: float, path: str | os.PathLike, durable: bool = True) -> None:
-        """Stream theta(s) into a safetensors file: blocks computed on two threads in
-        cache-sized chunks, written in file order from a third
-        (:func:`mmgrid.merge.stream.write_blocks`)."""
-        jobs = [j for name, shape, dtype in self.plan.layout for j in stream.block_jobs(name, _numel(shape), dtype)]
+        """Stream theta(s) into a safetensors file: blocks of :data:`SWEEP_BLOCK_BYTES`
+        computed on two threads, written in file order from a third
+        (:func:`mmgrid.merge.stream.write_blocks`), into output buffers the sweep keeps
+        for its next point. Concurrent calls on one sweep run one after the other."""
+        jobs = [j for name, shape, dtype in self.plan.layout
+                for j in stream.block_jobs(name, _numel(shape), dtype, block_bytes=SWEEP_BLOCK_BYTES)]
+        with self._writing:
+            self._write(jobs, float(s), path, durable)
+
+    def _write(self, jobs: list[stream.Job], s: float, path: str | os.PathLike, durable: bool) -> None:
         w = SafetensorsWriter(path, self.plan.layout, durable=durable)
         try:
             aw = stream.AsyncWriter(w)
             try:
-                stream.write_blocks(jobs, lambda job, out, work: self._fill(job.name, float(s), job.a, job.b, out, work), aw)
+                stream.write_blocks(jobs, lambda job, out, work: self._fill(job.name, s, job.a, job.b, out, work), aw,
+                                    pool=self._pool)
             finally:
                 aw.drain()
             w.close()

@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 
 from mmgrid.merge import engine, merge, merge_to_file, stream
 from mmgrid.merge.errors import NonFiniteError, SourceError
+from mmgrid.merge import sweep as sweep_mod
 from mmgrid.merge.sweep import TemporalSweep
 from mmgrid.merge.tensors import SafetensorsWriter
 
@@ -182,6 +183,30 @@ def test_write_blocks_keeps_file_order_and_reuses_buffers(tmp_path: Path, monkey
     assert not (tmp_path / "p.safetensors").exists() and not list(tmp_path.glob("*.partial"))
 
 
+def test_write_blocks_pool_lends_the_same_buffers_to_every_call(tmp_path: Path, monkeypatch):
+    """A pool passed to repeated calls (a sweep's points) gets its buffers back after each
+    call and lends them again, so later calls allocate nothing; a whole-tensor job (64
+    entries here) does not size the block buffers (8 entries)."""
+    monkeypatch.setattr(stream, "CHUNK", 4)
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 32)
+    x = torch.arange(64, dtype=torch.float32)
+    layout = [("big", (64,), torch.float32), ("x", (64,), torch.float32)]
+    jobs = [stream.Job("big", 0, 64, torch.float32, whole=lambda: x)] + stream.block_jobs("x", 64, torch.float32)
+    pool: dict = {}
+    seen = []
+    for k in range(3):
+        w = SafetensorsWriter(tmp_path / "o.safetensors", layout, durable=False)
+        aw = stream.AsyncWriter(w)
+        stream.write_blocks(jobs, lambda job, out, work: out.copy_(x[job.a:job.b] + k), aw, n_threads=2, pool=pool)
+        aw.drain()
+        w.close()
+        with safe_open(str(tmp_path / "o.safetensors"), "pt") as fh:
+            assert torch.equal(fh.get_tensor("x"), x + k) and torch.equal(fh.get_tensor("big"), x)
+        seen.append(sorted(b.data_ptr() for b in pool[torch.float32]))
+        assert all(b.numel() == 8 for b in pool[torch.float32])
+    assert seen[0] == seen[1] == seen[2] and 1 <= len(seen[0]) <= 8
+
+
 def test_trim_by_hardshrink_equals_masked_fill():
     x = torch.cat([torch.randn(4096) * 0.003, torch.tensor([0.0, -0.0, 0.0025, -0.0025, float("nan"), float("inf")])])
     for thr in (0.0025, float(torch.tensor(1e-3)), 1e-30, 0.0):
@@ -223,7 +248,7 @@ def test_sweep_write_equals_state_at(trio, tmp_path: Path, monkeypatch, block_by
     before = {k: v.clone() for k, v in trio["b"].items()}
     sw = TemporalSweep(trio["a"], trio["b"])
     monkeypatch.setattr(stream, "CHUNK", 6)
-    monkeypatch.setattr(stream, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(sweep_mod, "SWEEP_BLOCK_BYTES", block_bytes)
     for lam in (-0.5, 0.3, 1.5):
         sw.write(lam, tmp_path / "p.safetensors", durable=False)  # the second and third replace the first
         with safe_open(str(tmp_path / "p.safetensors"), "pt") as fh:
@@ -249,7 +274,7 @@ def test_sweep_point_is_eq10_rounded_once(tmp_path: Path, monkeypatch, dtypes):
     t1 = {"w": torch.randn(37, 5, generator=g).to(dtypes[0])}
     t2 = {"w": (t1["w"].float() + 0.1 * torch.randn(37, 5, generator=g)).to(dtypes[1])}
     sw = TemporalSweep(t1, t2)
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 24)  # blocks of a few entries
+    monkeypatch.setattr(sweep_mod, "SWEEP_BLOCK_BYTES", 24)  # blocks of a few entries
     for lam in (-0.5, 0.25, 0.5, 1.3, 2.0):
         got = sw.state_at(lam)["w"]
         assert got.dtype == dtypes[0]
