@@ -171,8 +171,9 @@ def _lerp(a: torch.Tensor, b: torch.Tensor, s: float, out: torch.Tensor) -> torc
 
 
 def _load_pair(srcs: list, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(theta_t1, theta_t2) as stored, after checking both hold no NaN/Inf."""
-    pair = (srcs[0].get(name), srcs[1].get(name))
+    """(theta_t1, theta_t2) as stored (memory-mapped from files), after checking both
+    hold no NaN/Inf."""
+    pair = (srcs[0].mapped(name), srcs[1].mapped(name))
     for t, src in zip(pair, srcs):
         if not stream.finite_range(t):
             engine._finite(t, name, src.label)

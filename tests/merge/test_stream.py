@@ -291,6 +291,33 @@ def test_sweep_point_is_eq10_rounded_once(tmp_path: Path, monkeypatch, dtypes):
     assert torch.equal(sw.state_at(1.0)["w"], t2["w"].to(dtypes[0]))
 
 
+def test_sweep_over_files_maps_them_copy_on_write(trio, tmp_path: Path):
+    """A sweep over files holds them memory-mapped: same points as over the state dicts,
+    and a write into a mapped tensor changes neither the file nor a second mapping."""
+    from mmgrid.merge.tensors import from_safetensors
+
+    paths = {}
+    for k in ("a", "b"):
+        paths[k] = tmp_path / f"{k}.safetensors"
+        save_file(trio[k], str(paths[k]))
+    raw = paths["a"].read_bytes()
+    on_disk, in_mem = TemporalSweep(paths["a"], paths["b"]), TemporalSweep(trio["a"], trio["b"])
+    for lam in (-0.5, 0.7, 1.5):
+        assert _same(on_disk.state_at(lam), in_mem.state_at(lam))
+    src = from_safetensors(paths["a"])
+    k = "layers.0.up.weight"
+    t = src.mapped(k)
+    assert torch.equal(t, trio["a"][k])
+    t.add_(1.0)
+    assert paths["a"].read_bytes() == raw
+    assert torch.equal(from_safetensors(paths["a"]).mapped(k), trio["a"][k])
+    paths["a"].write_bytes(raw[: len(raw) - 8])  # a truncated copy: named, not a crash
+    cut = from_safetensors(paths["a"])
+    last = max(cut.keys(), key=lambda n: cut.locate(n)[1])  # the tensor at the end of the file
+    with pytest.raises(SourceError, match="truncated"):
+        cut.mapped(last)
+
+
 @pytest.mark.parametrize("durable", [True, False])
 def test_writer_replaces_an_existing_file_whole(tmp_path: Path, durable: bool):
     """A write over an existing file (renameat2 exchange when not durable, rename when
