@@ -84,8 +84,11 @@ class TensorSource:
             return torch.empty(shape, dtype=dtype)
         path, offset = self.locate(name)
         if path not in self._maps:
-            with open(path, "rb") as fh:
-                self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+            try:
+                with open(path, "rb") as fh:
+                    self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+            except (OSError, ValueError):  # a file system without memory maps: read instead
+                return self.get(name)
         mm = self._maps[path]
         if offset + nbytes > len(mm):
             raise SourceError(f"{path}: tensor {name} is truncated; the file is incomplete")
