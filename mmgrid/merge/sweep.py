@@ -52,7 +52,7 @@ class _Sweep:
     def _point(self, name: str, s: float) -> torch.Tensor:
         if name in self.pairs:
             a, b = self.pairs[name]
-            return _lerp(a, b, float(s), torch.empty(a.shape, dtype=self.dtypes[name]))
+            return lerp_into(a, b, float(s), torch.empty(a.shape, dtype=self.dtypes[name]))
         return torch.add(self.c0[name], self.c1[name], alpha=float(s))
 
     def _varies(self, name: str) -> bool:
@@ -107,7 +107,7 @@ class _Sweep:
             return
         if name in self.pairs:
             x, y = (t.reshape(-1)[a:b] for t in self.pairs[name])
-            _lerp(x, y, s, out)
+            lerp_into(x, y, s, out)
             return
         acc = work[0]
         step = acc.numel()
@@ -156,7 +156,7 @@ class TemporalSweep(_Sweep):
 EXACT_IN_F32 = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def _lerp(a: torch.Tensor, b: torch.Tensor, s: float, out: torch.Tensor) -> torch.Tensor:
+def lerp_into(a: torch.Tensor, b: torch.Tensor, s: float, out: torch.Tensor) -> torch.Tensor:
     """``out`` = a + s (b - a) (MMGRid Eq. 10) computed in float32 and rounded once to
     ``out``'s dtype, in one fused pass where a, b and out share a dtype.
 

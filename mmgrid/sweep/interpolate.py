@@ -1,9 +1,10 @@
 """theta(lambda) = theta_t1 + lambda * (theta_t2 - theta_t1) applied in place to a live model.
 
-MMGRid Eq. 9-10. The two checkpoints are read once; the temporal preference-shift vector
-tau_temp = theta_t2 - theta_t1 is computed once; each sweep point then only writes
-``theta_t1 + lambda * tau_temp`` into the model's own tensors, skipping tensors the last
-stage did not change. Nothing is written to disk and nothing is rebuilt per point.
+MMGRid Eq. 9-10. The two checkpoints are read once and kept as stored; each sweep point
+then writes theta(lambda) into the model's own tensors with one fused ``torch.lerp`` per
+tensor (:func:`mmgrid.merge.sweep.lerp_into`: float32 arithmetic, one rounding), skipping
+tensors the last stage did not change. Nothing is written to disk and nothing is rebuilt
+per point. :func:`interpolate_state` computes the same values as a new state dict.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ class InPlaceInterpolator:
             raise MergeError(f"temporal sweep: the t1 and t2 checkpoints hold different tensors (e.g. {only}).")
         live = model.state_dict(keep_vars=True)
         self.targets: dict[str, torch.Tensor] = {}
-        self.base: dict[str, torch.Tensor] = {}
-        self.delta: dict[str, torch.Tensor] = {}
+        self.pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for name, t1 in theta1.items():
             t2 = theta2[name]
             if t1.shape != t2.shape:
@@ -49,29 +49,38 @@ class InPlaceInterpolator:
                     "the paradigm's state_dict names must match its checkpoint names."
                 )
             self.targets[name] = target
-            self.base[name] = t1.detach().to(torch.float32).clone()
-            self.delta[name] = t2.detach().to(torch.float32) - self.base[name]
+            # own copies as stored (the model may share the checkpoint's storage, and a
+            # lerp into it must not change theta_t1): 2 x the stored bytes, not 2 x float32
+            self.pairs[name] = (t1.detach().clone(), t2.detach().clone())
 
     @property
     def n_changed(self) -> int:
         """How many tensors lambda moves."""
-        return len(self.delta)
+        return len(self.pairs)
 
     @torch.no_grad()
     def apply(self, lam: float) -> None:
-        """Write theta_t1 + lam * tau_temp into the model's tensors."""
+        """Write theta_t1 + lam (theta_t2 - theta_t1) into the model's tensors."""
+        from mmgrid.merge.sweep import lerp_into
+
         for name, target in self.targets.items():
-            value = torch.add(self.base[name], self.delta[name], alpha=float(lam))
-            target.data.copy_(value.to(device=target.device, dtype=target.dtype))
+            t1, t2 = self.pairs[name]
+            if target.device == t1.device:
+                lerp_into(t1, t2, float(lam), target.data)
+            else:  # computed where the checkpoints are, moved in the model's dtype
+                target.data.copy_(lerp_into(t1, t2, float(lam), torch.empty(t1.shape, dtype=target.dtype)))
 
 
 def interpolate_state(theta1: Mapping[str, torch.Tensor], theta2: Mapping[str, torch.Tensor], lam: float) -> dict[str, torch.Tensor]:
-    """theta(lambda) as a new state dict (MMGRid Eq. 10); non-float tensors are taken from t2."""
+    """theta(lambda) as a new state dict (MMGRid Eq. 10), the same values
+    :class:`InPlaceInterpolator` writes; non-float tensors are taken from t2."""
+    from mmgrid.merge.sweep import lerp_into
+
     out = {}
     for name, t2 in theta2.items():
         t1 = theta1[name]
         if t2.is_floating_point():
-            out[name] = torch.add(t1.float(), t2.float() - t1.float(), alpha=float(lam)).to(t2.dtype)
+            out[name] = lerp_into(t1, t2, float(lam), torch.empty(t2.shape, dtype=t2.dtype))
         else:
             out[name] = t2.clone()
     return out

@@ -22,9 +22,36 @@ def test_in_place_equals_materialised_state():
     for lam in (0.0, 0.7, 1.0, 1.5):
         it.apply(lam)
         ref = interpolate_state(t1, t2, lam)
-        torch.testing.assert_close(m.w.detach(), ref["w"])
+        assert torch.equal(m.w.detach(), ref["w"])  # what is evaluated is what would be stored
+        exact = t1["w"].double() + lam * (t2["w"].double() - t1["w"].double())
+        torch.testing.assert_close(m.w.detach().double(), exact, rtol=2 ** -22, atol=2 ** -22)
     it.apply(0.0)
-    torch.testing.assert_close(m.w.detach(), t1["w"])
+    assert torch.equal(m.w.detach(), t1["w"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_in_place_on_a_model_sharing_theta_t1s_storage(dtype):
+    """A model built on theta_t1's own tensors (load_state_dict(assign=True)) still gets
+    every point right: the interpolator computes from its own copies, not from the
+    tensor it writes. bf16 models get Eq. 10 in float32, rounded once."""
+    g = torch.Generator().manual_seed(5)
+    t1 = {"w": torch.randn(64, generator=g).to(dtype), "b": torch.tensor(0.0, dtype=dtype)}
+    t2 = {"w": (t1["w"].float() + torch.randn(64, generator=g)).to(dtype), "b": torch.tensor(0.0, dtype=dtype)}
+    kept = {k: v.clone() for k, v in t1.items()}
+    m = LinModel()
+    m.w = torch.nn.Parameter(torch.zeros(64))
+    m = m.to(dtype)
+    m.load_state_dict(t1, assign=True)
+    assert m.w.data_ptr() == t1["w"].data_ptr()
+    it = InPlaceInterpolator(m, t1, t2)
+    for lam in (1.5, 0.3, 1.5, 0.0):
+        it.apply(lam)
+        assert torch.equal(m.w.detach(), interpolate_state(kept, t2, lam)["w"])
+        a, b = kept["w"].double(), t2["w"].double()
+        exact = a + lam * (b - a)
+        u = 2 ** -8 if dtype == torch.bfloat16 else 2 ** -24
+        assert torch.all((m.w.detach().double() - exact).abs() <= u * exact.abs() + 3 * 2 ** -24 * (a.abs() + b.abs()))
+    assert torch.equal(m.w.detach(), kept["w"])
 
 
 def test_interpolator_rejects_unknown_names():
