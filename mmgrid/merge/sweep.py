@@ -71,9 +71,31 @@ class _Sweep:
             yield s, self.state_at(s)
 
     def apply_to(self, module: torch.nn.Module, s: float, strict: bool = True) -> None:
-        """Set ``module``'s parameters/buffers to theta(s) in place, without file I/O."""
+        """Set ``module``'s parameters/buffers to theta(s) in place, without file I/O.
+
+        Tensors of the (theta_t1, theta_t2) form on the module's device are lerped
+        straight into the module's storage (no temporary; the same bits as
+        :meth:`state_at`). A module built on the sweep's own input tensors (e.g.
+        ``load_state_dict(t1, assign=True)``) is detected, and that pair is copied
+        first, so the sweep's inputs never change.
+        """
+        targets = dict(module.named_parameters())
+        targets.update(dict(module.named_buffers()))
+        direct = []
+        for name, pair in self.pairs.items():
+            dst = targets.get(name)
+            if dst is None or dst.device != pair[0].device or tuple(dst.shape) != tuple(pair[0].shape):
+                continue  # apply_inplace names the problem (or moves it between devices)
+            ptr = dst.untyped_storage().data_ptr()
+            if any(t.untyped_storage().data_ptr() == ptr for t in pair):
+                self.pairs[name] = pair = (pair[0].clone(), pair[1].clone())
+            direct.append((name, pair, dst))
+        with torch.no_grad():
+            for name, (a, b), dst in direct:
+                lerp_into(a, b, float(s), dst.data)
+        done = {name for name, _, _ in direct}
         apply_inplace(module, lambda name: self.fixed[name] if name in self.fixed else self._point(name, s),
-                      names=[n for n, _, _ in self.plan.layout], strict=strict)
+                      names=[n for n, _, _ in self.plan.layout if n not in done], strict=strict)
 
     def write(self, s: float, path: str | os.PathLike, durable: bool = True) -> None:
         """Stream theta(s) into a safetensors file: blocks of :data:`SWEEP_BLOCK_BYTES`

@@ -326,6 +326,40 @@ def test_sweep_over_files_maps_them_copy_on_write(trio, tmp_path: Path):
         cut.mapped(last)
 
 
+def test_sweep_apply_to_equals_state_at_even_on_its_own_inputs(trio):
+    """apply_to lerps into the module (the bits of state_at), also when the module was
+    built on theta_t1's own tensors: the sweep copies that pair first, so a later point
+    is still computed from the original theta_t1."""
+    a = {k: v.clone() for k, v in trio["a"].items()}
+    holder = torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(v, requires_grad=False) for k, v in a.items()})
+    module = _Named(holder, a)
+    assert all(p.data_ptr() == a[k].data_ptr() for k, p in module.named_parameters())
+    sw = TemporalSweep(a, trio["b"])
+    ref = TemporalSweep(trio["a"], trio["b"])
+    for lam in (1.5, 0.3, -0.5):
+        sw.apply_to(module, lam)
+        got = dict(module.named_parameters())
+        assert _same({k: got[k].detach() for k in a}, ref.state_at(lam))
+    assert not _same(a, trio["a"])  # the module's storage (a) moved with it
+    assert _same(sw.state_at(0.0), trio["a"])  # the sweep's theta_t1 did not
+
+
+class _Named(torch.nn.Module):
+    """A module whose parameters carry the checkpoint's dotted names and share its storage."""
+
+    def __init__(self, holder: torch.nn.ParameterDict, state: dict) -> None:
+        super().__init__()
+        self.holder = holder
+        self.names = {k: k.replace(".", "_") for k in state}
+
+    def named_parameters(self, *args, **kwargs):
+        for k, v in self.names.items():
+            yield k, self.holder[v]
+
+    def named_buffers(self, *args, **kwargs):
+        return iter(())
+
+
 @pytest.mark.parametrize("durable", [True, False])
 def test_writer_replaces_an_existing_file_whole(tmp_path: Path, durable: bool):
     """A write over an existing file (renameat2 exchange when not durable, rename when
