@@ -24,6 +24,7 @@ the mean over it: N processes follow the one-process trajectory up to float roun
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, TypeVar
@@ -78,6 +79,10 @@ class DistContext:
         if world > 1 and not torch.distributed.is_initialized():
             torch.distributed.init_process_group(backend=backend or ("nccl" if use_cuda else "gloo"))
             initialized = True
+            # a process group still alive when the interpreter exits is torn down by C++
+            # destructors, which can abort a rank ("terminate called without an active
+            # exception", seen once in CI on a rank that had returned from its stage)
+            atexit.register(_destroy_at_exit)
         return cls(rank, local, world, dev, initialized)
 
     def close(self) -> None:
@@ -86,6 +91,13 @@ class DistContext:
 
         if self.initialized and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def _destroy_at_exit() -> None:
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def _env_int(name: str, default: int) -> int:
