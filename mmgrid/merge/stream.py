@@ -66,6 +66,16 @@ def threads(n: int = THREADS) -> Iterator[None]:
             torch.set_num_threads(old)
 
 
+def _pread(fd: int, view: memoryview, pos: int, label: str) -> None:
+    """Fill ``view`` from ``fd`` at byte ``pos`` (preadv may return short counts)."""
+    got = 0
+    while got < len(view):
+        r = os.preadv(fd, [view[got:]], pos + got)
+        if r <= 0:
+            raise SourceError(f"{label}: tensor data is truncated; the file is incomplete")
+        got += r
+
+
 class ChunkInput:
     """The first ``n`` entries of one source's tensor, read chunk by chunk as stored."""
 
@@ -89,13 +99,7 @@ class ChunkInput:
         is read into again)."""
         if self.fd < 0:
             return self.flat[a:b]
-        want, got = (b - a) * self.item, 0
-        view = self.raws[slot][:want]
-        while got < want:  # preadv may return short counts
-            r = os.preadv(self.fd, [view[got:]], self.offset + a * self.item + got)
-            if r <= 0:
-                raise SourceError(f"{self.label}: tensor data is truncated; the file is incomplete")
-            got += r
+        _pread(self.fd, self.raws[slot][: (b - a) * self.item], self.offset + a * self.item, self.label)
         return self.bufs[slot][: b - a]
 
     def close(self) -> None:
@@ -292,13 +296,7 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
                 nxt = ex.submit(read, idx + 1)
             for c in range(0, blk[0].numel(), step):
                 parts = [t[c:c + step] for t in blk]
-                if k.coefs is not None:
-                    acc, skipped = linear_chunk(k, parts, bufs)
-                    for j in skipped:  # the reference adds a non-finite part even at coefficient 0
-                        if not _all_finite(parts[j]):
-                            _culprit(parts, ins, name)
-                else:
-                    acc = pipeline_chunk(k, parts[1:], parts[0], bufs)
+                acc = _kernel_chunk(k, parts, bufs, ins, name)
                 if not _all_finite(acc):
                     _culprit(parts, ins, name)
                     raise NonFiniteError(f"tensor {name!r} of the {what} merge (check the method's parameters) holds NaN or Inf; fix or retrain that checkpoint")
@@ -308,6 +306,17 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
             ex.shutdown(wait=True)  # no read in flight when the files close
         for x in ins:
             x.close()
+
+
+def _kernel_chunk(k: Kernel, parts: list[torch.Tensor], bufs: Buffers, ins: list, name: str) -> torch.Tensor:
+    """One chunk through the kernel (base first in ``parts``); the float32 result."""
+    if k.coefs is None:
+        return pipeline_chunk(k, parts[1:], parts[0], bufs)
+    acc, skipped = linear_chunk(k, parts, bufs)
+    for j in skipped:  # the reference adds a non-finite part even at coefficient 0
+        if not _all_finite(parts[j]):
+            _culprit(parts, ins, name)
+    return acc
 
 
 def _culprit(parts: list[torch.Tensor], ins: list, name: str) -> None:
@@ -516,14 +525,8 @@ class BlockReader:
             return src.get(name).reshape(-1)[a:b]
         path, offset = loc
         item = dtype.itemsize
-        want, got = (b - a) * item, 0
-        view = memoryview(buf.numpy())[:want]
-        fd = self._fd(path)
-        while got < want:  # preadv may return short counts
-            r = os.preadv(fd, [view[got:]], offset + a * item + got)
-            if r <= 0:
-                raise SourceError(f"{src.label}: tensor data is truncated; the file is incomplete")
-            got += r
+        want = (b - a) * item
+        _pread(self._fd(path), memoryview(buf.numpy())[:want], offset + a * item, src.label)
         return buf[:want].view(dtype)
 
     def close(self) -> None:
@@ -547,14 +550,7 @@ def merge_block(k: Kernel, reader: BlockReader, job: Job, out: torch.Tensor, wor
         parts.append(reader.read(i, name, job.a, job.b, raw[i]))
     step = bufs.acc.numel()
     for c in range(0, job.b - job.a, step):
-        sub = [t[c:c + step] for t in parts]
-        if k.coefs is not None:
-            acc, skipped = linear_chunk(k, sub, bufs)
-            for j in skipped:  # the reference adds a non-finite part even at coefficient 0
-                if not _all_finite(sub[j]):
-                    _culprit(sub, reader.srcs, name)
-        else:
-            acc = pipeline_chunk(k, sub[1:], sub[0], bufs)
+        acc = _kernel_chunk(k, [t[c:c + step] for t in parts], bufs, reader.srcs, name)
         out[c:c + acc.numel()].copy_(acc)
     # one check per block on the output (NaN and +-Inf survive the cast, and a value the
     # output dtype cannot hold becomes Inf): a single pass instead of one per chunk

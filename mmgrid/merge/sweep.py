@@ -79,8 +79,7 @@ class _Sweep:
         ``load_state_dict(t1, assign=True)``) is detected, and that pair is copied
         first, so the sweep's inputs never change.
         """
-        targets = dict(module.named_parameters())
-        targets.update(dict(module.named_buffers()))
+        targets = _module_tensors(module)
         direct = []
         for name, pair in self.pairs.items():
             dst = targets.get(name)
@@ -262,8 +261,7 @@ def apply_inplace(module: torch.nn.Module, state: Mapping[str, torch.Tensor] | C
     Raises:
         MergeParamError: with ``strict``, a state tensor the module lacks.
     """
-    targets = dict(module.named_parameters())
-    targets.update(dict(module.named_buffers()))
+    targets = _module_tensors(module)
     get = state if callable(state) else state.__getitem__
     keys = names if names is not None else list(state.keys())  # type: ignore[union-attr]
     with torch.no_grad():
@@ -277,3 +275,10 @@ def apply_inplace(module: torch.nn.Module, state: Mapping[str, torch.Tensor] | C
             if tuple(dst.shape) != tuple(t.shape):
                 raise MergeParamError(f"{name}: module has shape {tuple(dst.shape)}, merge gives {tuple(t.shape)}; rebuild the module for the merged vocabulary")
             dst.copy_(t)
+
+
+def _module_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's parameters and buffers by state-dict name."""
+    targets = dict(module.named_parameters())
+    targets.update(dict(module.named_buffers()))
+    return targets

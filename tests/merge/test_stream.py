@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,33 @@ def test_blockwise_file_merge_names_nan_input_and_writes_nothing(trio, tmp_path:
         with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
             merge_to_file(method, [paths["a"], paths["b"]], out, base=paths["base"], durable=False, **params)
         assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_streamed_reads_name_a_file_cut_short_after_its_header(trio, tmp_path: Path):
+    """A file that loses its tail after the header was read (both streaming readers and
+    the blockwise file merge): a named SourceError, and no output file."""
+    from mmgrid.merge.tensors import from_safetensors
+
+    path = tmp_path / "a.safetensors"
+    save_file(trio["a"], str(path))
+    src = from_safetensors(path)
+    last = max(src.keys(), key=lambda n: src.locate(n)[1])
+    n = trio["a"][last].numel()
+    os.truncate(path, path.stat().st_size - 4)
+    reader = stream.BlockReader([src])
+    with pytest.raises(SourceError, match="truncated"):
+        reader.read(0, last, 0, n, torch.empty(n * 4, dtype=torch.uint8))
+    reader.close()
+    chunks = stream.ChunkInput(src, last, n, n)
+    with pytest.raises(SourceError, match="truncated"):
+        chunks.chunk(0, n)
+    chunks.close()
+    for k in ("base", "b"):
+        save_file(trio[k], str(tmp_path / f"{k}.safetensors"))
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(SourceError, match="truncated"):
+        merge_to_file("task_arithmetic", [path, tmp_path / "b.safetensors"], out, base=tmp_path / "base.safetensors", durable=False)
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
 
 
 def test_write_blocks_keeps_file_order_and_reuses_buffers(tmp_path: Path, monkeypatch):
