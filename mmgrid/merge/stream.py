@@ -18,8 +18,8 @@ equal to the reference path; tests/merge/test_stream.py checks it), on chunks of
   thread while this one is merged;
 * the float32 work buffers are allocated once per thread.
 
-Covered: linear methods (task arithmetic, average, temporal: c_0 theta_0 + sum_i c_i
-theta_i) and the Euclidean pipeline without DARE (TIES with the whole-model top-X%,
+Covered: linear methods (task arithmetic, average: c_0 theta_0 + sum_i c_i theta_i),
+the temporal lerp (:func:`mmgrid.merge.ops.interpolate`) and the Euclidean pipeline without DARE (TIES with the whole-model top-X%,
 sign election, disjoint mean or sum). Everything else takes the reference path.
 
 Threads: the chunks are small, so torch's intra-op parallelism buys little and, on a
@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from mmgrid.merge.errors import NonFiniteError, SourceError
+from mmgrid.merge.ops import LERP_IN_F32
 from mmgrid.merge.tensors import TensorSource
 
 CHUNK = 1 << 17  # entries per compute chunk (512 KiB of float32): the work buffers stay in L2 (2 MiB per core here)
@@ -114,6 +115,8 @@ class Kernel:
 
     Attributes:
         coefs: linear methods: c_0 (None without a base) and c_i.
+        lerp: the temporal merge's lambda: :func:`mmgrid.merge.ops.interpolate` of the
+            two inputs.
         thresholds: TIES whole-model thresholds (None: no trim).
         weights: pipeline weights w_i.
         combine: sum | disjoint_mean.
@@ -122,6 +125,7 @@ class Kernel:
     """
 
     coefs: tuple[float | None, list[float]] | None = None
+    lerp: float | None = None
     thresholds: list[float] | None = None
     weights: tuple[float, ...] = ()
     combine: str = "sum"
@@ -310,6 +314,12 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
 
 def _kernel_chunk(k: Kernel, parts: list[torch.Tensor], bufs: Buffers, ins: list, name: str) -> torch.Tensor:
     """One chunk through the kernel (base first in ``parts``); the float32 result."""
+    if k.lerp is not None:  # ops.interpolate; NaN/Inf in either input reaches the result
+        m = parts[0].numel()
+        acc, tmp = bufs.acc[:m], bufs.tmp[:m]
+        acc.copy_(parts[0])
+        tmp.copy_(parts[1])
+        return torch.lerp(acc, tmp, k.lerp, out=acc)
     if k.coefs is None:
         return pipeline_chunk(k, parts[1:], parts[0], bufs)
     acc, skipped = linear_chunk(k, parts, bufs)
@@ -548,10 +558,13 @@ def merge_block(k: Kernel, reader: BlockReader, job: Job, out: torch.Tensor, wor
         if raw[i].numel() < need:
             raw[i] = torch.empty(need, dtype=torch.uint8)
         parts.append(reader.read(i, name, job.a, job.b, raw[i]))
-    step = bufs.acc.numel()
-    for c in range(0, job.b - job.a, step):
-        acc = _kernel_chunk(k, [t[c:c + step] for t in parts], bufs, reader.srcs, name)
-        out[c:c + acc.numel()].copy_(acc)
+    if k.lerp is not None and parts[0].dtype == parts[1].dtype == out.dtype in LERP_IN_F32:
+        torch.lerp(parts[0], parts[1], k.lerp, out=out)  # one fused pass, the same bits (ops.lerp_into)
+    else:
+        step = bufs.acc.numel()
+        for c in range(0, job.b - job.a, step):
+            acc = _kernel_chunk(k, [t[c:c + step] for t in parts], bufs, reader.srcs, name)
+            out[c:c + acc.numel()].copy_(acc)
     # one check per block on the output (NaN and +-Inf survive the cast, and a value the
     # output dtype cannot hold becomes Inf): a single pass instead of one per chunk
     if not finite_range(out):

@@ -2,7 +2,7 @@
 
 MMGRid Eq. 9-10. The two checkpoints are read once and kept as stored; each sweep point
 then writes theta(lambda) into the model's own tensors with one fused ``torch.lerp`` per
-tensor (:func:`mmgrid.merge.sweep.lerp_into`: float32 arithmetic, one rounding), skipping
+tensor (:func:`mmgrid.merge.ops.lerp_into`: float32 arithmetic, one rounding), skipping
 tensors the last stage did not change. Nothing is written to disk and nothing is rebuilt
 per point. :func:`interpolate_state` computes the same values as a new state dict.
 """
@@ -61,7 +61,7 @@ class InPlaceInterpolator:
     @torch.no_grad()
     def apply(self, lam: float) -> None:
         """Write theta_t1 + lam (theta_t2 - theta_t1) into the model's tensors."""
-        from mmgrid.merge.sweep import lerp_into
+        from mmgrid.merge.ops import lerp_into
 
         for name, target in self.targets.items():
             t1, t2 = self.pairs[name]
@@ -72,15 +72,17 @@ class InPlaceInterpolator:
 
 
 def interpolate_state(theta1: Mapping[str, torch.Tensor], theta2: Mapping[str, torch.Tensor], lam: float) -> dict[str, torch.Tensor]:
-    """theta(lambda) as a new state dict (MMGRid Eq. 10), the same values
-    :class:`InPlaceInterpolator` writes; non-float tensors are taken from t2."""
-    from mmgrid.merge.sweep import lerp_into
+    """theta(lambda) as a new state dict (MMGRid Eq. 10) in theta1's dtypes: the bits
+    :class:`InPlaceInterpolator` writes into a model of those dtypes and
+    ``merge("temporal", [theta1, theta2], lam=lambda)`` returns; non-float tensors are
+    taken from t2."""
+    from mmgrid.merge.ops import lerp_into
 
     out = {}
     for name, t2 in theta2.items():
         t1 = theta1[name]
         if t2.is_floating_point():
-            out[name] = lerp_into(t1, t2, float(lam), torch.empty(t2.shape, dtype=t2.dtype))
+            out[name] = lerp_into(t1, t2, float(lam), torch.empty(t1.shape, dtype=t1.dtype))
         else:
             out[name] = t2.clone()
     return out

@@ -100,7 +100,7 @@ def test_temporal_sweep_and_inplace(models):
     for lam in (-0.5, 0.0, 0.3, 1.0, 1.7):
         expect = merge("temporal", [models["a"], models["b"]], lam=lam)
         got = sw.state_at(lam)
-        assert all(torch.allclose(got[k].float(), expect[k].float(), atol=1e-6) for k in expect)
+        assert all(torch.equal(got[k], expect[k]) for k in expect)  # one definition of a point
     module = torch.nn.Module()
     module.w = torch.nn.Parameter(torch.zeros(4, 4))
     sw2 = TemporalSweep({"w": torch.zeros(4, 4)}, {"w": torch.ones(4, 4)})
@@ -113,6 +113,34 @@ def test_temporal_sweep_and_inplace(models):
         expect = merge("ties", [models["a"], models["b"]], base=models["base"], density=0.5, scope="tensor", combine="sum", alpha=alpha)
         got = al.state_at(alpha)
         assert all(torch.allclose(got[k].float(), expect[k].float(), atol=1e-5) for k in expect)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_temporal_added_rows_merge_equals_sweep(models, monkeypatch, fast):
+    """Added-vocabulary rows: a token both checkpoints have is interpolated like the
+    shared rows (ops.interpolate), a token of one checkpoint is kept; the merge and the
+    sweep give the same bits on every path."""
+    from mmgrid.merge import engine, ops
+    from mmgrid.merge.sweep import TemporalSweep
+    from mmgrid.merge.tensors import from_state
+
+    monkeypatch.setattr(engine, "FAST", fast)
+    a, ma = _with_rows(models["a"], ["<a_0>", "<s_1>"], 1)
+    b, mb = _with_rows(models["b"], ["<b_0>", "<s_1>"], 2)
+    ea, eb = a["embed_tokens.weight"], b["embed_tokens.weight"]
+    sw = TemporalSweep(from_state(a, "A", ma), from_state(b, "B", mb))
+    for lam in (-0.3, 0.6, 1.4):
+        out = merge("temporal", [from_state(a, "A", ma), from_state(b, "B", mb)], lam=lam)
+        emb = out["embed_tokens.weight"]
+        assert emb.shape == (13, 4)
+        assert torch.equal(emb[:10], ops.interpolate(ea[:10], eb[:10], lam))
+        assert torch.equal(emb[10], ea[10]) and torch.equal(emb[12], eb[10])  # kept as they are
+        assert torch.equal(emb[11], ops.interpolate(ea[11], eb[11], lam))  # <s_1> in both
+        # and by hand for one entry of the shared token (Eq. 10 in float64, float32 rounding)
+        x, y = float(ea[11, 2]), float(eb[11, 2])
+        assert abs(float(emb[11, 2]) - (x + lam * (y - x))) <= 1e-6 * (abs(x) + abs(y) + 1)
+        got = sw.state_at(lam)
+        assert all(torch.equal(got[k], out[k]) for k in out)
 
 
 def test_neutral_base_is_average(models):

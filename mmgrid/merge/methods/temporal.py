@@ -3,13 +3,17 @@
 Inputs: [theta_t1, theta_t2] of one domain. tau_temp = theta_t2 - theta_t1 is the
 temporal preference-shift vector (Eq. 9); lambda is any real number: 0 gives theta_t1,
 1 gives theta_t2, above 1 extrapolates. A base, if given, is ignored (theta_t1 is it).
-For many lambdas use :class:`mmgrid.merge.sweep.TemporalSweep`.
+Every path computes :func:`mmgrid.merge.ops.interpolate` (``torch.lerp`` in float32,
+one rounding to the output dtype), so a merge, a sweep point, an in-place evaluation and
+a re-run recipe give the same bits. For many lambdas use
+:class:`mmgrid.merge.sweep.TemporalSweep`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -46,8 +50,10 @@ class Temporal(Method):
 
     elementwise = True
 
-    def linear(self, n: int) -> tuple[float, list[float]]:
-        return 0.0, [1.0 - self.params.lam, self.params.lam]  # Eq. 10 rearranged
+    def fast_kernel(self, n: int) -> Any:
+        from mmgrid.merge.stream import Kernel
+
+        return Kernel(lerp=float(self.params.lam))
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         return ops.interpolate(view.models[0], view.models[1], self.params.lam)
