@@ -269,10 +269,12 @@ def _merge_pass(method: Method, models: list[TensorSource], base: TensorSource |
             jobs += stream.block_jobs(name, n, dtype, max(s.shapes[name][1].itemsize for s in srcs))
     reader = stream.BlockReader(srcs)
     aw = stream.AsyncWriter(writer)
+    ahead = stream.locate_ahead(srcs, [j.name for j in jobs if j.whole is None])
     try:
         stream.write_blocks(jobs, lambda job, out, work: stream.merge_block(kernel, reader, job, out, work, method.name),
                             aw, make_work=lambda: (stream.Buffers(len(models)), [torch.empty(0, dtype=torch.uint8) for _ in srcs]))
     finally:
+        ahead.shutdown(wait=True, cancel_futures=True)
         try:
             aw.drain()
         finally:

@@ -161,7 +161,27 @@ def from_registry(registry: Any, cid: str) -> TensorSource:
             files[name] = registry.file(man.id, name)
         except Exception:  # a file listed but unreadable is the registry's error to report
             pass
-    return TensorSource(man.id, shapes, lambda n: _load(lazy[n]), dict(man.meta or {}), files)
+    return TensorSource(man.id, shapes, lambda n: _load(lazy[n]), dict(man.meta or {}), files,
+                        locate=_blob_locator(registry, man))
+
+
+def _blob_locator(registry: Any, man: Any) -> Any:
+    """``locate`` of a registry source: each tensor's (blob path, data offset), its blob's
+    hash checked on first use (the registry's first-read rule), so the fast pass reads
+    blocks of it and a sweep maps it instead of loading whole tensors per block."""
+    store, blobs = getattr(registry, "store", None), getattr(man, "blobs", None)
+    if not blobs or not hasattr(store, "locate_tensor"):
+        return None
+    cache: dict[str, tuple[str, int]] = {}
+
+    def locate(name: str) -> tuple[str, int]:
+        hit = cache.get(name)
+        if hit is None:
+            path, offset = store.locate_tensor(blobs[name].sha256, where=f"tensor {name} of {man.id}")
+            hit = cache[name] = (str(path), offset)
+        return hit
+
+    return locate
 
 
 def open_source(src: Any, label: str, registry: Any = None) -> TensorSource:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 TENSOR_KEY = "t"
 _VERIFIED: set[str] = set()  # blob hashes checked in this process
 _VERIFIED_LOCK = threading.Lock()
+_CHECKING: dict[str, threading.Lock] = {}  # blob hash -> lock held while one thread checks it
 
 # safetensors dtype names <-> torch dtype attribute names
 ST_TO_TORCH = {
@@ -279,17 +280,16 @@ class BlobStore:
         return sha, size, True
 
     # -- reading ---------------------------------------------------------------
-    def _read_verified(self, sha: str, path: Path, where: str) -> bytearray:
-        try:
-            with open(path, "rb") as fh:
-                data = bytearray(os.fstat(fh.fileno()).st_size)
-                fh.readinto(data)
-        except FileNotFoundError:
-            raise MissingBlobError(
-                f"blob {sha} ({where}) is missing from {path.parent}; restore it from a backup or "
-                "re-create the checkpoint (run `mmgrid registry verify ROOT` to list every affected checkpoint)."
-            ) from None
-        got = hashlib.sha256(data).hexdigest()
+    @staticmethod
+    def _missing(sha: str, path: Path, where: str) -> MissingBlobError:
+        return MissingBlobError(
+            f"blob {sha} ({where}) is missing from {path.parent}; restore it from a backup or "
+            "re-create the checkpoint (run `mmgrid registry verify ROOT` to list every affected checkpoint)."
+        )
+
+    @staticmethod
+    def _verified(sha: str, got: str, path: Path, where: str) -> None:
+        """Record ``sha`` as checked when the bytes hashed to it; else CorruptBlobError."""
         if got != sha:
             raise CorruptBlobError(
                 f"blob {path} ({where}) is corrupt: its sha256 is {got}, expected {sha}; restore it "
@@ -297,7 +297,52 @@ class BlobStore:
             )
         with _VERIFIED_LOCK:
             _VERIFIED.add(sha)
+
+    def _read_verified(self, sha: str, path: Path, where: str) -> bytearray:
+        try:
+            with open(path, "rb") as fh:
+                data = bytearray(os.fstat(fh.fileno()).st_size)
+                fh.readinto(data)
+        except FileNotFoundError:
+            raise self._missing(sha, path, where) from None
+        self._verified(sha, hashlib.sha256(data).hexdigest(), path, where)
         return data
+
+    def locate_tensor(self, sha: str, where: str = "") -> tuple[Path, int]:
+        """(blob path, byte offset of the tensor's data in it) for readers that read the
+        data themselves: the merge's positioned reads, a sweep's memory map.
+
+        The blob's hash is checked first, as :meth:`read_tensor` does on a process's first
+        read, but streamed in 4 MiB pieces (no copy of the tensor is kept); threads
+        locating one blob at once wait for a single check.
+
+        Raises:
+            MissingBlobError, CorruptBlobError.
+        """
+        path = self.blob_path(sha)
+        if sha not in _VERIFIED:
+            with _VERIFIED_LOCK:
+                lock = _CHECKING.setdefault(sha, threading.Lock())
+            with lock:
+                if sha not in _VERIFIED:
+                    try:
+                        got = sha256_file(path)
+                    except FileNotFoundError:
+                        raise self._missing(sha, path, where) from None
+                    self._verified(sha, got, path, where)
+            with _VERIFIED_LOCK:
+                _CHECKING.pop(sha, None)
+        try:
+            with open(path, "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                start = json.loads(fh.read(n))[TENSOR_KEY]["data_offsets"][0]
+        except FileNotFoundError:
+            with _VERIFIED_LOCK:
+                _VERIFIED.discard(sha)
+            raise self._missing(sha, path, where) from None
+        except (struct.error, ValueError, KeyError, TypeError, IndexError) as exc:
+            raise CorruptBlobError(f"blob {path} is not a one-tensor safetensors file ({exc!r}); re-create the checkpoint.") from exc
+        return path, 8 + n + int(start)
 
     def read_tensor(self, sha: str, where: str = "", device: str = "cpu") -> "torch.Tensor":
         """Load one tensor; the first read in a process checks the hash."""
@@ -321,18 +366,24 @@ class BlobStore:
 
     def check(self, path: Path) -> bool:
         """Does the file at ``path`` still hash to its name?"""
-        sha = path.name.split(".")[0]
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                h.update(chunk)
-        return h.hexdigest() == sha
+        return sha256_file(path) == path.name.split(".")[0]
 
     def iter_blobs(self) -> list[Path]:
         return sorted((self.root / "blobs").glob("*/*.safetensors"))
 
     def iter_files(self) -> list[Path]:
         return sorted((self.root / "files").glob("*/*"))
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file, read in 4 MiB pieces into one reused buffer."""
+    h = hashlib.sha256()
+    buf = bytearray(1 << 22)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while k := fh.readinto(buf):
+            h.update(view[:k])
+    return h.hexdigest()
 
 
 def forget_verified() -> None:

@@ -69,3 +69,74 @@ def test_cli_merge(reg, tmp_path: Path, capsys):
     assert main(["merge", "--recipe", str(rec), "--registry", root, "--out-coords", "variant=lam1.5"]) == 0
     assert main(["merge", "--method", "ties", "--base", ids["base"], "--inputs", ids["a"], "--set", "density=7",
                  "--registry", root]) == 2
+
+
+@pytest.mark.parametrize("max_open", [64, 2])
+def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_path: Path, monkeypatch, max_open):
+    """merge_to_file over registry ids reads blocks of each blob in place: every blob is
+    hashed once (the registry's first-read check) and no whole tensor is loaded, where
+    it used to load the whole tensor once per block. The result equals the merge of
+    the state dicts; past MAX_OPEN_FILES each read opens and closes its blob (no leak)."""
+    import os
+
+    from safetensors.torch import load_file
+
+    from mmgrid.merge import merge, merge_to_file, stream
+    from mmgrid.registry import store as store_mod
+
+    r, ids = reg
+    store_mod.forget_verified()
+    hashed, whole = [], []
+    real_hash, real_read = store_mod.sha256_file, store_mod.BlobStore.read_tensor
+    monkeypatch.setattr(store_mod, "sha256_file", lambda p: hashed.append(p) or real_hash(p))
+    monkeypatch.setattr(store_mod.BlobStore, "read_tensor", lambda self, *a, **k: whole.append(a) or real_read(self, *a, **k))
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 40)  # several blocks per tensor
+    monkeypatch.setattr(stream, "CHUNK", 4)
+    monkeypatch.setattr(stream, "MAX_OPEN_FILES", max_open)
+    fds = len(os.listdir("/proc/self/fd"))
+    out = tmp_path / "m.safetensors"
+    merge_to_file("task_arithmetic", [ids["a"], ids["b"]], out, base=ids["base"], registry=r, lambdas=[0.7, 0.4], durable=False)
+    assert len(os.listdir("/proc/self/fd")) == fds
+    got = load_file(str(out))
+    want = merge("task_arithmetic", [models["a"], models["b"]], base=models["base"], lambdas=[0.7, 0.4])
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    blobs = {b.sha256 for i in ids.values() for k, b in r.get(i).blobs.items() if k != "codes"}
+    assert sorted(p.name.split(".")[0] for p in hashed) == sorted(blobs)  # each float blob once
+    assert {a[0] for a in whole} == {r.get(ids["a"]).blobs["codes"].sha256}  # only the int passthrough, whole
+
+
+def test_registry_blob_corrupted_or_removed_is_named(reg, tmp_path: Path):
+    from mmgrid.merge import merge_to_file
+    from mmgrid.registry import store as store_mod
+    from mmgrid.registry.errors import CorruptBlobError, MissingBlobError
+
+    r, ids = reg
+    blob = r.store.blob_path(r.get(ids["b"]).blobs["layers.0.up.weight"].sha256)
+    raw = blob.read_bytes()
+    out = tmp_path / "m.safetensors"
+    store_mod.forget_verified()
+    blob.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))  # one flipped bit
+    with pytest.raises(CorruptBlobError, match="layers.0.up.weight"):
+        merge_to_file("average", [ids["a"], ids["b"]], out, registry=r)
+    blob.unlink()
+    with pytest.raises(MissingBlobError, match="layers.0.up.weight"):
+        merge_to_file("average", [ids["a"], ids["b"]], out, registry=r)
+    assert not out.exists()
+    blob.write_bytes(raw)
+
+
+def test_temporal_sweep_over_registry_ids_maps_the_blobs(reg, models):
+    from mmgrid.merge.sweep import TemporalSweep
+
+    from mmgrid.registry import store as store_mod
+
+    r, ids = reg
+    store_mod.forget_verified()  # a new process: each blob's first use checks its hash
+    on_reg, in_mem = TemporalSweep(ids["a"], ids["b"], registry=r), TemporalSweep(models["a"], models["b"])
+    ptr = on_reg.pairs["layers.0.q.weight"][0].data_ptr()
+    mapped_from = [line.split()[-1] for line in open("/proc/self/maps")
+                   if int(line.split("-")[0], 16) <= ptr < int(line.split()[0].split("-")[1], 16)]
+    assert mapped_from == [str(r.store.blob_path(r.get(ids["a"]).blobs["layers.0.q.weight"].sha256))]  # no copy
+    for lam in (-0.5, 0.4, 1.5):
+        a, b = on_reg.state_at(lam), in_mem.state_at(lam)
+        assert all(torch.equal(a[k], b[k]) for k in b)
