@@ -5,7 +5,9 @@ transformers.Qwen3Config, nothing downloaded) in a temp dir under /tmp, then tim
 separate subprocesses (peak RSS from each child's getrusage):
 
 * TIES (density 0.2) and task arithmetic of the two fine-tunes onto the base;
-* a 21-point temporal lambda sweep (lambda in [-0.5, 1.5]) between two checkpoints,
+* a 21-point temporal lambda sweep (lambda in [-0.5, 1.5]) between two checkpoints;
+* task arithmetic from the command line: ``mmgrid merge`` on registry ids (hash checks
+  of the inputs and storing the result included) against ``mergekit-yaml``,
 
 for mmgrid and for mergekit (run from its own venv: $MMGRID_MERGEKIT_PYTHON, else
 bench/.venv-mergekit/bin/python, else /tmp/venv-mergekit/bin/python). Prints wall
@@ -17,7 +19,7 @@ point (how a mergekit user produces 21 merges; the mean of ``--sweep-cli-points`
 times 21, each run being a separate process), and the stricter ``run_merge`` called 21
 times in one Python process (no repeated start-up).
 
-Usage: python bench/merge.py [--sweep-mergekit-points 21] [--sweep-cli-points 3] [--keep]
+Usage: python bench/merge.py [--sweep-mergekit-points 21] [--sweep-cli-points 3] [--no-cli] [--keep]
 """
 
 from __future__ import annotations
@@ -104,6 +106,30 @@ def mmgrid_sweep(p: dict[str, Path], out: Path) -> dict:
         f"sw = TemporalSweep({str(p['ft1'] / 'model.safetensors')!r}, {str(p['ft2'] / 'model.safetensors')!r})\n"
         f"for lam in {LAMBDAS!r}:\n    sw.write(lam, {str(out)!r}, durable=False)\n"
     )
+
+
+def registry_import(p: dict[str, Path], reg_root: Path) -> dict[str, str]:
+    """The three checkpoints brought into a registry (untimed): ids for the CLI case."""
+    from mmgrid.registry import Registry
+
+    reg = Registry.open(reg_root)
+    return {k: reg.import_hf(p[k], {"paradigm": "bench", "domain": "qwen", "period": k}) for k in ("base", "ft1", "ft2")}
+
+
+def mmgrid_cli(ids: dict[str, str], reg_root: Path, variant: str) -> dict:
+    """One ``mmgrid merge`` process on registry ids (the CLI a user runs), timed from
+    outside: the inputs' first-use hash checks and storing the result (hashed, durable)
+    included. Each run stores a new checkpoint (its own variant)."""
+    exe = str(Path(sys.executable).parent / "mmgrid")
+    cmd = [exe, "merge", "--method", "task_arithmetic", "--base", ids["base"], "--inputs", ids["ft1"], ids["ft2"],
+           "--registry", str(reg_root), "--out-coords", f"variant={variant}"]
+    os.sync()
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"mmgrid merge failed:\n{out.stderr[-3000:]}")
+    return {"wall_s": wall, "peak_gb": float("nan")}
 
 
 def mergekit_config(method: str, p: dict[str, Path], lam: float | None = None) -> str:
@@ -202,6 +228,8 @@ def main() -> None:
     ap.add_argument("--sweep-cli-points", type=int, default=3,
                     help="mergekit-yaml runs timed for the per-point baseline (default 3; their mean x 21; 21 times all)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ap.add_argument("--no-cli", action="store_true",
+                    help="skip the command-line case (mmgrid merge on registry ids vs mergekit-yaml)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="mmgrid-bench-merge-", dir="/tmp"))
     try:
@@ -219,6 +247,10 @@ def main() -> None:
             "task_arithmetic": best(lambda: mmgrid_merge("task_arithmetic", p, out, "")),
             "sweep21": best(lambda: mmgrid_sweep(p, out)),
         }
+        if not args.no_cli:
+            ids = registry_import(p, root / "reg")
+            runs = iter(range(100))
+            ours["task_arithmetic CLI"] = best(lambda: mmgrid_cli(ids, root / "reg", f"cli{next(runs)}"))
         theirs: dict[str, dict] = {}
         for case, r in ours.items():
             print(f"mmgrid {case}: {r['wall_s']:.1f} s, peak {r['peak_gb']:.2f} GB", flush=True)
@@ -228,6 +260,9 @@ def main() -> None:
                 theirs["ties"] = best(lambda: mergekit_run(mk_py, [mergekit_config("ties", p)], mk_out))
                 print(f"mergekit ties: {theirs['ties']['wall_s']:.1f} s", flush=True)
                 theirs["task_arithmetic"] = best(lambda: mergekit_run(mk_py, [mergekit_config("task_arithmetic", p)], mk_out))
+                if "task_arithmetic CLI" in ours:
+                    theirs["task_arithmetic CLI"] = best(lambda: mergekit_cli(mk_py, mergekit_config("task_arithmetic", p), mk_out, root))
+                    theirs["task_arithmetic CLI"]["peak_gb"] = float("nan")
                 print(f"mergekit task_arithmetic: {theirs['task_arithmetic']['wall_s']:.1f} s", flush=True)
                 k = max(1, args.sweep_mergekit_points)
                 r = best(lambda: mergekit_run(mk_py, [mergekit_config("temporal", p, lam) for lam in LAMBDAS[:k]], mk_out))
@@ -251,7 +286,8 @@ def main() -> None:
                 print(f"mergekit failed: {exc}")
         else:
             print("mergekit not found (set MMGRID_MERGEKIT_PYTHON); no baseline ratios")
-        limits = {"task_arithmetic": 3 * size / rbw + size / wbw, "ties": 3 * size / rbw + size / wbw,
+        limits = {"task_arithmetic": 3 * size / rbw + size / wbw, "task_arithmetic CLI": 3 * size / rbw + size / wbw,
+                  "ties": 3 * size / rbw + size / wbw,
                   "ties_tensor": 3 * size / rbw + size / wbw, "sweep21": 2 * size / rbw + 21 * size / wbw}
         print(f"\n{'case':<18}{'mmgrid s':>10}{'peak GB':>9}{'mergekit s':>12}{'peak GB':>9}{'speedup':>9}{'bw limit s':>12}{'x limit':>9}"
               f"{'after imports s':>17}{'x limit':>9}{'mergekit after imports s':>26}{'speedup':>9}")
@@ -262,7 +298,7 @@ def main() -> None:
         for case, r in ours.items():
             mk = theirs.get(case if case != "ties_tensor" else "ties")
             sp = f"{mk['wall_s'] / r['wall_s']:.1f}x" if mk else "-"
-            ready = r.get("ready_s", r["wall_s"])
+            ready = r.get("ready_s", float("nan"))  # command-line cases: timed from outside only
             mk_ready = mk.get("ready_s", float("nan")) if mk else float("nan")
             sp_ready = f"{mk_ready / ready:.1f}x" if mk and "ready_s" in mk else "-"
             rows.append(case)
@@ -273,6 +309,9 @@ def main() -> None:
             print(f"(mergekit sweep21: run_merge looped in one process, {theirs['sweep21']['note']}; "
                   f"sweep21 vs CLI: {theirs.get('sweep21_cli', {}).get('note', 'not run')})")
             print("(mmgrid's TIES takes the top-X% over the whole model, mergekit per tensor)")
+        if "task_arithmetic CLI" in theirs:
+            print("(task_arithmetic CLI: `mmgrid merge` on registry ids, which checks the inputs' hashes and stores the "
+                  "result durably, vs `mergekit-yaml` on the folders; both processes timed from outside)")
         print(f"load average at the end: {os.getloadavg()}")
         print("(mmgrid s and speedup count the interpreter start-up and imports, as mergekit's do; 'after imports' columns do not:"
               " they time the merge work alone, for both tools)")
