@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from mmgrid.merge.errors import NonFiniteError, SourceError
-from mmgrid.merge.ops import LERP_IN_F32
+from mmgrid.merge.ops import lerp_into
 from mmgrid.merge.tensors import TensorSource
 
 CHUNK = 1 << 17  # entries per compute chunk (512 KiB of float32): the work buffers stay in L2 (2 MiB per core here)
@@ -601,8 +601,8 @@ def merge_block(k: Kernel, reader: BlockReader, job: Job, out: torch.Tensor, wor
         if raw[i].numel() < need:
             raw[i] = torch.empty(need, dtype=torch.uint8)
         parts.append(reader.read(i, name, job.a, job.b, raw[i]))
-    if k.lerp is not None and parts[0].dtype == parts[1].dtype == out.dtype in LERP_IN_F32:
-        torch.lerp(parts[0], parts[1], k.lerp, out=out)  # one fused pass, the same bits (ops.lerp_into)
+    if k.lerp is not None:
+        lerp_into(parts[0], parts[1], k.lerp, out)  # one fused pass where the dtypes agree
     else:
         step = bufs.acc.numel()
         for c in range(0, job.b - job.a, step):

@@ -23,7 +23,7 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from mmgrid.registry.errors import CorruptBlobError, MissingBlobError
 
@@ -133,19 +133,28 @@ def _st_name(dtype: "torch.dtype") -> str:
     raise RegistryError(f"tensor dtype {dtype} cannot be stored in safetensors; cast it (e.g. to float32).")
 
 
+def _blob_header(read: Callable[[int, int], bytes], path: Path) -> tuple[int, str, tuple[int, ...], int, int]:
+    """(header length n, torch dtype name, shape, start, end) of a one-tensor safetensors
+    blob; ``read(offset, size)`` gives its bytes. The data lies at [8 + n + start, 8 + n + end).
+
+    Raises:
+        CorruptBlobError: the bytes are not such a blob.
+    """
+    try:
+        (n,) = struct.unpack("<Q", read(0, 8))
+        info = json.loads(read(8, n))[TENSOR_KEY]
+        start, end = (int(x) for x in info["data_offsets"])
+        return n, ST_TO_TORCH[info["dtype"]], tuple(info["shape"]), start, end
+    except (struct.error, ValueError, KeyError, TypeError) as exc:
+        raise CorruptBlobError(f"blob {path} is not a one-tensor safetensors file ({exc!r}); re-create the checkpoint.") from exc
+
+
 def _from_blob(buf: bytearray, path: Path) -> "torch.Tensor":
     """The tensor of a verified one-tensor safetensors blob, sharing ``buf``'s memory (no copy)."""
     import torch
 
-    from mmgrid.registry.errors import CorruptBlobError
-
-    try:
-        (n,) = struct.unpack_from("<Q", buf, 0)
-        info = json.loads(bytes(buf[8 : 8 + n]))[TENSOR_KEY]
-        dtype, shape = getattr(torch, ST_TO_TORCH[info["dtype"]]), tuple(info["shape"])
-        start, end = info["data_offsets"]
-    except (struct.error, ValueError, KeyError, TypeError) as exc:
-        raise CorruptBlobError(f"blob {path} is not a one-tensor safetensors file ({exc!r}); re-create the checkpoint.") from exc
+    n, dtype_name, shape, start, end = _blob_header(lambda o, k: bytes(buf[o:o + k]), path)
+    dtype = getattr(torch, dtype_name)
     count = end - start
     if count == 0:
         return torch.empty(shape, dtype=dtype)
@@ -334,15 +343,12 @@ class BlobStore:
                 _CHECKING.pop(sha, None)
         try:
             with open(path, "rb") as fh:
-                (n,) = struct.unpack("<Q", fh.read(8))
-                start = json.loads(fh.read(n))[TENSOR_KEY]["data_offsets"][0]
+                n, _, _, start, _ = _blob_header(lambda o, k: os.pread(fh.fileno(), k, o), path)
         except FileNotFoundError:
             with _VERIFIED_LOCK:
                 _VERIFIED.discard(sha)
             raise self._missing(sha, path, where) from None
-        except (struct.error, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise CorruptBlobError(f"blob {path} is not a one-tensor safetensors file ({exc!r}); re-create the checkpoint.") from exc
-        return path, 8 + n + int(start)
+        return path, 8 + n + start
 
     def read_tensor(self, sha: str, where: str = "", device: str = "cpu") -> "torch.Tensor":
         """Load one tensor; the first read in a process checks the hash."""
