@@ -120,6 +120,16 @@ def bw_barycenter(
     return s
 
 
+def bw_transport(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The optimal transport map from N(0, A) to N(0, B) for SPD A, B (Bures-Wasserstein).
+
+    T = A^{-1/2} (A^{1/2} B A^{1/2})^{1/2} A^{-1/2}: symmetric positive definite, with
+    T A T = B, so a row x with second moment A is mapped to x T with second moment B.
+    """
+    ra, ira = sqrtm_psd(a), inv_sqrtm_psd(a)
+    return sym(ira @ sqrtm_psd(ra @ b.double() @ ra) @ ira)
+
+
 def right_basis(delta: torch.Tensor, rank: int, energy: float) -> torch.Tensor:
     """Top right singular vectors of delta: the smallest r <= rank capturing ``energy``.
 

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods.base import identity
 
 
 @dataclass
@@ -95,7 +96,7 @@ def run_recipe(recipe: Recipe, registry: Any, coords: dict[str, Any] | None = No
 
     params = recipe.method_params()
     coords = {**default_coords(registry, recipe), **(coords or {})}  # given keys override
-    store_params = {"method": recipe.method, **params}
+    store_params = {**identity(recipe.method), **params}
     bases = [] if recipe.base is None else ([recipe.base] if isinstance(recipe.base, str) else list(recipe.base))
     parents = [(registry.get(i).id, "merge_input") for i in recipe.inputs]
     parents += [(registry.get(b).id, "merge_base") for b in bases]

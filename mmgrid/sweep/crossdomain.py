@@ -235,6 +235,7 @@ def _alphas(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: Merg
             ids: dict[str, tuple[str, str]], method: str, mparams: dict[str, Any], kind: str,
             base_id: str | None) -> list[dict]:
     """Merge one pair with one method and base over the alpha grid (Eq. 7); evaluate on both domains."""
+    from mmgrid.merge.methods.base import identity
     from mmgrid.registry.names import hash_json
 
     cd = cfg.sweeps.cross_domain
@@ -246,7 +247,7 @@ def _alphas(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: Merg
         if not uses_alpha and alpha != cd.alphas[0]:
             continue
         a = float(alpha) if uses_alpha else None
-        rec = {"method": method, "params": params, "inputs": [p2_i, p2_j], "base": base_id,
+        rec = {**identity(method), "params": params, "inputs": [p2_i, p2_j], "base": base_id,
                "base_kind": kind, "alpha": a, "equation": "MMGRid Eq. 7", "eval": eval_key(cfg)}
         if not evals.redo and recorded(registry, [hash_json(rec)], STUDY):
             rows += _frame_rows(study_frame(registry, STUDY, recipe_hash=hash_json(rec)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from mmgrid.merge import merge
 from mmgrid.merge.methods import get_method, method_names, validate_params
+from mmgrid.merge.methods.base import input_weights
 
 ALL = method_names()
 
@@ -33,15 +36,6 @@ def test_shared_checks(method, dtype, models):
             assert torch.isfinite(v.float()).all()  # no NaN
         assert torch.equal(v, again[k])  # deterministic for a seed
     assert torch.equal(out["codes"], ins[0]["codes"])  # int tensors pass through
-
-
-@pytest.mark.parametrize("method", [m for m in ALL if get_method(m).symmetric])
-def test_symmetric_methods_ignore_order(method, models):
-    ins, base = _inputs(method, models)
-    a = merge(method, ins, base=base)
-    b = merge(method, ins[::-1], base=base)
-    for k in a:
-        assert torch.allclose(a[k].float(), b[k].float(), atol=1e-5), k
 
 
 @pytest.mark.parametrize("method", ["task_arithmetic", "ties", "dare", "ties_dare", "orthomerge", "gcwm"])
@@ -104,3 +98,177 @@ def test_dare_unbiased_statistically(p, seed):
     out = merge("dare", [m], base=base, p=p, seed=seed)["w"]
     # mean of 50k iid draws: sd = 2 sqrt(p/(1-p)) / sqrt(50k) <= 0.02
     assert abs(float(out.mean()) - 2.0) < 0.1
+
+
+# --- bounds, identical inputs, symmetry (issue 18) ------------------------------------
+#
+# BOUND[method](params, n) is the factor F of ||theta* - theta_0|| <= F max_i ||tau_i||
+# per tensor, F = c * (weight mass), with c derived in each method's docstring:
+#   task_arithmetic  c = |scale|, mass sum_i |lambda_i|            (triangle inequality)
+#   dare             c = |scale| / (1 - p), mass sum_i |lambda_i|  (a kept entry is tau/(1-p))
+#   ties (sum)       c = |scale|, mass sum_i |w_i|                 (trim and sign mask only zero entries)
+#   ties (disjoint)  c = |scale| sqrt(n), mass 1                   (each entry a weighted mean of
+#                    agreeing entries, |out_e| <= max_i |tau_ie|, and sum_e max_i <= sum_i ||tau_i||^2)
+#   ties_dare        the ties factor / (1 - p)
+#   average          c = 1, mass 1 (weights normalized; any theta_0)
+#   temporal         c = 1, mass |lambda| (tau_1 = 0, tau_2 = theta_t2 - theta_t1 on theta_0 = theta_t1)
+#   gcwm             c = 1, mass sum_i |lambda_i| (transport onto a unit-trace barycenter
+#                    never lengthens an update; the gate blends two bounded results)
+#   orthomerge       residuals: c = 1, mass sum_i |lambda_i| (Procrustes: ||rho_i|| <= ||tau_i||),
+#                    plus the rotation 2 mean_i ||Q_i||_F ||W_0||_2 on matrices (see test below)
+
+
+def _ties_factor(p, n, p_drop=0.0):
+    combine = p.combine or ("sum" if p.alpha is not None else "disjoint_mean")
+    if combine == "sum":
+        w = input_weights(p.lambdas, p.alpha, n, 1.0 / n)
+        return abs(p.scale) * sum(abs(x) for x in w) / (1.0 - p_drop)
+    return abs(p.scale) * math.sqrt(n) / (1.0 - p_drop)
+
+
+BOUND = {
+    "task_arithmetic": lambda p, n: abs(p.scale) * sum(abs(x) for x in input_weights(p.lambdas, p.alpha, n)),
+    "dare": lambda p, n: abs(p.scale) * sum(abs(x) for x in input_weights(p.lambdas, p.alpha, n)) / (1.0 - p.p),
+    "ties": lambda p, n: _ties_factor(p, n),
+    "ties_dare": lambda p, n: _ties_factor(p, n, p.p),
+    "average": lambda p, n: 1.0,
+    "temporal": lambda p, n: abs(p.lam),
+    "gcwm": lambda p, n: sum(abs(x) for x in input_weights(p.lambdas, None, n)),
+}
+
+VARIANTS = {
+    "task_arithmetic": [{}, {"lambdas": [0.7, -1.3, 0.2]}, {"scale": 2.5}],
+    "dare": [{"p": 0.3, "seed": 4}, {"p": 0.8, "lambdas": [1.0, -0.5, 2.0]}],
+    "ties": [{}, {"density": 0.5, "scope": "tensor"}, {"combine": "sum", "lambdas": [0.5, 0.3, 0.9]},
+             {"lambdas": [2.0, 0.1, 1.0]}],
+    "ties_dare": [{"p": 0.5, "density": 0.6}, {"combine": "sum", "p": 0.2}],
+    "average": [{}, {"weights": [3.0, 1.0, 0.5]}],
+    "temporal": [{"lam": 0.4}, {"lam": 2.5}, {"lam": -1.0}],
+    "gcwm": [{}, {"threshold": 0.0}, {"gate": "soft", "lambdas": [0.5, -1.0, 2.0]}, {"threshold": 0.0, "rank": 2}],
+    "orthomerge": [{}, {"strategy": "conflict_aware"}, {"lambdas": [0.5, 1.5, -0.5]}],
+}
+
+
+def test_every_method_has_a_bound_and_variants():
+    assert set(VARIANTS) == set(ALL) and set(BOUND) | {"orthomerge"} == set(ALL)
+
+
+def _random_inputs(seed, n, shape, noise):
+    g = torch.Generator().manual_seed(seed)
+    base = {"w": torch.randn(shape, generator=g), "b": torch.randn(shape[0], generator=g)}
+    ins = [{k: v + noise * torch.randn(v.shape, generator=g) * (1 + i) for k, v in base.items()} for i in range(n)]
+    return base, ins
+
+
+def _call(method, ins, base, params):
+    n = len(ins)
+    params = {k: (v[:n] if isinstance(v, list) else v) for k, v in params.items()}
+    if method == "temporal":
+        return merge(method, ins[:2], **params), ins[0], validate_params(method, params)
+    return merge(method, ins, base=base, **params), base, validate_params(method, params)
+
+
+def _orthomerge_rotation(ins, base, p, k):
+    """2 mean_i ||Q_i||_F ||W_0||_2: ||(R - I) W_0||_F <= ||R - I||_2 ||W_0||_F... bounded via
+    ||R - I||_2 = ||2 Q (I - Q)^{-1}||_2 <= 2 ||Q||_2 (Q skew: ||(I - Q)^{-1}||_2 <= 1) and
+    ||Q||_F = mean_i ||Q_i||_F (the magnitude correction, OrthoMerge Eq. 7-8)."""
+    from mmgrid.merge import geometry as geo
+
+    w0 = base[k].T if p.side == "in" else base[k]
+    ws = [m[k].T if p.side == "in" else m[k] for m in ins]
+    taus = [w - w0 for w in ws]
+    targets = [w0 + t for t in geo.conflict_columns(taus)] if p.strategy == "conflict_aware" else ws
+    qs = [geo.inverse_cayley(geo.procrustes(t, w0)) for t in targets]
+    return 2 * sum(float(torch.linalg.matrix_norm(q)) for q in qs) / len(qs) * float(torch.linalg.matrix_norm(w0, 2))
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 3), st.sampled_from([(4, 6), (6, 4), (5, 5), (3, 8)]),
+       st.sampled_from([1e-3, 0.1, 1.0]))
+def test_update_is_bounded_by_the_inputs_updates(seed, n, shape, noise):
+    base, ins = _random_inputs(seed, n, shape, noise)
+    for method in ALL:
+        for params in VARIANTS[method]:
+            out, theta0, p = _call(method, ins, base, params)
+            m = 2 if method == "temporal" else n
+            for k in out:
+                top = max(float(torch.linalg.vector_norm(x[k] - theta0[k])) for x in ins[:m])
+                got = float(torch.linalg.vector_norm(out[k] - theta0[k]))
+                if method == "orthomerge":
+                    bound = sum(abs(x) for x in input_weights(p.lambdas, None, n)) * top
+                    if out[k].ndim == 2:
+                        bound += _orthomerge_rotation(ins, base, p, k)
+                else:
+                    bound = BOUND[method](p, m) * top
+                assert got <= bound * (1 + 1e-5) + 1e-6, (method, params, k, got, bound)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 4), st.sampled_from([(4, 6), (6, 4), (5, 5)]))
+def test_identical_inputs(seed, n, shape):
+    base, ins = _random_inputs(seed, 1, shape, 0.3)
+    same, one = [ins[0]] * n, ins[0]
+    ta = {k: base[k] + n * (one[k] - base[k]) for k in base}
+    expect = [  # method, params, what the method's equation gives for n copies of one input
+        ("task_arithmetic", {}, ta),
+        ("dare", {"p": 0.0}, ta),  # p > 0 draws a mask per input: equal only in expectation
+        ("ties", {"density": 1.0}, one),  # all agree: the disjoint mean is tau
+        ("ties_dare", {"density": 1.0, "p": 0.0}, one),
+        ("average", {}, one),
+        ("gcwm", {}, ta),  # conflict 0: task arithmetic (and T_i = I on the geometry branch)
+        ("gcwm", {"threshold": 0.0, "gate": "soft"}, ta),
+    ]
+    for method, params, want in expect:
+        out = merge(method, same, base=base, **params)
+        for k in out:
+            assert torch.allclose(out[k], want[k], rtol=1e-4, atol=1e-5 * float(want[k].abs().max())), (method, k)
+    assert all(torch.equal(merge("temporal", [one, one], lam=lam)["w"], one["w"]) for lam in (0.3, 2.0))
+    # OrthoMerge: the mean rotation of n equal R_i is R_i, residuals summed with 1/n; it holds
+    # where R_i has a Cayley generator (no eigenvalue -1: small updates) and is determined
+    # (d_in <= d_out; otherwise Procrustes leaves the complement free).
+    if shape[0] >= shape[1]:
+        _, small = _random_inputs(seed, 1, shape, 0.02)
+        out = merge("orthomerge", [small[0]] * n, base=base, lambdas=[1.0 / n] * n)
+        assert all(torch.allclose(out[k], small[0][k], rtol=1e-4, atol=1e-4) for k in out)
+    assert {m for m, _, _ in expect} | {"temporal", "orthomerge"} == set(ALL)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([(4, 6), (6, 4), (5, 5)]))
+def test_symmetric_methods_ignore_order(seed, shape):
+    base, ins = _random_inputs(seed, 3, shape, 0.1)
+    for method in [m for m in ALL if get_method(m).symmetric]:
+        a = merge(method, ins, base=base)
+        b = merge(method, ins[::-1], base=base)
+        for k in a:
+            scale = float(a[k].abs().max())
+            assert torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-5 * scale), (method, k)
+
+
+def test_symmetric_methods_ignore_order_on_the_fixture(models):
+    """The fixture of issue 18 (GCWM's blow-up made the order matter at 1.3e-5 relative)."""
+    ins = [models["a"], models["b"], models["c"]]
+    for method in [m for m in ALL if get_method(m).symmetric]:
+        a, b = merge(method, ins, base=models["base"]), merge(method, ins[::-1], base=models["base"])
+        for k in a:
+            assert torch.allclose(a[k].float(), b[k].float(), rtol=1e-4, atol=1e-5), (method, k)
+
+
+def test_gcwm_stays_within_the_inputs_on_the_fixture(models):
+    """Issue 18: max |value| was 2607 in layers.0.down.weight, inputs below 2.8."""
+    ins = [models["a"], models["b"], models["c"]]
+    out = merge("gcwm", ins, base=models["base"])
+    for k, v in out.items():
+        if v.is_floating_point():
+            taus = [float(torch.linalg.vector_norm(m[k] - models["base"][k])) for m in ins]
+            assert float(torch.linalg.vector_norm(v - models["base"][k])) <= 3 * max(taus) * (1 + 1e-5), k
+    assert float(out["layers.0.down.weight"].abs().max()) < 3.0
+
+
+def test_method_version_is_part_of_the_identity():
+    """Only GCWM was fixed (version 2): its recipe identity changes, every other's stays."""
+    from mmgrid.merge.methods.base import identity
+
+    for m in ALL:
+        want = {"method": m, "method_version": 2} if m == "gcwm" else {"method": m}
+        assert identity(m) == want, m

@@ -140,3 +140,17 @@ def test_temporal_sweep_over_registry_ids_maps_the_blobs(reg, models):
     for lam in (-0.5, 0.4, 1.5):
         a, b = on_reg.state_at(lam), in_mem.state_at(lam)
         assert all(torch.equal(a[k], b[k]) for k in b)
+
+
+def test_fixed_method_gets_a_new_id_others_keep_theirs(reg):
+    """GCWM's version 2 (issue 18) changes its merges' ids; an unchanged method's id is the
+    one computed the way it was before method versions existed."""
+    from mmgrid.merge.recipe import default_coords
+    from mmgrid.registry.names import make_id
+
+    r, ids = reg
+    parents = [(ids["a"], "merge_input"), (ids["b"], "merge_input"), (ids["base"], "merge_base")]
+    for method, params in (("gcwm", {"threshold": 0.0}), ("ties", {"density": 0.3}), ("task_arithmetic", {})):
+        rec = Recipe(method, [ids["a"], ids["b"]], ids["base"], params)
+        old = make_id(default_coords(r, rec), "merged", parents, {"method": method, **params}, None, 0)
+        assert (run_recipe(rec, r, dry_run=True) != old) == (method == "gcwm"), method

@@ -105,6 +105,9 @@ class Method:
     symmetric: ClassVar[bool] = True  # result independent of the order of the inputs
     min_inputs: ClassVar[int] = 1
     max_inputs: ClassVar[int | None] = None
+    # The computation's version: bumped when a fix changes what the method computes, so
+    # that results stored by an older version are recomputed, never served (see identity()).
+    version: ClassVar[int] = 1
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -200,6 +203,15 @@ def validate_params(name: str, params: dict[str, Any] | None) -> Any:
         raise
     except ConfigError as exc:
         raise MergeParamError(str(exc)) from exc
+
+
+def identity(name: str) -> dict[str, Any]:
+    """What names method ``name``'s computation in a stored result's identity (a registry
+    id's params, a study's recipe hash): ``{"method": name}``, plus ``method_version``
+    once the method's :attr:`Method.version` is above 1, so that the ids of methods never
+    bumped stay as they were and a bumped method's old results are not reused."""
+    version = get_method(name).version
+    return {"method": name} if version == 1 else {"method": name, "method_version": version}
 
 
 def params_dict(params: Any) -> dict[str, Any]:

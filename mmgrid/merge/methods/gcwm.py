@@ -20,16 +20,41 @@ Our reading, for every 2-D weight that is not a vocabulary matrix:
    score is the lambda-weighted mean of the c_i. All scores are reported in
    ``report["conflict"]`` (layer -> score, per-input scores, branch taken).
 4. Shared metric: M = the Bures-Wasserstein barycenter of {B_i} (fixed-point
-   iteration, :func:`mmgrid.merge.geometry.bw_barycenter`).
+   iteration, :func:`mmgrid.merge.geometry.bw_barycenter`), rescaled to unit trace
+   (the B_i carry no scale: each is a trace-normalized shape).
 5. Gate: score > ``threshold`` -> the geometry-aware combination; otherwise plain task
    arithmetic (``gate="hard"``, the issue's rule). ``gate="soft"`` blends them with
    the authors' sigmoid weight a = sigmoid(sharpness (score - threshold)).
-6. Geometry-aware combination: whiten the updates' in-span coordinates
-   z_i = tau_i U M^{-1/2}; take the minimiser of the authors' relation loss
-   sum_i ||(m - z_i) z_i^T||^2 / ||z_i||^2, i.e. m = (sum_i z_i G_i / n_i)
-   (sum_i G_i / n_i + eps I)^{-1} with G_i = z_i^T z_i, n_i = ||z_i||^2; recolor
-   m M^{1/2} U^T, scale by sum_i lambda_i (so identical updates give task arithmetic's
-   result), and add the task-arithmetic sum of the out-of-span remainders.
+6. Geometry-aware combination: move each update into the shared geometry with the
+   Gaussian optimal transport map onto the barycenter,
+   T_i = B_i^{-1/2} (B_i^{1/2} M B_i^{1/2})^{1/2} B_i^{-1/2} (T_i B_i T_i = M,
+   :func:`mmgrid.merge.geometry.bw_transport`), and sum the moved updates with the
+   task-arithmetic weights: sum_i lambda_i (tau_i U T_i U^T + r_i), r_i = tau_i -
+   tau_i U U^T the out-of-span remainder. Identical updates have B_i = M, T_i = I:
+   task arithmetic's result.
+
+Bound (the property the methods table tests), per tensor: ||theta* - theta_0|| <=
+c sum_i |lambda_i| max_i ||tau_i|| with **c = 1**. Derivation: ||tau_i U T_i||_F^2 =
+||tau_i U||^2 tr(T_i S_i T_i) with S_i = B_i - reg I the update's own normalized second
+moment, and tr(T_i S_i T_i) = tr M - reg ||T_i||_F^2 <= tr M = 1; the moved in-span part
+and r_i are orthogonal, so each moved update is no longer than tau_i, and the gate
+blends two results that both obey the bound.
+
+Version 2 (the fix of issue 18): version 1 took, in step 6, the closed-form minimiser of
+the authors' relation loss sum_i ||(m - z_i) z_i^T||^2 / ||z_i||^2 in whitened
+coordinates z_i = tau_i U M^{-1/2}, then recolored with M^{1/2}. Two readings of ours,
+not the paper's, made that blow up (max |theta*| 2607 on the merge tests' fixture where
+every input stays below 2.8): (a) the minimiser is unbounded -- it asks m's projection on
+each z_i's direction to equal ||z_i||, which two nearly parallel updates of different
+norms can only meet with m ~ 1/angle; the authors never compute it, their per-layer
+optimiser takes a few Adam steps of lr 1e-5 from the task-arithmetic sum and stays next
+to it; (b) the Bures-Wasserstein barycenter of rank-deficient covariances (a 4-row update
+has rank <= 4 in a 6-dimensional span) is itself rank-deficient, its small eigenvalues
+sit at ``reg``, so whitening made the z_i nearly parallel and the result grew as 1/reg
+(2.6e5 at reg=1e-8, 27 at reg=1e-4). Version 2 keeps the barycenter, the conflict scores
+and the gate and replaces only the combination by the transport above, which needs no
+inverse of M and is bounded by construction. Merges stored by version 1 are recomputed:
+the version is part of a merge's identity (:func:`mmgrid.merge.methods.base.identity`).
 
 1-D tensors and vocabulary rows (embeddings, LM head: the authors skip them) use task
 arithmetic.
@@ -84,6 +109,7 @@ class Gcwm(Method):
     pretty = "GCWM (geometry-conflict-gated Wasserstein merging)"
     paper = "Geometry Conflict (paper 001, abstract); our reading in docs/merging.md"
     Params = GcwmParams
+    version = 2  # 1: closed-form relation minimiser in whitened coordinates (unbounded, issue 18)
 
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
@@ -131,24 +157,14 @@ class Gcwm(Method):
         return c + self.params.reg * torch.eye(c.shape[0], dtype=c.dtype)
 
     def geometry_combination(self, taus: list[torch.Tensor], basis: torch.Tensor, covs: list[torch.Tensor]) -> torch.Tensor:
-        """Whiten in the barycentric metric, closed-form relation merge, recolor (step 6)."""
+        """Each update moved onto the unit-trace barycenter by its transport map, summed (step 6)."""
         p = self.params
         nonneg = [max(w, 0.0) for w in self._w]
         m = geo.bw_barycenter(covs, nonneg if sum(nonneg) > 0 else [1.0] * len(covs), p.barycenter_iters)
-        whiten, color = geo.inv_sqrtm_psd(m), geo.sqrtm_psd(m)
-        zs = [t.double() @ basis @ whiten for t in taus]
-        k = basis.shape[1]
-        lhs = torch.zeros(k, k, dtype=torch.float64)
-        rhs = torch.zeros(taus[0].shape[0], k, dtype=torch.float64)
-        for z in zs:
-            n = float((z * z).sum())
-            if n == 0.0:
-                continue
-            g = z.T @ z / n
-            lhs += g
-            rhs += z @ g
-        eps = 1e-9 * float(torch.trace(lhs)) + 1e-30
-        merged_z = torch.linalg.solve(lhs + eps * torch.eye(k, dtype=lhs.dtype), rhs.T).T
-        inside = merged_z @ color @ basis.T * sum(self._w)
-        outside = ops.weighted_sum([t.double() - (t.double() @ basis) @ basis.T for t in taus], self._w)
-        return (inside + outside).float()
+        m = m / float(torch.trace(m))
+        out = torch.zeros(taus[0].shape, dtype=torch.float64)
+        for t, c, w in zip(taus, covs, self._w):
+            td = t.double()
+            inside = td @ basis
+            out += w * (inside @ geo.bw_transport(c, m) @ basis.T + (td - inside @ basis.T))
+        return out.float()
