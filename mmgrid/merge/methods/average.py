@@ -1,6 +1,9 @@
 """Weight averaging (MMGRid Sec. 2, WA; Wortsman et al., 2022, "Model soups").
 
 theta* = sum_i w_i theta_i / sum_i w_i. Needs no base.
+
+Bound, for any reference theta_0 and per tensor: ||theta* - theta_0|| <= max_i ||theta_i -
+theta_0|| (c = 1 on normalized non-negative weights: a convex combination).
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ p, rescale the survivors by 1/(1-p), then task arithmetic.
 theta* = theta_0 + scale * sum_i lambda_i DARE_p(tau_i). The mask of input i and tensor
 t comes from a generator seeded by (seed, t, i), so a seed reproduces the merge and
 E[DARE_p(tau)] = tau.
+
+Bound, per tensor and per draw: ||theta* - theta_0|| <= c sum_i |lambda_i| max_i ||tau_i||
+with c = |scale| / (1 - p): each kept entry is tau/(1-p), a dropped one 0, so
+||DARE_p(tau)|| <= ||tau|| / (1 - p) (all kept); on average E||DARE_p(tau)||^2 =
+||tau||^2 / (1 - p), i.e. 1/sqrt(1 - p) in root mean square.
 """
 
 from __future__ import annotations

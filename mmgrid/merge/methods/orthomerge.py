@@ -15,7 +15,15 @@ the input space as OFT does; ``side="out"`` rotates the output space instead):
 6. W = R W_0 + rho_merged (Eq. 14).
 
 1-D tensors and vocabulary rows (embeddings, LM head) are merged in Euclidean space
-by the residual method. Merging PEFT OFT adapters directly in the Lie algebra:
+by the residual method.
+
+Bound, per tensor (task-arithmetic residuals): ||rho_i|| <= ||tau_i|| (R = I is feasible in
+the Procrustes problem), so ||theta* - theta_0|| <= sum_i |lambda_i| max_i ||tau_i|| +
+||(R - I) W_0||, and on matrices ||(R - I) W_0||_F <= 2 mean_i ||Q_i||_F ||W_0||_2 (Cayley:
+R - I = 2 Q (I - Q)^{-1}, ||(I - Q)^{-1}||_2 <= 1 for skew Q; Eq. 7-8 make ||Q||_F the
+mean of the ||Q_i||_F). The rotation part is not bounded by the task vectors alone: an
+R_i with eigenvalue -1 (a reflection or half turn) has no generator (see
+:func:`mmgrid.merge.geometry.inverse_cayley`). Merging PEFT OFT adapters directly in the Lie algebra:
 :func:`mmgrid.merge.oft.merge_oft_adapters`.
 """
 

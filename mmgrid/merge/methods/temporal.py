@@ -5,7 +5,8 @@ temporal preference-shift vector (Eq. 9); lambda is any real number: 0 gives the
 1 gives theta_t2, above 1 extrapolates. A base, if given, is ignored (theta_t1 is it).
 Every path computes :func:`mmgrid.merge.ops.interpolate` (``torch.lerp`` in float32,
 one rounding to the output dtype), so a merge, a sweep point, an in-place evaluation and
-a re-run recipe give the same bits. For many lambdas use
+a re-run recipe give the same bits. Bound, per tensor, on theta_0 = theta_t1:
+||theta - theta_t1|| = |lambda| ||theta_t2 - theta_t1|| (c = 1 on the weight |lambda|). For many lambdas use
 :class:`mmgrid.merge.sweep.TemporalSweep`.
 """
 

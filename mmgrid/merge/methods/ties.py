@@ -10,6 +10,12 @@
    sum_i w_i TRIM(tau_i) with disagreeing entries dropped (MMGRid Eq. 4 with w_i = 1/N,
    Eq. 7 with alpha).
 4. scale: theta* = theta_0 + scale * combined.
+
+Bound, per tensor: trimming and the sign mask only zero entries, so with ``sum``
+||theta* - theta_0|| <= |scale| sum_i |w_i| max_i ||tau_i|| (c = |scale|); with
+``disjoint_mean`` and non-negative weights each entry is a weighted mean of agreeing
+entries, |out_e| <= max_i |tau_ie|, so ||theta* - theta_0|| <= |scale| sqrt(n) max_i ||tau_i||
+(c = |scale| sqrt(n) on a weight mass of 1; sum_e max_i tau_ie^2 <= sum_i ||tau_i||^2).
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 TRIM(tau) = top-X% by magnitude of DARE_p(tau), then sign election and the TIES
 combine (see :mod:`mmgrid.merge.methods.ties`).
+
+Bound, per tensor: TIES's constant (|scale| with ``sum``, |scale| sqrt(n) with
+``disjoint_mean``) divided by (1 - p), DARE's rescale of the kept entries.
 """
 
 from __future__ import annotations
