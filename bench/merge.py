@@ -102,7 +102,7 @@ def mmgrid_merge(method: str, p: dict[str, Path], out: Path, params: str) -> dic
 
 def mmgrid_sweep(p: dict[str, Path], out: Path) -> dict:
     return child(
-        "import torch\ntorch.set_num_threads(2)\nfrom mmgrid.merge.sweep import TemporalSweep\nt_ready = time.perf_counter()\n"
+        "import torch\ntorch.set_num_threads(2)\nfrom mmgrid.merge.interpolation import TemporalSweep\nt_ready = time.perf_counter()\n"
         f"sw = TemporalSweep({str(p['ft1'] / 'model.safetensors')!r}, {str(p['ft2'] / 'model.safetensors')!r})\n"
         f"for lam in {LAMBDAS!r}:\n    sw.write(lam, {str(out)!r}, durable=False)\n"
     )

@@ -1,10 +1,14 @@
 """The merge engine: streaming, tensor-by-tensor model merging across the grid.
 
 ``merge(method, models, base=None, **params)`` returns a merged state dict;
-``merge_to_file`` streams into a safetensors file; ``mmgrid.merge.sweep`` prepares
-inputs once for lambda / alpha sweeps; ``mmgrid.merge.recipe`` stores merges with
-lineage. Methods: ``mmgrid.merge.methods``. Heavy imports happen on first use so that
-``mmgrid --help`` stays fast.
+``merge_to_file`` streams into a safetensors file; ``mmgrid.merge.interpolation``
+prepares inputs once for lambda / alpha sweeps (MMGRid Eq. 7, 10); ``mmgrid.merge.recipe``
+stores merges with lineage. Methods: ``mmgrid.merge.methods``.
+
+Layout (imports point down this list): ``errors``, ``ops``, ``geometry``, ``pipeline``,
+``tensors``, ``vocab`` (leaves) -> ``fastpass`` (the fast file pass) -> ``methods`` ->
+``plan`` -> ``reference`` (the reference path) -> ``executor`` -> ``api`` ->
+``interpolation``, ``inplace``, ``recipe`` -> ``commands``.
 """
 
 from __future__ import annotations
@@ -15,12 +19,18 @@ __all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaS
 
 
 def __getattr__(name: str) -> Any:
+    # lazy: api and interpolation import torch (4.5 s cold, measured), and `mmgrid --help`
+    # imports this package (for mmgrid.merge.commands) without merging anything
     if name in ("merge", "merge_to_file", "merge_with_info"):
         from mmgrid.merge import api
 
         return getattr(api, name)
-    if name in ("TemporalSweep", "AlphaSweep", "apply_inplace"):
-        from mmgrid.merge import sweep
+    if name in ("TemporalSweep", "AlphaSweep"):
+        from mmgrid.merge import interpolation
 
-        return getattr(sweep, name)
+        return getattr(interpolation, name)
+    if name == "apply_inplace":
+        from mmgrid.merge import inplace
+
+        return inplace.apply_inplace
     raise AttributeError(f"module 'mmgrid.merge' has no attribute {name!r}")

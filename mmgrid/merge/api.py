@@ -11,10 +11,11 @@ from typing import Any
 
 import torch
 
-from mmgrid.merge import engine
-from mmgrid.merge import ops
+from mmgrid.merge import executor, ops
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.methods.base import Method, get_method, validate_params
+from mmgrid.merge.methods import get_method, params_dict, validate_params
+from mmgrid.merge.methods.base import Method
+from mmgrid.merge.plan import Plan, check_and_plan
 from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, open_source
 from mmgrid.merge.vocab import merged_added_rows
 
@@ -52,7 +53,7 @@ def neutral_base(sources: Sequence[TensorSource]) -> TensorSource:
 
 
 def prepare(method: str, models: Sequence[Any], base: Any = None, registry: Any = None,
-            **params: Any) -> tuple[Method, list[TensorSource], TensorSource | None, engine.Plan]:
+            **params: Any) -> tuple[Method, list[TensorSource], TensorSource | None, Plan]:
     """Validate everything (method, parameters, inputs, shapes) before any merge work."""
     cls = get_method(method)
     inst = cls(validate_params(method, params))
@@ -67,13 +68,11 @@ def prepare(method: str, models: Sequence[Any], base: Any = None, registry: Any 
         bsrc = open_source(base, "base", registry)
     if cls.needs_base and bsrc is None:
         raise MergeParamError(f"method {method!r} merges task vectors and needs a base: pass base=ID (original base, a historical checkpoint) or base=[ID, ID] (neutral base, MMGRid Eq. 8)")
-    plan = engine.check_and_plan(srcs, bsrc if cls.needs_base else None)
+    plan = check_and_plan(srcs, bsrc if cls.needs_base else None)
     return inst, srcs, bsrc if cls.needs_base else None, plan
 
 
-def _info(inst: Method, plan: engine.Plan, n: int) -> MergeInfo:
-    from mmgrid.merge.methods.base import params_dict
-
+def _info(inst: Method, plan: Plan, n: int) -> MergeInfo:
     return MergeInfo(inst.name, params_dict(inst.params), inst.report, plan.provenance(n), merged_added_rows(plan.rows))
 
 
@@ -87,7 +86,7 @@ def merge_with_info(method: str, models: Sequence[Any], base: Any = None, regist
         # passthrough tensors are the inputs' own objects: copy so the result never aliases them
         out[name] = t.clone() if name in plan.passthrough else t
 
-    engine.run(inst, srcs, bsrc, plan, sink)
+    executor.run(inst, srcs, bsrc, plan, sink)
     return out, _info(inst, plan, len(srcs))
 
 
@@ -126,7 +125,7 @@ def merge_to_file(method: str, models: Sequence[Any], out_path: str | os.PathLik
     meta = {"added_rows": json.dumps(merged_added_rows(plan.rows))} if plan.rows else {}
     writer = SafetensorsWriter(out_path, plan.layout, meta, durable=durable)
     try:
-        engine.run(inst, srcs, bsrc, plan, writer.write, writer)
+        executor.run(inst, srcs, bsrc, plan, writer.write, writer)
         writer.close()
     except BaseException:
         writer.abort()

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 
+from mmgrid.configtools import parse_override
+from mmgrid.merge.errors import MergeParamError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
@@ -34,9 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _parse_pairs(items: list[str], what: str) -> dict:
-    from mmgrid.configtools import parse_override
-    from mmgrid.merge.errors import MergeParamError
-
     out = {}
     for text in items:
         try:
@@ -48,7 +48,7 @@ def _parse_pairs(items: list[str], what: str) -> dict:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from mmgrid.merge.errors import MergeParamError
+    # lazy: a recipe imports torch (4.5 s cold, measured), which `mmgrid --help` must not pay
     from mmgrid.merge.recipe import Recipe, run_recipe
     from mmgrid.registry import Registry
 

@@ -21,6 +21,7 @@ from typing import Literal
 import torch
 
 from mmgrid.merge import ops
+from mmgrid.merge.errors import NonFiniteError
 
 Sparsify = Literal["none", "magnitude", "dare", "dare_magnitude"]
 Combine = Literal["sum", "disjoint_mean"]
@@ -65,7 +66,7 @@ class Pipeline:
 def dare_generator(seed: int, tensor_name: str, model_index: int) -> torch.Generator:
     """A generator seeded from (seed, tensor key, input): masks do not depend on the order
     tensors are read in. The key is the tensor name, plus ``@row`` for the row chunks of
-    big tensors (:data:`mmgrid.merge.engine.CHUNK_ELEMS` fixes the chunking)."""
+    big tensors (:data:`mmgrid.merge.plan.CHUNK_ELEMS` fixes the chunking)."""
     h = hashlib.sha256(f"{seed}|{tensor_name}|{model_index}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
 
@@ -145,8 +146,6 @@ class ThresholdFinder:
 
     def add(self, key: str, raw: list[torch.Tensor], raw_base: torch.Tensor) -> None:
         """Count one tensor (chunk) of every input, as stored (bf16...)."""
-        from mmgrid.merge.errors import NonFiniteError
-
         n = raw_base.numel()
         first = (-self.pos) % self.stride
         self.pos += n

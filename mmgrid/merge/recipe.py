@@ -20,8 +20,13 @@ from typing import Any
 
 import yaml
 
+from mmgrid.configtools import build
+from mmgrid.errors import ConfigError
+from mmgrid.merge.api import merge_to_file, prepare
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.methods.base import identity
+from mmgrid.merge.methods import get_method, identity, validate_params
+from mmgrid.merge.tensors import open_source
+from mmgrid.registry.names import make_id, normalize_coords, normalize_parents
 
 
 @dataclass
@@ -36,8 +41,6 @@ class Recipe:
 
     def method_params(self) -> dict[str, Any]:
         """The parameters with the recipe's seed filled in where the method takes one."""
-        from mmgrid.merge.methods import get_method, validate_params
-
         fields = {f.name for f in dataclasses.fields(get_method(self.method).Params)}
         params = dict(self.params)
         if "seed" in fields:
@@ -52,9 +55,6 @@ class Recipe:
     def from_yaml(cls, text: str) -> "Recipe":
         """Parse and validate a recipe (method and parameters are checked here)."""
         data = yaml.safe_load(text)
-        from mmgrid.configtools import build
-        from mmgrid.errors import ConfigError
-
         try:
             rec = build(cls, data, where="merge recipe")
         except ConfigError as exc:
@@ -91,9 +91,6 @@ def run_recipe(recipe: Recipe, registry: Any, coords: dict[str, Any] | None = No
     method's report (GCWM conflict scores, ...) and the added-row provenance. With
     ``dry_run`` everything is validated and the id is returned, nothing is stored.
     """
-    from mmgrid.merge.api import merge_to_file, prepare
-    from mmgrid.merge.tensors import open_source
-
     params = recipe.method_params()
     coords = {**default_coords(registry, recipe), **(coords or {})}  # given keys override
     store_params = {**identity(recipe.method), **params}
@@ -102,8 +99,6 @@ def run_recipe(recipe: Recipe, registry: Any, coords: dict[str, Any] | None = No
     parents += [(registry.get(b).id, "merge_base") for b in bases]
     if dry_run:
         prepare(recipe.method, recipe.inputs, recipe.base, registry, **params)
-        from mmgrid.registry.names import make_id, normalize_coords, normalize_parents
-
         return make_id(normalize_coords(coords), "merged", normalize_parents(parents), store_params, None, recipe.seed)
     first = open_source(recipe.inputs[0], "input[0]", registry)
     with tempfile.TemporaryDirectory(prefix="mmgrid-merge-") as tmp:

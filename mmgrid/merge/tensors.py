@@ -9,6 +9,7 @@ buffers, never a whole model per input.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import mmap
 import os
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 
 from mmgrid.merge.errors import SourceError
+from mmgrid.registry import Registry
 
 _ST_DTYPES = {
     torch.float32: "F32",
@@ -55,7 +57,7 @@ class TensorSource:
     meta: dict[str, Any] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
     # file-backed sources: name -> (file path, byte offset of the tensor's data), so the
-    # fast pass (mmgrid.merge.stream) can read chunks itself; None for other sources.
+    # fast pass (mmgrid.merge.fastpass) can read chunks itself; None for other sources.
     locate: Any = field(default=None, repr=False)
     _maps: dict[str, mmap.mmap] = field(default_factory=dict, repr=False)
 
@@ -195,8 +197,6 @@ def open_source(src: Any, label: str, registry: Any = None) -> TensorSource:
         if p.suffix == ".safetensors" or p.is_dir() or p.is_file():
             return from_safetensors(p)
         if registry is None and os.environ.get("MMGRID_REGISTRY"):
-            from mmgrid.registry import Registry
-
             registry = Registry.open(os.environ["MMGRID_REGISTRY"])  # the default registry
         if registry is None:
             raise SourceError(f"{label}: {src!r} is not a file and no registry is open; pass registry=Registry.open(ROOT) or set MMGRID_REGISTRY")
@@ -350,8 +350,6 @@ def _exchange(a: Path, b: Path) -> bool:
     global _RENAMEAT2
     if _RENAMEAT2 is None:
         try:
-            import ctypes
-
             libc = ctypes.CDLL(None, use_errno=True)
             _RENAMEAT2 = libc.renameat2
         except (OSError, AttributeError):

@@ -64,7 +64,7 @@ def method_params(method: str, params: dict[str, Any], alpha: float) -> tuple[di
     """
     import dataclasses
 
-    from mmgrid.merge.methods.base import get_method
+    from mmgrid.merge.methods import get_method
 
     fields = {f.name for f in dataclasses.fields(get_method(method).Params)}
     out = dict(params)
@@ -80,7 +80,7 @@ def method_params(method: str, params: dict[str, Any], alpha: float) -> tuple[di
 
 
 def needs_base(method: str) -> bool:
-    from mmgrid.merge.methods.base import get_method
+    from mmgrid.merge.methods import get_method
 
     return bool(get_method(method).needs_base)
 
@@ -137,12 +137,12 @@ class _Evaluators:
         """
         import torch
 
-        from mmgrid.sweep.interpolate import assign_state
+        from mmgrid.merge.inplace import apply_if_fits
 
         par, evaluate = self.get(paradigm, domain)
         key = (paradigm, domain)
         model = self._models.get(key)
-        if model is None or meta.get("added_rows") or not assign_state(model, state):
+        if model is None or meta.get("added_rows") or not apply_if_fits(model, state):
             ck = load_checkpoint(self.registry, p2_id, state=state)
             if meta.get("added_rows"):
                 ck.meta = {**ck.meta, "added_rows": meta["added_rows"]}
@@ -235,7 +235,7 @@ def _alphas(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: Merg
             ids: dict[str, tuple[str, str]], method: str, mparams: dict[str, Any], kind: str,
             base_id: str | None) -> list[dict]:
     """Merge one pair with one method and base over the alpha grid (Eq. 7); evaluate on both domains."""
-    from mmgrid.merge.methods.base import identity
+    from mmgrid.merge.methods import identity
     from mmgrid.registry.names import hash_json
 
     cd = cfg.sweeps.cross_domain

@@ -94,7 +94,8 @@ def test_added_vocabulary_union(models):
 
 
 def test_temporal_sweep_and_inplace(models):
-    from mmgrid.merge.sweep import AlphaSweep, TemporalSweep, apply_inplace
+    from mmgrid.merge.inplace import apply_inplace
+    from mmgrid.merge.interpolation import AlphaSweep, TemporalSweep
 
     sw = TemporalSweep(models["a"], models["b"])
     for lam in (-0.5, 0.0, 0.3, 1.0, 1.7):
@@ -120,11 +121,11 @@ def test_temporal_added_rows_merge_equals_sweep(models, monkeypatch, fast):
     """Added-vocabulary rows: a token both checkpoints have is interpolated like the
     shared rows (ops.interpolate), a token of one checkpoint is kept; the merge and the
     sweep give the same bits on every path."""
-    from mmgrid.merge import engine, ops
-    from mmgrid.merge.sweep import TemporalSweep
+    from mmgrid.merge import executor, ops
+    from mmgrid.merge.interpolation import TemporalSweep
     from mmgrid.merge.tensors import from_state
 
-    monkeypatch.setattr(engine, "FAST", fast)
+    monkeypatch.setattr(executor, "FAST", fast)
     a, ma = _with_rows(models["a"], ["<a_0>", "<s_1>"], 1)
     b, mb = _with_rows(models["b"], ["<b_0>", "<s_1>"], 2)
     ea, eb = a["embed_tokens.weight"], b["embed_tokens.weight"]
@@ -152,11 +153,11 @@ def test_neutral_base_is_average(models):
 @pytest.mark.parametrize("method,params", [("task_arithmetic", {}), ("ties", {"density": 0.3}), ("average", {}),
                                            ("temporal", {"lam": 1.4}), ("ties", {"density": 0.3, "combine": "sum"})])
 def test_row_chunks_give_the_same_result(models, monkeypatch, method, params):
-    from mmgrid.merge import engine
+    from mmgrid.merge import plan
 
     ins = [models["a"], models["b"]]
     whole = merge(method, ins, base=models["base"], **params)
-    monkeypatch.setattr(engine, "CHUNK_ELEMS", 13)  # several chunks per tensor
+    monkeypatch.setattr(plan, "CHUNK_ELEMS", 13)  # several chunks per tensor
     chunked = merge(method, ins, base=models["base"], **params)
     assert all(torch.equal(whole[k], chunked[k]) for k in whole)
 

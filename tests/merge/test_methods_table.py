@@ -267,7 +267,7 @@ def test_gcwm_stays_within_the_inputs_on_the_fixture(models):
 
 def test_method_version_is_part_of_the_identity():
     """Only GCWM was fixed (version 2): its recipe identity changes, every other's stays."""
-    from mmgrid.merge.methods.base import identity
+    from mmgrid.merge.methods import identity
 
     for m in ALL:
         want = {"method": m, "method_version": 2} if m == "gcwm" else {"method": m}

@@ -81,7 +81,8 @@ def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_pa
 
     from safetensors.torch import load_file
 
-    from mmgrid.merge import merge, merge_to_file, stream
+    from mmgrid.merge import merge, merge_to_file
+    from mmgrid.merge.fastpass import kernels, reads
     from mmgrid.registry import store as store_mod
 
     r, ids = reg
@@ -90,9 +91,9 @@ def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_pa
     real_hash, real_read = store_mod.sha256_file, store_mod.BlobStore.read_tensor
     monkeypatch.setattr(store_mod, "sha256_file", lambda p: hashed.append(p) or real_hash(p))
     monkeypatch.setattr(store_mod.BlobStore, "read_tensor", lambda self, *a, **k: whole.append(a) or real_read(self, *a, **k))
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 40)  # several blocks per tensor
-    monkeypatch.setattr(stream, "CHUNK", 4)
-    monkeypatch.setattr(stream, "MAX_OPEN_FILES", max_open)
+    monkeypatch.setattr(reads, "BLOCK_BYTES", 40)  # several blocks per tensor
+    monkeypatch.setattr(kernels, "CHUNK", 4)
+    monkeypatch.setattr(reads, "MAX_OPEN_FILES", max_open)
     fds = len(os.listdir("/proc/self/fd"))
     out = tmp_path / "m.safetensors"
     merge_to_file("task_arithmetic", [ids["a"], ids["b"]], out, base=ids["base"], registry=r, lambdas=[0.7, 0.4], durable=False)
@@ -126,7 +127,7 @@ def test_registry_blob_corrupted_or_removed_is_named(reg, tmp_path: Path):
 
 
 def test_temporal_sweep_over_registry_ids_maps_the_blobs(reg, models):
-    from mmgrid.merge.sweep import TemporalSweep
+    from mmgrid.merge.interpolation import TemporalSweep
 
     from mmgrid.registry import store as store_mod
 

@@ -1,16 +1,80 @@
 """Merge methods: one small module each, registered by name with typed parameters.
 
-``get_method(name)``, ``method_names()`` and ``validate_params(name, params)`` are the
-only places that know them all.
+Importing this package imports every method module (each registers itself in
+:mod:`mmgrid.merge.methods.registry`); :func:`get_method`, :func:`method_names`,
+:func:`validate_params` and :func:`identity` are the only places that know them all.
+
+Adding a method: write ``methods/<name>.py`` with a ``Params`` dataclass and a
+:class:`~mmgrid.merge.methods.base.Method` subclass decorated with ``@register``, and
+import it below.
 """
 
-from mmgrid.merge.methods.base import (
-    Method,
-    TensorView,
-    get_method,
-    method_names,
-    register,
-    validate_params,
-)
+from __future__ import annotations
 
-__all__ = ["Method", "TensorView", "get_method", "method_names", "register", "validate_params"]
+import dataclasses
+from typing import Any
+
+from mmgrid.configtools import build
+from mmgrid.errors import ConfigError, UnknownNameError
+from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods import (  # noqa: F401  (importing a method module registers it)
+    average,
+    dare,
+    gcwm,
+    orthomerge,
+    task_arithmetic,
+    temporal,
+    ties,
+    ties_dare,
+)
+from mmgrid.merge.methods.base import Method, TensorView
+from mmgrid.merge.methods.registry import METHODS, register
+
+__all__ = ["Method", "TensorView", "get_method", "identity", "method_names", "params_dict", "register",
+           "validate_params"]
+
+# Parameter names that are Python keywords or common spellings, mapped to field names.
+ALIASES = {"lambda": "lam", "lambda_": "lam", "lambdas_": "lambdas"}
+
+
+def method_names() -> list[str]:
+    """The registered method names, sorted."""
+    return sorted(METHODS)
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class registered as ``name`` (UnknownNameError lists the known ones)."""
+    if name not in METHODS:
+        raise UnknownNameError("merge method", name, list(METHODS))
+    return METHODS[name]
+
+
+def validate_params(name: str, params: dict[str, Any] | None) -> Any:
+    """Check ``params`` against method ``name``'s typed parameters; return the dataclass.
+
+    Raises:
+        UnknownNameError: unknown method.
+        MergeParamError: unknown parameter, wrong type, or out of range.
+    """
+    cls = get_method(name)
+    data = {ALIASES.get(k, k): v for k, v in (params or {}).items()}
+    try:
+        return build(cls.Params, data, where=f"merge method {name!r} parameters")
+    except MergeParamError:
+        raise
+    except ConfigError as exc:
+        raise MergeParamError(str(exc)) from exc
+
+
+def identity(name: str) -> dict[str, Any]:
+    """What names method ``name``'s computation in a stored result's identity (a registry
+    id's params, a study's recipe hash): ``{"method": name}``, plus ``method_version``
+    once the method's :attr:`Method.version` is above 1, so that the ids of methods never
+    bumped stay as they were and a bumped method's old results are not reused."""
+    version = get_method(name).version
+    return {"method": name} if version == 1 else {"method": name, "method_version": version}
+
+
+def params_dict(params: Any) -> dict[str, Any]:
+    """The parameter dataclass as a plain dict (for recipes and lineage)."""
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}

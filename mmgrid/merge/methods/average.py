@@ -14,7 +14,8 @@ import torch
 
 from mmgrid.merge import ops
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.methods.base import Method, TensorView, register
+from mmgrid.merge.methods.base import Method, TensorView
+from mmgrid.merge.methods.registry import register
 
 
 @dataclass

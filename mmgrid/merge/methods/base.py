@@ -1,25 +1,21 @@
-"""What every merge method is: a registered class with a typed parameter dataclass.
+"""What every merge method is: a class with a typed parameter dataclass, registered by
+name (:func:`mmgrid.merge.methods.registry.register`).
 
-One lookup (:func:`get_method`) knows all methods; a method's ``Params`` dataclass is
-the schema that ``--set key=value``, recipes and grid YAML are validated against
-(:func:`validate_params`) before any tensor is read.
+A method's ``Params`` dataclass is the schema that ``--set key=value``, recipes and grid
+YAML are validated against (:func:`mmgrid.merge.methods.validate_params`) before any
+tensor is read.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
-from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.merge.errors import MergeParamError
-
-_METHODS: dict[str, type["Method"]] = {}
-# Parameter names that are Python keywords or common spellings, mapped to field names.
-ALIASES = {"lambda": "lam", "lambda_": "lam", "lambdas_": "lambdas"}
+from mmgrid.merge.fastpass.kernels import Kernel
 
 
 @dataclass
@@ -92,6 +88,7 @@ class Method:
     """Base class of merge methods (subclass, set the ClassVars, decorate with @register).
 
     Attributes:
+        version: the computation's version (see :func:`mmgrid.merge.methods.identity`).
         params: the validated parameter dataclass.
         report: JSON-able facts the method computed (conflict scores...), stored in
             the merged checkpoint's ``meta["merge"]``.
@@ -135,14 +132,12 @@ class Method:
         return None
 
     def fast_kernel(self, n: int) -> Any:
-        """A :class:`mmgrid.merge.stream.Kernel` doing this method's arithmetic chunk by
+        """A :class:`mmgrid.merge.fastpass.kernels.Kernel` doing this method's arithmetic chunk by
         chunk (bitwise equal to :meth:`merge_tensor`), or None. Linear elementwise
         methods get one from :meth:`linear`."""
         coefs = self.linear(n) if self.elementwise else None
         if coefs is None:
             return None
-        from mmgrid.merge.stream import Kernel
-
         return Kernel(coefs=(coefs[0] if self.needs_base else None, list(coefs[1])))
 
     def prepare(self, stream: ViewStream) -> None:
@@ -151,72 +146,6 @@ class Method:
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         """The merged float32 tensor for one name."""
         raise NotImplementedError
-
-
-def register(cls: type[Method]) -> type[Method]:
-    """Class decorator: make a method available under ``cls.name``."""
-    _METHODS[cls.name] = cls
-    return cls
-
-
-def _load_all() -> None:
-    from mmgrid.merge.methods import (  # noqa: F401  (import registers)
-        average,
-        dare,
-        gcwm,
-        orthomerge,
-        task_arithmetic,
-        temporal,
-        ties,
-        ties_dare,
-    )
-
-
-def method_names() -> list[str]:
-    """The registered method names, sorted."""
-    _load_all()
-    return sorted(_METHODS)
-
-
-def get_method(name: str) -> type[Method]:
-    """The method class registered as ``name`` (UnknownNameError lists the known ones)."""
-    _load_all()
-    if name not in _METHODS:
-        raise UnknownNameError("merge method", name, list(_METHODS))
-    return _METHODS[name]
-
-
-def validate_params(name: str, params: dict[str, Any] | None) -> Any:
-    """Check ``params`` against method ``name``'s typed parameters; return the dataclass.
-
-    Raises:
-        UnknownNameError: unknown method.
-        MergeParamError: unknown parameter, wrong type, or out of range.
-    """
-    from mmgrid.configtools import build
-
-    cls = get_method(name)
-    data = {ALIASES.get(k, k): v for k, v in (params or {}).items()}
-    try:
-        return build(cls.Params, data, where=f"merge method {name!r} parameters")
-    except MergeParamError:
-        raise
-    except ConfigError as exc:
-        raise MergeParamError(str(exc)) from exc
-
-
-def identity(name: str) -> dict[str, Any]:
-    """What names method ``name``'s computation in a stored result's identity (a registry
-    id's params, a study's recipe hash): ``{"method": name}``, plus ``method_version``
-    once the method's :attr:`Method.version` is above 1, so that the ids of methods never
-    bumped stay as they were and a bumped method's old results are not reused."""
-    version = get_method(name).version
-    return {"method": name} if version == 1 else {"method": name, "method_version": version}
-
-
-def params_dict(params: Any) -> dict[str, Any]:
-    """The parameter dataclass as a plain dict (for recipes and lineage)."""
-    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
 
 
 def check_range(name: str, value: float, lo: float, hi: float, lo_open: bool, hi_open: bool, hint: str) -> None:

@@ -54,7 +54,7 @@ sit at ``reg``, so whitening made the z_i nearly parallel and the result grew as
 (2.6e5 at reg=1e-8, 27 at reg=1e-4). Version 2 keeps the barycenter, the conflict scores
 and the gate and replaces only the combination by the transport above, which needs no
 inverse of M and is bounded by construction. Merges stored by version 1 are recomputed:
-the version is part of a merge's identity (:func:`mmgrid.merge.methods.base.identity`).
+the version is part of a merge's identity (:func:`mmgrid.merge.methods.identity`).
 
 1-D tensors and vocabulary rows (embeddings, LM head: the authors skip them) use task
 arithmetic.
@@ -70,7 +70,8 @@ import torch
 
 from mmgrid.merge import geometry as geo
 from mmgrid.merge import ops
-from mmgrid.merge.methods.base import Method, TensorView, check_range, input_weights, register
+from mmgrid.merge.methods.base import Method, TensorView, check_range, input_weights
+from mmgrid.merge.methods.registry import register
 
 
 @dataclass

@@ -36,7 +36,8 @@ import torch
 
 from mmgrid.merge import geometry as geo
 from mmgrid.merge import pipeline as pl
-from mmgrid.merge.methods.base import Method, TensorView, check_range, input_weights, register
+from mmgrid.merge.methods.base import Method, TensorView, check_range, input_weights
+from mmgrid.merge.methods.registry import register
 
 
 @dataclass

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mmgrid.merge import pipeline as pl
-from mmgrid.merge.methods.base import input_weights, register
-from mmgrid.merge.methods.euclid import PipelineMethod
+from mmgrid.merge.methods.base import input_weights
+from mmgrid.merge.methods.pipeline_method import PipelineMethod
+from mmgrid.merge.methods.registry import register
 
 
 @dataclass

@@ -7,7 +7,7 @@ Every path computes :func:`mmgrid.merge.ops.interpolate` (``torch.lerp`` in floa
 one rounding to the output dtype), so a merge, a sweep point, an in-place evaluation and
 a re-run recipe give the same bits. Bound, per tensor, on theta_0 = theta_t1:
 ||theta - theta_t1|| = |lambda| ||theta_t2 - theta_t1|| (c = 1 on the weight |lambda|). For many lambdas use
-:class:`mmgrid.merge.sweep.TemporalSweep`.
+:class:`mmgrid.merge.interpolation.TemporalSweep`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import torch
 
 from mmgrid.merge import ops
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.methods.base import Method, TensorView, register
+from mmgrid.merge.fastpass.kernels import Kernel
+from mmgrid.merge.methods.base import Method, TensorView
+from mmgrid.merge.methods.registry import register
 
 
 @dataclass
@@ -52,8 +54,6 @@ class Temporal(Method):
     elementwise = True
 
     def fast_kernel(self, n: int) -> Any:
-        from mmgrid.merge.stream import Kernel
-
         return Kernel(lerp=float(self.params.lam))
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mmgrid.merge import pipeline as pl
-from mmgrid.merge.methods.base import check_range, input_weights, register
-from mmgrid.merge.methods.euclid import PipelineMethod
+from mmgrid.merge.methods.base import check_range, input_weights
+from mmgrid.merge.methods.pipeline_method import PipelineMethod
+from mmgrid.merge.methods.registry import register
 
 
 @dataclass

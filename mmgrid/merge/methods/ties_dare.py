@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mmgrid.merge import pipeline as pl
-from mmgrid.merge.methods.base import check_range, register
-from mmgrid.merge.methods.euclid import PipelineMethod
+from mmgrid.merge.methods.base import check_range
+from mmgrid.merge.methods.pipeline_method import PipelineMethod
+from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.ties import ties_pipeline
 
 

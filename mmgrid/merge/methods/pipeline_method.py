@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mmgrid.merge import pipeline as pl
+from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 
 
@@ -42,8 +43,6 @@ class PipelineMethod(Method):
         cfg = self.pipeline(n)
         if cfg.sparsify not in ("none", "magnitude") or (cfg.uses_magnitude and cfg.scope != "model"):
             return None
-        from mmgrid.merge.stream import Kernel
-
         return Kernel(thresholds=self._thresholds if cfg.uses_magnitude else None, weights=cfg.weights,
                       combine=cfg.combine, elect_sign=cfg.elect_sign, scale=cfg.scale)
 

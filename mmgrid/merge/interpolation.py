@@ -8,7 +8,7 @@ keeps theta_t1 and theta_t2 as stored and computes each point with one fused
 ``state_at`` returns a state dict, ``apply_to`` writes the point into an already loaded
 torch module's parameters with no file I/O (evaluate, then move to the next point),
 ``write`` streams it to a file in blocks computed on two threads and written from a
-background thread (:class:`mmgrid.merge.stream.AsyncWriter`).
+background thread (:class:`mmgrid.merge.fastpass.writer.AsyncWriter`).
 Memory: 4 bytes per entry of a bf16 model (temporal), three float32 copies (alpha).
 """
 
@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
-from mmgrid.merge import engine, ops, stream
+from mmgrid.merge import ops
 from mmgrid.merge import pipeline as pl
 from mmgrid.merge.api import prepare
 from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.fastpass import writer as fw
+from mmgrid.merge.fastpass.kernels import finite_range
+from mmgrid.merge.inplace import apply_inplace, module_tensors
 from mmgrid.merge.methods.average import Average, AverageParams
-from mmgrid.merge.methods.euclid import PipelineMethod
+from mmgrid.merge.methods.pipeline_method import PipelineMethod
+from mmgrid.merge.plan import Plan, check_finite, tensor_views, view_stream
+from mmgrid.merge.reference import added_rows, passthrough
 from mmgrid.merge.tensors import SafetensorsWriter, _numel
 
 
@@ -39,7 +44,7 @@ SWEEP_BLOCK_BYTES = 16 << 20
 class _Sweep:
     """Shared part: an affine family theta(s) = c0 + s * c1 (+ passthrough tensors)."""
 
-    def __init__(self, plan: engine.Plan) -> None:
+    def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.c0: dict[str, torch.Tensor] = {}
         self.c1: dict[str, torch.Tensor] = {}
@@ -48,6 +53,7 @@ class _Sweep:
         self.dtypes = {n: d for n, _, d in plan.layout}
         self._pool: dict[torch.dtype, list[torch.Tensor]] = {}  # output blocks reused by every write
         self._writing = threading.Lock()  # one write at a time shares the pool
+        self._unchanged: set[str] | None = None
 
     def _point(self, name: str, s: float) -> torch.Tensor:
         if name in self.pairs:
@@ -70,48 +76,61 @@ class _Sweep:
         for s in values:
             yield s, self.state_at(s)
 
-    def apply_to(self, module: torch.nn.Module, s: float, strict: bool = True) -> None:
+    def apply_to(self, module: torch.nn.Module, s: float, strict: bool = True, changed_only: bool = False) -> None:
         """Set ``module``'s parameters/buffers to theta(s) in place, without file I/O.
 
-        Tensors of the (theta_t1, theta_t2) form on the module's device are lerped
-        straight into the module's storage (no temporary; the same bits as
-        :meth:`state_at`). A module built on the sweep's own input tensors (e.g.
+        Tensors of the (theta_t1, theta_t2) form are lerped straight into the module's
+        storage (:func:`mmgrid.merge.ops.lerp_into`: float32, one rounding to the
+        module's dtype; on another device, computed where the pair is, then moved). A
+        module built on the sweep's own input tensors (e.g.
         ``load_state_dict(t1, assign=True)``) is detected, and that pair is copied
-        first, so the sweep's inputs never change.
+        first, so the sweep's inputs never change. With ``changed_only`` the tensors
+        equal at t1 and t2 (and the passthrough ones) are not written.
         """
-        targets = _module_tensors(module)
+        targets = module_tensors(module)
         direct = []
         for name, pair in self.pairs.items():
             dst = targets.get(name)
-            if dst is None or dst.device != pair[0].device or tuple(dst.shape) != tuple(pair[0].shape):
-                continue  # apply_inplace names the problem (or moves it between devices)
+            if dst is None or tuple(dst.shape) != tuple(pair[0].shape) or (changed_only and name in self.unchanged):
+                continue  # apply_inplace names the problem (strict) or skips it
             ptr = dst.untyped_storage().data_ptr()
             if any(t.untyped_storage().data_ptr() == ptr for t in pair):
                 self.pairs[name] = pair = (pair[0].clone(), pair[1].clone())
             direct.append((name, pair, dst))
         with torch.no_grad():
             for name, (a, b), dst in direct:
-                ops.lerp_into(a, b, float(s), dst.data)
+                if dst.device == a.device:
+                    ops.lerp_into(a, b, float(s), dst.data)
+                else:
+                    dst.data.copy_(ops.lerp_into(a, b, float(s), torch.empty(a.shape, dtype=dst.dtype)))
         done = {name for name, _, _ in direct}
+        skip = (self.unchanged | set(self.fixed)) if changed_only else set()
         apply_inplace(module, lambda name: self.fixed[name] if name in self.fixed else self._point(name, s),
-                      names=[n for n, _, _ in self.plan.layout if n not in done], strict=strict)
+                      names=[n for n, _, _ in self.plan.layout if n not in done and n not in skip], strict=strict)
+
+    @property
+    def unchanged(self) -> set[str]:
+        """Names of the (theta_t1, theta_t2) pairs that are equal: no scalar moves them."""
+        if self._unchanged is None:
+            self._unchanged = {name for name, (a, b) in self.pairs.items() if torch.equal(a, b)}
+        return self._unchanged
 
     def write(self, s: float, path: str | os.PathLike, durable: bool = True) -> None:
         """Stream theta(s) into a safetensors file: blocks of :data:`SWEEP_BLOCK_BYTES`
         computed on two threads, written in file order from a third
-        (:func:`mmgrid.merge.stream.write_blocks`), into output buffers the sweep keeps
+        (:func:`mmgrid.merge.fastpass.writer.write_blocks`), into output buffers the sweep keeps
         for its next point. Concurrent calls on one sweep run one after the other."""
         jobs = [j for name, shape, dtype in self.plan.layout
-                for j in stream.block_jobs(name, _numel(shape), dtype, block_bytes=SWEEP_BLOCK_BYTES)]
+                for j in fw.block_jobs(name, _numel(shape), dtype, block_bytes=SWEEP_BLOCK_BYTES)]
         with self._writing:
             self._write(jobs, float(s), path, durable)
 
-    def _write(self, jobs: list[stream.Job], s: float, path: str | os.PathLike, durable: bool) -> None:
+    def _write(self, jobs: list[fw.Job], s: float, path: str | os.PathLike, durable: bool) -> None:
         w = SafetensorsWriter(path, self.plan.layout, durable=durable)
         try:
-            aw = stream.AsyncWriter(w)
+            aw = fw.AsyncWriter(w)
             try:
-                stream.write_blocks(jobs, lambda job, out, work: self._fill(job.name, s, job.a, job.b, out, work), aw,
+                fw.write_blocks(jobs, lambda job, out, work: self._fill(job.name, s, job.a, job.b, out, work), aw,
                                     pool=self._pool)
             finally:
                 aw.drain()
@@ -155,7 +174,7 @@ class TemporalSweep(_Sweep):
         super().__init__(plan)
         for name, _, _ in plan.layout:
             if name in plan.passthrough:
-                self.fixed[name] = engine._passthrough(srcs, name)
+                self.fixed[name] = passthrough(srcs, name)
                 continue
             pair = _load_pair(srcs, name)
             rp = plan.rows.get(name)
@@ -170,8 +189,8 @@ def _load_pair(srcs: list, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     hold no NaN/Inf."""
     pair = (srcs[0].mapped(name), srcs[1].mapped(name))
     for t, src in zip(pair, srcs):
-        if not stream.finite_range(t):
-            engine._finite(t, name, src.label)
+        if not finite_range(t):
+            check_finite(t, name, src.label)
     return pair
 
 
@@ -204,13 +223,13 @@ class AlphaSweep(_Sweep):
             raise MergeParamError(f"AlphaSweep needs a Euclidean method (task_arithmetic, ties, dare, ties_dare), not {method!r}")
         super().__init__(plan)
         cfg, chunked = inst.pipeline(2), inst.elementwise
-        inst.prepare(engine.view_stream(srcs, bsrc, plan, True, chunked))
+        inst.prepare(view_stream(srcs, bsrc, plan, True, chunked))
         mean = Average(AverageParams())
         for name, _, _ in plan.layout:
             if name in plan.passthrough:
                 continue
             c0s, c1s = [], []
-            for view in engine.tensor_views(srcs, bsrc, plan, name, True, chunked):
+            for view in tensor_views(srcs, bsrc, plan, name, True, chunked):
                 ds = pl.trimmed(cfg, view.key, view.deltas(), inst._thresholds)
                 if cfg.elect_sign:
                     ds = ops.sign_masked(ds, ops.elect_sign(ds))
@@ -219,42 +238,9 @@ class AlphaSweep(_Sweep):
                 c1s.append(ds[0] - ds[1])
             rp = plan.rows.get(name)
             if rp is not None:
-                extra = engine._added_rows(mean, srcs, None, name, rp, False)
+                extra = added_rows(mean, srcs, None, name, rp, False)
                 c0s.append(extra)
                 c1s.append(torch.zeros_like(extra))
             self.c0[name], self.c1[name] = torch.cat(c0s), torch.cat(c1s)
         for name in plan.passthrough:
-            self.fixed[name] = engine._passthrough(srcs, name)
-
-
-def apply_inplace(module: torch.nn.Module, state: Mapping[str, torch.Tensor] | Callable[[str], torch.Tensor],
-                  names: list[str] | None = None, strict: bool = True) -> None:
-    """Copy a merged state (a mapping, or a function name -> tensor) into ``module``.
-
-    Parameters and buffers keep their storage, dtype and device (``copy_``), so an
-    evaluation harness holding the module sees the new weights at once.
-
-    Raises:
-        MergeParamError: with ``strict``, a state tensor the module lacks.
-    """
-    targets = _module_tensors(module)
-    get = state if callable(state) else state.__getitem__
-    keys = names if names is not None else list(state.keys())  # type: ignore[union-attr]
-    with torch.no_grad():
-        for name in keys:
-            if name not in targets:
-                if strict:
-                    raise MergeParamError(f"the module has no parameter or buffer {name!r}; load the model the merge inputs came from")
-                continue
-            t = get(name)
-            dst = targets[name]
-            if tuple(dst.shape) != tuple(t.shape):
-                raise MergeParamError(f"{name}: module has shape {tuple(dst.shape)}, merge gives {tuple(t.shape)}; rebuild the module for the merged vocabulary")
-            dst.copy_(t)
-
-
-def _module_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The module's parameters and buffers by state-dict name."""
-    targets = dict(module.named_parameters())
-    targets.update(dict(module.named_buffers()))
-    return targets
+            self.fixed[name] = passthrough(srcs, name)

@@ -1,4 +1,4 @@
-"""The fast pass (mmgrid.merge.stream) equals the reference path bit for bit."""
+"""The fast pass (mmgrid.merge.fastpass) equals the reference path (mmgrid.merge.reference) bit for bit."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from mmgrid.merge import engine, merge, merge_to_file, ops, stream
+from mmgrid.merge import executor, merge, merge_to_file, ops
+from mmgrid.merge.fastpass import kernels, reads, writer
 from mmgrid.merge.errors import NonFiniteError, SourceError
-from mmgrid.merge import sweep as sweep_mod
-from mmgrid.merge.sweep import TemporalSweep
+from mmgrid.merge import interpolation as sweep_mod
+from mmgrid.merge.interpolation import TemporalSweep
 from mmgrid.merge.tensors import SafetensorsWriter
 
 SHAPES = {"embed_tokens.weight": (37, 8), "layers.0.q.weight": (8, 8), "layers.0.norm.weight": (8,),
@@ -67,11 +68,11 @@ CASES = [
 def test_fast_pass_equals_reference(trio, monkeypatch, method, n, params, chunk):
     ins = [trio[k] for k in "abc"[:n]]
     base = trio["base"] if method not in ("average", "temporal") else None
-    monkeypatch.setattr(engine, "FAST", False)
+    monkeypatch.setattr(executor, "FAST", False)
     ref = merge(method, ins, base=base, **params)
-    monkeypatch.setattr(engine, "FAST", True)
-    monkeypatch.setattr(stream, "CHUNK", chunk)
-    monkeypatch.setattr(engine, "PREPARE_CHUNK", chunk)
+    monkeypatch.setattr(executor, "FAST", True)
+    monkeypatch.setattr(kernels, "CHUNK", chunk)
+    monkeypatch.setattr(executor, "PREPARE_CHUNK", chunk)
     assert _same(ref, merge(method, ins, base=base, **params))
 
 
@@ -81,11 +82,11 @@ def test_fast_pass_equals_reference_sampled_threshold(trio, monkeypatch, chunk):
 
     monkeypatch.setattr(pl, "SAMPLE_TARGET", 50)  # a strided sample counted across tensors and chunks
     ins, params = [trio["a"], trio["b"]], {"density": 0.25}
-    monkeypatch.setattr(engine, "FAST", False)
+    monkeypatch.setattr(executor, "FAST", False)
     ref = merge("ties", ins, base=trio["base"], **params)
-    monkeypatch.setattr(engine, "FAST", True)
-    monkeypatch.setattr(stream, "CHUNK", chunk)
-    monkeypatch.setattr(engine, "PREPARE_CHUNK", chunk + 2)
+    monkeypatch.setattr(executor, "FAST", True)
+    monkeypatch.setattr(kernels, "CHUNK", chunk)
+    monkeypatch.setattr(executor, "PREPARE_CHUNK", chunk + 2)
     assert _same(ref, merge("ties", ins, base=trio["base"], **params))
 
 
@@ -101,12 +102,12 @@ def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, 
         save_file(v, str(paths[k]))
     src = paths if on_disk else trio
     ins = [src[k] for k in "abc"[:n]]
-    monkeypatch.setattr(engine, "FAST", False)
+    monkeypatch.setattr(executor, "FAST", False)
     ref = merge(method, [trio[k] for k in "abc"[:n]], base=trio["base"], **params)
-    monkeypatch.setattr(engine, "FAST", True)
-    monkeypatch.setattr(stream, "CHUNK", 7)  # chunks straddle rows and tensors
-    monkeypatch.setattr(stream, "BLOCK_BYTES", block_bytes)  # 40 bytes: blocks of 14-20 entries
-    monkeypatch.setattr(stream, "COMPUTE_THREADS", threads)
+    monkeypatch.setattr(executor, "FAST", True)
+    monkeypatch.setattr(kernels, "CHUNK", 7)  # chunks straddle rows and tensors
+    monkeypatch.setattr(reads, "BLOCK_BYTES", block_bytes)  # 40 bytes: blocks of 14-20 entries
+    monkeypatch.setattr(writer, "COMPUTE_THREADS", threads)
     out = tmp_path / "out.safetensors"
     merge_to_file(method, ins, out, base=src["base"], durable=False, **params)
     with safe_open(str(out), "pt") as fh:
@@ -115,12 +116,12 @@ def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, 
 
 
 def test_block_jobs_cover_the_tensor_once(monkeypatch):
-    monkeypatch.setattr(stream, "CHUNK", 7)
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 40)
-    jobs = stream.block_jobs("w", 100, torch.bfloat16)
+    monkeypatch.setattr(kernels, "CHUNK", 7)
+    monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
+    jobs = writer.block_jobs("w", 100, torch.bfloat16)
     assert [(j.a, j.b) for j in jobs] == [(a, min(a + 14, 100)) for a in range(0, 100, 14)]  # 40 B // 2 B = 20 -> 14 (2 chunks)
-    assert [(j.a, j.b) for j in stream.block_jobs("e", 0, torch.float32)] == [(0, 0)]
-    assert stream.block_entries(7, 4) == 7  # a block is at least one chunk
+    assert [(j.a, j.b) for j in writer.block_jobs("e", 0, torch.float32)] == [(0, 0)]
+    assert reads.block_entries(7, 4) == 7  # a block is at least one chunk
 
 
 def test_blockwise_file_merge_names_nan_input_and_writes_nothing(trio, tmp_path: Path, monkeypatch):
@@ -131,8 +132,8 @@ def test_blockwise_file_merge_names_nan_input_and_writes_nothing(trio, tmp_path:
     for k, v in {"base": trio["base"], "a": trio["a"], "b": bad}.items():
         paths[k] = tmp_path / f"{k}.safetensors"
         save_file(v, str(paths[k]))
-    monkeypatch.setattr(stream, "CHUNK", 5)
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 40)
+    monkeypatch.setattr(kernels, "CHUNK", 5)
+    monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
     out = tmp_path / "out.safetensors"
     for method, params in (("task_arithmetic", {}), ("ties", {"density": 1.0})):
         with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
@@ -151,11 +152,11 @@ def test_streamed_reads_name_a_file_cut_short_after_its_header(trio, tmp_path: P
     last = max(src.keys(), key=lambda n: src.locate(n)[1])
     n = trio["a"][last].numel()
     os.truncate(path, path.stat().st_size - 4)
-    reader = stream.BlockReader([src])
+    reader = reads.BlockReader([src])
     with pytest.raises(SourceError, match="truncated"):
         reader.read(0, last, 0, n, torch.empty(n * 4, dtype=torch.uint8))
     reader.close()
-    chunks = stream.ChunkInput(src, last, n, n)
+    chunks = reads.ChunkInput(src, last, n, n)
     with pytest.raises(SourceError, match="truncated"):
         chunks.chunk(0, n)
     chunks.close()
@@ -173,13 +174,13 @@ def test_write_blocks_keeps_file_order_and_reuses_buffers(tmp_path: Path, monkey
     import random
     import time
 
-    monkeypatch.setattr(stream, "CHUNK", 4)
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 32)  # 8 float32 entries per block
+    monkeypatch.setattr(kernels, "CHUNK", 4)
+    monkeypatch.setattr(reads, "BLOCK_BYTES", 32)  # 8 float32 entries per block
     x = torch.arange(50, dtype=torch.float32)
     mid = torch.tensor([7, 8, 9], dtype=torch.int64)
     layout = [("x", (50,), torch.float32), ("mid", (3,), torch.int64), ("y", (50,), torch.float32)]
-    jobs = stream.block_jobs("x", 50, torch.float32) + [stream.Job("mid", 0, 3, torch.int64, whole=lambda: mid)] \
-        + stream.block_jobs("y", 50, torch.float32)
+    jobs = writer.block_jobs("x", 50, torch.float32) + [writer.Job("mid", 0, 3, torch.int64, whole=lambda: mid)] \
+        + writer.block_jobs("y", 50, torch.float32)
     rng = random.Random(0)
 
     def fill(job, out, work):
@@ -187,8 +188,8 @@ def test_write_blocks_keeps_file_order_and_reuses_buffers(tmp_path: Path, monkey
         out.copy_(x[job.a:job.b] * (1 if job.name == "x" else -1))
 
     w = SafetensorsWriter(tmp_path / "o.safetensors", layout)
-    aw = stream.AsyncWriter(w)
-    stream.write_blocks(jobs, fill, aw, n_threads=2)
+    aw = writer.AsyncWriter(w)
+    writer.write_blocks(jobs, fill, aw, n_threads=2)
     aw.drain()
     w.close()
     with safe_open(str(tmp_path / "o.safetensors"), "pt") as fh:
@@ -201,10 +202,10 @@ def test_write_blocks_keeps_file_order_and_reuses_buffers(tmp_path: Path, monkey
         fill(job, out, work)
 
     w = SafetensorsWriter(tmp_path / "p.safetensors", layout)
-    aw = stream.AsyncWriter(w)
+    aw = writer.AsyncWriter(w)
     with pytest.raises(ValueError, match="fill failed"):
         try:
-            stream.write_blocks(jobs, boom, aw, n_threads=2)
+            writer.write_blocks(jobs, boom, aw, n_threads=2)
         finally:
             aw.drain()
     w.abort()
@@ -215,17 +216,17 @@ def test_write_blocks_pool_lends_the_same_buffers_to_every_call(tmp_path: Path, 
     """A pool passed to repeated calls (a sweep's points) gets its buffers back after each
     call and lends them again, so later calls allocate nothing; a whole-tensor job (64
     entries here) does not size the block buffers (8 entries)."""
-    monkeypatch.setattr(stream, "CHUNK", 4)
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 32)
+    monkeypatch.setattr(kernels, "CHUNK", 4)
+    monkeypatch.setattr(reads, "BLOCK_BYTES", 32)
     x = torch.arange(64, dtype=torch.float32)
     layout = [("big", (64,), torch.float32), ("x", (64,), torch.float32)]
-    jobs = [stream.Job("big", 0, 64, torch.float32, whole=lambda: x)] + stream.block_jobs("x", 64, torch.float32)
+    jobs = [writer.Job("big", 0, 64, torch.float32, whole=lambda: x)] + writer.block_jobs("x", 64, torch.float32)
     pool: dict = {}
     seen = []
     for k in range(3):
         w = SafetensorsWriter(tmp_path / "o.safetensors", layout, durable=False)
-        aw = stream.AsyncWriter(w)
-        stream.write_blocks(jobs, lambda job, out, work: out.copy_(x[job.a:job.b] + k), aw, n_threads=2, pool=pool)
+        aw = writer.AsyncWriter(w)
+        writer.write_blocks(jobs, lambda job, out, work: out.copy_(x[job.a:job.b] + k), aw, n_threads=2, pool=pool)
         aw.drain()
         w.close()
         with safe_open(str(tmp_path / "o.safetensors"), "pt") as fh:
@@ -239,7 +240,7 @@ def test_trim_by_hardshrink_equals_masked_fill():
     x = torch.cat([torch.randn(4096) * 0.003, torch.tensor([0.0, -0.0, 0.0025, -0.0025, float("nan"), float("inf")])])
     for thr in (0.0025, float(torch.tensor(1e-3)), 1e-30, 0.0):
         ref = x.clone().masked_fill_(x.abs() < thr, 0.0)
-        lam = stream.shrink_lambda(thr)
+        lam = kernels.shrink_lambda(thr)
         got = x.clone() if lam is None else torch.hardshrink(x, lam)
         assert torch.equal(_bits(ref), _bits(got))
 
@@ -248,7 +249,7 @@ def test_fast_pass_names_nan_input(trio, monkeypatch):
     bad = dict(trio["b"])
     bad["layers.0.up.weight"] = bad["layers.0.up.weight"].clone()
     bad["layers.0.up.weight"][3, 2] = float("nan")
-    monkeypatch.setattr(stream, "CHUNK", 5)
+    monkeypatch.setattr(kernels, "CHUNK", 5)
     for method, params in (("task_arithmetic", {}), ("task_arithmetic", {"lambdas": [1.0, 0.0]}), ("ties", {"density": 1.0})):
         with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
             merge(method, [trio["a"], bad], base=trio["base"], **params)
@@ -275,7 +276,7 @@ def test_writer_parts_read_back_bitwise(tmp_path: Path):
 def test_sweep_write_equals_state_at(trio, tmp_path: Path, monkeypatch, block_bytes):
     before = {k: v.clone() for k, v in trio["b"].items()}
     sw = TemporalSweep(trio["a"], trio["b"])
-    monkeypatch.setattr(stream, "CHUNK", 6)
+    monkeypatch.setattr(kernels, "CHUNK", 6)
     monkeypatch.setattr(sweep_mod, "SWEEP_BLOCK_BYTES", block_bytes)
     for lam in (-0.5, 0.3, 1.5):
         sw.write(lam, tmp_path / "p.safetensors", durable=False)  # the second and third replace the first
@@ -412,11 +413,11 @@ def test_writer_does_not_swap_a_directory_in(tmp_path: Path):
 
 
 def test_finite_range_hand_cases():
-    assert stream.finite_range(torch.tensor([1.0, -2.0, 0.0]))
-    assert stream.finite_range(torch.empty(0))
+    assert kernels.finite_range(torch.tensor([1.0, -2.0, 0.0]))
+    assert kernels.finite_range(torch.empty(0))
     for bad in (float("nan"), float("inf"), float("-inf")):
         for dtype in (torch.float32, torch.bfloat16):
-            assert not stream.finite_range(torch.tensor([0.5, bad, -0.5], dtype=dtype))
+            assert not kernels.finite_range(torch.tensor([0.5, bad, -0.5], dtype=dtype))
 
 
 @pytest.mark.parametrize("which,value", [("a", float("nan")), ("b", float("-inf"))])
@@ -459,15 +460,15 @@ def test_temporal_every_path_gives_the_same_bits(tmp_path: Path, monkeypatch, dt
     save_file(t1, str(paths["t1"]))
     save_file(t2, str(paths["t2"]))
     sw = TemporalSweep(paths["t1"], paths["t2"])
-    monkeypatch.setattr(stream, "CHUNK", 7)
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 40)
+    monkeypatch.setattr(kernels, "CHUNK", 7)
+    monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
     monkeypatch.setattr(sweep_mod, "SWEEP_BLOCK_BYTES", 40)
     for lam in (-0.5, 0.3, 0.5, 0.7, 1.0, 1.6):
         want = {k: ops.interpolate(t1[k], t2[k], lam).to(dtypes[0]) for k in t1}
         got = {"state_at": sw.state_at(lam), "interpolate_state": interpolate_state(t1, t2, lam)}
-        monkeypatch.setattr(engine, "FAST", False)
+        monkeypatch.setattr(executor, "FAST", False)
         got["reference"] = merge("temporal", [t1, t2], lam=lam)
-        monkeypatch.setattr(engine, "FAST", True)
+        monkeypatch.setattr(executor, "FAST", True)
         got["fast"] = merge("temporal", [t1, t2], lam=lam)
         for how, ins in (("file", [paths["t1"], paths["t2"]]), ("memory", [t1, t2])):
             merge_to_file("temporal", ins, tmp_path / "m.safetensors", lam=lam, durable=False)
