@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--inputs", nargs="+", metavar="ID", help="input checkpoint ids, in order")
     p.add_argument("--base", nargs="+", metavar="ID", help="base id; two or more ids = neutral base (their average, MMGRid Eq. 8)")
     p.add_argument("--set", dest="params", action="append", default=[], metavar="KEY=VALUE",
-                   help="method parameter, e.g. --set density=0.2 --set lambdas=[0.5,0.5]")
+                   help="method parameter, e.g. --set density=0.2 --set weights=[0.5,0.5]")
     p.add_argument("--seed", type=int, default=0, help="seed (DARE masks)")
     p.add_argument("--recipe", metavar="FILE.yaml", help="read method, inputs, base, params, seed from a recipe")
     p.add_argument("--registry", required=True, metavar="ROOT", help="registry folder")

@@ -57,26 +57,17 @@ def domain_pairs(domains: list[str], pairs: list[list[str]] | None) -> list[tupl
 
 
 def method_params(method: str, params: dict[str, Any], alpha: float) -> tuple[dict[str, Any], bool]:
-    """``params`` with the Eq. 7 weights (alpha, 1 - alpha) in the method's own field.
+    """``params`` with the Eq. 7 weights (alpha, 1 - alpha), as the method's shared weight
+    parameters take them (:func:`mmgrid.merge.methods.eq7`).
 
     Returns:
-        (params, supports_alpha); a method with no weight field ignores alpha.
+        (params, supports_alpha); a method that does not weigh its inputs ignores alpha.
     """
-    import dataclasses
+    from mmgrid.merge.methods import eq7, get_method, weighs
 
-    from mmgrid.merge.methods import get_method
-
-    fields = {f.name for f in dataclasses.fields(get_method(method).Params)}
-    out = dict(params)
-    if "alpha" in fields:
-        out["alpha"] = alpha
-    elif "weights" in fields:
-        out["weights"] = [alpha, 1.0 - alpha]
-    elif "lambdas" in fields:
-        out["lambdas"] = [alpha, 1.0 - alpha]
-    else:
-        return out, False
-    return out, True
+    if not weighs(get_method(method).Params):
+        return dict(params), False
+    return {**params, **eq7(alpha)}, True
 
 
 def needs_base(method: str) -> bool:

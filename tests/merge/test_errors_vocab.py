@@ -145,7 +145,7 @@ def test_temporal_added_rows_merge_equals_sweep(models, monkeypatch, fast):
 
 
 def test_neutral_base_is_average(models):
-    out = merge("task_arithmetic", [models["a"], models["b"]], base=[models["a"], models["b"]], lambdas=[0.5, 0.5])
+    out = merge("task_arithmetic", [models["a"], models["b"]], base=[models["a"], models["b"]], weights=[0.5, 0.5])
     avg = merge("average", [models["a"], models["b"]])
     assert all(torch.allclose(out[k].float(), avg[k].float(), atol=1e-6) for k in out)
 

@@ -50,13 +50,13 @@ def _same(x: dict, y: dict) -> bool:
 
 CASES = [
     ("task_arithmetic", 2, {}),
-    ("task_arithmetic", 3, {"lambdas": [0.7, 0.0, -0.4], "scale": 1.3}),
+    ("task_arithmetic", 3, {"weights": [0.7, 0.0, -0.4], "scale": 1.3}),
     ("average", 3, {}),
     ("temporal", 2, {"lam": 1.4}),
     ("temporal", 2, {"lam": 0.0}),
     ("ties", 2, {"density": 0.2}),
-    ("ties", 3, {"density": 0.35, "lambdas": [1.0, 0.5, 2.0]}),
-    ("ties", 2, {"density": 0.3, "lambdas": [1.0, -0.5]}),
+    ("ties", 3, {"density": 0.35, "weights": [1.0, 0.5, 2.0]}),
+    ("ties", 2, {"density": 0.3, "weights": [1.0, -0.5]}),
     ("ties", 2, {"density": 0.3, "alpha": 0.6}),
     ("ties", 2, {"density": 0.3, "combine": "sum", "scale": 0.8}),
     ("ties", 2, {"density": 1.0}),
@@ -250,7 +250,7 @@ def test_fast_pass_names_nan_input(trio, monkeypatch):
     bad["layers.0.up.weight"] = bad["layers.0.up.weight"].clone()
     bad["layers.0.up.weight"][3, 2] = float("nan")
     monkeypatch.setattr(kernels, "CHUNK", 5)
-    for method, params in (("task_arithmetic", {}), ("task_arithmetic", {"lambdas": [1.0, 0.0]}), ("ties", {"density": 1.0})):
+    for method, params in (("task_arithmetic", {}), ("task_arithmetic", {"weights": [1.0, 0.0]}), ("ties", {"density": 1.0})):
         with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
             merge(method, [trio["a"], bad], base=trio["base"], **params)
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from mmgrid.merge import merge
 from mmgrid.merge.methods import get_method, method_names, validate_params
-from mmgrid.merge.methods.base import input_weights
 
 ALL = method_names()
 
@@ -40,7 +39,7 @@ def test_shared_checks(method, dtype, models):
 
 @pytest.mark.parametrize("method", ["task_arithmetic", "ties", "dare", "ties_dare", "orthomerge", "gcwm"])
 def test_zero_weight_gives_base(method, models):
-    params = {"lambdas": [0.0]} if method != "ties_dare" and method != "ties" else {"lambdas": [0.0]}
+    params = {"weights": [0.0]}
     out = merge(method, [models["a"]], base=models["base"], **params)
     for k, v in out.items():
         if method == "orthomerge" and v.ndim == 2 and "embed" not in k:
@@ -104,48 +103,48 @@ def test_dare_unbiased_statistically(p, seed):
 #
 # BOUND[method](params, n) is the factor F of ||theta* - theta_0|| <= F max_i ||tau_i||
 # per tensor, F = c * (weight mass), with c derived in each method's docstring:
-#   task_arithmetic  c = |scale|, mass sum_i |lambda_i|            (triangle inequality)
-#   dare             c = |scale| / (1 - p), mass sum_i |lambda_i|  (a kept entry is tau/(1-p))
+#   task_arithmetic  c = |scale|, mass sum_i |w_i|            (triangle inequality)
+#   dare             c = |scale| / (1 - p), mass sum_i |w_i|  (a kept entry is tau/(1-p))
 #   ties (sum)       c = |scale|, mass sum_i |w_i|                 (trim and sign mask only zero entries)
 #   ties (disjoint)  c = |scale| sqrt(n), mass 1                   (each entry a weighted mean of
 #                    agreeing entries, |out_e| <= max_i |tau_ie|, and sum_e max_i <= sum_i ||tau_i||^2)
 #   ties_dare        the ties factor / (1 - p)
 #   average          c = 1, mass 1 (weights normalized; any theta_0)
 #   temporal         c = 1, mass |lambda| (tau_1 = 0, tau_2 = theta_t2 - theta_t1 on theta_0 = theta_t1)
-#   gcwm             c = 1, mass sum_i |lambda_i| (transport onto a unit-trace barycenter
+#   gcwm             c = 1, mass sum_i |w_i| (transport onto a unit-trace barycenter
 #                    never lengthens an update; the gate blends two bounded results)
-#   orthomerge       residuals: c = 1, mass sum_i |lambda_i| (Procrustes: ||rho_i|| <= ||tau_i||),
+#   orthomerge       residuals: c = 1, mass sum_i |w_i| (Procrustes: ||rho_i|| <= ||tau_i||),
 #                    plus the rotation 2 mean_i ||Q_i||_F ||W_0||_2 on matrices (see test below)
 
 
 def _ties_factor(p, n, p_drop=0.0):
     combine = p.combine or ("sum" if p.alpha is not None else "disjoint_mean")
     if combine == "sum":
-        w = input_weights(p.lambdas, p.alpha, n, 1.0 / n)
+        w = p.per_input(n, 1.0 / n)
         return abs(p.scale) * sum(abs(x) for x in w) / (1.0 - p_drop)
     return abs(p.scale) * math.sqrt(n) / (1.0 - p_drop)
 
 
 BOUND = {
-    "task_arithmetic": lambda p, n: abs(p.scale) * sum(abs(x) for x in input_weights(p.lambdas, p.alpha, n)),
-    "dare": lambda p, n: abs(p.scale) * sum(abs(x) for x in input_weights(p.lambdas, p.alpha, n)) / (1.0 - p.p),
+    "task_arithmetic": lambda p, n: abs(p.scale) * sum(abs(x) for x in p.per_input(n)),
+    "dare": lambda p, n: abs(p.scale) * sum(abs(x) for x in p.per_input(n)) / (1.0 - p.p),
     "ties": lambda p, n: _ties_factor(p, n),
     "ties_dare": lambda p, n: _ties_factor(p, n, p.p),
     "average": lambda p, n: 1.0,
     "temporal": lambda p, n: abs(p.lam),
-    "gcwm": lambda p, n: sum(abs(x) for x in input_weights(p.lambdas, None, n)),
+    "gcwm": lambda p, n: sum(abs(x) for x in p.per_input(n)),
 }
 
 VARIANTS = {
-    "task_arithmetic": [{}, {"lambdas": [0.7, -1.3, 0.2]}, {"scale": 2.5}],
-    "dare": [{"p": 0.3, "seed": 4}, {"p": 0.8, "lambdas": [1.0, -0.5, 2.0]}],
-    "ties": [{}, {"density": 0.5, "scope": "tensor"}, {"combine": "sum", "lambdas": [0.5, 0.3, 0.9]},
-             {"lambdas": [2.0, 0.1, 1.0]}],
+    "task_arithmetic": [{}, {"weights": [0.7, -1.3, 0.2]}, {"scale": 2.5}],
+    "dare": [{"p": 0.3, "seed": 4}, {"p": 0.8, "weights": [1.0, -0.5, 2.0]}],
+    "ties": [{}, {"density": 0.5, "scope": "tensor"}, {"combine": "sum", "weights": [0.5, 0.3, 0.9]},
+             {"weights": [2.0, 0.1, 1.0]}],
     "ties_dare": [{"p": 0.5, "density": 0.6}, {"combine": "sum", "p": 0.2}],
     "average": [{}, {"weights": [3.0, 1.0, 0.5]}],
     "temporal": [{"lam": 0.4}, {"lam": 2.5}, {"lam": -1.0}],
-    "gcwm": [{}, {"threshold": 0.0}, {"gate": "soft", "lambdas": [0.5, -1.0, 2.0]}, {"threshold": 0.0, "rank": 2}],
-    "orthomerge": [{}, {"strategy": "conflict_aware"}, {"lambdas": [0.5, 1.5, -0.5]}],
+    "gcwm": [{}, {"threshold": 0.0}, {"gate": "soft", "weights": [0.5, -1.0, 2.0]}, {"threshold": 0.0, "rank": 2}],
+    "orthomerge": [{}, {"strategy": "conflict_aware"}, {"weights": [0.5, 1.5, -0.5]}],
 }
 
 
@@ -195,7 +194,7 @@ def test_update_is_bounded_by_the_inputs_updates(seed, n, shape, noise):
                 top = max(float(torch.linalg.vector_norm(x[k] - theta0[k])) for x in ins[:m])
                 got = float(torch.linalg.vector_norm(out[k] - theta0[k]))
                 if method == "orthomerge":
-                    bound = sum(abs(x) for x in input_weights(p.lambdas, None, n)) * top
+                    bound = sum(abs(x) for x in p.per_input(n)) * top
                     if out[k].ndim == 2:
                         bound += _orthomerge_rotation(ins, base, p, k)
                 else:
@@ -228,7 +227,7 @@ def test_identical_inputs(seed, n, shape):
     # (d_in <= d_out; otherwise Procrustes leaves the complement free).
     if shape[0] >= shape[1]:
         _, small = _random_inputs(seed, 1, shape, 0.02)
-        out = merge("orthomerge", [small[0]] * n, base=base, lambdas=[1.0 / n] * n)
+        out = merge("orthomerge", [small[0]] * n, base=base, weights=[1.0 / n] * n)
         assert all(torch.allclose(out[k], small[0][k], rtol=1e-4, atol=1e-4) for k in out)
     assert {m for m, _, _ in expect} | {"temporal", "orthomerge"} == set(ALL)
 

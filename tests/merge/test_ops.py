@@ -71,7 +71,7 @@ def test_global_pass_detects_nan():
 
 def test_task_arithmetic_and_average_and_temporal():
     base, a, b = {"w": t(1, 1)}, {"w": t(2, 3)}, {"w": t(0, 5)}
-    assert torch.allclose(merge("task_arithmetic", [a, b], base=base, lambdas=[0.5, 2.0])["w"], t(1 + 0.5 - 2, 1 + 1 + 8))
+    assert torch.allclose(merge("task_arithmetic", [a, b], base=base, weights=[0.5, 2.0])["w"], t(1 + 0.5 - 2, 1 + 1 + 8))
     assert torch.allclose(merge("average", [a, b])["w"], t(1, 4))
     assert torch.allclose(merge("average", [a, b], weights=[3, 1])["w"], t(1.5, 3.5))
     # Eq. 10 with lambda = 1.5 extrapolates: 2 + 1.5*(0-2), 3 + 1.5*(5-3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -96,10 +97,10 @@ def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_pa
     monkeypatch.setattr(reads, "MAX_OPEN_FILES", max_open)
     fds = len(os.listdir("/proc/self/fd"))
     out = tmp_path / "m.safetensors"
-    merge_to_file("task_arithmetic", [ids["a"], ids["b"]], out, base=ids["base"], registry=r, lambdas=[0.7, 0.4], durable=False)
+    merge_to_file("task_arithmetic", [ids["a"], ids["b"]], out, base=ids["base"], registry=r, weights=[0.7, 0.4], durable=False)
     assert len(os.listdir("/proc/self/fd")) == fds
     got = load_file(str(out))
-    want = merge("task_arithmetic", [models["a"], models["b"]], base=models["base"], lambdas=[0.7, 0.4])
+    want = merge("task_arithmetic", [models["a"], models["b"]], base=models["base"], weights=[0.7, 0.4])
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
     blobs = {b.sha256 for i in ids.values() for k, b in r.get(i).blobs.items() if k != "codes"}
     assert sorted(p.name.split(".")[0] for p in hashed) == sorted(blobs)  # each float blob once
@@ -151,7 +152,11 @@ def test_fixed_method_gets_a_new_id_others_keep_theirs(reg):
 
     r, ids = reg
     parents = [(ids["a"], "merge_input"), (ids["b"], "merge_input"), (ids["base"], "merge_base")]
-    for method, params in (("gcwm", {"threshold": 0.0}), ("ties", {"density": 0.3}), ("task_arithmetic", {})):
+    cases = (("gcwm", {"threshold": 0.0}), ("ties", {"density": 0.3}), ("task_arithmetic", {}),
+             ("task_arithmetic", {"lambdas": [0.5, 0.5]}))  # a stored recipe's old spelling keeps its id
+    for method, params in cases:
         rec = Recipe(method, [ids["a"], ids["b"]], ids["base"], params)
         old = make_id(default_coords(r, rec), "merged", parents, {"method": method, **params}, None, 0)
-        assert (run_recipe(rec, r, dry_run=True) != old) == (method == "gcwm"), method
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            assert (run_recipe(rec, r, dry_run=True) != old) == (method == "gcwm"), method

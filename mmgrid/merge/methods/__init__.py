@@ -12,6 +12,7 @@ import it below.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 from mmgrid.configtools import build
@@ -29,12 +30,28 @@ from mmgrid.merge.methods import (  # noqa: F401  (importing a method module reg
 )
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import METHODS, register
+from mmgrid.merge.methods.weights import DEPRECATED, Weights, eq7, weighs
 
-__all__ = ["Method", "TensorView", "get_method", "identity", "method_names", "params_dict", "register",
-           "validate_params"]
+__all__ = ["Method", "TensorView", "Weights", "eq7", "get_method", "identity", "method_names", "params_dict",
+           "register", "validate_params", "weighs"]
 
-# Parameter names that are Python keywords or common spellings, mapped to field names.
-ALIASES = {"lambda": "lam", "lambda_": "lam", "lambdas_": "lambdas"}
+# Parameter names that are Python keywords, mapped to field names (temporal's Eq. 10 lambda).
+ALIASES = {"lambda": "lam", "lambda_": "lam"}
+
+
+def canonical_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """``params`` with aliases resolved and deprecated spellings renamed (with a warning)."""
+    out: dict[str, Any] = {}
+    for k, v in (params or {}).items():
+        if k in DEPRECATED and weighs(get_method(name).Params):
+            new = DEPRECATED[k]
+            warnings.warn(f"merge method {name!r}: parameter {k!r} is deprecated, use {new!r} (same meaning: "
+                          "one weight per input)", FutureWarning, stacklevel=3)
+            if new in params:
+                raise MergeParamError(f"merge method {name!r}: give {new!r} or its old spelling {k!r}, not both")
+            k = new
+        out[ALIASES.get(k, k)] = v
+    return out
 
 
 def method_names() -> list[str]:
@@ -57,7 +74,7 @@ def validate_params(name: str, params: dict[str, Any] | None) -> Any:
         MergeParamError: unknown parameter, wrong type, or out of range.
     """
     cls = get_method(name)
-    data = {ALIASES.get(k, k): v for k, v in (params or {}).items()}
+    data = canonical_params(name, params)
     try:
         return build(cls.Params, data, where=f"merge method {name!r} parameters")
     except MergeParamError:

@@ -16,21 +16,19 @@ from mmgrid.merge import ops
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.methods.weights import Weights
 
 
 @dataclass
-class AverageParams:
-    """Parameters of ``average``.
-
-    Attributes:
-        weights: one non-negative weight per input (uniform if omitted).
-    """
-
-    weights: list[float] | None = None
+class AverageParams(Weights):
+    """Parameters of ``average``: :class:`Weights`, non-negative with a positive sum
+    (uniform if omitted; ``alpha`` in [0, 1])."""
 
     def __post_init__(self) -> None:
         if self.weights is not None and (any(w < 0 for w in self.weights) or sum(self.weights) <= 0):
             raise MergeParamError(f"average weights {self.weights} must be >= 0 with a positive sum")
+        if self.alpha is not None and not 0.0 <= self.alpha <= 1.0:
+            raise MergeParamError(f"average alpha={self.alpha} is outside [0, 1]; it weighs two inputs (alpha, 1 - alpha)")
 
 
 @register
@@ -43,14 +41,17 @@ class Average(Method):
 
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
-        if self.params.weights is not None and len(self.params.weights) != n:
-            raise MergeParamError(f"average: {len(self.params.weights)} weights for {n} inputs")
+        self._weights(n)  # raises on weights that do not fit n inputs
 
     elementwise = True
 
     def linear(self, n: int) -> tuple[float, list[float]]:
-        w = self.params.weights or [1.0] * n
+        w = self._weights(n) or [1.0] * n
         return 0.0, [x / sum(w) for x in w]
 
+    def _weights(self, n: int) -> list[float] | None:
+        p = self.params
+        return None if p.weights is None and p.alpha is None else list(p.per_input(n))
+
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        return ops.average(view.models, self.params.weights)
+        return ops.average(view.models, self._weights(len(view.models)))

@@ -8,7 +8,7 @@ tensor is read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -154,18 +154,3 @@ def check_range(name: str, value: float, lo: float, hi: float, lo_open: bool, hi
     if not ok:
         iv = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
         raise MergeParamError(f"parameter {name}={value} is outside {iv}; {hint}")
-
-
-def input_weights(lambdas: Sequence[float] | None, alpha: float | None, n: int, default: float = 1.0) -> tuple[float, ...]:
-    """Per-input weights from ``lambdas`` (one each) or ``alpha`` (Eq. 7: alpha, 1-alpha)."""
-    if lambdas is not None and alpha is not None:
-        raise MergeParamError("give either lambdas or alpha, not both")
-    if alpha is not None:
-        if n != 2:
-            raise MergeParamError(f"alpha (MMGRid Eq. 7) merges exactly 2 inputs, got {n}; use lambdas for {n}")
-        return (float(alpha), 1.0 - float(alpha))
-    if lambdas is not None:
-        if len(lambdas) != n:
-            raise MergeParamError(f"lambdas has {len(lambdas)} values for {n} inputs; give one per input")
-        return tuple(float(x) for x in lambdas)
-    return (default,) * n

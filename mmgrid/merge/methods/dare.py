@@ -1,11 +1,11 @@
 """DARE (Yu et al., 2024; MMGRid Sec. 2): drop each task-vector entry with probability
 p, rescale the survivors by 1/(1-p), then task arithmetic.
 
-theta* = theta_0 + scale * sum_i lambda_i DARE_p(tau_i). The mask of input i and tensor
+theta* = theta_0 + scale * sum_i w_i DARE_p(tau_i). The mask of input i and tensor
 t comes from a generator seeded by (seed, t, i), so a seed reproduces the merge and
 E[DARE_p(tau)] = tau.
 
-Bound, per tensor and per draw: ||theta* - theta_0|| <= c sum_i |lambda_i| max_i ||tau_i||
+Bound, per tensor and per draw: ||theta* - theta_0|| <= c sum_i |w_i| max_i ||tau_i||
 with c = |scale| / (1 - p): each kept entry is tau/(1-p), a dropped one 0, so
 ||DARE_p(tau)|| <= ||tau|| / (1 - p) (all kept); on average E||DARE_p(tau)||^2 =
 ||tau||^2 / (1 - p), i.e. 1/sqrt(1 - p) in root mean square.
@@ -16,26 +16,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mmgrid.merge import pipeline as pl
-from mmgrid.merge.methods.base import check_range, input_weights
+from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.methods.weights import Weights
 
 
 @dataclass
-class DareParams:
-    """Parameters of ``dare``.
+class DareParams(Weights):
+    """Parameters of ``dare``: :class:`Weights` (default 1.0 each), and
 
     Attributes:
         p: drop probability, in [0, 1) (MMGRid: 0.1).
-        lambdas: one weight per input; default 1.0.
-        alpha: two inputs only: weights (alpha, 1 - alpha) (Eq. 7).
         scale: a factor on the summed task vector.
         seed: seed of the drop masks.
     """
 
     p: float = 0.1
-    lambdas: list[float] | None = None
-    alpha: float | None = None
     scale: float = 1.0
     seed: int = 0
 
@@ -53,5 +50,5 @@ class Dare(PipelineMethod):
 
     def pipeline(self, n: int) -> pl.Pipeline:
         p = self.params
-        return pl.Pipeline(sparsify="dare", p=p.p, weights=input_weights(p.lambdas, p.alpha, n),
+        return pl.Pipeline(sparsify="dare", p=p.p, weights=p.per_input(n),
                            scale=p.scale, seed=p.seed)

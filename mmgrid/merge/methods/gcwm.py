@@ -70,16 +70,17 @@ import torch
 
 from mmgrid.merge import geometry as geo
 from mmgrid.merge import ops
-from mmgrid.merge.methods.base import Method, TensorView, check_range, input_weights
+from mmgrid.merge.methods.base import Method, TensorView, check_range
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.methods.weights import Weights
 
 
 @dataclass
-class GcwmParams:
-    """Parameters of ``gcwm``.
+class GcwmParams(Weights):
+    """Parameters of ``gcwm``: :class:`Weights`, the task-arithmetic weights lambda_i
+    (default 1.0 each), and
 
     Attributes:
-        lambdas: task-arithmetic weights, one per input (default 1.0).
         threshold: conflict score above which the geometry-aware combination is used, in [0, 1].
         gate: hard (threshold) | soft (sigmoid blend).
         sharpness: slope of the soft gate.
@@ -89,7 +90,6 @@ class GcwmParams:
         barycenter_iters: fixed-point iterations of the barycenter.
     """
 
-    lambdas: list[float] | None = None
     threshold: float = 0.12
     gate: Literal["hard", "soft"] = "hard"
     sharpness: float = 12.0
@@ -114,7 +114,7 @@ class Gcwm(Method):
 
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
-        self._w = input_weights(self.params.lambdas, None, n)
+        self._w = self.params.per_input(n)
         self.report.setdefault("conflict", {})
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:

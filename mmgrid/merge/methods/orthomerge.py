@@ -18,7 +18,7 @@ the input space as OFT does; ``side="out"`` rotates the output space instead):
 by the residual method.
 
 Bound, per tensor (task-arithmetic residuals): ||rho_i|| <= ||tau_i|| (R = I is feasible in
-the Procrustes problem), so ||theta* - theta_0|| <= sum_i |lambda_i| max_i ||tau_i|| +
+the Procrustes problem), so ||theta* - theta_0|| <= sum_i |w_i| max_i ||tau_i|| +
 ||(R - I) W_0||, and on matrices ||(R - I) W_0||_F <= 2 mean_i ||Q_i||_F ||W_0||_2 (Cayley:
 R - I = 2 Q (I - Q)^{-1}, ||(I - Q)^{-1}||_2 <= 1 for skew Q; Eq. 7-8 make ||Q||_F the
 mean of the ||Q_i||_F). The rotation part is not bounded by the task vectors alone: an
@@ -36,18 +36,18 @@ import torch
 
 from mmgrid.merge import geometry as geo
 from mmgrid.merge import pipeline as pl
-from mmgrid.merge.methods.base import Method, TensorView, check_range, input_weights
+from mmgrid.merge.methods.base import Method, TensorView, check_range
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.methods.weights import Weights
 
 
 @dataclass
-class OrthoMergeParams:
-    """Parameters of ``orthomerge``.
+class OrthoMergeParams(Weights):
+    """Parameters of ``orthomerge``: :class:`Weights` of the residuals (default 1.0 each), and
 
     Attributes:
         strategy: global (Eq. 9) | conflict_aware (Eq. 10-11) target.
         residual_method: task_arithmetic | ties | dare, for rho_i and Euclidean tensors.
-        lambdas: residual weights, one per input (default 1.0).
         density: TIES density of the residuals, in (0, 1].
         p: DARE drop probability of the residuals, in [0, 1).
         side: in (rotate the input space, OFT's convention) | out.
@@ -56,7 +56,6 @@ class OrthoMergeParams:
 
     strategy: Literal["global", "conflict_aware"] = "global"
     residual_method: Literal["task_arithmetic", "ties", "dare"] = "task_arithmetic"
-    lambdas: list[float] | None = None
     density: float = 0.2
     p: float = 0.1
     side: Literal["in", "out"] = "in"
@@ -82,7 +81,7 @@ class OrthoMerge(Method):
 
     def _residual_pipeline(self, n: int) -> pl.Pipeline:
         p = self.params
-        w = input_weights(p.lambdas, None, n)
+        w = p.per_input(n)
         if p.residual_method == "ties":
             return pl.Pipeline(sparsify="magnitude", density=p.density, elect_sign=True,
                                combine="disjoint_mean", weights=w, scope="tensor")

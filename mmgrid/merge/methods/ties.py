@@ -24,30 +24,27 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mmgrid.merge import pipeline as pl
-from mmgrid.merge.methods.base import check_range, input_weights
+from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.methods.weights import Weights
 
 
 @dataclass
-class TiesParams:
-    """Parameters of ``ties``.
+class TiesParams(Weights):
+    """Parameters of ``ties``: :class:`Weights` (default 1.0 each; 1/N with ``sum``), and
 
     Attributes:
         density: fraction X of entries kept per task vector, in (0, 1] (MMGRid: 0.2).
         scope: model (top-X% over the whole model) | tensor (per tensor).
         combine: disjoint_mean (TIES) | sum (MMGRid Eq. 4/7 weighted sum); default:
             sum when ``alpha`` is given (Eq. 7 as written), else disjoint_mean.
-        lambdas: one weight per input; default 1.0 (``sum`` then defaults to 1/N).
-        alpha: two inputs only: weights (alpha, 1 - alpha) (Eq. 7).
         scale: lambda of TIES: a factor on the merged task vector.
     """
 
     density: float = 0.2
     scope: Literal["model", "tensor"] = "model"
     combine: Literal["disjoint_mean", "sum"] | None = None
-    lambdas: list[float] | None = None
-    alpha: float | None = None
     scale: float = 1.0
 
     def __post_init__(self) -> None:
@@ -60,7 +57,7 @@ def ties_pipeline(p, n: int, sparsify: str = "magnitude", p_drop: float = 0.0, s
     default = 1.0 if combine == "disjoint_mean" else 1.0 / n
     return pl.Pipeline(
         sparsify=sparsify, density=p.density, p=p_drop, elect_sign=True, combine=combine,
-        weights=input_weights(p.lambdas, p.alpha, n, default), scale=p.scale, scope=p.scope, seed=seed,
+        weights=p.per_input(n, default), scale=p.scale, scope=p.scope, seed=seed,
     )
 
 

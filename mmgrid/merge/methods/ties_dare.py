@@ -17,19 +17,18 @@ from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.ties import ties_pipeline
+from mmgrid.merge.methods.weights import Weights
 
 
 @dataclass
-class TiesDareParams:
-    """Parameters of ``ties_dare``.
+class TiesDareParams(Weights):
+    """Parameters of ``ties_dare``: :class:`Weights` (as ``ties``), and
 
     Attributes:
         p: DARE drop probability, in [0, 1).
         density: TIES fraction kept, in (0, 1].
         scope: model | tensor (where the top-X% is taken).
         combine: disjoint_mean | sum (see ties; default sum with ``alpha``, else disjoint_mean).
-        lambdas: one weight per input.
-        alpha: two inputs only: weights (alpha, 1 - alpha) (Eq. 7).
         scale: a factor on the merged task vector.
         seed: seed of the DARE masks.
     """
@@ -38,8 +37,6 @@ class TiesDareParams:
     density: float = 0.2
     scope: Literal["model", "tensor"] = "model"
     combine: Literal["disjoint_mean", "sum"] | None = None
-    lambdas: list[float] | None = None
-    alpha: float | None = None
     scale: float = 1.0
     seed: int = 0
 
