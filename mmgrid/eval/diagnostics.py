@@ -4,9 +4,10 @@ Pure functions on flat state dicts (name -> tensor); no registry, no I/O.
 
 * L1 norm of a task vector tau = theta - theta_0 (MMGRid Eq. 2; Figure 2 plots it per
   paradigm x domain x period).
-* Sign dissimilarity (Orbit, paper 000, Eq. 1): the fraction of corresponding entries
-  whose signs differ. We count a pair as differing when the signs are strictly opposite
-  (``a * b < 0``): an entry a task left at zero has no direction to conflict with.
+* Sign dissimilarity (Orbit, paper 000, Eq. 1), the one definition of
+  :func:`mmgrid.merge.geometry.sign_dissimilarity` (entries counted where the reference is
+  nonzero; sign(0) = 0 differs from a nonzero sign; 0.0 when nothing is counted), taken in
+  both directions and averaged, since neither task vector is the other's origin.
 * Cosine similarity of two flattened task vectors.
 * Geometry conflict between two updates (GCWM, paper 001; our documented reading of
   it): every 2-D update Delta (out x in) induces the trace-normalised covariance
@@ -28,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import torch
+
+from mmgrid.merge import geometry as merge_geometry
 
 State = Mapping[str, torch.Tensor]
 
@@ -70,13 +73,11 @@ def norms(tv: State) -> dict[str, float]:
 
 
 def sign_dissimilarity(a: State, b: State, exclude: Iterable[str] = ()) -> float:
-    """Fraction of corresponding entries with strictly opposite signs (Orbit Eq. 1)."""
-    diff, total = 0, 0
-    for name in _names(a, b, exclude):
-        x, y = _shared(a[name], b[name])
-        diff += int(((x.float() * y.float()) < 0).sum())
-        total += x.numel()
-    return diff / total if total else float("nan")
+    """Sign dissimilarity of two task vectors (Orbit Eq. 1, :func:`mmgrid.merge.geometry.sign_dissimilarity`),
+    symmetric: the mean of both directions, each counting the entries its reference moved."""
+    pairs = [_shared(a[name], b[name]) for name in _names(a, b, exclude)]
+    xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+    return 0.5 * (merge_geometry.sign_dissimilarity(xs, ys) + merge_geometry.sign_dissimilarity(ys, xs))
 
 
 def cosine(a: State, b: State, exclude: Iterable[str] = ()) -> float:

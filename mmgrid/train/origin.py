@@ -18,6 +18,8 @@ from typing import Mapping, Sequence
 
 import torch
 
+from mmgrid.merge import geometry as merge_geometry
+
 DISTANCES = ("l2", "sign")
 
 
@@ -89,12 +91,9 @@ def l2_distance(origin: Origin) -> float:
 
 @torch.no_grad()
 def sign_dissimilarity(origin: Origin) -> float:
-    """Fraction of included coordinates whose sign differs from the origin's (Orbit paper, Eq. 1)."""
-    flipped, counted = 0, 0
-    for p, o, nz in zip(origin.params, origin.init, origin.init_nonzero):
-        flipped += int(((torch.sign(p) != torch.sign(o)) & nz).sum())
-        counted += int(nz.sum())
-    return flipped / counted if counted else 0.0
+    """Fraction of included coordinates whose sign differs from the origin's (Orbit paper, Eq. 1;
+    :func:`mmgrid.merge.geometry.sign_dissimilarity`, counted where the origin is nonzero)."""
+    return merge_geometry.sign_dissimilarity(origin.params, origin.init, origin.init_nonzero)
 
 
 def distance(origin: Origin, kind: str) -> float:

@@ -33,10 +33,13 @@ def test_added_rows_are_left_out():
     assert l1_norm(task_vector(model, base)) == 6.0
 
 
-def test_sign_dissimilarity_counts_strictly_opposite():
+def test_sign_dissimilarity_is_orbit_eq1_both_ways():
     a = {"x": torch.tensor([1.0, -1.0, 2.0, 0.0])}
     b = {"x": torch.tensor([-1.0, -3.0, 0.0, 5.0])}
-    assert sign_dissimilarity(a, b) == 0.25
+    # against b (b != 0 at 0, 1, 3): entries 0 (opposite) and 3 (a left at 0) differ: 2/3;
+    # against a (a != 0 at 0, 1, 2): entries 0 and 2 differ: 2/3; the mean of both
+    assert sign_dissimilarity(a, b) == sign_dissimilarity(b, a) == 2 / 3
+    assert sign_dissimilarity({"x": torch.zeros(3)}, {"x": torch.zeros(3)}) == 0.0  # nothing counted
 
 
 def test_cosine():
