@@ -78,8 +78,3 @@ def merge_oft_adapters(adapters: Sequence[dict[str, torch.Tensor]]) -> dict[str,
         else:
             out[k] = ts[0]
     return out
-
-
-def oft_rotation(block: torch.Tensor) -> torch.Tensor:
-    """The rotation R = Cayley(Q) of one skew block (for checks and tests)."""
-    return geo.cayley(block)

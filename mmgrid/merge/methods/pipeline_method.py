@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from mmgrid.merge import pipeline as pl
 from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
