@@ -78,6 +78,7 @@ def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_pa
     hashed once (the registry's first-read check) and no whole tensor is loaded, where
     it used to load the whole tensor once per block. The result equals the merge of
     the state dicts; past MAX_OPEN_FILES each read opens and closes its blob (no leak)."""
+    import gc
     import os
 
     from safetensors.torch import load_file
@@ -95,6 +96,7 @@ def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_pa
     monkeypatch.setattr(reads, "BLOCK_BYTES", 40)  # several blocks per tensor
     monkeypatch.setattr(kernels, "CHUNK", 4)
     monkeypatch.setattr(reads, "MAX_OPEN_FILES", max_open)
+    gc.collect()  # descriptors of earlier tests' garbage (mapped files) must not close mid-count
     fds = len(os.listdir("/proc/self/fd"))
     out = tmp_path / "m.safetensors"
     merge_to_file("task_arithmetic", [ids["a"], ids["b"]], out, base=ids["base"], registry=r, weights=[0.7, 0.4], durable=False)

@@ -5,8 +5,11 @@ per-update covariance geometry, a state-relative geometry conflict as a forgetti
 signal, a shared metric from Gaussian (Bures-)Wasserstein barycenters, and a
 conflict-gated geometry-aware correction. The authors' public code (read, not copied)
 uses low-rank right-singular covariances, a W2 barycenter, a normalized Bures conflict
-and a per-layer optimiser; mmgrid replaces the optimiser by its closed-form minimiser.
-Our reading, for every 2-D weight that is not a vocabulary matrix:
+and a per-layer optimiser of a relation loss that, started at the task-arithmetic sum
+with a tiny learning rate, stays next to it; mmgrid keeps the covariances, the
+barycenter, the conflict and the gate, and makes the correction a transport onto the
+barycenter (step 6), bounded by construction. Weights lambda_i are the shared
+``weights`` (or ``alpha``) parameters. Our reading, for every 2-D weight that is not a vocabulary matrix:
 
 1. Updates tau_i = W_i - W_0 (rows x cols). Geometry of tau_i: the zero-mean Gaussian
    whose covariance is the (trace-normalized) second moment of its rows,
