@@ -147,9 +147,9 @@ def _diagnostics(rep: Report, cfg: "GridConfig", registry: Any, prepared: Any) -
     rep.table(t, "Figure 2 (L1 norms)", {k: list(dict.fromkeys(v)) for k, v in prov.items()}, fmt="{:.4g}")
     pairs = pairwise_diagnostics(cfg, registry, prepared, paradigms)
     if not pairs.empty:
-        rep.add("Between domains' last-stage task vectors: cosine, sign dissimilarity (share of entries with "
-                "opposite signs, Orbit Eq. 1) and GCWM geometry conflict (1 - Bures fidelity of the updates' "
-                "covariances; 0 = same geometry).", "")
+        rep.add("Between domains' last-stage task vectors: cosine, sign dissimilarity (share of entries whose "
+                "sign differs where the other vector is nonzero, both ways averaged, Orbit Eq. 1) and GCWM "
+                "geometry conflict (1 - Bures fidelity of the updates' covariances; 0 = same geometry).", "")
         show = pairs.set_index(pairs["paradigm"] + " / " + pairs["domain_i"] + "+" + pairs["domain_j"])
         rep.table(show[["cosine", "sign_dissimilarity", "geometry_conflict"]], "Task-vector conflict",
                   {i: [r.id_i, r.id_j, r.base_i, r.base_j] for i, r in zip(show.index, show.itertuples())})
