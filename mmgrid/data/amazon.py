@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from mmgrid.data.errors import MissingFieldError, TimestampUnitError
+from mmgrid.data.errors import CorruptLineError, MissingFieldError, TimestampUnitError
 from mmgrid.data.jsonl import ScratchDir, SkipLog, check_list, check_number, collect_jsonl, find_line
 
 TimestampUnit = Literal["ms", "s", "auto"]
@@ -349,8 +349,6 @@ def read_benchmark_csv(path: str | Path, *, strict: bool = False, skips: SkipLog
     Returns:
         ``user_id``, ``parent_asin``, ``rating`` (Float64), ``timestamp`` (Int64 ms).
     """
-    from mmgrid.data.errors import CorruptLineError
-
     path = Path(path)
     skips = skips if skips is not None else SkipLog()
     raw = pl.scan_csv(path, infer_schema=False).collect(engine="streaming")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 from mmgrid.errors import ConfigError, DataError
 
 
@@ -46,8 +48,6 @@ class UnknownDomainError(DataError):
     """A configured domain (category) has no raw file under data.root."""
 
     def __init__(self, domain: str, root: str, known: list[str]) -> None:
-        import difflib
-
         close = difflib.get_close_matches(domain, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         super().__init__(

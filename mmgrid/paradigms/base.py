@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
 
-    from mmgrid.data.prepared import DomainData
+    from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
 

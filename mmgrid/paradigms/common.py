@@ -20,7 +20,7 @@ from mmgrid.errors import ConfigError, ModelError
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedTokenizerBase
 
-    from mmgrid.data.prepared import DomainData
+    from mmgrid.data.dataset import DomainData
 
 
 class CheckpointMismatchError(ModelError):

@@ -62,7 +62,7 @@ from mmgrid.paradigms.common import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.data.prepared import DomainData
+    from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
 DEFAULTS: dict[str, Any] = {

@@ -17,7 +17,7 @@ from mmgrid.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 
 def lineage_root(registry: Any, cid: str) -> str:

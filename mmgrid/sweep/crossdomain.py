@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 STUDY = "cross_domain"
 BASE_KINDS = ("original", "historical", "neutral")

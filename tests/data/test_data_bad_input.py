@@ -14,7 +14,7 @@ from mmgrid.data.errors import (
     UnknownDomainError,
 )  # fmt: skip
 from mmgrid.data.jsonl import SkipLog
-from mmgrid.data.prepare import prepare
+from mmgrid.data.pipeline import prepare
 from mmgrid.errors import DataError
 
 BAD = {2: '{"rating": 5.0, "user_id": "u9", "parent_', 5: '{"rating": "five", "user_id": "u9"}', 7: "[1, 2]"}
