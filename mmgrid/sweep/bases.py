@@ -39,7 +39,7 @@ def start_model_id(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset"
     Falls back to the lineage root when the paradigm cannot build (e.g. a test double).
     """
     root = lineage_root(registry, trained_id)
-    from mmgrid.paradigms.base import get_paradigm
+    from mmgrid.paradigms import get_paradigm
 
     par = get_paradigm(paradigm)
     if not hasattr(par, "build"):

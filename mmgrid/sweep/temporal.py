@@ -71,7 +71,7 @@ def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
     """
     import torch
 
-    from mmgrid.paradigms.base import get_paradigm
+    from mmgrid.paradigms import get_paradigm
     from mmgrid.registry.names import hash_json
     from mmgrid.sweep.interpolate import InPlaceInterpolator
 
