@@ -1,4 +1,5 @@
-"""The preparation pipeline behind ``mmgrid prepare``: raw files → the prepared dataset (see docs/contracts.md, "Prepared dataset").
+"""The preparation pipeline behind ``mmgrid prepare``: raw files → the prepared dataset (see
+docs/contracts.md, "Prepared dataset").
 
 Per domain: read → join items with a title → dedupe (user, item), earliest kept → keep the phase
 windows (and ``min_date``) → iterative k-core → phases → dense indices → examples. Then the

@@ -47,7 +47,8 @@ def apply_timestamp_unit(df: pl.DataFrame, where: str, unit: TimestampUnit, line
     _raise_first(df.filter(ts < 0), lambda row: NegativeTimestampError(where, line_of(row), row["timestamp"]))
     if unit == "s":
         _raise_first(df.filter(ts >= SECONDS_BELOW), lambda row: TimestampUnitError(
-            where, line_of(row), row["timestamp"], looks_like="milliseconds", expected="seconds", hint=hint))  # fmt: skip
+            where, line_of(row), row["timestamp"], looks_like="milliseconds", expected="seconds",
+            hint=hint))  # fmt: skip
         return df.with_columns(ts * 1000)
     _raise_first(df.filter(ts >= MICROSECONDS_FROM), lambda row: TimestampUnitError(
         where, line_of(row), row["timestamp"], looks_like="microseconds", hint=hint))  # fmt: skip
