@@ -95,9 +95,9 @@ def demo_config(quick: bool, out: str | None, config: str = "demo", overrides: l
 
 def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", overrides: list[str] | None = None) -> Path:
     """Run the whole demo; returns the path of the written report."""
-    from mmgrid.data.prepare import prepare
+    from mmgrid.data.pipeline import prepare
     from mmgrid.data.stats import format_stats
-    from mmgrid.data.world import write_world
+    from mmgrid.data.world_files import write_world
     from mmgrid.registry.api import Registry
     from mmgrid.sweep.crossdomain import run_cross_domain
     from mmgrid.sweep.lambda_model import predict_lambda

@@ -17,7 +17,7 @@ from mmgrid.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 
 def lineage_root(registry: Any, cid: str) -> str:
@@ -39,7 +39,7 @@ def start_model_id(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset"
     Falls back to the lineage root when the paradigm cannot build (e.g. a test double).
     """
     root = lineage_root(registry, trained_id)
-    from mmgrid.paradigms.base import get_paradigm
+    from mmgrid.paradigms import get_paradigm
 
     par = get_paradigm(paradigm)
     if not hasattr(par, "build"):

@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from mmgrid.config import load_grid
-    from mmgrid.data.prepared import load_prepared
+    from mmgrid.data.dataset import load_prepared
     from mmgrid.registry import Registry
 
     cfg = load_grid(args.config, args.overrides)

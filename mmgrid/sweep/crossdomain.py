@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 STUDY = "cross_domain"
 BASE_KINDS = ("original", "historical", "neutral")
@@ -121,7 +121,7 @@ class _Evaluators:
     def get(self, paradigm: str, domain: str) -> tuple[Any, EvalFn]:
         key = (paradigm, domain)
         if key not in self._cache:
-            from mmgrid.paradigms.base import get_paradigm
+            from mmgrid.paradigms import get_paradigm
 
             par = get_paradigm(paradigm)
             data = self.prepared.domain(domain)

@@ -15,7 +15,7 @@ import pandas as pd
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 NORM_COLUMNS = ["paradigm", "domain", "period", "l1", "l2", "mean_abs", "numel", "id", "base_id"]
 PAIR_COLUMNS = ["paradigm", "domain_i", "domain_j", "cosine", "sign_dissimilarity", "geometry_conflict",

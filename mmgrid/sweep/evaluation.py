@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import DomainData, PreparedDataset
+    from mmgrid.data.dataset import DomainData, PreparedDataset
     from mmgrid.paradigms.base import Checkpoint, Paradigm
 
 # model -> {group: {metric: value}}

@@ -22,7 +22,7 @@ from mmgrid.sweep.selection import lambda_stars
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 
 @dataclass

@@ -26,7 +26,7 @@ from mmgrid.sweep import tables as tb
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 README_FIGURE = "figure5_lambda.png"
 

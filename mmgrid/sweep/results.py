@@ -48,7 +48,7 @@ def checkpoint_metrics(registry: Any, ids: list[str], split: str = "test", group
 def open_grid(config: str, overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
     """(GridConfig, Registry, PreparedDataset) of a grid YAML: what every study script starts from."""
     from mmgrid.config import load_grid
-    from mmgrid.data.prepared import load_prepared
+    from mmgrid.data.dataset import load_prepared
     from mmgrid.registry import Registry
 
     cfg = load_grid(config, overrides)

@@ -26,7 +26,7 @@ from mmgrid.sweep.selection import lambda_grid
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
     from mmgrid.exec.base import Executor
 
 STUDY = "temporal"
@@ -71,7 +71,7 @@ def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
     """
     import torch
 
-    from mmgrid.paradigms.base import get_paradigm
+    from mmgrid.paradigms import get_paradigm
     from mmgrid.registry.names import hash_json
     from mmgrid.sweep.interpolate import InPlaceInterpolator
 
@@ -148,7 +148,7 @@ def sweep_domain_job(grid: dict[str, Any], domain: str) -> list[dict[str, Any]]:
     """Executor entry point (JSON in, JSON out): one domain's sweep in a worker process."""
     from mmgrid.config import GridConfig
     from mmgrid.configtools import build
-    from mmgrid.data.prepared import load_prepared
+    from mmgrid.data.dataset import load_prepared
     from mmgrid.registry import Registry
 
     cfg = build(GridConfig, grid, where="job")

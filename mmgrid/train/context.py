@@ -39,7 +39,7 @@ def open_prepared(path: str | Path) -> Any:
     key = _key(path)
     hit = _PREPARED.get(key)
     if hit is None or (hit[0] is not None and hit[0] != _stamp(path)):
-        from mmgrid.data.prepared import load_prepared
+        from mmgrid.data.dataset import load_prepared
 
         _PREPARED[key] = (_stamp(path), load_prepared(path))
     return _PREPARED[key][1]

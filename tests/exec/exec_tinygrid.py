@@ -38,8 +38,8 @@ def grid_config(root: Path, registry: str) -> Any:
 def tiny_grid(factory: pytest.TempPathFactory, registry: str) -> Any:
     """The tiny grid's config with a fresh registry ``registry`` that already holds the base."""
     if "root" not in _ROOT:
-        from mmgrid.data.prepare import prepare
-        from mmgrid.data.world import write_world
+        from mmgrid.data.pipeline import prepare
+        from mmgrid.data.world_files import write_world
         from mmgrid.models.base import load_base
         from mmgrid.registry.api import Registry
 

@@ -144,7 +144,7 @@ def test_torchrun_real_stage_writes_exactly_one_checkpoint(tmp_path_factory: pyt
     sys.path.insert(0, str(HERE))
     from exec_tinygrid import tiny_grid
 
-    from mmgrid.data.prepared import load_prepared
+    from mmgrid.data.dataset import load_prepared
     from mmgrid.registry.api import Registry
     from mmgrid.train.build import plan_stages
 

@@ -58,7 +58,7 @@ def _paradigm_defaults(name: str) -> dict:
 
 
 def test_paradigm_params_are_known_to_the_paradigms() -> None:
-    from mmgrid.paradigms.common import resolve_params
+    from mmgrid.paradigms.params import resolve_params
 
     cfg = load_grid(GRID)
     for name, params in cfg.paradigm_params.items():

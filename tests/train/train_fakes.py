@@ -12,7 +12,7 @@ import polars as pl
 import torch
 from torch import nn
 
-from mmgrid.paradigms.base import Checkpoint, register_paradigm
+from mmgrid.paradigms import Checkpoint, register_paradigm
 
 PHASE_OF_EVENT = ("pretrain",) * 4 + ("p1",) * 2 + ("p2", "test")
 N_ADDED = 2  # rows of the item table that play "added vocabulary"
