@@ -49,7 +49,7 @@ class _OutThenOverrides(argparse.Action):
 def _world(args: argparse.Namespace) -> int:
     import json
 
-    from mmgrid.data.config import WorldConfig
+    from mmgrid.config import WorldConfig
     from mmgrid.data.world import write_world
 
     out = write_world(args.out, WorldConfig(seed=args.seed, scale=args.scale, n_domains=args.domains))

@@ -21,7 +21,7 @@ import polars as pl
 
 from mmgrid.configtools import stable_hash, to_dict
 from mmgrid.data import splits
-from mmgrid.data.config import DataConfig
+from mmgrid.config import DataConfig
 from mmgrid.data.errors import EmptyPhaseError
 from mmgrid.data.hashing import hash_inputs
 from mmgrid.data.jsonl import ScratchDir, SkipLog
@@ -63,7 +63,7 @@ def prepare(
     Returns:
         The prepared dataset, opened with :func:`load_prepared`.
     """
-    from mmgrid.config import phase_windows
+    from mmgrid.data.phases import phase_windows
 
     log = log or _stderr
     data = cfg.data

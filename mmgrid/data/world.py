@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from mmgrid.data import vocab
-from mmgrid.data.config import WorldConfig
+from mmgrid.config import WorldConfig
 from mmgrid.data.errors import ConfigError
 from mmgrid.data.worldsim import DomainKnobs, Simulated, simulate
 
