@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     # lazy: the validation pass imports every registry of names (paradigms, regularizers, merge
-    # methods: torch ~2.5 s), which `mmgrid --help` must not pay (python -X importtime -m mmgrid --help)
+    # methods: torch ~3.5 s), which `mmgrid --help` must not pay (python -X importtime -m mmgrid --help)
     from mmgrid.config import load_grid
     from mmgrid.validate import validate_grid
 
@@ -97,7 +97,7 @@ def demo_config(quick: bool, out: str | None, config: str = "demo", overrides: l
 def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", overrides: list[str] | None = None) -> Path:
     """Run the whole demo; returns the path of the written report."""
     # lazy: `mmgrid --help` imports this module to register `demo`; the demo runs everything
-    # (torch ~2.5 s, transformers, polars, matplotlib; python -X importtime -m mmgrid --help)
+    # (torch ~3.5 s, transformers, polars, matplotlib; python -X importtime -m mmgrid --help)
     from mmgrid.data.prepare import prepare
     from mmgrid.data.stats import format_stats
     from mmgrid.data.world import write_world

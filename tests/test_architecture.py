@@ -19,6 +19,8 @@ import (``test_checker_reports_each_kind_of_violation``).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -396,3 +398,14 @@ def test_a_cycle_through_a_package_init_counts(tmp_path: Path) -> None:
                                            ("mmgrid.train.stage", "run"), ("mmgrid.demo", "entry")])
 def test_the_table_places_modules_where_layers_md_says(module: str, layer: str) -> None:
     assert LAYERS[_level(module, LAYERS)[0]][0] == layer
+
+
+def test_cli_parser_imports_no_heavy_library() -> None:
+    """`mmgrid --help` builds the parser of every command: none of the libraries that the lazy
+    imports keep out (docs/architecture.md gives their measured start-up costs) may be loaded."""
+    heavy = ("torch", "transformers", "matplotlib", "ray", "pandas", "polars", "sklearn", "scipy")
+    code = ("import sys; from mmgrid.cli import make_parser; make_parser(); "
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT.parent)
+    assert out.stdout.strip() == ""

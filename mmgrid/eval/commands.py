@@ -10,7 +10,7 @@ from typing import Any
 from mmgrid.errors import ConfigError, MmgridError
 
 # lazy: every handler imports what it runs inside itself, so that `mmgrid --help` (which imports
-# this module to register `eval`) does not pay for torch (~2.5 s), transformers and the registry
+# this module to register `eval`) does not pay for torch (~3.5 s), transformers and the registry
 # (measured with `python -X importtime -m mmgrid eval --help`; docs/architecture.md).
 
 

@@ -12,7 +12,7 @@ from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
 
 # lazy: every handler imports the study it runs inside itself, so that `mmgrid --help` (which imports
-# this module to register its commands) does not pay for torch (~2.5 s), pandas (~0.8 s), scipy and
+# this module to register its commands) does not pay for torch (~3.5 s), pandas (~0.8 s), scipy and
 # scikit-learn (measured with `python -X importtime -m mmgrid --help`; docs/architecture.md).
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from mmgrid.exec.args import add_executor_args
+from mmgrid.exec.args import add_executor_args, executor_from_args
+from mmgrid.exec.ddp import is_main
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,12 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    # lazy: `mmgrid --help` imports this module to register `build`; training pulls in torch (~2.5 s)
-    # and transformers (measured with `python -X importtime -m mmgrid --help`; docs/architecture.md)
+    # lazy: `mmgrid --help` imports this module to register `build`; training pulls in torch (~3.5 s)
+    # and transformers (~1.7 s), measured with `python -X importtime` (docs/architecture.md)
     from mmgrid.config import load_grid
     from mmgrid.eval.grid import evaluate_and_tabulate
-    from mmgrid.exec.args import executor_from_args
-    from mmgrid.exec.ddp import is_main
     from mmgrid.train.build import build_grid
     from mmgrid.validate import validate_grid
 
