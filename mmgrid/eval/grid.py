@@ -39,7 +39,9 @@ class EvalSummary:
     seconds: float = 0.0
 
 
-def _evaluator(par: Any, dom: Any, cfg: Any, split: str | None = None, groups: Any = None) -> Evaluator:
+def grid_evaluator(par: Any, dom: Any, cfg: Any, split: str | None = None, groups: Any = None) -> Evaluator:
+    """The :class:`Evaluator` of the grid's ``eval:`` settings (split and groups overridable),
+    seeded with the grid seed: the one place that turns the settings into an evaluator."""
     e = cfg.eval
     return Evaluator(par, dom, split=split or e.split, ks=e.ks, groups=groups or e.groups,
                      activity_phase=e.activity_phase, max_users=e.max_users, seed=cfg.train.seed)
@@ -101,7 +103,7 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
         if not redo and _done(reg, cid, cfg.eval.split):
             continue
         model = par.load(load_checkpoint(reg, cid), dom, params)
-        res = _evaluator(par, dom, cfg).evaluate(model)
+        res = grid_evaluator(par, dom, cfg).evaluate(model)
         record_results(reg, cid, cfg.eval.split, res, domain)
         out.results[(variant, paradigm, domain)] = res
         if cfg.eval.retention and texts:
@@ -145,7 +147,7 @@ def evaluate_popular(cfg: Any, reg: Any, prepared: Any, domain: str,
     dom = prepared.domain(domain)
     phases = list(cfg.eval.popular_phases or cfg.train.stages)
     cid = put_popular(reg, dom, phases, prepared.fingerprint, cfg.train.seed)
-    ev = _evaluator(None, dom, cfg)
+    ev = grid_evaluator(None, dom, cfg)
     res = ev.evaluate_ranked(popular_ranking(dom.popularity(phases), max(cfg.eval.ks)))
     if redo or not _done(reg, cid, cfg.eval.split):
         record_results(reg, cid, cfg.eval.split, res, domain)
@@ -160,7 +162,7 @@ def accuracy_matrix(cfg: Any, reg: Any, prepared: Any, build: Any, paradigm: str
     params = dict(cfg.paradigm_params.get(paradigm, {}))
     stages = list(cfg.train.stages)
     ids = build.ids
-    evs = {p: _evaluator(par, dom, cfg, split=p, groups=["all"]) for p in stages}
+    evs = {p: grid_evaluator(par, dom, cfg, split=p, groups=["all"]) for p in stages}
     base, _ = load_base(cfg.base, prepared, reg, seed=cfg.train.seed)
     seed = derive_seed(cfg.train.seed, paradigm, domain, "build")
     seed_everything(seed)

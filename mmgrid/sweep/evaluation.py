@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mmgrid.config import GridConfig
-from mmgrid.eval.ranking import Evaluator
+from mmgrid.eval.grid import grid_evaluator
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -37,16 +37,7 @@ def default_evaluator_factory(cfg: GridConfig, name: str, paradigm: "Paradigm", 
     The evaluator caches the weight-independent work (test histories, targets, user
     groups, item popularity) so each sweep point only ranks.
     """
-    ev = Evaluator(
-        paradigm,
-        domain,
-        split=cfg.eval.split,
-        ks=list(cfg.eval.ks),
-        groups=list(cfg.eval.groups),
-        activity_phase=cfg.eval.activity_phase,
-        max_users=cfg.eval.max_users,
-        seed=cfg.train.seed,
-    )
+    ev = grid_evaluator(paradigm, domain, cfg)
 
     def evaluate(model: "torch.nn.Module") -> dict[str, dict[str, float]]:
         return _as_nested(ev.evaluate(model))
