@@ -59,7 +59,8 @@ def main(argv: list[str]) -> int:
     from mmgrid.data.dataset import load_prepared
     from mmgrid.paradigms import get_paradigm
     from mmgrid.registry import Registry
-    from mmgrid.sweep.evaluation import default_evaluator_factory, load_checkpoint, paradigm_params
+    from mmgrid.runtime.checkpoints import load_checkpoint
+    from mmgrid.sweep.evaluation import default_evaluator_factory, paradigm_params
     from mmgrid.sweep.interpolate import InPlaceInterpolator, interpolate_state
     from mmgrid.sweep.selection import lambda_grid
     from mmgrid.sweep.temporal import period_ids, periods

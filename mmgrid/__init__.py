@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def __getattr__(name: str) -> Any:
     if name == "Registry":
+        # lazy: the public `from mmgrid import Registry` without importing the registry (and torch,
+        # ~3.5 s) on `import mmgrid`; resolved on first use (PEP 562), nothing below depends on it
         from mmgrid.registry.api import Registry
 
         return Registry

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from mmgrid.cli import add_overrides
-from mmgrid.data.config import WorldConfig
+from mmgrid.config import WorldConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:

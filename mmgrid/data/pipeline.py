@@ -20,14 +20,14 @@ from typing import Any, Callable
 
 import polars as pl
 
-from mmgrid.config import GridConfig, parse_date_ms, phase_windows
+from mmgrid.config import DataConfig, GridConfig, parse_date_ms
 from mmgrid.configtools import stable_hash, to_dict
 from mmgrid.data import splits
-from mmgrid.data.config import DataConfig
 from mmgrid.data.dataset import MANIFEST, PreparedDataset, load_prepared
 from mmgrid.data.errors import EmptyPhaseError
 from mmgrid.data.hashing import hash_inputs
 from mmgrid.data.jsonl import ScratchDir, SkipLog
+from mmgrid.data.phases import phase_windows
 from mmgrid.data.sources import RawDomain, discover, load_domain
 from mmgrid.data.stats import domain_stats, stats_frame
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from mmgrid.data import amazon, recbole
-from mmgrid.data.config import DataConfig
+from mmgrid.config import DataConfig
 from mmgrid.data.errors import MissingRawDataError, UnknownDomainError
 from mmgrid.data.jsonl import ScratchDir, SkipLog
 

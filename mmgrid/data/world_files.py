@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from mmgrid.data import vocab
-from mmgrid.data.config import WorldConfig
+from mmgrid.config import WorldConfig
 from mmgrid.data.errors import ConfigError
 from mmgrid.data.world_simulation import DomainKnobs, Simulated, simulate
 

@@ -1,6 +1,6 @@
 """Jobs as data, executors that run them.
 
-A :class:`Job` names a function by dotted path (``"mmgrid.train.build:run_stage"``) with
+A :class:`Job` names a function by dotted path (``"mmgrid.train.stage:run_stage"``) with
 JSON-able keyword arguments and the resources it needs; it returns a JSON-able value
 (typically registry ids, never tensors). ``Executor.submit(job, deps)`` returns a
 ``concurrent.futures.Future``; a job starts only after the futures in ``deps`` are done,

@@ -4,8 +4,8 @@ Builders describe their work as a :class:`Dag` (stage t after t-1, merges after 
 inputs, the lambda regression after the sweeps) and hand it to :func:`run_dag`::
 
     dag = Dag()
-    pre = dag.add("emb/Video_Games/pretrain", Job("mmgrid.train.build:run_stage", {...}))
-    p1 = dag.add("emb/Video_Games/p1", Job("mmgrid.train.build:run_stage", {...}), deps=[pre])
+    pre = dag.add("emb/Video_Games/pretrain", Job("mmgrid.train.stage:run_stage", {...}))
+    p1 = dag.add("emb/Video_Games/p1", Job("mmgrid.train.stage:run_stage", {...}), deps=[pre])
     ids = run_dag(executor, dag, registry_root="runs/amazon2023/registry")
 
 A dependency must be added before the node that needs it, so insertion order is a

@@ -11,7 +11,7 @@ import pytest
 from data_fixtures import grid_yaml
 from mmgrid.config import load_grid
 from mmgrid.data.amazon import read_meta, read_reviews
-from mmgrid.data.config import WorldConfig
+from mmgrid.config import WorldConfig
 from mmgrid.data.pipeline import prepare
 from mmgrid.data.world_files import write_world
 

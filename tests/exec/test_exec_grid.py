@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mmgrid.config import load_grid
-from mmgrid.data.config import PAPER_PHASES
+from mmgrid.config import PAPER_PHASES
 from mmgrid.exec.validate import AMAZON2023_CATEGORIES, check_scale
 
 GRID = Path(__file__).resolve().parents[2] / "grids" / "amazon2023.yaml"
