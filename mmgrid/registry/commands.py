@@ -24,12 +24,16 @@ def _default_root() -> str:
     return os.environ.get("MMGRID_REGISTRY") or DEFAULT_ROOT
 
 
-def _open(root: str, create: bool = False):  # noqa: ANN202 - Registry imported lazily
+def _open(root: str, create: bool = False, quiet: bool = False):  # noqa: ANN202 - Registry imported lazily
+    """Open a registry; ``quiet``: no warning for files the index skips (the command lists them)."""
     from mmgrid.registry.api import Registry  # lazy: sqlite3 and the registry (~0.1 s) stay out of `mmgrid --help`
 
     if not create and not (Path(root) / "manifests").is_dir():
         raise RegistryError(f"{root} is not a registry (no manifests/ folder); pass the right ROOT or --registry, or set MMGRID_REGISTRY.")
-    return Registry.open(root)
+    with warnings.catch_warnings():
+        if quiet:
+            warnings.simplefilter("ignore", RegistryWarning)
+        return Registry.open(root)
 
 
 def _emit(df, fmt: str) -> None:  # noqa: ANN001
@@ -86,13 +90,13 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    report = _open(args.root).verify()
+    report = _open(args.root, quiet=True).verify()
     print(report.summary())
     return 0 if report.ok else 1
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    reg = _open(args.root)
+    reg = _open(args.root, quiet=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RegistryWarning)  # listed below instead
         n = reg.reindex()
