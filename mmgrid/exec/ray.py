@@ -39,7 +39,7 @@ WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1" inside Ray tasks: Registry.open(roo
 
 def _import_ray() -> Any:
     try:
-        import ray
+        import ray  # lazy: the optional extra mmgrid[ray] (~1-2 s), needed only by a RayExecutor
     except ImportError as exc:
         raise ConfigError(
             "executor 'ray' needs Ray: install the optional extra with pip install 'mmgrid[ray]', "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mmgrid.registry import names
+import mmgrid.registry.names as names
 from mmgrid.registry.errors import RegistryError, UnsafePathError
 from mmgrid.registry.fsio import atomic_write
 

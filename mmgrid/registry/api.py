@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mmgrid.errors import RegistryError
-from mmgrid.registry import aliases as alias_files
-from mmgrid.registry import hf, maintenance, names, writing
+import mmgrid.registry.aliases as alias_files
+import mmgrid.registry.hf as hf
+import mmgrid.registry.maintenance as maintenance
+import mmgrid.registry.names as names
+import mmgrid.registry.writing as writing
 from mmgrid.registry.errors import AmbiguousCheckpointError, UnknownCheckpointError
 from mmgrid.registry.index import Index
 from mmgrid.registry.maintenance import GcReport, VerifyReport

@@ -44,7 +44,7 @@ def _emit(df, fmt: str) -> None:  # noqa: ANN001
     elif df.empty:
         print("(no rows)")
     else:
-        import pandas as pd
+        import pandas as pd  # lazy: pandas (~0.5-1 s) stays out of `mmgrid --help`
 
         with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200,
                                "display.max_colwidth", 40):

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mmgrid.errors import RegistryError
-from mmgrid.registry import names, writing
+import mmgrid.registry.names as names
+import mmgrid.registry.writing as writing
 from mmgrid.registry.errors import ArchitectureMismatchError, InvalidFileError, UnsafePathError
 from mmgrid.registry.manifest import Manifest, Parent, code_version
 from mmgrid.registry.tensors import UNSAFE_SUFFIXES, iter_path, member, safetensors_files

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from mmgrid.errors import RegistryError
-from mmgrid.registry import aliases as alias_files
-from mmgrid.registry import results as results_io
+import mmgrid.registry.aliases as alias_files
+import mmgrid.registry.results as results_io
 from mmgrid.registry.errors import IndexLockedError, RegistryWarning
 from mmgrid.registry.manifest import Manifest, read_manifest
 

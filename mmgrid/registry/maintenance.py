@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from mmgrid.errors import RegistryError
-from mmgrid.registry import aliases as alias_files
-from mmgrid.registry import verified
+import mmgrid.registry.aliases as alias_files
+import mmgrid.registry.verified as verified
 from mmgrid.registry.index import Index
 from mmgrid.registry.manifest import Manifest, read_manifest
 

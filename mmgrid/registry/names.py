@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -39,8 +40,6 @@ def canonical_json(obj: Any) -> str:
 
 def now_iso() -> str:
     """UTC time with microseconds; sorts as text in creation order."""
-    from datetime import datetime, timezone
-
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 

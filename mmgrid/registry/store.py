@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from mmgrid.registry import verified
+import mmgrid.registry.verified as verified
 from mmgrid.registry.blobfmt import ST_TO_TORCH, TENSOR_KEY, blob_header, from_blob, tensor_bytes
 from mmgrid.registry.errors import CorruptBlobError, MissingBlobError, UnsafePathError
 from mmgrid.registry.fsio import atomic_write, fsync_dir, fsync_file, pause_point, sha256_file, temp_files, temp_path

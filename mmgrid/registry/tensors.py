@@ -12,7 +12,7 @@ from mmgrid.registry.errors import UnsafeFormatError, UnsafePathError
 from mmgrid.registry.names import inside
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
+    import torch  # lazy: torch (~2-4 s) stays out of `import mmgrid.registry`
 
     from mmgrid.registry.manifest import Manifest
     from mmgrid.registry.store import BlobStore
@@ -34,7 +34,7 @@ st_dtype = st_name  # torch dtype -> safetensors name ("F32"...); RegistryError 
 
 
 def torch_dtype(st: str) -> "torch.dtype":
-    import torch
+    import torch  # lazy: torch (~2-4 s) stays out of `import mmgrid.registry`
 
     return getattr(torch, ST_TO_TORCH[st])
 
@@ -105,7 +105,7 @@ def describe(state_or_path: Any) -> dict[str, tuple[tuple[int, ...], str]]:
 
 def iter_path(path: Path) -> Iterator[tuple[str, "torch.Tensor"]]:
     """Tensors of safetensors files one at a time (never the whole checkpoint in memory)."""
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError, safe_open  # lazy: safetensors' torch bindings import torch
 
     for f in safetensors_files(path):
         try:
@@ -117,7 +117,7 @@ def iter_path(path: Path) -> Iterator[tuple[str, "torch.Tensor"]]:
 
 
 def iter_state(state_or_path: Any) -> Iterator[tuple[str, "torch.Tensor"]]:
-    import torch
+    import torch  # lazy: torch (~2-4 s) stays out of `import mmgrid.registry`
 
     if isinstance(state_or_path, (str, Path)):
         yield from iter_path(Path(state_or_path))

@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from mmgrid.errors import RegistryError
-from mmgrid.registry import names
+import mmgrid.registry.names as names
 from mmgrid.registry.blobfmt import st_name
 from mmgrid.registry.errors import IdentityConflictError, InvalidNameError, NonFiniteTensorError
 from mmgrid.registry.manifest import BlobRef, Manifest
