@@ -141,3 +141,19 @@ def test_identity_already_stored_is_compared_with_the_input(reg: Registry, tmp_p
             reg.put(other, COORDS, "base")
         assert cid in str(err.value) and "another identity" in str(err.value)
     assert len(reg.query()) == 1 and len(reg.store.iter_blobs()) == 5  # 6 tensors, the two norms equal
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.float8_e5m2])
+def test_finite_check_finds_one_bad_value_anywhere(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every position (vector lanes, chunk tails, non-contiguous views), several chunks."""
+    from mmgrid.registry import writing
+    from mmgrid.registry.errors import NonFiniteTensorError
+
+    monkeypatch.setattr(writing, "FINITE_CHUNK", 40)
+    writing.check_finite("ok", torch.randn(3, 37).to(dtype))
+    for pos in range(0, 111, 1):
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            t = torch.randn(37, 3).to(dtype).t()  # non-contiguous
+            t[pos % 3, pos // 3] = bad
+            with pytest.raises(NonFiniteTensorError, match="'w'"):
+                writing.check_finite("w", t)
