@@ -149,11 +149,13 @@ class Index:
     @staticmethod
     def add_record(conn: sqlite3.Connection, rec: Mapping[str, Any]) -> None:
         extra = json.dumps(rec.get("extra") or {}, sort_keys=True)
-        conn.executemany(
-            "INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
-            [(rec["key"], name, rec.get("id"), rec.get("recipe_hash"), rec.get("recipe"), rec.get("split"),
-              rec.get("group"), float(v), extra, rec.get("created")) for name, v in rec["metrics"].items()],
-        )
+        rows = [(rec["key"], name, rec.get("id"), rec.get("recipe_hash"), rec.get("recipe"), rec.get("split"),
+                 rec.get("group"), float(v), extra, rec.get("created")) for name, v in rec["metrics"].items()]
+        for row in rows:  # all or nothing: refuse a record before any of its rows is inserted
+            bad = [x for x in row if x is not None and not isinstance(x, (str, int, float))]
+            if bad:
+                raise TypeError(f"values {bad!r} are not text or numbers")
+        conn.executemany("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
 
     # -- sync from files ---------------------------------------------------------------
     def _stamps(self, conn: sqlite3.Connection) -> dict[str, str]:
@@ -245,8 +247,13 @@ class Index:
                 continue
             records, new_offset = results_io.read_lines(path, offset)
             for rec in records:
-                self.add_record(conn, rec)
-            n += len(records)
+                try:
+                    self.add_record(conn, rec)
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    self._skip(str(path), f"record {rec.get('key')!r} is malformed ({exc!r}); the file was edited: "
+                                          "restore it from a backup or delete that line.")
+                    continue
+                n += 1
             conn.execute("INSERT OR REPLACE INTO sync_state VALUES (?,?)", (key, str(new_offset)))
         return n
 

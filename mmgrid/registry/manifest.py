@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from mmgrid._version import __version__
 from mmgrid.registry.blobfmt import ST_TO_TORCH
 from mmgrid.registry.errors import RegistryError, UnsafePathError
-from mmgrid.registry.names import is_file_name, is_id, is_sha256
+from mmgrid.registry.names import check_kind, is_file_name, is_id, is_sha256, normalize_coords
 
 FORMAT = 1
 
@@ -119,9 +119,16 @@ class Manifest:
                 for k, b in self.blobs.items() if not is_sha256(b.sha256)]
         if bad:
             raise UnsafePathError(f"manifest {where or self.id}: {'; '.join(bad[:5])}; {fix}")
-        wrong = sorted({b.dtype for b in self.blobs.values()} - set(ST_TO_TORCH))
+        try:  # what the index and the frames rely on
+            normalize_coords(self.coords)
+            check_kind(self.kind)
+        except RegistryError as exc:
+            raise RegistryError(f"manifest {where or self.id}: {exc} {fix}") from None
+        wrong = sorted({str(b.dtype) for b in self.blobs.values()} - set(ST_TO_TORCH))
+        wrong += [f"shape of {k!r}: {b.shape!r}" for k, b in self.blobs.items()
+                  if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in b.shape)]
         if wrong:
-            raise RegistryError(f"manifest {where or self.id} names unknown dtypes {wrong}; {fix}")
+            raise RegistryError(f"manifest {where or self.id} holds invalid dtypes or shapes ({', '.join(wrong[:5])}); {fix}")
         return self
 
     def dumps(self) -> str:

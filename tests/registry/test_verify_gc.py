@@ -127,3 +127,46 @@ def test_reindex_names_a_corrupt_manifest_and_exits_non_zero(reg: Registry, caps
     assert rc == 1 and "SKIPPED 1 unreadable" in err and str(reg.manifest_path(bad)) in err and "not valid JSON" in err
     reg.manifest_path(bad).unlink()
     assert main(["registry", "reindex", str(reg.root)]) == 0
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["coords"].pop("paradigm"),
+    lambda d: d.update(kind="finetuned"),
+    lambda d: d.update(blobs=[1, 2]),
+    lambda d: d["blobs"]["model.position_ids"].update(shape=["a"]),
+    lambda d: d["blobs"]["model.position_ids"].update(dtype="X9"),
+])
+def test_edited_manifest_is_named_not_a_traceback(reg: Registry, edit, capsys: pytest.CaptureFixture) -> None:  # noqa: ANN001
+    import json
+
+    from mmgrid.cli import main
+    from mmgrid.errors import RegistryError
+
+    cid = reg.put(tiny_state(0), COORDS, "base")
+    d = json.loads(reg.manifest_path(cid).read_text())
+    edit(d)
+    reg.manifest_path(cid).write_text(json.dumps(d))
+    reg._forget(cid)
+    with pytest.raises(RegistryError, match="manifest"):
+        reg.get(cid)
+    fresh = Registry.open(reg.root)
+    with pytest.warns(UserWarning, match=cid):
+        fresh.reindex()  # the index skips it, loudly, and does not fail
+    assert fresh.query().empty and fresh.verify().bad_manifests == [str(reg.manifest_path(cid))]
+    assert main(["registry", "verify", str(reg.root)]) == 1 and "bad manifest" in capsys.readouterr().out
+
+
+def test_edited_results_line_is_skipped_loudly(reg: Registry) -> None:
+    import json
+
+    cid = reg.put(tiny_state(0), COORDS, "base")
+    reg.record_eval(cid, "test", "all", {"r": 0.5})
+    path = reg._log.path
+    good = json.loads(path.read_text().splitlines()[0])
+    with open(path, "a") as fh:
+        fh.write(json.dumps({**good, "key": "k2", "metrics": {"r": "high"}}) + "\n")
+        fh.write(json.dumps({**good, "key": "k3", "split": {"a": 1}}) + "\n")
+    with pytest.warns(UserWarning, match="malformed") as caught:
+        assert reg.reindex()
+    assert sorted(str(w.message).split("record ")[1][:4] for w in caught) == ["'k2'", "'k3'"]
+    assert len(reg.results()) == 1 and [p for p, _ in reg.index_problems] == [str(path), str(path)]
