@@ -73,8 +73,11 @@ class Registry:
         root = Path(root)
         if root.exists() and not root.is_dir():
             raise RegistryError(f"registry root {root} is a file; give a folder (it is created if missing).")
-        for sub in ("blobs", "files", "manifests", "aliases", "results", "tmp"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            for sub in ("blobs", "files", "manifests", "aliases", "results", "tmp"):
+                (root / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RegistryError(f"cannot create the registry folders under {root} ({exc}); give a folder you can write to.") from exc
         if index is None:
             index = os.environ.get(WORKER_ENV) != "1"
         reg = cls(root, index=index, durable=durable)

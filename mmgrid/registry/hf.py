@@ -76,7 +76,9 @@ def _asset_files(path: Path) -> dict[str, bytes]:
         low = f.name.lower()
         if f.name.startswith(".") or low.endswith(_SKIP) or f.suffix.lower() in UNSAFE_SUFFIXES:
             continue
-        if not member(path, f).is_file() or f.stat().st_size > MAX_FILE_BYTES:
+        if f.is_dir():  # sub-folders (symlinked or not) are never read
+            continue
+        if not member(path, f).is_file() or f.stat().st_size > MAX_FILE_BYTES:  # member: refuses escaping links
             continue
         out[names.check_file_name(f.name)] = f.read_bytes()
     return out

@@ -168,6 +168,8 @@ def _live(reg: "Registry", ms: dict[str, Manifest], keep: Iterable[Any]) -> set[
 
 def gc(reg: "Registry", keep: Iterable[Any] | None = None, dry_run: bool = False, grace_s: float = 3600.0) -> GcReport:
     """Remove unreachable checkpoints and unreferenced blobs (rule in the module docstring)."""
+    if not grace_s >= 0:  # also refuses NaN
+        raise RegistryError(f"gc grace period {grace_s!r} s must be a number >= 0 (0 when no other process writes).")
     report = GcReport(dry_run=dry_run)
     ms = _manifests(reg)
     if keep is not None:

@@ -157,3 +157,19 @@ def test_finite_check_finds_one_bad_value_anywhere(dtype: torch.dtype, monkeypat
             t[pos % 3, pos // 3] = bad
             with pytest.raises(NonFiniteTensorError, match="'w'"):
                 writing.check_finite("w", t)
+
+
+def test_registry_cli_bad_arguments_are_named(reg: Registry, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from mmgrid.cli import main
+
+    reg.put(tiny_state(0), COORDS, "base")
+    n = len(reg.store.iter_blobs())
+    for grace in ("-5", "nan"):
+        assert main(["registry", "gc", str(reg.root), "--grace", grace]) == 2
+        assert ">= 0" in capsys.readouterr().err
+    assert len(reg.store.iter_blobs()) == n
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(RegistryError, match="cannot create the registry folders"):
+        Registry.open(blocker / "reg")  # its parent is a file: the folders cannot be made
+    assert blocker.read_text() == "x"

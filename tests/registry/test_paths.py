@@ -176,3 +176,13 @@ def test_registry_tree_symlink_in_store_not_followed_outside(reg: Registry, expo
     forget_verified()
     with pytest.raises(CorruptBlobError):
         reg.load(exported)
+
+
+def test_import_ignores_a_symlinked_subfolder_but_refuses_a_broken_link_outside(reg: Registry, tmp_path: Path) -> None:
+    folder = hf_dir(tmp_path / "m")
+    (folder / "elsewhere").symlink_to(tmp_path)  # a folder: never read, so not refused
+    cid = reg.import_hf(folder, COORDS)
+    assert set(reg.get(cid).files) == {"config.json"}
+    (folder / "vocab.txt").symlink_to(tmp_path / "missing" / "vocab.txt")  # would be read if it existed
+    with pytest.raises(UnsafePathError, match="vocab.txt is a symlink"):
+        reg.import_hf(folder, {**COORDS, "period": "p1"})
