@@ -13,6 +13,10 @@ bytes hashed to its name. A record is trusted only while
   move the timestamps; such blobs are re-hashed and not recorded);
 * it was written after the last :func:`forget` of this process.
 
+On a network file system the timestamps come from the server's clock and the check time
+from this host's: a server clock ahead only means blobs are never recorded (re-hashed as
+before); one more than 2 s behind weakens only the same-tick case of the second rule.
+
 ``mmgrid registry verify`` never consults records (it re-hashes everything) and refreshes
 them; ``gc`` removes records whose blob is gone. Records are a cache: deleting the
 ``verified/`` folder is always safe.
