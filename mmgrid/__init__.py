@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mmgrid._version import __version__
 __all__ = ["Registry", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
