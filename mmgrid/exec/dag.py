@@ -20,8 +20,11 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+from tqdm import tqdm
+
 from mmgrid.errors import ConfigError, MmgridError
 from mmgrid.exec.base import Executor, Job
+from mmgrid.registry.api import Registry
 
 
 class JobFailedError(MmgridError, RuntimeError):
@@ -120,7 +123,6 @@ def run_dag(
 
 
 def _wait_all(futures: dict[str, Future], progress: bool | None) -> None:
-    from tqdm import tqdm
 
     pending = set(futures.values())
     with tqdm(total=len(pending), desc="jobs", unit="job", disable=None if progress is None else not progress) as bar:
@@ -131,7 +133,6 @@ def _wait_all(futures: dict[str, Future], progress: bool | None) -> None:
 
 def sync_registry(root: str | os.PathLike[str]) -> int:
     """Index, on the driver, the manifests and results that workers wrote; returns the changes."""
-    from mmgrid.registry.api import Registry
 
     return int(Registry.open(root).sync() or 0)
 
