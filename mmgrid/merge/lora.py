@@ -22,13 +22,16 @@ approximation, Eckart-Young: ||delta - U_r S_r V_r^T||_F^2 = sum_{j>r} sigma_j^2
 written as B' = U_r sqrt(S_r), A' = sqrt(S_r) V_r^T with lora_alpha = r, so PEFT's
 scaling is 1 and B'A' is the merged update itself. For task arithmetic the SVD is taken
 through QR of the stacked factors [w_i s_i B_i] and [A_i] (exact, cheap: the product has
-rank <= sum_i r_i); for TIES, whose trimming makes the product dense, on the dense
-delta. The relative reconstruction error ||delta - B'A'||_F / ||delta||_F is measured on
+rank <= sum_i r_i); for TIES, whose trimming makes the product dense, through the
+eigenvectors of the dense delta's smaller Gram matrix in float64 (the same truncation,
+3-5x cheaper than a float64 SVD). The relative reconstruction error ||delta - B'A'||_F / ||delta||_F is measured on
 the factors as written (in the output dtype) per module and over all modules.
 
 Modules are processed one at a time: only one module's factors (and for TIES its N
-dense products) are in memory at once, in float32 (the SVD in float64 by default); the
-output factors take the inputs' dtype. Only ``adapter_model.safetensors`` is read;
+dense products) are in memory at once, combined in float32 (TIES) or float64 (task
+arithmetic's stacked factors), factorised in float64; the output factors take the
+inputs' dtype. The output adapter itself (about the size of one input) is kept until
+it is written, after every module has been merged and checked. Only ``adapter_model.safetensors`` is read;
 a folder with only a pickle (``adapter_model.bin``) is refused.
 """
 
@@ -367,6 +370,35 @@ def _lowrank_svd(bcat: torch.Tensor, acat: torch.Tensor) -> tuple:
     return qb @ u, s, vh @ qa.T
 
 
+def _dense_factors(delta: torch.Tensor, rank, energy, default: int, dtype: torch.dtype) -> tuple:
+    """Best rank-r factors of a dense delta (float64) through the eigenvectors of its smaller Gram.
+
+    With delta delta^T = U diag(sigma^2) U^T (or delta^T delta = V diag(sigma^2) V^T when
+    delta is tall), A'_j = U_j^T delta has norm sigma_j; B'A' = U_r U_r^T delta is the
+    orthogonal projection onto the top-r left singular vectors, i.e. the truncated SVD
+    (Eckart-Young). This costs a Gram product and an eigh: 3-5x less than a float64 SVD.
+    """
+    tall = delta.shape[0] > delta.shape[1]
+    m = delta.T if tall else delta  # m is wide: rows <= columns
+    evals, evecs = torch.linalg.eigh(m @ m.T)
+    order = torch.argsort(evals, descending=True)
+    u = evecs[:, order]
+    s = evals[order].clamp_min(0).sqrt()
+    r = _choose_rank(s, rank, energy, default)
+    k = min(r, s.numel())
+    left = u[:, :k]  # orthonormal columns
+    right = left.T @ m  # rows of norm sigma_j
+    c = torch.linalg.vector_norm(right, dim=1).sqrt()
+    safe = torch.where(c > 0, c, torch.ones((), dtype=c.dtype))
+    left, right = left * c, right / safe[:, None]
+    if tall:  # delta = m^T = right^T left^T
+        left, right = right.T, left.T
+    b = torch.zeros(delta.shape[0], r, dtype=torch.float64)
+    a = torch.zeros(r, delta.shape[1], dtype=torch.float64)
+    b[:, :k], a[:k] = left, right
+    return b.to(dtype).contiguous(), a.to(dtype).contiguous(), r
+
+
 def _lowrank_norm(g: torch.Tensor, h: torch.Tensor) -> float:
     """||g @ h||_F without forming the product: ||R h|| with g = Q R."""
     _, r = torch.linalg.qr(g)
@@ -376,7 +408,7 @@ def _lowrank_norm(g: torch.Tensor, h: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------- merge
 
 
-def _check_params(n: int, method: str, weights, scale, rank, energy, density, sign_rule, dtype, svd_dtype) -> dict:
+def _check_params(n: int, method: str, weights, scale, rank, energy, density, sign_rule, dtype) -> dict:
     if n < 1:
         raise MergeParamError("merge_lora needs at least one adapter")
     if method not in METHODS:
@@ -407,11 +439,9 @@ def _check_params(n: int, method: str, weights, scale, rank, energy, density, si
         raise MergeParamError("density and sign_rule are TIES parameters; use method='ties' or leave them out")
     if dtype is not None and dtype not in DTYPES:
         raise MergeParamError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    if svd_dtype not in ("float64", "float32"):
-        raise MergeParamError(f"svd_dtype {svd_dtype!r}: use float64 or float32")
     return {"method": method, "weights": weights, "scale": float(scale), "rank": rank,
             "energy": None if energy is None else float(energy), "density": density,
-            "sign_rule": sign_rule, "dtype": dtype, "svd_dtype": svd_dtype}
+            "sign_rule": sign_rule, "dtype": dtype}
 
 
 def _load(f, ad: Adapter, module: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -422,7 +452,6 @@ def _load(f, ad: Adapter, module: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _merge_module(handles, adapters, module: str, p: dict, out_dtype: torch.dtype) -> tuple:
     """One module: (B', A', rank, ||delta - B'A'||_F, ||delta||_F)."""
-    sdt = torch.float64 if p["svd_dtype"] == "float64" else torch.float32
     name = _model_name(module)
     default = max(ad.rank(module) for ad in adapters)
     if p["method"] == "task_arithmetic":
@@ -433,7 +462,7 @@ def _merge_module(handles, adapters, module: str, p: dict, out_dtype: torch.dtyp
             bs.append(b.to(torch.float64) * (p["scale"] * w * s))
             as_.append(a.to(torch.float64))
         bcat, acat = torch.cat(bs, 1), torch.cat(as_, 0)
-        u, s, vh = _lowrank_svd(bcat.to(sdt), acat.to(sdt))
+        u, s, vh = _lowrank_svd(bcat, acat)
         r = _choose_rank(s, p["rank"], p["energy"], default)
         b2, a2 = _factors(u, s, vh, r, out_dtype)
         _finite(b2, f"merged {module}{B_SUFFIX}")
@@ -452,12 +481,11 @@ def _merge_module(handles, adapters, module: str, p: dict, out_dtype: torch.dtyp
     delta = ops.disjoint_mean(trimmed, sign, p["weights"]).mul_(p["scale"])
     del trimmed, sign
     _finite(delta, f"merged update of {module}")
-    u, s, vh = torch.linalg.svd(delta.to(sdt), full_matrices=False)
-    r = _choose_rank(s, p["rank"], p["energy"], default)
-    b2, a2 = _factors(u, s, vh, r, out_dtype)
+    ref = delta.to(torch.float64)
+    del delta
+    b2, a2, r = _dense_factors(ref, p["rank"], p["energy"], default, out_dtype)
     _finite(b2, f"merged {module}{B_SUFFIX}")
     _finite(a2, f"merged {module}{A_SUFFIX}")
-    ref = delta.to(torch.float64)
     err = float(torch.linalg.matrix_norm(ref - b2.to(torch.float64) @ a2.to(torch.float64)))
     return b2, a2, r, err, float(torch.linalg.matrix_norm(ref))
 
@@ -473,7 +501,6 @@ def merge_lora(
     sign_rule: str | None = None,
     scale: float = 1.0,
     dtype: str | None = None,
-    svd_dtype: str = "float64",
     overwrite: bool = False,
 ) -> LoraMergeReport:
     """Merge PEFT LoRA adapters into one LoRA adapter folder (see the module docstring).
@@ -493,7 +520,6 @@ def merge_lora(
         sign_rule: TIES's sign election: unweighted (paper, default) | weighted (mergekit).
         scale: a factor on the merged update (TIES's lambda).
         dtype: output dtype (float32 | bfloat16 | float16); default: the inputs' (promoted).
-        svd_dtype: float64 (default) or float32 for the SVD.
         overwrite: replace an adapter already in ``out``.
 
     Returns:
@@ -506,7 +532,7 @@ def merge_lora(
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    p = _check_params(len(adapters), method, weights, scale, rank, energy, density, sign_rule, dtype, svd_dtype)
+    p = _check_params(len(adapters), method, weights, scale, rank, energy, density, sign_rule, dtype)
     out = Path(out)
     read = [read_adapter(a) for a in adapters]
     check_compatible(read)
