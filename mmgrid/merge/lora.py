@@ -74,6 +74,7 @@ REPORT_NAME = "mmgrid_merge_lora.json"
 METHODS = ("task_arithmetic", "ties")
 SIGN_RULES = ("unweighted", "weighted")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
 
 class AdapterFormatError(SourceError):
@@ -195,10 +196,14 @@ def read_adapter(path: str | os.PathLike) -> Adapter:
     if p.is_file() and p.name in (WEIGHTS_NAME, CONFIG_NAME):
         p = p.parent
     if not p.is_dir():
-        raise AdapterFormatError(f"LoRA adapter {str(path)!r}: no such folder; give the folder PeftModel.save_pretrained wrote")
+        raise AdapterFormatError(
+            f"LoRA adapter {str(path)!r}: no such folder; give the folder PeftModel.save_pretrained wrote"
+        )
     cfg_path = p / CONFIG_NAME
     if not cfg_path.is_file():
-        raise AdapterFormatError(f"LoRA adapter {str(p)!r}: no {CONFIG_NAME}; give the folder PeftModel.save_pretrained wrote")
+        raise AdapterFormatError(
+            f"LoRA adapter {str(p)!r}: no {CONFIG_NAME}; give the folder PeftModel.save_pretrained wrote"
+        )
     if not (p / WEIGHTS_NAME).is_file():
         pickles = [n for n in PICKLE_NAMES if (p / n).is_file()]
         if pickles:
@@ -271,9 +276,6 @@ def read_adapter(path: str | os.PathLike) -> Adapter:
             )
     frozen = {k: (tuple(a), tuple(b)) for k, (a, b) in modules.items()}
     return Adapter(p, config, frozen, dtypes)
-
-
-_ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
 
 def _targets(config: dict) -> Any:
@@ -422,7 +424,9 @@ def _check_params(n: int, method: str, weights, scale, rank, energy, density, si
         raise MergeParamError("weights and scale must be finite numbers")
     if rank is not None and rank != "full":
         if isinstance(rank, bool) or not isinstance(rank, int) and not (isinstance(rank, str) and rank.isdigit()):
-            raise MergeParamError(f"rank {rank!r}: give a positive integer, 'full', or leave it out (the largest input rank)")
+            raise MergeParamError(
+                f"rank {rank!r}: give a positive integer, 'full', or leave it out (the largest input rank)"
+            )
         rank = int(rank)
         if rank < 1:
             raise MergeParamError(f"rank {rank}: must be >= 1")

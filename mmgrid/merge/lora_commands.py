@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default="task_arithmetic", choices=("task_arithmetic", "ties"))
     p.add_argument("--weights", nargs="+", type=float, metavar="W", help="one weight per adapter (default 1.0 each)")
     p.add_argument("--rank", help="output rank: an integer or 'full' (default: the largest input rank)")
-    p.add_argument("--energy", type=float, help="keep the smallest rank holding this fraction of sum sigma^2, e.g. 0.99")
+    p.add_argument("--energy", type=float,
+                   help="keep the smallest rank holding this fraction of sum sigma^2, e.g. 0.99")
     p.add_argument("--density", type=float, help="TIES: kept fraction of each product (default 0.2)")
     p.add_argument("--sign-rule", choices=("unweighted", "weighted"),
                    help="TIES sign election: unweighted (paper, default) or weighted (mergekit)")

@@ -80,8 +80,8 @@ def test_task_arithmetic_two_adapters_by_hand(tmp_path: Path) -> None:
     a = write_adapter(tmp_path / "a", {"m.q": ([[1.0, 0.0]], [[1.0], [0.0]])}, r=1, alpha=2)
     b = write_adapter(tmp_path / "b", {"m.q": ([[0.0, 1.0]], [[0.0], [3.0]])}, r=1, alpha=1)
     rep = merge_lora([a, b], tmp_path / "full", weights=[0.5, 1.0], rank=2)
-    assert torch.allclose(product(tmp_path / "full")["m.q"], torch.tensor([[1.0, 0.0], [0.0, 3.0]], dtype=torch.float64),
-                          atol=1e-6)
+    want = torch.tensor([[1.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    assert torch.allclose(product(tmp_path / "full")["m.q"], want, atol=1e-6)
     assert rep.rank == 2 and rep.error < 1e-6
     cfg = json.loads((tmp_path / "full" / "adapter_config.json").read_text())
     assert cfg["r"] == 2 and cfg["lora_alpha"] == 2 and cfg["use_rslora"] is False
