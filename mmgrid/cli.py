@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "mmgrid.data.commands",  # world, prepare
     "mmgrid.registry.commands",  # query, show, lineage, registry ...
     "mmgrid.merge.commands",  # merge
+    "mmgrid.merge.lora_commands",  # merge-lora
     "mmgrid.train.commands",  # build
     "mmgrid.eval.commands",  # eval
     "mmgrid.sweep.commands",  # sweep, predict-lambda, report

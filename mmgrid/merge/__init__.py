@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaSweep", "apply_inplace"]
+__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaSweep", "apply_inplace", "merge_lora"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from mmgrid.merge import sweep
 
         return getattr(sweep, name)
+    if name == "merge_lora":  # LoRA-to-LoRA merging (mmgrid.merge.lora)
+        from mmgrid.merge.lora import merge_lora
+
+        return merge_lora
     raise AttributeError(f"module 'mmgrid.merge' has no attribute {name!r}")
