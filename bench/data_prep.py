@@ -37,8 +37,8 @@ def _peak_mb() -> float:
 
 def run_mmgrid(world: Path, out: Path) -> dict:
     from mmgrid.config import GridConfig
-    from mmgrid.data.config import DataConfig
-    from mmgrid.data.prepare import prepare
+    from mmgrid.config import DataConfig
+    from mmgrid.data.pipeline import prepare
 
     cfg = GridConfig(name="bench", data=DataConfig(root=str(world), kcore=K, max_history=H), prepared=str(out))
     t = time.perf_counter()
@@ -116,8 +116,8 @@ def main() -> None:
     base = Path(args.dir)
     world = base / f"world_s{args.scale:g}_seed{args.seed}"
     if not (world / "truth.json").exists():
-        from mmgrid.data.config import WorldConfig
-        from mmgrid.data.world import write_world
+        from mmgrid.config import WorldConfig
+        from mmgrid.data.world_files import write_world
 
         t = time.perf_counter()
         write_world(world, WorldConfig(seed=args.seed, scale=args.scale))

@@ -42,8 +42,8 @@ def _ensure_grid(cfg) -> None:
     reg = Registry.open(cfg.registry)
     if not reg.query(paradigm=cfg.sweeps.temporal.paradigm, kind="trained").empty:
         return
-    from mmgrid.data.prepare import prepare
-    from mmgrid.data.world import write_world
+    from mmgrid.data.pipeline import prepare
+    from mmgrid.data.world_files import write_world
     from mmgrid.train.build import build_grid
 
     print("no built grid found: building the quick demo grid first ...", flush=True)
@@ -56,10 +56,11 @@ def _ensure_grid(cfg) -> None:
 def main(argv: list[str]) -> int:
     import torch
 
-    from mmgrid.data.prepared import load_prepared
+    from mmgrid.data.dataset import load_prepared
     from mmgrid.paradigms import get_paradigm
     from mmgrid.registry import Registry
-    from mmgrid.sweep.evaluation import default_evaluator_factory, load_checkpoint, paradigm_params
+    from mmgrid.runtime.checkpoints import load_checkpoint
+    from mmgrid.sweep.evaluation import default_evaluator_factory, paradigm_params
     from mmgrid.sweep.interpolate import InPlaceInterpolator, interpolate_state
     from mmgrid.sweep.selection import lambda_grid
     from mmgrid.sweep.temporal import period_ids, periods

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mmgrid._version import __version__
 __all__ = ["Registry", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def __getattr__(name: str) -> Any:
     if name == "Registry":
+        # lazy: the public `from mmgrid import Registry` without importing the registry (and torch,
+        # ~3.5 s) on `import mmgrid`; resolved on first use (PEP 562), nothing below depends on it
         from mmgrid.registry.api import Registry
 
         return Registry

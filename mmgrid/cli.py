@@ -3,7 +3,8 @@
 Each concern adds its own sub-commands through a ``register(subparsers)`` function in
 its ``commands`` module; this file only wires them together and turns named errors
 into a one-line message and exit status 2. Command modules import heavy libraries
-(torch, transformers) inside their handlers so that ``mmgrid --help`` stays fast.
+(torch, transformers) inside their handlers so that ``mmgrid --help`` stays fast; each
+command that reads a grid runs :func:`mmgrid.validate.validate_grid` before any job.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ COMMAND_MODULES = (
     "mmgrid.data.commands",  # world, prepare
     "mmgrid.registry.commands",  # query, show, lineage, registry ...
     "mmgrid.merge.commands",  # merge
-    "mmgrid.train.commands",  # build, eval
+    "mmgrid.merge.lora_commands",  # merge-lora
+    "mmgrid.train.commands",  # build
+    "mmgrid.eval.commands",  # eval
     "mmgrid.sweep.commands",  # sweep, predict-lambda, report
     "mmgrid.demo",  # demo, validate
 )

@@ -6,6 +6,8 @@ without a traceback and exits with status 2.
 
 from __future__ import annotations
 
+import difflib
+
 
 class MmgridError(Exception):
     """Base class of every error mmgrid raises on purpose."""
@@ -39,8 +41,6 @@ class UnknownNameError(ConfigError, KeyError):
     """An unknown registered name (method, paradigm, regularizer, builder...)."""
 
     def __init__(self, kind: str, name: str, known: list[str] | tuple[str, ...]) -> None:
-        import difflib
-
         close = difflib.get_close_matches(name, list(known), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         msg = f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}.{hint}"

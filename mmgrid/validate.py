@@ -1,6 +1,12 @@
-"""Deep validation of a grid config: every registered name and every parameter is checked
-before any job runs (paradigms, merge methods and their typed parameters, regularizers,
-base model). Nothing is downloaded: a hub id is only checked for its form."""
+"""The one validation pass of a grid, run by every command before any job runs.
+
+Every registered name and every parameter is checked across sections (paradigms, base
+model, variants and their regularizers' typed parameters, training stages, merge methods
+and their typed parameters, cross-domain bases), and the checks that matter at scale
+(:mod:`mmgrid.exec.validate`: data files, local model folders, execution settings) add
+warnings. Nothing is downloaded: a hub id is only checked for its form. A script that
+calls ``build_grid`` or a study directly should call :func:`validate_grid` first.
+"""
 
 from __future__ import annotations
 
@@ -8,49 +14,48 @@ import re
 from pathlib import Path
 
 from mmgrid.config import GridConfig
-from mmgrid.errors import ConfigError
+from mmgrid.errors import ConfigError, UnknownNameError
+from mmgrid.exec.validate import check_scale
+from mmgrid.merge.methods import validate_params
+from mmgrid.models import builder_names, parse_builder
+from mmgrid.paradigms import get_paradigm
+from mmgrid.train.regularizers import check_params
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+CROSS_DOMAIN_BASES = ("original", "historical", "neutral")
 
 
 def validate_grid(cfg: GridConfig) -> list[str]:
     """Check names and parameters across sections.
 
     Returns:
-        Warnings (things that are allowed but probably not meant).
+        Warnings (things that are allowed but probably not meant, or not in place yet).
 
     Raises:
         ConfigError: (or UnknownNameError) on anything that would fail later.
     """
     warnings: list[str] = []
-    from mmgrid.paradigms import get_paradigm
-
     for name in cfg.paradigms:
         get_paradigm(name)
     _check_base(cfg.base.model, warnings)
-    try:
-        from mmgrid.train.regularizers import get_regularizer_class
-    except ImportError:  # pragma: no cover - training not installed
-        get_regularizer_class = None
-    for v in cfg.variants:
-        if get_regularizer_class is not None and v.regularizer != "none":
-            get_regularizer_class(v.regularizer)
-    from mmgrid.merge.methods import validate_params
-
+    for i, v in enumerate(cfg.variants):
+        check_params(v.regularizer, v.params, where=f"variants[{i}]")
+        for p in v.paradigms or []:
+            if p not in cfg.paradigms:
+                raise ConfigError(f"variants[{i}].paradigms: {p!r} is not in paradigms {cfg.paradigms}.")
+    if not cfg.train.stages:
+        raise ConfigError("train.stages: at least one stage is needed.")
     for method, params in cfg.sweeps.cross_domain.methods.items():
         validate_params(method, params)
-    for bad in set(cfg.sweeps.cross_domain.bases) - {"original", "historical", "neutral"}:
+    for bad in set(cfg.sweeps.cross_domain.bases) - set(CROSS_DOMAIN_BASES):
         raise ConfigError(f"sweeps.cross_domain.bases: unknown base {bad!r}; use original, historical or neutral.")
-    return warnings
+    return warnings + check_scale(cfg)
 
 
 def _check_base(model: str, warnings: list[str]) -> None:
-    if model.endswith("()"):
-        from mmgrid.models import builder_names
-
-        if model[:-2] not in builder_names():
-            from mmgrid.errors import UnknownNameError
-
+    name = parse_builder(model)
+    if name is not None:
+        if name not in builder_names():
             raise UnknownNameError("base builder", model, [f"{n}()" for n in builder_names()])
         return
     if Path(model).exists():

@@ -14,18 +14,13 @@ float, null or a string such as ``"None"``, ``details`` a dict or a JSON string.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 
-from mmgrid.data.errors import MissingFieldError, TimestampUnitError
+from mmgrid.data.errors import CorruptLineError, EmptyFileError, MissingFieldError, NoUsableRecordsError
 from mmgrid.data.jsonl import ScratchDir, SkipLog, check_list, check_number, collect_jsonl, find_line
-
-TimestampUnit = Literal["ms", "s", "auto"]
-
-# Below this a timestamp cannot be milliseconds of any date we care about (1e11 ms = 1973-03-03),
-# while seconds stay below it until the year 5138: magnitude tells the unit.
-SECONDS_BELOW = 100_000_000_000
+from mmgrid.data.timestamps import TimestampUnit, apply_timestamp_unit
 
 REVIEW_RAW_SCHEMA: dict[str, pl.DataType] = {
     "rating": pl.Float64(),
@@ -111,8 +106,8 @@ def read_reviews(
         columns: subset of :data:`REVIEW_COLUMNS` to return (default all); the required
             ``user_id``, ``parent_asin``, ``timestamp`` are always checked.
         strict: raise on the first corrupt line or record missing a required field.
-        timestamp_unit: ``ms`` (values that look like seconds raise :class:`TimestampUnitError`),
-            ``s`` (every value is seconds) or ``auto`` (values below 1e11 are seconds).
+        timestamp_unit: ``ms``, ``s`` or ``auto`` (:func:`mmgrid.data.timestamps.apply_timestamp_unit`:
+            a value of another unit, or a negative one, raises a named error with its line).
         skips: collects skipped lines (for the manifest); a fresh one if None.
         scratch: temporary folder for cleaned copies (slow path); a private one if None.
         id_dtype: e.g. a ``pl.Categorical``: ``user_id`` and ``parent_asin`` are cast to it inside
@@ -132,7 +127,7 @@ def read_reviews(
         df = collect_jsonl(path, REVIEW_RAW_SCHEMA, _review_problem, scratch, strict, skips, build=query)
         aliases = {"timestamp": ("timestamp", "sort_timestamp")}
         df = _drop_missing(df, path, REVIEW_REQUIRED, strict, skips, aliases=aliases)
-        df = _fix_timestamp_unit(df, path, timestamp_unit)
+        df = apply_timestamp_unit(df, str(path), timestamp_unit, lambda row: _line_of_timestamp(path, row["timestamp"]))
     finally:
         if own:
             scratch.close()
@@ -200,37 +195,14 @@ def _drop_missing(
     return df
 
 
-def _fix_timestamp_unit(df: pl.DataFrame, path: Path, unit: TimestampUnit) -> pl.DataFrame:
-    ts = pl.col("timestamp")
-    if unit == "s":
-        return df.with_columns(ts * 1000)
-    if unit == "auto":
-        return df.with_columns(pl.when(ts < SECONDS_BELOW).then(ts * 1000).otherwise(ts).alias("timestamp"))
-    small = df.filter(ts < SECONDS_BELOW)
-    if small.height:
-        value = int(small.get_column("timestamp")[0])
-        line = find_line(path, lambda r: _ts_of(r) == value)
-        raise TimestampUnitError(str(path), line, value)
-    return df
+def _line_of_timestamp(path: Path, value: int) -> int | None:
+    """Line of the first record whose timestamp reads as ``value`` (compared as float64, as polars read it)."""
+    return find_line(path, lambda r: (v := _ts_of(r)) is not None and float(v) == float(value))
 
 
-def check_timestamp_unit(df: pl.DataFrame, where: str, unit: TimestampUnit, line_offset: int = 2) -> pl.DataFrame:
-    """Apply ``data.timestamp_unit`` to a frame read from a CSV-like file (line = row + ``line_offset``)."""
-    ts = pl.col("timestamp")
-    if unit == "s":
-        return df.with_columns(ts * 1000)
-    if unit == "auto":
-        return df.with_columns(pl.when(ts < SECONDS_BELOW).then(ts * 1000).otherwise(ts).alias("timestamp"))
-    small = df.with_row_index("_r").filter(ts < SECONDS_BELOW)
-    if small.height:
-        first = small.row(0, named=True)
-        raise TimestampUnitError(where, int(first["_r"]) + line_offset, int(first["timestamp"]))
-    return df
-
-
-def _ts_of(rec: dict[str, Any]) -> int | None:
+def _ts_of(rec: dict[str, Any]) -> int | float | None:
     v = rec.get("timestamp", rec.get("sort_timestamp"))
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def read_meta(
@@ -341,19 +313,24 @@ def benchmark_files(root: Path) -> dict[str, list[Path]]:
     return out
 
 
-def read_benchmark_csv(path: str | Path, *, strict: bool = False, skips: SkipLog | None = None) -> pl.DataFrame:
+def read_benchmark_csv(path: str | Path, *, strict: bool = False, skips: SkipLog | None = None,
+                       timestamp_unit: TimestampUnit = "ms") -> pl.DataFrame:  # fmt: skip
     """Read a benchmark CSV ``user_id,parent_asin,rating,timestamp[,history]``.
 
     The ``history`` column is ignored: histories are rebuilt from the interactions themselves.
+    ``timestamp_unit`` as in :func:`read_reviews` (errors give the CSV line: header = line 1).
 
     Returns:
         ``user_id``, ``parent_asin``, ``rating`` (Float64), ``timestamp`` (Int64 ms).
     """
-    from mmgrid.data.errors import CorruptLineError
-
     path = Path(path)
     skips = skips if skips is not None else SkipLog()
-    raw = pl.scan_csv(path, infer_schema=False).collect(engine="streaming")
+    try:
+        raw = pl.scan_csv(path, infer_schema=False).collect(engine="streaming")
+    except pl.exceptions.NoDataError as exc:
+        raise EmptyFileError(str(path), "the file is empty (no header, no rows)") from exc
+    if raw.height == 0:
+        raise EmptyFileError(str(path), "the file has a header but no rows")
     for col in ("user_id", "parent_asin", "timestamp"):
         if col not in raw.columns:
             raise MissingFieldError(str(path), col)
@@ -371,7 +348,11 @@ def read_benchmark_csv(path: str | Path, *, strict: bool = False, skips: SkipLog
         first = int(bad.get_column("_row")[0]) + 2  # header is line 1
         if strict:
             raise CorruptLineError(str(path), first, "a field is empty or not a number")
+        if bad.height == df.height:
+            raise NoUsableRecordsError(str(path), bad.height, first, "a field is empty or not a number (a timestamp "
+                                       "as text? an empty id?)")  # fmt: skip
         for row in bad.get_column("_row").to_list():
             skips.add(str(path), int(row) + 2, "a field is empty or not a number")
         df = df.filter(~pl.col("_row").is_in(bad.get_column("_row").implode()))
+    df = apply_timestamp_unit(df, str(path), timestamp_unit, lambda row: int(row["_row"]) + 2)
     return df.select("user_id", "parent_asin", "rating", "timestamp")

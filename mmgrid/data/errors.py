@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 from mmgrid.errors import ConfigError, DataError
 
 
@@ -30,24 +32,86 @@ class MissingFieldError(DataError):
 
 
 class TimestampUnitError(DataError):
-    """Timestamps look like Unix seconds where milliseconds are expected."""
+    """Timestamps whose magnitude says another unit than the one expected (see mmgrid.data.timestamps)."""
+
+    def __init__(self, path: str, line: int | None, value: int, looks_like: str = "seconds",
+                 expected: str = "milliseconds", hint: str | None = None) -> None:  # fmt: skip
+        where = f"{path}, line {line}" if line is not None else path
+        if hint is None and expected == "seconds":
+            hint = "Set data.timestamp_unit=ms (all milliseconds) or data.timestamp_unit=auto."
+        elif hint is None and looks_like == "microseconds":
+            hint = "Divide the file's timestamps by 1000 (mmgrid reads seconds or milliseconds only)."
+        elif hint is None:
+            hint = ("Multiply by 1000 in the file, or set data.timestamp_unit=s (all seconds) or "
+                    "data.timestamp_unit=auto (convert values below 1e11 from seconds).")  # fmt: skip
+        source = "data.timestamp_unit=s asks for" if expected == "seconds" else "Amazon 2023 files use"
+        super().__init__(
+            f"{where}: timestamp {value} looks like Unix {looks_like}, but {source} {expected}. {hint}"
+        )
+        self.path, self.line, self.value, self.looks_like = path, line, value, looks_like
+
+
+class NegativeTimestampError(DataError):
+    """A timestamp below zero: before 1970, so not the time of a review."""
 
     def __init__(self, path: str, line: int | None, value: int) -> None:
         where = f"{path}, line {line}" if line is not None else path
         super().__init__(
-            f"{where}: timestamp {value} looks like Unix seconds, but Amazon 2023 files use milliseconds. "
-            "Multiply by 1000 in the file, or set data.timestamp_unit=s (all seconds) or "
-            "data.timestamp_unit=auto (convert values below 1e11 from seconds)."
+            f"{where}: timestamp {value} is negative (before 1970-01-01); review timestamps are positive "
+            "Unix times. Fix or delete that line."
         )
         self.path, self.line, self.value = path, line, value
+
+
+class EmptyFileError(DataError):
+    """A raw file with no record at all (0 bytes, an empty gzip stream, only blank lines, a bare header)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(
+            f"{path}: {what}, so there is nothing to read. An interrupted download or export? Write or "
+            "download the file again, or remove it (and drop its domain from data.domains)."
+        )
+        self.path = path
+
+
+class UnreadableFileError(DataError):
+    """A raw file that cannot be read to its end: a truncated or corrupt gzip stream, an I/O error."""
+
+    def __init__(self, path: str, line: int | None, reason: str, fix: str) -> None:
+        where = f"{path}, line {line}" if line is not None else path
+        super().__init__(f"{where}: {reason}. {fix}")
+        self.path, self.line, self.reason = path, line, reason
+
+
+class NoUsableRecordsError(DataError):
+    """Every record of a file was skipped as corrupt: the file has the wrong shape as a whole."""
+
+    def __init__(self, path: str, skipped: int, line: int | None, reason: str) -> None:
+        where = f"line {line}" if line is not None else "the first"
+        super().__init__(
+            f"{path}, {where}: no usable record: all {skipped} records were skipped as corrupt; the first "
+            f"because {reason}. {_shape_hint(reason)}"
+        )
+        self.path, self.line, self.reason, self.skipped = path, line, reason, skipped
+
+
+def _shape_hint(reason: str) -> str:
+    """How to fix a file whose every record fails for ``reason``."""
+    if "expected a JSON object" in reason:
+        return ("Each line must be one JSON object with named fields ({\"parent_asin\": ..., ...}, the Amazon "
+                "Reviews 2023 layout), not a JSON array or a bare value: convert the file.")  # fmt: skip
+    if "timestamp" in reason:
+        return ("Timestamps must be numbers of Unix milliseconds (e.g. 1656633600000), not text: convert the "
+                "column in the file.")  # fmt: skip
+    if "not valid JSON" in reason:
+        return "This does not look like a JSON-lines file (one JSON object per line): check the file and its format."
+    return "Check that this is a file of the configured data.source and kind (reviews vs meta), then fix it."
 
 
 class UnknownDomainError(DataError):
     """A configured domain (category) has no raw file under data.root."""
 
     def __init__(self, domain: str, root: str, known: list[str]) -> None:
-        import difflib
-
         close = difflib.get_close_matches(domain, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         super().__init__(
@@ -80,10 +144,14 @@ __all__ = [
     "ConfigError",
     "CorruptLineError",
     "DataError",
+    "EmptyFileError",
     "EmptyPhaseError",
     "MissingFieldError",
     "MissingRawDataError",
+    "NegativeTimestampError",
+    "NoUsableRecordsError",
     "PreparedDataError",
     "TimestampUnitError",
     "UnknownDomainError",
+    "UnreadableFileError",
 ]

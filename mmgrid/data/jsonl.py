@@ -6,6 +6,12 @@ and lighter than decompressing to a temporary file first). Only when polars refu
 corrupt line, a field of the wrong type) does a slow Python pass run: it finds the bad lines,
 raises :class:`CorruptLineError` in strict mode, or else writes the good lines to a temporary file
 and records what was skipped.
+
+A file as a whole is checked too, each with a named error that gives the file (and line): no
+record at all (:class:`EmptyFileError`: 0 bytes, an empty gzip stream, blank lines only), a gzip
+stream that is truncated or corrupt (:class:`UnreadableFileError`, with the line where it breaks),
+and every record skipped (:class:`NoUsableRecordsError`, with the first one's reason: JSON arrays
+as lines, timestamps as text, ...).
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ import gzip
 import json
 import shutil
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 import polars as pl
 
-from mmgrid.data.errors import CorruptLineError
+from mmgrid.data.errors import CorruptLineError, EmptyFileError, NoUsableRecordsError, UnreadableFileError
 
 # Keep the first few skipped lines verbatim (file, line, reason) in the manifest.
 MAX_REPORTED = 20
@@ -59,9 +66,20 @@ class ScratchDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+# What reading a broken gzip stream raises (gzip.BadGzipFile is an OSError).
+GZIP_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def is_gzip(path: Path) -> bool:
+    """The file starts with the gzip magic bytes (what polars goes by too, whatever the suffix)."""
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
 def open_lines(path: Path) -> BinaryIO:
     """Open a plain or gzipped JSON-lines file for reading bytes line by line."""
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # type: ignore[return-value]
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")  # type: ignore[return-value]
 
 
 def collect_jsonl(
@@ -89,16 +107,85 @@ def collect_jsonl(
         The collected result of ``build``.
     """
     try:
-        return build(pl.scan_ndjson(path, schema=schema)).collect(engine="streaming")
-    except pl.exceptions.ComputeError:
-        pass  # polars refuses the file as a whole: find the bad lines one by one
-    cleaned = _clean_copy(path, validate, scratch, strict, skips)
-    return build(pl.scan_ndjson(cleaned, schema=schema, ignore_errors=True)).collect(engine="streaming")
+        df = build(pl.scan_ndjson(path, schema=schema)).collect(engine="streaming")
+    except pl.exceptions.ComputeError:  # polars refuses the file as a whole: find the bad lines one by one
+        try:
+            cleaned = _clean_copy(path, validate, scratch, strict, skips)
+        except GZIP_ERRORS as exc:
+            raise unreadable(path, exc) from exc
+        df = build(pl.scan_ndjson(cleaned, schema=schema, ignore_errors=True)).collect(engine="streaming")
+    except OSError as exc:  # polars' own decompression: a truncated or corrupt gzip stream
+        raise unreadable(path, exc) from exc
+    if df.height == 0:
+        check_has_records(path)
+    return df
+
+
+def check_has_records(path: Path) -> None:
+    """Raise :class:`EmptyFileError` if ``path`` holds no non-blank line (error path: stops at the first)."""
+    try:
+        with open_lines(path) as src:
+            if any(raw.strip() for raw in src):
+                return
+    except GZIP_ERRORS as exc:
+        raise unreadable(path, exc) from exc
+    if path.stat().st_size == 0:
+        raise EmptyFileError(str(path), "the file is empty (0 bytes)")
+    if is_gzip(path):
+        raise EmptyFileError(str(path), "the gzip stream holds no data")
+    raise EmptyFileError(str(path), "the file holds only blank lines")
+
+
+def unreadable(path: Path, exc: BaseException) -> UnreadableFileError:
+    """The named error for a file that cannot be read to its end, with the line where reading stops."""
+    if not path.is_file():
+        return UnreadableFileError(str(path), None, f"cannot be read ({exc})", "Check the path and its permissions.")
+    if not is_gzip(path):
+        return UnreadableFileError(str(path), None, f"cannot be read ({exc})",
+                                   "Check the file and its permissions, then run again.")  # fmt: skip
+    broken = gzip_break(path)
+    if broken is None:  # the stream is sound: report the reader's own words
+        return UnreadableFileError(str(path), None, f"cannot be read ({exc})", "Check the file, then run again.")
+    lines, problem = broken
+    kind = "truncated" if isinstance(problem, EOFError) else "corrupt"
+    return UnreadableFileError(
+        str(path), lines + 1, f"the gzip stream is {kind} here, after {lines} complete line(s) ({problem})",
+        "An interrupted download? Download the file again (`gzip -t FILE` checks a copy).",
+    )
+
+
+def gzip_break(path: Path, chunk: int = 1 << 16) -> tuple[int, BaseException] | None:
+    """Where a gzip file stops decompressing: (complete lines before it, the problem), or None if sound.
+
+    Decompresses chunk by chunk; the chunk that fails is replayed byte by byte from a copy of the
+    decompressor, so the lines counted are exactly those before the first bad byte.
+    """
+    lines, d = 0, zlib.decompressobj(31)
+    with open(path, "rb") as f:
+        while data := f.read(chunk):
+            while data:
+                before = d.copy()
+                try:
+                    lines += d.decompress(data).count(b"\n")
+                except zlib.error as exc:
+                    for i in range(len(data)):
+                        try:
+                            lines += before.decompress(data[i : i + 1]).count(b"\n")
+                        except zlib.error as byte_exc:
+                            return lines, byte_exc
+                    return lines, exc
+                data = b""
+                if d.eof and d.unused_data.strip(b"\0"):  # another gzip member follows
+                    data, d = d.unused_data, zlib.decompressobj(31)
+    if not d.eof:
+        return lines, EOFError("the stream ends before its end-of-stream marker")
+    return None
 
 
 def _clean_copy(path: Path, validate: Validator, scratch: ScratchDir, strict: bool, skips: SkipLog) -> Path:
     """Slow path: copy the parseable, valid lines of ``path`` to a new plain file."""
     out = scratch.new_file(path.name.removesuffix(".gz") + ".clean")
+    kept, skipped, first = 0, 0, (None, "")
     with open_lines(path) as src, open(out, "wb") as dst:
         for no, raw in enumerate(src, start=1):
             if not raw.strip():
@@ -106,10 +193,14 @@ def _clean_copy(path: Path, validate: Validator, scratch: ScratchDir, strict: bo
             reason = _line_problem(raw, validate)
             if reason is None:
                 dst.write(raw if raw.endswith(b"\n") else raw + b"\n")
-            elif strict:
+                kept += 1
+                continue
+            if strict:
                 raise CorruptLineError(str(path), no, reason)
-            else:
-                skips.add(str(path), no, reason)
+            skips.add(str(path), no, reason)
+            skipped, first = skipped + 1, first if skipped else (no, reason)
+    if kept == 0 and skipped:
+        raise NoUsableRecordsError(str(path), skipped, *first)
     return out
 
 
@@ -119,8 +210,12 @@ def _line_problem(raw: bytes, validate: Validator) -> str | None:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return f"not valid JSON: {exc.msg if hasattr(exc, 'msg') else exc}"
     if not isinstance(rec, dict):
-        return f"expected a JSON object, got {type(rec).__name__}"
+        return f"expected a JSON object, got {_JSON_KIND.get(type(rec).__name__, type(rec).__name__)}"
     return validate(rec)
+
+
+_JSON_KIND = {"list": "a JSON array", "str": "a JSON string", "int": "a number", "float": "a number",
+              "bool": "true/false", "NoneType": "null"}  # fmt: skip
 
 
 def find_line(path: Path, predicate: Callable[[dict[str, Any]], bool]) -> int | None:

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import polars as pl
 
-from mmgrid.data.errors import CorruptLineError, MissingFieldError
+from mmgrid.data.errors import CorruptLineError, EmptyFileError, MissingFieldError, NoUsableRecordsError
 from mmgrid.data.jsonl import SkipLog
+from mmgrid.data.timestamps import apply_timestamp_unit
+
+SECONDS_HINT = "RecBole atomic files hold Unix seconds: convert the column to seconds in the file."
 
 
 def atomic_files(root: Path) -> dict[str, dict[str, Path]]:
@@ -30,7 +33,12 @@ def atomic_files(root: Path) -> dict[str, dict[str, Path]]:
 
 
 def _read_atomic(path: Path) -> pl.DataFrame:
-    df = pl.scan_csv(path, separator="\t", quote_char=None, infer_schema=False).collect(engine="streaming")
+    try:
+        df = pl.scan_csv(path, separator="\t", quote_char=None, infer_schema=False).collect(engine="streaming")
+    except pl.exceptions.NoDataError as exc:
+        raise EmptyFileError(str(path), "the file is empty (no header, no rows)") from exc
+    if df.height == 0:
+        raise EmptyFileError(str(path), "the file has a header but no rows")
     return df.rename({c: c.split(":")[0] for c in df.columns})
 
 
@@ -53,16 +61,20 @@ def read_inter(path: str | Path, *, strict: bool = False, skips: SkipLog | None 
         "user_id",
         pl.col("item_id").alias("parent_asin"),
         rating.alias("rating"),
-        (pl.col("timestamp").cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64).alias("timestamp"),
+        pl.col("timestamp").cast(pl.Float64, strict=False).alias("timestamp"),  # seconds until checked below
     )
     bad = out.filter(pl.col("timestamp").is_null() | pl.col("user_id").is_null() | pl.col("parent_asin").is_null())
     if bad.height:
+        first = int(bad.get_column("_row")[0]) + 2  # header is line 1
         if strict:
-            raise CorruptLineError(str(path), int(bad.get_column("_row")[0]) + 2, "empty id or timestamp not a number")
+            raise CorruptLineError(str(path), first, "empty id or timestamp not a number")
+        if bad.height == out.height:
+            raise NoUsableRecordsError(str(path), bad.height, first, "an id is empty or the timestamp is not a number")
         for row in bad.get_column("_row").to_list():
             skips.add(str(path), int(row) + 2, "empty id or timestamp not a number")
         out = out.filter(~pl.col("_row").is_in(bad.get_column("_row").implode()))
-    return out.drop("_row")
+    out = apply_timestamp_unit(out, str(path), "s", lambda row: int(row["_row"]) + 2, hint=SECONDS_HINT)
+    return out.with_columns(pl.col("timestamp").round().cast(pl.Int64)).drop("_row")
 
 
 def read_item(path: str | Path, text_field: str) -> pl.DataFrame:

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from mmgrid.data import amazon, recbole
-from mmgrid.data.config import DataConfig
+from mmgrid.config import DataConfig
 from mmgrid.data.errors import MissingRawDataError, UnknownDomainError
 from mmgrid.data.jsonl import ScratchDir, SkipLog
 
@@ -113,9 +113,7 @@ def load_domain(df: DomainFiles, data: DataConfig, scratch: ScratchDir, skips: S
         docs = amazon.read_review_texts(path, 4 * data.lm_text_docs, scratch=scratch)
     else:
         parts = [
-            amazon.check_timestamp_unit(
-                amazon.read_benchmark_csv(p, strict=strict, skips=skips), str(p), data.timestamp_unit
-            )
+            amazon.read_benchmark_csv(p, strict=strict, skips=skips, timestamp_unit=data.timestamp_unit)
             for p in df.files["csv"]
         ]
         inter = pl.concat(parts).select("user_id", "parent_asin", "timestamp")

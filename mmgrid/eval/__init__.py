@@ -1,18 +1,10 @@
-"""Evaluation: ranking metrics, full-ranking evaluation, text retention, the accuracy
-matrix, the most-popular baseline and the Table-2-style baseline table."""
+"""Evaluation: ranking metrics (:mod:`~mmgrid.eval.metrics`), full-ranking evaluation
+(:mod:`~mmgrid.eval.ranking`), text retention (:mod:`~mmgrid.eval.retention`), the
+accuracy matrix (:mod:`~mmgrid.eval.matrix`), the most-popular baseline
+(:mod:`~mmgrid.eval.popular`), the Table-2-style baseline table (:mod:`~mmgrid.eval.table`),
+evaluating a built grid (:mod:`~mmgrid.eval.grid`) and ``mmgrid eval``
+(:mod:`~mmgrid.eval.commands`).
 
-from mmgrid.eval.matrix import backward_transfer, forgetting, forward_transfer, transfer_summary
-from mmgrid.eval.metrics import ndcg_at_k, ranking_metrics, recall_at_k, target_ranks
-from mmgrid.eval.popular import popular_ranking
-
-__all__ = [
-    "backward_transfer",
-    "forgetting",
-    "forward_transfer",
-    "ndcg_at_k",
-    "popular_ranking",
-    "ranking_metrics",
-    "recall_at_k",
-    "target_ranks",
-    "transfer_summary",
-]
+Import the submodules; nothing is imported here, so that ``mmgrid --help`` (which imports
+``mmgrid.eval.commands``) does not load torch.
+"""

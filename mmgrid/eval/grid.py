@@ -1,6 +1,9 @@
 """Evaluate a built grid: final checkpoints on the test window (all / active / non-active),
 text retention against the base, the most-popular baseline, and the accuracy matrix R
-for the paradigms in ``eval.matrix_paradigms``. Everything is recorded in the registry."""
+for the paradigms in ``eval.matrix_paradigms``. Everything is recorded in the registry.
+
+:func:`evaluate_and_tabulate` is the one "evaluate the grid, then the baseline table"
+that ``mmgrid build --eval``, ``mmgrid eval CONFIG`` and ``mmgrid demo`` call."""
 
 from __future__ import annotations
 
@@ -11,7 +14,16 @@ from typing import Any
 import numpy as np
 
 from mmgrid.eval.matrix import transfer_summary
+from mmgrid.eval.popular import popular_ranking, put_popular
 from mmgrid.eval.ranking import Evaluator, record_results
+from mmgrid.eval.retention import retention_metrics, text_loss
+from mmgrid.eval.table import baseline_table
+from mmgrid.models.base import bundle_from_registry, load_base
+from mmgrid.paradigms import get_paradigm
+from mmgrid.runtime.checkpoints import load_checkpoint
+from mmgrid.runtime.context import open_prepared, open_registry
+from mmgrid.runtime.device import derive_seed, seed_everything, set_threads
+from mmgrid.runtime.plan import BuildResult, plan_grid
 
 RETENTION_SPLIT = "lm_heldout"
 
@@ -27,7 +39,9 @@ class EvalSummary:
     seconds: float = 0.0
 
 
-def _evaluator(par: Any, dom: Any, cfg: Any, split: str | None = None, groups: Any = None) -> Evaluator:
+def grid_evaluator(par: Any, dom: Any, cfg: Any, split: str | None = None, groups: Any = None) -> Evaluator:
+    """The :class:`Evaluator` of the grid's ``eval:`` settings (split and groups overridable),
+    seeded with the grid seed: the one place that turns the settings into an evaluator."""
     e = cfg.eval
     return Evaluator(par, dom, split=split or e.split, ks=e.ks, groups=groups or e.groups,
                      activity_phase=e.activity_phase, max_users=e.max_users, seed=cfg.train.seed)
@@ -38,23 +52,40 @@ def _done(registry: Any, cid: str, split: str) -> bool:
     return not res.empty
 
 
+def evaluate_and_tabulate(cfg: Any, plan: BuildResult | None = None, *, registry: Any = None, prepared: Any = None,
+                          redo: bool = False, progress: bool = True) -> str:
+    """Evaluate what is not evaluated yet (everything with ``redo``), then the Table-2-style
+    Markdown baseline table.
+
+    Rows: the grid's paradigms (SASRec included) and the most-popular baseline; columns:
+    domain x {R@K, N@K} for ``eval.ks``, all users, the last stage, variant ``default``.
+
+    Args:
+        cfg: the GridConfig.
+        plan: the grid's ids (a build's result; default: :func:`mmgrid.runtime.plan.plan_grid`).
+        registry, prepared: already open handles (default: opened from ``cfg``).
+        redo: evaluate again even where results are already recorded.
+        progress: print one line per evaluated model.
+    """
+    registry = registry if registry is not None else open_registry(cfg.registry)
+    plan = plan if plan is not None else plan_grid(cfg, registry, prepared)
+    evaluate_grid(cfg, plan, progress=progress, redo=redo, registry=registry, prepared=prepared)
+    domains = list(dict.fromkeys(s.domain for s in plan.stages))
+    return baseline_table(registry, cfg.paradigms, domains, ks=cfg.eval.ks, split=cfg.eval.split,
+                          period=cfg.train.stages[-1])
+
+
 def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = False, registry: Any = None,
                   prepared: Any = None) -> EvalSummary:
     """Evaluate the grid built by ``build_grid`` (a ``BuildResult``) and record the results.
 
     Args:
         cfg: the GridConfig.
-        build: the BuildResult (ids of every stage).
+        build: the BuildResult (ids of every stage; :func:`mmgrid.runtime.plan.plan_grid` for a built grid).
         progress: print one line per evaluated model.
         redo: evaluate again even where results are already recorded.
         registry, prepared: already open handles (default: opened from ``cfg``).
     """
-    from mmgrid.models.base import bundle_from_registry
-    from mmgrid.paradigms import get_paradigm
-    from mmgrid.train.checkpoints import load_checkpoint
-    from mmgrid.train.context import open_prepared, open_registry
-    from mmgrid.train.device import set_threads
-
     t0 = time.perf_counter()
     set_threads(cfg.train.threads)
     reg = registry if registry is not None else open_registry(cfg.registry)
@@ -62,8 +93,6 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     out = EvalSummary()
     texts = _heldout(prepared, cfg)
     if cfg.eval.retention and texts:
-        from mmgrid.eval.retention import text_loss
-
         base = bundle_from_registry(reg, build.base_id)
         out.base_text_loss = text_loss(base.model, base.tokenizer, texts, cfg.base.max_length)
         reg.record_eval(build.base_id, RETENTION_SPLIT, "all", {"text_loss": out.base_text_loss})
@@ -74,12 +103,10 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
         if not redo and _done(reg, cid, cfg.eval.split):
             continue
         model = par.load(load_checkpoint(reg, cid), dom, params)
-        res = _evaluator(par, dom, cfg).evaluate(model)
+        res = grid_evaluator(par, dom, cfg).evaluate(model)
         record_results(reg, cid, cfg.eval.split, res, domain)
         out.results[(variant, paradigm, domain)] = res
         if cfg.eval.retention and texts:
-            from mmgrid.eval.retention import retention_metrics
-
             ret = retention_metrics(par, model, texts, out.base_text_loss, cfg.base.max_length)
             out.retention[(variant, paradigm, domain)] = ret
             clean = {k: v for k, v in ret.items() if v == v}
@@ -117,12 +144,10 @@ def _heldout(prepared: Any, cfg: Any) -> list[str]:
 def evaluate_popular(cfg: Any, reg: Any, prepared: Any, domain: str,
                      redo: bool = False) -> dict[str, dict[str, float]]:
     """Most-popular baseline of ``domain`` over the training phases, recorded in the registry."""
-    from mmgrid.eval.popular import popular_ranking, put_popular
-
     dom = prepared.domain(domain)
     phases = list(cfg.eval.popular_phases or cfg.train.stages)
     cid = put_popular(reg, dom, phases, prepared.fingerprint, cfg.train.seed)
-    ev = _evaluator(None, dom, cfg)
+    ev = grid_evaluator(None, dom, cfg)
     res = ev.evaluate_ranked(popular_ranking(dom.popularity(phases), max(cfg.eval.ks)))
     if redo or not _done(reg, cid, cfg.eval.split):
         record_results(reg, cid, cfg.eval.split, res, domain)
@@ -133,16 +158,11 @@ def accuracy_matrix(cfg: Any, reg: Any, prepared: Any, build: Any, paradigm: str
                     metric: str = "recall@10", variant: str = "default") -> dict[str, Any]:
     """R[model trained through period i, evaluated on period j] over the training stages (+ the
     start row b), with BWT / FWT / forgetting; every entry is recorded (split = period j)."""
-    from mmgrid.models.base import load_base
-    from mmgrid.paradigms import get_paradigm
-    from mmgrid.train.checkpoints import load_checkpoint
-    from mmgrid.train.device import derive_seed, seed_everything
-
     par, dom = get_paradigm(paradigm), prepared.domain(domain)
     params = dict(cfg.paradigm_params.get(paradigm, {}))
     stages = list(cfg.train.stages)
     ids = build.ids
-    evs = {p: _evaluator(par, dom, cfg, split=p, groups=["all"]) for p in stages}
+    evs = {p: grid_evaluator(par, dom, cfg, split=p, groups=["all"]) for p in stages}
     base, _ = load_base(cfg.base, prepared, reg, seed=cfg.train.seed)
     seed = derive_seed(cfg.train.seed, paradigm, domain, "build")
     seed_everything(seed)

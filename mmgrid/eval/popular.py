@@ -8,6 +8,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+import torch
+
+from mmgrid.configtools import stable_hash
 
 
 def popular_ranking(counts: np.ndarray, k: int) -> np.ndarray:
@@ -19,10 +22,6 @@ def popular_ranking(counts: np.ndarray, k: int) -> np.ndarray:
 
 def put_popular(registry: Any, domain: Any, phases: Sequence[str], fingerprint: str, seed: int = 0) -> str:
     """Store the popularity counts of ``domain`` over ``phases`` (coords paradigm ``popular``)."""
-    import torch
-
-    from mmgrid.configtools import stable_hash
-
     counts = domain.popularity(list(phases))
     coords = {"paradigm": "popular", "domain": domain.name, "period": phases[-1], "variant": "default"}
     params = {"method": "most_popular", "phases": list(phases)}

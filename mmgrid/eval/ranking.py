@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from mmgrid.errors import DataError
 from mmgrid.eval.metrics import ranking_metrics
@@ -66,8 +67,6 @@ class Evaluator:
 
     def rank(self, model: Any) -> np.ndarray:
         """Top-max(K) items for every cached history, best first: int array [n, max(K)]."""
-        import torch
-
         k = min(max(self.ks), self.domain.n_items)
         parts = []
         with torch.no_grad():

@@ -14,6 +14,8 @@ from typing import Any, Sequence
 
 import torch
 
+from mmgrid.models.base import lm_batch
+
 
 @torch.no_grad()
 def text_loss(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int = 64,
@@ -27,8 +29,6 @@ def text_loss(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int 
         max_length: tokens per text (``<bos> text <eos>``, truncated), as in base training.
         batch_size: texts per forward pass.
     """
-    from mmgrid.models.base import lm_batch
-
     model.eval()
     device = next(model.parameters()).device
     total, count = 0.0, 0

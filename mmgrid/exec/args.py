@@ -18,7 +18,7 @@ from mmgrid.exec.base import Executor, LocalExecutor, get_executor
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.config import GridConfig
-    from mmgrid.exec.config import ExecConfig
+    from mmgrid.config import ExecConfig
 
 
 def add_executor_args(parser: argparse.ArgumentParser) -> None:

@@ -4,8 +4,8 @@ Builders describe their work as a :class:`Dag` (stage t after t-1, merges after 
 inputs, the lambda regression after the sweeps) and hand it to :func:`run_dag`::
 
     dag = Dag()
-    pre = dag.add("emb/Video_Games/pretrain", Job("mmgrid.train.build:run_stage", {...}))
-    p1 = dag.add("emb/Video_Games/p1", Job("mmgrid.train.build:run_stage", {...}), deps=[pre])
+    pre = dag.add("emb/Video_Games/pretrain", Job("mmgrid.train.stage:run_stage", {...}))
+    p1 = dag.add("emb/Video_Games/p1", Job("mmgrid.train.stage:run_stage", {...}), deps=[pre])
     ids = run_dag(executor, dag, registry_root="runs/amazon2023/registry")
 
 A dependency must be added before the node that needs it, so insertion order is a
@@ -20,8 +20,11 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+from tqdm import tqdm
+
 from mmgrid.errors import ConfigError, MmgridError
 from mmgrid.exec.base import Executor, Job
+from mmgrid.registry.api import Registry
 
 
 class JobFailedError(MmgridError, RuntimeError):
@@ -120,7 +123,6 @@ def run_dag(
 
 
 def _wait_all(futures: dict[str, Future], progress: bool | None) -> None:
-    from tqdm import tqdm
 
     pending = set(futures.values())
     with tqdm(total=len(pending), desc="jobs", unit="job", disable=None if progress is None else not progress) as bar:
@@ -131,7 +133,6 @@ def _wait_all(futures: dict[str, Future], progress: bool | None) -> None:
 
 def sync_registry(root: str | os.PathLike[str]) -> int:
     """Index, on the driver, the manifests and results that workers wrote; returns the changes."""
-    from mmgrid.registry.api import Registry
 
     return int(Registry.open(root).sync() or 0)
 

@@ -25,6 +25,7 @@ the mean over it: N processes follow the one-process trajectory up to float roun
 from __future__ import annotations
 
 import atexit
+import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, TypeVar
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 from mmgrid.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
+    # lazy: torch (~2-3 s of imports) stays out of `mmgrid --help`, which imports this module for torchrun
     import torch
 
 T = TypeVar("T")
@@ -66,6 +68,7 @@ class DistContext:
         Raises:
             ConfigError: on inconsistent torchrun variables or ``cuda`` without a GPU.
         """
+        # lazy: torch (~2-3 s of imports) stays out of `mmgrid --help`, which imports this module for torchrun
         import torch
 
         rank, world, local = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
@@ -87,6 +90,7 @@ class DistContext:
 
     def close(self) -> None:
         """Tear down the process group this context created (call once at the end)."""
+        # lazy: torch (~2-3 s of imports) stays out of `mmgrid --help`, which imports this module for torchrun
         import torch
 
         if self.initialized and torch.distributed.is_initialized():
@@ -94,6 +98,7 @@ class DistContext:
 
 
 def _destroy_at_exit() -> None:
+    # lazy: torch (~2-3 s of imports) stays out of `mmgrid --help`, which imports this module for torchrun
     import torch
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -178,6 +183,7 @@ def wrap_model(model: "torch.nn.Module", ctx: DistContext, **ddp_kwargs: Any) ->
     """
     if not ctx.distributed:
         return model
+    # lazy: torch (~2-3 s of imports) stays out of `mmgrid --help`, which imports this module for torchrun
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [ctx.local_rank] if ctx.device.startswith("cuda") else None
@@ -193,6 +199,7 @@ def all_reduce_mean(value: Any, ctx: DistContext) -> Any:
     """Mean of ``value`` (a float or a tensor) over all ranks; unchanged on one process."""
     if not ctx.distributed:
         return value
+    # lazy: torch (~2-3 s of imports) stays out of `mmgrid --help`, which imports this module for torchrun
     import torch
 
     is_tensor = isinstance(value, torch.Tensor)
@@ -206,6 +213,7 @@ def all_reduce_mean(value: Any, ctx: DistContext) -> Any:
 def barrier(ctx: DistContext) -> None:
     """Wait for every rank (no-op on one process)."""
     if ctx.distributed:
+        # lazy: torch (~2-3 s of imports) stays out of `mmgrid --help`, which imports this module for torchrun
         import torch
 
         if ctx.device.startswith("cuda"):
@@ -222,8 +230,8 @@ def broadcast_object(obj: T, ctx: DistContext, src: int = 0) -> T:
     """
     if not ctx.distributed:
         return obj
-    import json
 
+    # lazy: torch (~2-3 s of imports) stays out of `mmgrid --help`, which imports this module for torchrun
     import torch
 
     data = json.dumps(obj).encode() if ctx.rank == src else b""

@@ -1,6 +1,6 @@
 """Run jobs as Ray Core tasks (optional extra ``mmgrid[ray]``).
 
-Each :class:`~mmgrid.exec.base.Job` becomes one ``ray.remote`` task with the job's
+Each :class:`~mmgrid.exec.job.Job` becomes one ``ray.remote`` task with the job's
 resources (``num_cpus``, ``num_gpus``, ``memory``). Dependencies are handed to Ray as
 ``ObjectRef`` arguments, so Ray itself orders the lineage DAG (stage t after t-1, merges
 after their inputs, the lambda regression after the sweeps) and skips a task whose input
@@ -32,14 +32,14 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 from mmgrid.errors import ConfigError
-from mmgrid.exec.base import Job, run_job
+from mmgrid.exec.job import Job, run_job
 
 WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1" inside Ray tasks: Registry.open(root) must not touch SQLite
 
 
 def _import_ray() -> Any:
     try:
-        import ray
+        import ray  # lazy: the optional extra mmgrid[ray] (~1-2 s), needed only by a RayExecutor
     except ImportError as exc:
         raise ConfigError(
             "executor 'ray' needs Ray: install the optional extra with pip install 'mmgrid[ray]', "

@@ -8,14 +8,15 @@ stores merges with lineage. Methods: ``mmgrid.merge.methods``.
 Layout (imports point down this list): ``errors``, ``ops``, ``geometry``, ``pipeline``,
 ``tensors``, ``vocab`` (leaves) -> ``fastpass`` (the fast file pass) -> ``methods`` ->
 ``plan`` -> ``reference`` (the reference path) -> ``executor`` -> ``api`` ->
-``interpolation``, ``inplace``, ``recipe`` -> ``commands``.
+``interpolation``, ``inplace``, ``recipe`` -> ``commands``; ``lora`` (LoRA-to-LoRA merging) stands beside
+``methods`` on ``ops`` and ``errors``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaSweep", "apply_inplace"]
+__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaSweep", "apply_inplace", "merge_lora"]
 
 
 def __getattr__(name: str) -> Any:
@@ -33,4 +34,8 @@ def __getattr__(name: str) -> Any:
         from mmgrid.merge import inplace
 
         return inplace.apply_inplace
+    if name == "merge_lora":  # LoRA-to-LoRA merging (mmgrid.merge.lora)
+        from mmgrid.merge.lora import merge_lora
+
+        return merge_lora
     raise AttributeError(f"module 'mmgrid.merge' has no attribute {name!r}")

@@ -2,7 +2,8 @@
 
 ``base.model`` is either a named tiny builder (``tiny_qwen3()``: a byte-level BPE
 tokenizer is trained on every domain's item text, then the model is trained as a
-language model on the review text set apart for it, ``prepared.lm_text("train")``) or a
+language model on the review text set apart for it, ``prepared.lm_text("train")``; that
+training lives in :mod:`mmgrid.train.base_lm`, which hands it to :func:`load_base`) or a
 Hugging Face folder / hub id (``from_pretrained``; offline unless ``base.allow_download``).
 Either way the base goes into the registry (kind ``base``, coords paradigm ``base``,
 domain ``all``, period ``base``), and a second call with the same identity is a cache hit.
@@ -15,18 +16,18 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from mmgrid.config import BaseConfig
 from mmgrid.configtools import stable_hash, to_dict
 from mmgrid.errors import ModelError
 from mmgrid.models.builders import get_builder, parse_builder
-from mmgrid.models.tokenizer import train_tokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-    from mmgrid.train.config import BaseConfig
 
 # domain "all": the registry allows no "*" in coordinates.
 BASE_COORDS = {"paradigm": "base", "domain": "all", "period": "base", "variant": "default"}
@@ -54,8 +55,6 @@ def lm_batch(tokenizer: "PreTrainedTokenizerBase", texts: list[str], max_length:
     Labels are the input ids with padding set to -100, so the loss is the mean next-token
     NLL over real tokens. Used for base training and for text retention alike.
     """
-    import torch
-
     bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
     pad = eos if pad is None else pad
     rows = []
@@ -73,22 +72,7 @@ def lm_batch(tokenizer: "PreTrainedTokenizerBase", texts: list[str], max_length:
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
-class LanguageModelTask:
-    """Causal-LM training through the same loop as the paradigms (collate + loss)."""
-
-    name = "base"
-
-    def __init__(self, tokenizer: "PreTrainedTokenizerBase", max_length: int) -> None:
-        self.tokenizer, self.max_length = tokenizer, max_length
-
-    def collate(self, model: "torch.nn.Module", examples: list[str]) -> dict[str, "torch.Tensor"]:
-        return lm_batch(self.tokenizer, examples, self.max_length)
-
-    def loss(self, model: "torch.nn.Module", batch: dict[str, "torch.Tensor"]) -> "torch.Tensor":
-        return model(**batch).loss
-
-
-def base_identity(cfg: "BaseConfig", fingerprint: str, seed: int) -> dict[str, Any]:
+def base_identity(cfg: BaseConfig, fingerprint: str, seed: int) -> dict[str, Any]:
     """What :meth:`Registry.make_id` hashes for the base checkpoint."""
     params = to_dict(cfg)
     return {
@@ -102,9 +86,23 @@ def base_identity(cfg: "BaseConfig", fingerprint: str, seed: int) -> dict[str, A
     }
 
 
-def load_base(cfg: "BaseConfig", prepared: Any, registry: Any, seed: int = 0,
-              progress: bool = False) -> tuple[BaseBundle, str]:
-    """Build (or fetch from the registry) the grid's base model and tokenizer.
+def base_checkpoint_id(cfg: BaseConfig, registry: Any, fingerprint: str, seed: int) -> str:
+    """The id the base of ``cfg`` has (or will have) in ``registry``."""
+    return _make_id(registry, base_identity(cfg, fingerprint, seed))
+
+
+def _make_id(registry: Any, ident: dict[str, Any]) -> str:
+    return registry.make_id(ident["coords"], ident["kind"], ident["parents"], ident["params"],
+                            ident["config_hash"], ident["seed"])
+
+
+# (builder, base config, prepared data, seed, progress) -> a trained tiny base
+TinyBaseTrainer = Callable[[Callable[[int], Any], BaseConfig, Any, int, bool], "BaseBundle"]
+
+
+def load_base(cfg: BaseConfig, prepared: Any, registry: Any, seed: int = 0, progress: bool = False,
+              train_tiny: TinyBaseTrainer | None = None) -> tuple[BaseBundle, str]:
+    """Fetch the grid's base model and tokenizer from the registry, or load / train and store it.
 
     Args:
         cfg: the ``base:`` section of the grid YAML.
@@ -112,23 +110,32 @@ def load_base(cfg: "BaseConfig", prepared: Any, registry: Any, seed: int = 0,
         registry: an open ``Registry``; the base is stored there as the grid's root.
         seed: seed of the tiny base's initialisation and LM training.
         progress: show a progress bar while training a tiny base.
+        train_tiny: trains a named tiny base that is not stored yet
+            (:func:`mmgrid.train.base_lm.train_tiny_base`); None: such a base must be stored.
 
     Returns:
         ``(bundle, base_id)``; the bundle is a private copy the caller may modify.
 
     Raises:
         UnknownNameError: ``base.model`` looks like ``name()`` but no such builder exists.
-        ModelError: an HF base cannot be loaded or has no tokenizer.
+        ModelError: an HF base cannot be loaded or has no tokenizer; a tiny base is not
+            stored and no ``train_tiny`` was given.
     """
     ident = base_identity(cfg, getattr(prepared, "fingerprint", ""), seed)
-    base_id = registry.make_id(ident["coords"], ident["kind"], ident["parents"], ident["params"],
-                               ident["config_hash"], ident["seed"])
+    base_id = _make_id(registry, ident)
     bundle = _CACHE.get(base_id)
     if bundle is None and registry.has(base_id):
         bundle = bundle_from_registry(registry, base_id)
     if bundle is None:
         name = parse_builder(cfg.model)
-        bundle = _train_tiny_base(name, cfg, prepared, seed, progress) if name is not None else _load_hf_base(cfg)
+        if name is None:
+            bundle = _load_hf_base(cfg)
+        else:
+            builder = get_builder(name)
+            if train_tiny is None:
+                raise ModelError(f"base.model {cfg.model}: the tiny base {base_id[:12]} is not in the registry "
+                                 f"{getattr(registry, 'root', '')} yet; `mmgrid build` trains it first.")
+            bundle = train_tiny(builder, cfg, prepared, seed, progress)
     if not registry.has(base_id):
         registry.put({k: v.detach().cpu().contiguous() for k, v in bundle.model.state_dict().items()},
                      ident["coords"], ident["kind"], parents=[], params=ident["params"], files=bundle_files(bundle),
@@ -139,31 +146,7 @@ def load_base(cfg: "BaseConfig", prepared: Any, registry: Any, seed: int = 0,
     return bundle.copy(), base_id
 
 
-def _train_tiny_base(name: str, cfg: "BaseConfig", prepared: Any, seed: int, progress: bool) -> BaseBundle:
-    import torch
-
-    from mmgrid.train.loop import train_stage
-
-    builder = get_builder(name)
-    texts = [t for d in prepared.domains for t in prepared.domain(d).item_texts]
-    tokenizer = train_tokenizer(texts, cfg.vocab_size)
-    torch.manual_seed(seed)
-    model = builder(len(tokenizer))
-    lm_texts = list(prepared.lm_text("train"))
-    bundle = BaseBundle(model, tokenizer, model.config)
-    if lm_texts and cfg.lm_epochs > 0:
-        log = train_stage(LanguageModelTask(tokenizer, cfg.max_length), model, lm_texts, epochs=cfg.lm_epochs,
-                          lr=cfg.lm_lr, batch_size=cfg.lm_batch_size, seed=seed, where="base/*/lm",
-                          progress=progress)
-        bundle.lm_losses = log.epoch_losses
-    model.to("cpu")  # the registry and the paradigms start from CPU tensors
-    model.eval()
-    return bundle
-
-
-def _load_hf_base(cfg: "BaseConfig") -> BaseBundle:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _load_hf_base(cfg: BaseConfig) -> BaseBundle:
     offline = not cfg.allow_download
     where = "a local folder" if offline else "a local folder or the hub"
     try:
@@ -206,8 +189,6 @@ def bundle_files(bundle: BaseBundle) -> dict[str, bytes]:
 
 def bundle_from_files(state: dict[str, "torch.Tensor"], files: dict[str, bytes]) -> BaseBundle:
     """Rebuild a :class:`BaseBundle` from a state dict and the files of :func:`bundle_files`."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     if "config.json" not in files:
         raise ModelError("base checkpoint: config.json is missing; it cannot be rebuilt.")
     with tempfile.TemporaryDirectory() as tmp:

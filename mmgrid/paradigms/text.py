@@ -35,26 +35,21 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import torch
 
-from mmgrid.errors import ModelError
-from mmgrid.paradigms.base import Checkpoint, register_paradigm
-from mmgrid.paradigms.common import (
-    CheckpointMismatchError,
-    hf_config_file,
-    hf_config_from_file,
-    load_examples,
-    load_module_state,
-    module_state,
-    resolve_params,
-    tokenizer_files,
-    tokenizer_from_files,
-    topk_items,
-)
+from mmgrid.errors import ConfigError, ModelError
+from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, encode
+from mmgrid.paradigms.errors import CheckpointMismatchError
+from mmgrid.paradigms.examples import load_examples
+from mmgrid.paradigms.hf_files import hf_config_file, hf_config_from_file, tokenizer_files, tokenizer_from_files
+from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.ranking import topk_items
+from mmgrid.paradigms.registration import register_paradigm
+from mmgrid.paradigms.state import load_module_state, module_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from mmgrid.data.prepared import DomainData
+    from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
 DEFAULTS: dict[str, Any] = {
@@ -151,6 +146,7 @@ def lm_from_checkpoint(ckpt: Checkpoint, where: str) -> "PreTrainedModel":
     A merged checkpoint may carry more embedding rows than its config says (the union of
     two models' added tokens), so the vocabulary size follows the state.
     """
+    # lazy: transformers' model classes cost ~1.2 s to import (measured); sasrec never needs them
     from transformers import AutoModelForCausalLM
 
     if "config.json" not in ckpt.files:
@@ -233,8 +229,6 @@ def _pop_phases(trained: list[str], params: dict[str, Any]) -> list[str]:
     data, which follows item turnover) or all trained ones."""
     mode = params["popularity_phases"]
     if mode not in ("last", "all"):
-        from mmgrid.errors import ConfigError
-
         raise ConfigError(f"paradigm_params.text.popularity_phases: {mode!r} is not one of 'last', 'all'.")
     return trained[-1:] if mode == "last" else list(trained)
 

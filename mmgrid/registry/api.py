@@ -16,26 +16,30 @@ Two modes:
 
 from __future__ import annotations
 
-import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from mmgrid.registry import names
-from mmgrid.registry.errors import AmbiguousCheckpointError, InvalidNameError, UnknownCheckpointError
-from mmgrid.registry.index import Index
-from mmgrid.registry.manifest import BlobRef, Manifest, Parent, code_version, read_manifest
-from mmgrid.registry.results import ResultsLog, make_record
-from mmgrid.registry.store import BlobStore, atomic_write
-from mmgrid.registry.tensors import LazyTensors, iter_state, st_dtype, torch_dtype
 from mmgrid.errors import RegistryError
+import mmgrid.registry.aliases as alias_files
+import mmgrid.registry.hf as hf
+import mmgrid.registry.maintenance as maintenance
+import mmgrid.registry.names as names
+import mmgrid.registry.writing as writing
+from mmgrid.registry.errors import AmbiguousCheckpointError, UnknownCheckpointError
+from mmgrid.registry.index import Index
+from mmgrid.registry.maintenance import GcReport, VerifyReport
+from mmgrid.registry.manifest import Manifest, Parent, code_version, read_manifest
+from mmgrid.registry.results import ResultsLog, make_record
+from mmgrid.registry.fsio import atomic_write
+from mmgrid.registry.store import BlobStore
+from mmgrid.registry.tensors import LazyTensors, iter_state, torch_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
     import pandas as pd
     import torch
-
-    from mmgrid.registry.maintenance import GcReport, VerifyReport
 
 WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1": Registry.open defaults to worker mode (no SQLite)
 
@@ -69,8 +73,11 @@ class Registry:
         root = Path(root)
         if root.exists() and not root.is_dir():
             raise RegistryError(f"registry root {root} is a file; give a folder (it is created if missing).")
-        for sub in ("blobs", "files", "manifests", "aliases", "results", "tmp"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
+        try:
+            for sub in ("blobs", "files", "manifests", "aliases", "results", "tmp"):
+                (root / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RegistryError(f"cannot create the registry folders under {root} ({exc}); give a folder you can write to.") from exc
         if index is None:
             index = os.environ.get(WORKER_ENV) != "1"
         reg = cls(root, index=index, durable=durable)
@@ -97,8 +104,16 @@ class Registry:
         return self._index.sync()
 
     def reindex(self) -> int:
-        """Rebuild the index from the files alone; returns the number of rows indexed."""
+        """Rebuild the index from the files alone; returns the number of rows indexed.
+
+        Unreadable manifests and aliases are skipped with a :class:`RegistryWarning` and
+        listed in :attr:`index_problems` (``mmgrid registry reindex`` then exits 1)."""
         return self._index.rebuild()
+
+    @property
+    def index_problems(self) -> list[tuple[str, str]]:
+        """(path, what is wrong) of every file the last sync or reindex skipped."""
+        return list(self._index.problems)
 
     def _reader(self) -> Index:
         if not self.indexed:
@@ -141,20 +156,25 @@ class Registry:
             data_fingerprint: provenance, recorded in the manifest.
 
         Raises:
-            InvalidNameError, UnsafeFormatError, UnknownCheckpointError (a parent is unknown).
+            InvalidNameError, UnsafeFormatError, UnknownCheckpointError (a parent is unknown),
+            NonFiniteTensorError (NaN/Inf), IdentityConflictError (the identity is stored with
+            other tensor names, shapes or dtypes). Nothing is stored when any is raised.
         """
         coords = names.normalize_coords(coords)
         plist = names.normalize_parents(self._parent_ids(parents))
         cid = names.make_id(coords, kind, plist, params, config_hash, seed)
         if self.has(cid):
+            writing.check_same_tensors(self.get(cid), state_or_path)
             return cid
         for pid, _ in plist:
             if not self.has(pid):
                 raise UnknownCheckpointError(f"parent {pid} of the checkpoint being put is not in {self.root}; put the parent first.")
-        params_j, meta_j = _jsonable(params, "params"), _jsonable(meta, "meta")  # fail before writing anything
+        # fail before writing anything
+        params_j, meta_j = writing.jsonable(params, "params"), writing.jsonable(meta, "meta")
+        files = writing.check_files(files)
         with self.store.batch():
-            file_refs = self._store_files(files)
-            blobs = self._store_tensors(iter_state(state_or_path))
+            file_refs = writing.store_files(self.store, files)
+            blobs = writing.store_tensors(self.store, iter_state(state_or_path))
         m = Manifest(
             id=cid, coords=coords, kind=kind, parents=[Parent(*p) for p in plist], params=params_j,
             meta=meta_j, files=file_refs, blobs=blobs, seed=seed, config_hash=config_hash,
@@ -174,33 +194,9 @@ class Registry:
             out.append((pid, role))
         return out
 
-    def _store_tensors(self, items: Iterator[tuple[str, "torch.Tensor"]]) -> dict[str, BlobRef]:
-        futures: dict[str, tuple[Any, tuple[int, ...], str, int]] = {}
-        for name, tensor in items:
-            if not isinstance(name, str) or not name:
-                raise InvalidNameError(f"tensor name {name!r} must be a non-empty string.")
-            if name in futures:
-                raise RegistryError(f"tensor {name!r} appears twice (two shards?); every name must be unique.")
-            dtype = st_dtype(tensor.dtype)  # refuse unsupported dtypes before any work
-            futures[name] = (self.store.submit_tensor(tensor), tuple(tensor.shape), dtype, tensor.numel() * tensor.element_size())
-        blobs = {name: BlobRef(fut.result()[0], shape, dtype, int(nb)) for name, (fut, shape, dtype, nb) in futures.items()}
-        if not blobs:
-            raise RegistryError("the checkpoint has no tensors; pass a non-empty state dict or .safetensors path.")
-        return blobs
-
-    def _store_files(self, files: Mapping[str, bytes] | None) -> dict[str, str]:
-        refs: dict[str, str] = {}
-        for name, data in (files or {}).items():
-            names.check_file_name(name)
-            if isinstance(data, str):
-                data = data.encode()
-            if not isinstance(data, (bytes, bytearray, memoryview)):
-                raise RegistryError(f"file {name!r} must be bytes (e.g. Path(...).read_bytes()), got {type(data).__name__}.")
-            refs[name] = self.store.put_file(bytes(data))[0]
-        return refs
-
     def _commit(self, m: Manifest) -> None:
         """Write the manifest last: until its rename the checkpoint does not exist."""
+        m.check_paths()
         atomic_write(self.manifest_path(m.id), m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written")
         self._manifests[m.id] = m
         if self.indexed:
@@ -217,9 +213,14 @@ class Registry:
             raise UnknownCheckpointError(f"{ref!r} is not a checkpoint id, alias or coords mapping.")
         if self.has(ref):
             return ref
-        alias = self.root / "aliases" / f"{ref}.json"
-        if names.is_alias(ref) and alias.is_file():
-            return json.loads(alias.read_text())["id"]
+        target = alias_files.read_alias(self.root, ref)
+        if target is not None:
+            if not self.has(target):
+                raise UnknownCheckpointError(
+                    f"alias {ref!r} points at checkpoint {target}, which is not in {self.root} (its manifest was "
+                    f"removed); re-point it with `mmgrid registry alias {self.root} {ref} ID`."
+                )
+            return target
         if names.is_hex(ref) and 6 <= len(ref) < names.ID_LEN:
             sub = self.root / "manifests" / ref[:2]
             hits = sorted(p.stem for p in sub.glob(f"{ref}*.json")) if sub.is_dir() else []
@@ -262,8 +263,6 @@ class Registry:
 
     def load(self, ref: Any, dtype: "torch.dtype | None" = None, device: str = "cpu") -> "dict[str, torch.Tensor]":
         """All tensors of a checkpoint, read blob by blob; ``dtype`` casts floating tensors only."""
-        from concurrent.futures import ThreadPoolExecutor
-
         lazy = self.open_tensors(ref, dtype=dtype, device=device)
         with ThreadPoolExecutor(max_workers=self.store.workers) as pool:  # reads and sha256 release the GIL
             tensors = list(pool.map(lazy.__getitem__, list(lazy)))
@@ -291,13 +290,13 @@ class Registry:
     def query(self, **filters: Any) -> "pd.DataFrame":
         """One row per checkpoint matching all filters (paradigm=, domain=, period=, kind=,
         variant=, method=, or any extra coord such as lambda=; a list value means any of)."""
-        from mmgrid.registry.frames import checkpoints_frame
+        from mmgrid.registry.frames import checkpoints_frame  # lazy: pandas (~0.5-1 s) stays out of `import mmgrid.registry`
 
         return checkpoints_frame(self._reader().query_rows(filters))
 
     def lineage(self, ref: Any) -> "nx.DiGraph":
         """The checkpoint and all its ancestors; edges parent -> child with role, method, params."""
-        from mmgrid.registry.lineage import build
+        from mmgrid.registry.lineage import build  # lazy: networkx (~0.3 s) stays out of `import mmgrid.registry`
 
         return build(self, self.resolve(ref))
 
@@ -325,7 +324,7 @@ class Registry:
 
     def results(self, **filters: Any) -> "pd.DataFrame":
         """Evaluation rows (id or recipe_hash, split, group, metric, value, coords, extra keys)."""
-        from mmgrid.registry.frames import results_frame
+        from mmgrid.registry.frames import results_frame  # lazy: pandas (~0.5-1 s)
 
         return results_frame(self._reader().result_rows(filters))
 
@@ -335,7 +334,7 @@ class Registry:
 
         Where a cell has several checkpoints (or several evaluations), the newest wins.
         """
-        from mmgrid.registry.frames import grid_frame
+        from mmgrid.registry.frames import grid_frame  # lazy: pandas (~0.5-1 s)
 
         return grid_frame(self, paradigm, variant, value, split, group, kind)
 
@@ -344,57 +343,37 @@ class Registry:
         """Point ``name`` at a checkpoint (moving it if it existed); returns the id."""
         names.check_alias(name)
         cid = self.resolve(ref)
-        created = names.now_iso()
-        data = json.dumps({"id": cid, "created": created}).encode()
-        atomic_write(self.root / "aliases" / f"{name}.json", data, self.store.tmp, self.durable)
+        created = alias_files.write_alias(self.root, name, cid, self.store.tmp, self.durable)
         if self.indexed:
             self._index.write(lambda c: c.execute("INSERT OR REPLACE INTO aliases VALUES (?,?,?)", (name, cid, created)))
         return cid
 
     def aliases(self) -> dict[str, str]:
-        out = {}
-        for f in sorted((self.root / "aliases").glob("*.json")):
-            try:
-                out[f.stem] = json.loads(f.read_text())["id"]
-            except (OSError, ValueError, KeyError):
-                continue
-        return out
+        """Name -> id of every valid alias (broken alias files are listed by ``verify``)."""
+        return {name: cid for name, cid, _ in alias_files.scan(self.root)[0]}
 
     # -- Hugging Face, maintenance --------------------------------------------------------
     def export_hf(self, ref: Any, out_dir: str | Path) -> Path:
         """Write a plain Hugging Face folder (model.safetensors + config/tokenizer files)."""
-        from mmgrid.registry.hf import export_hf
-
-        return export_hf(self, ref, Path(out_dir))
+        return hf.export_hf(self, ref, Path(out_dir))
 
     def import_hf(self, path: str | Path, coords: Mapping[str, Any], **kw: Any) -> str:
         """Bring in a Hugging Face folder trained elsewhere (see :func:`mmgrid.registry.hf.import_hf`)."""
-        from mmgrid.registry.hf import import_hf
+        return hf.import_hf(self, Path(path), coords, **kw)
 
-        return import_hf(self, Path(path), coords, **kw)
+    def verify(self) -> VerifyReport:
+        """Re-hash every blob and file; report missing or corrupt ones, bad manifests and
+        aliases, and temporary files left by killed writers."""
+        return maintenance.verify(self)
 
-    def verify(self) -> "VerifyReport":
-        """Re-hash every blob and file; report missing or corrupt ones and bad manifests."""
-        from mmgrid.registry.maintenance import verify
-
-        return verify(self)
-
-    def gc(self, keep: Iterable[Any] | None = None, dry_run: bool = False, grace_s: float = 3600.0) -> "GcReport":
-        """Remove unreachable checkpoints and unreferenced blobs (rule: :func:`mmgrid.registry.maintenance.gc`)."""
-        from mmgrid.registry.maintenance import gc
-
-        return gc(self, keep=keep, dry_run=dry_run, grace_s=grace_s)
+    def gc(self, keep: Iterable[Any] | None = None, dry_run: bool = False, grace_s: float = 3600.0) -> GcReport:
+        """Remove unreachable checkpoints, unreferenced blobs and stale temporary files
+        (rule: :func:`mmgrid.registry.maintenance.gc`)."""
+        return maintenance.gc(self, keep=keep, dry_run=dry_run, grace_s=grace_s)
 
     def iter_manifest_paths(self) -> list[Path]:
         return sorted((self.root / "manifests").glob("*/*.json"))
 
     def _forget(self, cid: str) -> None:
         self._manifests.pop(cid, None)
-
-
-def _jsonable(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
-    try:
-        return json.loads(names.canonical_json(dict(value or {})))
-    except (TypeError, ValueError) as exc:
-        raise RegistryError(f"{what} must be JSON-able (numbers, strings, lists, dicts; tuples become lists): {exc}") from exc
 

@@ -38,3 +38,25 @@ class ArchitectureMismatchError(RegistryError, ValueError):
 
 class IndexLockedError(RegistryError):
     """The SQLite index stayed locked past every retry."""
+
+
+class UnsafePathError(RegistryError, ValueError):
+    """A path read from a stored artifact (a manifest's file name or blob hash, an alias's
+    target id) or a symlink inside an imported folder would lead outside where it may go."""
+
+
+class InvalidFileError(RegistryError, ValueError):
+    """A file offered to the registry is not what its name says (a config.json that is not
+    a JSON object, say)."""
+
+
+class NonFiniteTensorError(RegistryError, ValueError):
+    """A tensor offered to ``put`` holds NaN or Inf values; they never enter the registry."""
+
+
+class IdentityConflictError(RegistryError, ValueError):
+    """A checkpoint identity already stored was put again with different content."""
+
+
+class RegistryWarning(UserWarning):
+    """Something was skipped rather than refused (an unreadable manifest while indexing)."""

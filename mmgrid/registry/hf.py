@@ -16,11 +16,12 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from mmgrid.registry import names
-from mmgrid.registry.errors import ArchitectureMismatchError
-from mmgrid.registry.manifest import Manifest, Parent, code_version
-from mmgrid.registry.tensors import UNSAFE_SUFFIXES, iter_path, safetensors_files
 from mmgrid.errors import RegistryError
+import mmgrid.registry.names as names
+import mmgrid.registry.writing as writing
+from mmgrid.registry.errors import ArchitectureMismatchError, InvalidFileError, UnsafePathError
+from mmgrid.registry.manifest import Manifest, Parent, code_version
+from mmgrid.registry.tensors import UNSAFE_SUFFIXES, iter_path, member, safetensors_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.registry.api import Registry
@@ -36,9 +37,9 @@ def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = T
         RegistryError: ``out_dir`` is a non-empty folder, or the checkpoint has no
             config.json (put it with ``files={"config.json": ...}``).
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # lazy: imports torch (~2-4 s)
 
-    m = reg.get(ref)
+    m = reg.get(ref)  # refuses a manifest whose file names or blob hashes could leave a folder
     if require_config and "config.json" not in m.files:
         raise RegistryError(
             f"checkpoint {m.id} has no config.json, so transformers could not open the export; "
@@ -51,7 +52,10 @@ def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = T
     try:
         save_file(reg.load(m.id), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         for name in m.files:
-            (tmp / name).write_bytes(reg.file(m.id, name))
+            target = tmp / names.check_file_name(name)
+            if not names.inside(tmp, target):  # defence in depth: check_file_name already forbids it
+                raise UnsafePathError(f"file {name!r} of {m.id} would be written outside {out_dir}; nothing was exported.")
+            target.write_bytes(reg.file(m.id, name))
         if out_dir.exists():
             out_dir.rmdir()
         os.replace(tmp, out_dir)  # readers never see a half-written export
@@ -62,15 +66,45 @@ def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = T
 
 
 def _asset_files(path: Path) -> dict[str, bytes]:
+    """The small files of an HF folder (config, tokenizer...); symlinks only inside it.
+
+    Raises:
+        UnsafePathError: a file is a symlink leading outside the folder (see ``tensors.member``).
+    """
     out: dict[str, bytes] = {}
     for f in sorted(path.iterdir()):
         low = f.name.lower()
-        if not f.is_file() or f.name.startswith(".") or low.endswith(_SKIP) or f.suffix.lower() in UNSAFE_SUFFIXES:
+        if f.name.startswith(".") or low.endswith(_SKIP) or f.suffix.lower() in UNSAFE_SUFFIXES:
             continue
-        if f.stat().st_size > MAX_FILE_BYTES:
+        if f.is_dir():  # sub-folders (symlinked or not) are never read
+            continue
+        if not member(path, f).is_file() or f.stat().st_size > MAX_FILE_BYTES:  # member: refuses escaping links
             continue
         out[names.check_file_name(f.name)] = f.read_bytes()
     return out
+
+
+def _config(path: Path, files: Mapping[str, bytes]) -> dict[str, Any]:
+    """The folder's config.json as a dict ({} when there is none).
+
+    Raises:
+        InvalidFileError: config.json is not a JSON object.
+    """
+    if "config.json" not in files:
+        return {}
+    try:
+        config = json.loads(files["config.json"])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidFileError(
+            f"{path / 'config.json'} is not valid JSON ({exc}); a Hugging Face config.json is the JSON object "
+            "save_pretrained writes: restore it or re-export the model. Nothing was stored."
+        ) from exc
+    if not isinstance(config, dict):
+        raise InvalidFileError(
+            f"{path / 'config.json'} holds a JSON {type(config).__name__}, not an object; a Hugging Face "
+            "config.json is the JSON object save_pretrained writes. Nothing was stored."
+        )
+    return config
 
 
 def _check_arch(path: Path, config: Mapping[str, Any], expect_arch: str | Iterable[str]) -> None:
@@ -127,20 +161,24 @@ def import_hf(
 
     Raises:
         UnsafeFormatError: the folder has only .bin/.pt/.pkl weights.
+        UnsafePathError: a file is a symlink leading outside the folder (or, for a Hugging
+            Face cache snapshot, outside its models--ORG--NAME folder).
+        InvalidFileError: config.json is not a JSON object.
+        NonFiniteTensorError: a tensor holds NaN or Inf.
         ArchitectureMismatchError: expect_arch or like does not match.
     """
     if not path.is_dir():
         raise RegistryError(f"{path} is not a folder; import_hf takes a Hugging Face model folder.")
-    safetensors_files(path)  # refuses pickle-only folders before anything is stored
+    safetensors_files(path)  # refuses pickle-only folders and escaping symlinks before anything is stored
     files = _asset_files(path)
-    config = json.loads(files["config.json"]) if "config.json" in files else {}
+    config = _config(path, files)
     if expect_arch is not None:
         _check_arch(path, config, expect_arch)
     with reg.store.batch():
-        blobs = reg._store_tensors(iter_path(path))
+        blobs = writing.store_tensors(reg.store, iter_path(path))
         if like is not None:
             _check_like(reg, path, blobs, like)
-        file_refs = reg._store_files(files)
+        file_refs = writing.store_files(reg.store, files)
     content = names.hash_json({"tensors": {k: b.sha256 for k, b in blobs.items()}, "files": file_refs}, n=64)
     full_params = {**dict(params or {}), "content": content}
     coords = names.normalize_coords(coords)

@@ -15,13 +15,15 @@ import os
 import random
 import sqlite3
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from mmgrid.registry.errors import IndexLockedError
-from mmgrid.registry.manifest import Manifest, read_manifest
-from mmgrid.registry import results as results_io
 from mmgrid.errors import RegistryError
+import mmgrid.registry.aliases as alias_files
+import mmgrid.registry.results as results_io
+from mmgrid.registry.errors import IndexLockedError, RegistryWarning
+from mmgrid.registry.manifest import Manifest, read_manifest
 
 T = TypeVar("T")
 
@@ -62,6 +64,7 @@ class Index:
         self.path = str(path)
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
+        self.problems: list[tuple[str, str]] = []  # (path, what is wrong) met by the last sync or rebuild
 
     # -- connection and transactions ---------------------------------------------
     @property
@@ -146,19 +149,36 @@ class Index:
     @staticmethod
     def add_record(conn: sqlite3.Connection, rec: Mapping[str, Any]) -> None:
         extra = json.dumps(rec.get("extra") or {}, sort_keys=True)
-        conn.executemany(
-            "INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?)",
-            [(rec["key"], name, rec.get("id"), rec.get("recipe_hash"), rec.get("recipe"), rec.get("split"),
-              rec.get("group"), float(v), extra, rec.get("created")) for name, v in rec["metrics"].items()],
-        )
+        rows = [(rec["key"], name, rec.get("id"), rec.get("recipe_hash"), rec.get("recipe"), rec.get("split"),
+                 rec.get("group"), float(v), extra, rec.get("created")) for name, v in rec["metrics"].items()]
+        for row in rows:  # all or nothing: refuse a record before any of its rows is inserted
+            bad = [x for x in row if x is not None and not isinstance(x, (str, int, float))]
+            if bad:
+                raise TypeError(f"values {bad!r} are not text or numbers")
+        conn.executemany("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
 
     # -- sync from files ---------------------------------------------------------------
     def _stamps(self, conn: sqlite3.Connection) -> dict[str, str]:
         return dict(conn.execute("SELECT path, stamp FROM sync_state").fetchall())
 
     def sync(self) -> int:
-        """Index what other processes wrote since the last sync; returns the number of changes."""
-        return self.write(self._sync)
+        """Index what other processes wrote since the last sync; returns the number of changes.
+
+        A manifest or alias file that cannot be read is skipped (it must not block the
+        index), listed in :attr:`problems` and announced with a :class:`RegistryWarning`.
+        """
+        self.problems = []
+        n = self.write(self._sync)
+        self._warn()
+        return n
+
+    def _skip(self, path: str, problem: str) -> None:
+        if (path, problem) not in self.problems:
+            self.problems.append((path, problem))
+
+    def _warn(self) -> None:
+        for path, problem in self.problems:
+            warnings.warn(f"registry index skipped {path}: {problem}", RegistryWarning, stacklevel=3)
 
     def _sync(self, conn: sqlite3.Connection) -> int:
         if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
@@ -186,10 +206,15 @@ class Index:
             hi = name[:-1] + chr(ord(name[-1]) + 1) if name else ""
             indexed = {r[0] for r in conn.execute("SELECT id FROM checkpoints WHERE id >= ? AND id < ?", (name, hi))}
             for cid in sorted(on_disk - indexed):
+                path = Path(entry.path) / f"{cid}.json"
                 try:
-                    self.add_manifest(conn, read_manifest(Path(entry.path) / f"{cid}.json"))
-                except (RegistryError, OSError):
-                    continue  # reported by verify(); one bad file must not block the index
+                    m = read_manifest(path)
+                    if m.id != cid:
+                        raise RegistryError(f"manifest {path} claims id {m.id}; the file was renamed or edited.")
+                    self.add_manifest(conn, m)
+                except (RegistryError, OSError) as exc:
+                    self._skip(str(path), str(exc))  # one bad file must not block the index; verify() lists it too
+                    continue
                 n += 1
             for cid in indexed - on_disk:
                 self.remove_checkpoint(conn, cid)
@@ -202,13 +227,9 @@ class Index:
         mtime = adir.stat().st_mtime_ns if adir.is_dir() else -1
         if not self._changed(stamps, "aliases", mtime, now) or mtime < 0:
             return 0
-        rows = []
-        for f in sorted(adir.glob("*.json")):
-            try:
-                d = json.loads(f.read_text())
-                rows.append((f.name[:-5], d["id"], d.get("created")))
-            except (OSError, ValueError, KeyError):
-                continue
+        rows, bad = alias_files.scan(self.root)
+        for path, problem in bad:
+            self._skip(path, problem)
         old = set(conn.execute("SELECT name, id, created FROM aliases").fetchall())
         conn.execute("INSERT OR REPLACE INTO sync_state VALUES (?,?)", ("aliases", str(mtime)))
         if old == set(rows):
@@ -226,15 +247,23 @@ class Index:
                 continue
             records, new_offset = results_io.read_lines(path, offset)
             for rec in records:
-                self.add_record(conn, rec)
-            n += len(records)
+                try:
+                    self.add_record(conn, rec)
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    self._skip(str(path), f"record {rec.get('key')!r} is malformed ({exc!r}); the file was edited: "
+                                          "restore it from a backup or delete that line.")
+                    continue
+                n += 1
             conn.execute("INSERT OR REPLACE INTO sync_state VALUES (?,?)", (key, str(new_offset)))
         return n
 
     def rebuild(self) -> int:
-        """Forget everything and index all files again (``mmgrid registry reindex``)."""
-
-        return self.write(self._clear_and_sync)
+        """Forget everything and index all files again (``mmgrid registry reindex``); files
+        that cannot be read are skipped and listed in :attr:`problems` (see :meth:`sync`)."""
+        self.problems = []
+        n = self.write(self._clear_and_sync)
+        self._warn()
+        return n
 
     def _clear_and_sync(self, conn: sqlite3.Connection) -> int:
         for table in ("checkpoints", "coord_kv", "edges", "aliases", "results", "sync_state"):

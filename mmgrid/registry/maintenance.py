@@ -3,7 +3,8 @@
 gc rule:
 
 * ``keep=None`` (default): every checkpoint stays; only blobs and files that no manifest
-  references (left by killed writers or earlier gcs) and stale temporary files go.
+  references (left by killed writers or earlier gcs), stale temporary files (``tmp/``,
+  a killed writer's litter) and verification records of blobs that are gone go.
 * ``keep=[refs...]`` (ids, aliases, coords): the kept checkpoints, every aliased
   checkpoint, and all their ancestors (lineage) stay; every other manifest is deleted,
   then every blob and file no remaining manifest references.
@@ -20,10 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
+from mmgrid.errors import RegistryError
+import mmgrid.registry.aliases as alias_files
+import mmgrid.registry.verified as verified
 from mmgrid.registry.index import Index
 from mmgrid.registry.manifest import Manifest, read_manifest
-from mmgrid.registry.store import forget_verified
-from mmgrid.errors import RegistryError
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.registry.api import Registry
@@ -31,7 +33,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class VerifyReport:
-    """What ``verify`` found; ``ok`` is True when nothing is missing or corrupt."""
+    """What ``verify`` found; ``ok`` is True when nothing is missing, corrupt or unreadable.
+
+    Temporary files (``temp_files``) do not make a registry not ok: nothing reads them;
+    they are listed so that a killed writer's litter is seen, and ``gc`` removes them.
+    """
 
     checkpoints: int = 0
     blobs_checked: int = 0
@@ -39,20 +45,31 @@ class VerifyReport:
     corrupt: list[str] = field(default_factory=list)  # paths of blobs whose bytes do not hash to their name
     affected: list[str] = field(default_factory=list)  # checkpoint ids using a missing or corrupt blob
     bad_manifests: list[str] = field(default_factory=list)
+    problems: dict[str, str] = field(default_factory=dict)  # bad manifest or alias path -> what is wrong
+    bad_aliases: list[str] = field(default_factory=list)  # alias files that are broken or point nowhere
     orphans: int = 0  # unreferenced blobs (harmless; gc removes them)
+    temp_files: list[str] = field(default_factory=list)  # tmp/ files: writes in flight or a killed writer's litter
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.corrupt or self.bad_manifests)
+        return not (self.missing or self.corrupt or self.bad_manifests or self.bad_aliases)
 
     def summary(self) -> str:
         head = "OK" if self.ok else "PROBLEMS FOUND"
-        lines = [f"{head}: {self.checkpoints} checkpoints, {self.blobs_checked} blobs re-hashed, {self.orphans} unreferenced"]
+        lines = [f"{head}: {self.checkpoints} checkpoints, {self.blobs_checked} blobs re-hashed, {self.orphans} unreferenced, "
+                 f"{len(self.temp_files)} temporary files"]
         lines += [f"missing: {sha} ({name} of {cid})" for cid, name, sha in self.missing]
         lines += [f"corrupt: {p}" for p in self.corrupt]
-        lines += [f"bad manifest: {p}" for p in self.bad_manifests]
+        lines += [f"bad manifest: {p}: {self.problems.get(p, '')}" for p in self.bad_manifests]
+        lines += [f"bad alias: {p}: {self.problems.get(p, '')}" for p in self.bad_aliases]
         if self.affected:
             lines.append(f"affected checkpoints: {', '.join(self.affected)}; restore the blobs from a backup or re-create them.")
+        if self.temp_files:
+            lines.append(f"temporary files (left by killed writers unless a write is running now; "
+                         f"`mmgrid registry gc ROOT` removes those older than its --grace): {len(self.temp_files)}")
+            lines += [f"  {p}" for p in self.temp_files[:50]]
+            if len(self.temp_files) > 50:
+                lines.append(f"  ... and {len(self.temp_files) - 50} more")
         return "\n".join(lines)
 
 
@@ -61,13 +78,16 @@ class GcReport:
     removed_checkpoints: list[str] = field(default_factory=list)
     removed_blobs: int = 0
     removed_files: int = 0
+    removed_temp: int = 0  # temporary files (a killed writer's litter)
+    removed_records: int = 0  # verification records of blobs that are gone
     freed_bytes: int = 0
     dry_run: bool = False
 
     def summary(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
         return (f"{verb} {len(self.removed_checkpoints)} checkpoints, {self.removed_blobs} blobs, "
-                f"{self.removed_files} files ({self.freed_bytes / 1e6:.1f} MB)")
+                f"{self.removed_files} files, {self.removed_temp} temporary files, "
+                f"{self.removed_records} stale verification records ({self.freed_bytes / 1e6:.1f} MB)")
 
 
 def _manifests(reg: "Registry", report: VerifyReport | None = None) -> dict[str, Manifest]:
@@ -76,11 +96,12 @@ def _manifests(reg: "Registry", report: VerifyReport | None = None) -> dict[str,
         try:
             m = read_manifest(path)
             if m.id != path.stem:
-                raise RegistryError(f"manifest {path} claims id {m.id}")
-        except (RegistryError, OSError, ValueError):
+                raise RegistryError(f"manifest {path} claims id {m.id}; the file was renamed or edited.")
+        except (RegistryError, OSError, ValueError) as exc:
             if report is None:
                 raise
             report.bad_manifests.append(str(path))
+            report.problems[str(path)] = str(exc)
             continue
         out[m.id] = m
     return out
@@ -98,7 +119,8 @@ def _refs(ms: dict[str, Manifest]) -> tuple[dict[str, list[tuple[str, str]]], di
 
 
 def verify(reg: "Registry") -> VerifyReport:
-    """Re-hash every blob and file on disk and check every manifest's references."""
+    """Re-hash every blob and file on disk (never trusting a verification record), check
+    every manifest's names and references and every alias, and list temporary files."""
     report = VerifyReport()
     ms = _manifests(reg, report)
     report.checkpoints = len(ms)
@@ -115,10 +137,20 @@ def verify(reg: "Registry") -> VerifyReport:
                 affected.update(cid for cid, _ in refs.get(sha, []))
         for sha, users in refs.items():
             if sha not in on_disk:
+                verified.discard(sha)
                 report.missing.extend((cid, name, sha) for cid, name in users)
                 affected.update(cid for cid, _ in users)
     report.affected = sorted(affected)
-    forget_verified()  # what this process trusted before may be what verify just found broken
+    rows, bad = alias_files.scan(reg.root)
+    for path, problem in bad:
+        report.bad_aliases.append(path)
+        report.problems[path] = problem
+    for name, cid, _ in rows:
+        if cid not in ms:
+            path = str(reg.root / "aliases" / f"{name}.json")
+            report.bad_aliases.append(path)
+            report.problems[path] = f"points at {cid}, which has no (valid) manifest; re-point or delete the alias."
+    report.temp_files = [str(p) for p in reg.store.temp_files()]
     return report
 
 
@@ -136,6 +168,8 @@ def _live(reg: "Registry", ms: dict[str, Manifest], keep: Iterable[Any]) -> set[
 
 def gc(reg: "Registry", keep: Iterable[Any] | None = None, dry_run: bool = False, grace_s: float = 3600.0) -> GcReport:
     """Remove unreachable checkpoints and unreferenced blobs (rule in the module docstring)."""
+    if not grace_s >= 0:  # also refuses NaN
+        raise RegistryError(f"gc grace period {grace_s!r} s must be a number >= 0 (0 when no other process writes).")
     report = GcReport(dry_run=dry_run)
     ms = _manifests(reg)
     if keep is not None:
@@ -161,9 +195,21 @@ def gc(reg: "Registry", keep: Iterable[Any] | None = None, dry_run: bool = False
             report.freed_bytes += st.st_size
             if not dry_run:
                 path.unlink(missing_ok=True)
-    if not dry_run:
-        for tmp in (reg.root / "tmp").glob("*"):
-            if tmp.is_file() and tmp.stat().st_mtime <= cutoff:
+    for tmp in reg.store.temp_files():
+        try:
+            st = tmp.lstat()
+        except FileNotFoundError:  # its writer finished meanwhile
+            continue
+        if st.st_mtime <= cutoff:
+            report.removed_temp += 1
+            report.freed_bytes += st.st_size
+            if not dry_run:
                 tmp.unlink(missing_ok=True)
+    on_disk = {p.name.split(".")[0] for p in reg.store.iter_blobs()}
+    for rec in reg.store.records.all():
+        if rec.name not in on_disk:
+            report.removed_records += 1
+            if not dry_run:
+                rec.unlink(missing_ok=True)
     return report
 

@@ -15,7 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mmgrid.registry.errors import RegistryError
+from mmgrid._version import __version__
+from mmgrid.registry.blobfmt import ST_TO_TORCH
+from mmgrid.registry.errors import RegistryError, UnsafePathError
+from mmgrid.registry.names import check_kind, is_file_name, is_id, is_sha256, normalize_coords
 
 FORMAT = 1
 
@@ -90,8 +93,43 @@ class Manifest:
                 code_version=d.get("code_version", ""),
                 created=d.get("created", ""),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegistryError(f"manifest {where} is malformed ({exc!r}); restore it or run `mmgrid registry verify` to list bad manifests.") from exc
+
+    def check_paths(self, where: str = "") -> "Manifest":
+        """Refuse every name in the manifest that becomes a path and could leave the registry
+        (or an export folder): the id, parent ids, file names, file and blob hashes.
+
+        Raises:
+            UnsafePathError: naming the field, the value and how to fix it.
+            RegistryError: a blob's dtype is not a safetensors dtype.
+        """
+        fix = ("the manifest was edited or corrupted; restore it from a backup or delete it and re-create "
+               "the checkpoint (`mmgrid registry verify ROOT` lists every bad manifest).")
+        bad: list[str] = []
+        if not is_id(self.id):
+            bad.append(f"id {self.id!r} is not a checkpoint id (16 lowercase hex digits)")
+        bad += [f"parent id {p.id!r} is not a checkpoint id" for p in self.parents if not is_id(p.id)]
+        for name, sha in self.files.items():
+            if not is_file_name(name):
+                bad.append(f"file name {name!r} is not a plain file name (no '/', no '..'), so it could leave the export folder")
+            if not is_sha256(sha):
+                bad.append(f"file {name!r} refers to blob {sha!r}, not a sha256 (64 lowercase hex digits)")
+        bad += [f"tensor {k!r} refers to blob {b.sha256!r}, not a sha256 (64 lowercase hex digits)"
+                for k, b in self.blobs.items() if not is_sha256(b.sha256)]
+        if bad:
+            raise UnsafePathError(f"manifest {where or self.id}: {'; '.join(bad[:5])}; {fix}")
+        try:  # what the index and the frames rely on
+            normalize_coords(self.coords)
+            check_kind(self.kind)
+        except RegistryError as exc:
+            raise RegistryError(f"manifest {where or self.id}: {exc} {fix}") from None
+        wrong = sorted({str(b.dtype) for b in self.blobs.values()} - set(ST_TO_TORCH))
+        wrong += [f"shape of {k!r}: {b.shape!r}" for k, b in self.blobs.items()
+                  if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in b.shape)]
+        if wrong:
+            raise RegistryError(f"manifest {where or self.id} holds invalid dtypes or shapes ({', '.join(wrong[:5])}); {fix}")
+        return self
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
@@ -100,16 +138,16 @@ class Manifest:
 def read_manifest(path: Path) -> Manifest:
     try:
         data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RegistryError(f"manifest {path} is not valid JSON ({exc}); restore it from a backup or delete it and re-create the checkpoint.") from exc
-    return Manifest.from_json(data, where=str(path))
+    if not isinstance(data, dict):
+        raise RegistryError(f"manifest {path} holds a JSON {type(data).__name__}, not an object; restore it from a backup or delete it and re-create the checkpoint.")
+    return Manifest.from_json(data, where=str(path)).check_paths(str(path))
 
 
 @lru_cache(maxsize=1)
 def code_version() -> str:
     """``mmgrid <version>`` plus the git commit of the source tree when there is one."""
-    from mmgrid import __version__
-
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],

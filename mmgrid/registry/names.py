@@ -11,11 +11,14 @@ import hashlib
 import json
 import math
 import re
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mmgrid.registry.errors import InvalidNameError
 
 ID_LEN = 16  # 64 bits: collisions are negligible far past the 10^5 checkpoints of a big grid
+SHA_LEN = 64  # a blob's name: the sha256 of its bytes, in lowercase hex
 REQUIRED_COORDS = ("paradigm", "domain", "period")
 STANDARD_COORDS = ("paradigm", "domain", "period", "variant")
 KINDS = ("base", "trained", "merged", "imported")
@@ -37,8 +40,6 @@ def canonical_json(obj: Any) -> str:
 
 def now_iso() -> str:
     """UTC time with microseconds; sorts as text in creation order."""
-    from datetime import datetime, timezone
-
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
@@ -116,7 +117,7 @@ def is_alias(name: str) -> bool:
 
 
 def check_file_name(name: str) -> str:
-    if not isinstance(name, str) or not _FILE_RE.match(name) or ".." in name:
+    if not is_file_name(name):
         raise InvalidNameError(
             f"file name {name!r} is not allowed: use a plain name such as 'config.json' "
             "(letters, digits, _ . -; no '/' and no '..')."
@@ -125,7 +126,30 @@ def check_file_name(name: str) -> str:
 
 
 def is_hex(text: str) -> bool:
-    return bool(_HEX_RE.match(text))
+    return isinstance(text, str) and bool(_HEX_RE.match(text))
+
+
+def is_id(text: Any) -> bool:
+    """A full checkpoint id: ``ID_LEN`` lowercase hex digits (safe as a file name)."""
+    return isinstance(text, str) and len(text) == ID_LEN and is_hex(text)
+
+
+def is_sha256(text: Any) -> bool:
+    """A blob name: ``SHA_LEN`` lowercase hex digits (safe as a file name)."""
+    return isinstance(text, str) and len(text) == SHA_LEN and is_hex(text)
+
+
+def is_file_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(_FILE_RE.match(name)) and ".." not in name
+
+
+def inside(root: Path, path: Path) -> bool:
+    """Does ``path``, with every symlink and '..' resolved, stay inside ``root`` (resolved too)?"""
+    try:
+        Path(path).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return False
+    return True
 
 
 def normalize_parents(parents: Iterable[Any] | None) -> list[tuple[str, str]]:

@@ -4,162 +4,47 @@ Layout under the registry root::
 
     blobs/ab/ab12...ef.safetensors   one tensor, stored under the key "t"; name = sha256 of the file
     files/ab/ab12...ef               config.json, tokenizer.json, ... ; name = sha256 of the bytes
+    verified/ab/ab12...ef            a blob's verification record (see verified.py)
     tmp/                             temporary files (same file system, so rename is atomic)
 
-Every write goes to ``tmp/``, is fsynced and renamed into place: a killed writer leaves
-at most a stray temporary file, never a blob that reads back as valid. Reads check the
-hash the first time a blob is read in a process (``_VERIFIED``), then trust it.
+Every write goes to ``tmp/``, is fsynced and renamed into place (``fsio.py``): a killed
+writer leaves at most a stray temporary file, never a blob that reads back as valid.
+A blob is hashed on its first use in a process unless its verification record vouches
+for its unchanged stat identity (``verified.py``); small files are hashed on every read.
+Every hash that names a path is checked to be 64 hex digits first, so no stored hash can
+point outside the registry.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import struct
 import threading
 import time
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from mmgrid.registry.errors import CorruptBlobError, MissingBlobError
+import mmgrid.registry.verified as verified
+from mmgrid.registry.blobfmt import ST_TO_TORCH, TENSOR_KEY, blob_header, from_blob, tensor_bytes
+from mmgrid.registry.errors import CorruptBlobError, MissingBlobError, UnsafePathError
+from mmgrid.registry.fsio import atomic_write, fsync_dir, fsync_file, pause_point, sha256_file, temp_files, temp_path
+from mmgrid.registry.names import is_sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-TENSOR_KEY = "t"
-_VERIFIED: set[str] = set()  # blob hashes checked in this process
-_VERIFIED_LOCK = threading.Lock()
-_CHECKING: dict[str, threading.Lock] = {}  # blob hash -> lock held while one thread checks it
-
-# safetensors dtype names <-> torch dtype attribute names
-ST_TO_TORCH = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32", "U64": "uint64",
-}
+__all__ = ["BlobStore", "ST_TO_TORCH", "TENSOR_KEY", "atomic_write", "forget_verified", "pause_point",
+           "sha256_file", "tensor_bytes"]
 
 
-def pause_point(name: str) -> None:
-    """Test hook: sleep at a named point so a test can SIGKILL a writer there.
+def forget_verified(persistent: bool = True) -> None:
+    """Forget which blobs were checked, so the next use re-hashes them (tests, benchmarks).
 
-    Set ``MMGRID_REGISTRY_PAUSE=<point>`` (and optionally ``MMGRID_REGISTRY_PAUSE_FILE``,
-    touched when the point is reached) in the writer's environment. No effect otherwise.
-    """
-    if os.environ.get("MMGRID_REGISTRY_PAUSE") != name:
-        return
-    flag = os.environ.get("MMGRID_REGISTRY_PAUSE_FILE")
-    if flag:
-        Path(flag).write_text(name)
-    time.sleep(float(os.environ.get("MMGRID_REGISTRY_PAUSE_S", "60")))
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename durable (POSIX); silently skipped where directories cannot be opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes, tmp_dir: Path, durable: bool = True, pause: str | None = None) -> None:
-    """Write ``data`` to ``path`` so that readers see the old state or the whole new file."""
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_dir / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        if pause:
-            pause_point(pause)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if durable:
-        fsync_dir(path.parent)
-
-
-def tensor_bytes(tensor: "torch.Tensor") -> tuple[bytes, memoryview]:
-    """A one-tensor safetensors file as (header, data view), without copying the data.
-
-    The header is the one ``safetensors.torch.save({"t": tensor})`` writes (JSON, spaces
-    to an 8-byte boundary), so a blob's bytes do not depend on which path wrote them.
-    """
-    t = tensor.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
-    info = {TENSOR_KEY: {"dtype": _st_name(t.dtype), "shape": list(t.shape), "data_offsets": [0, t.numel() * t.element_size()]}}
-    head = json.dumps(info, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    data = t.reshape(-1).view(torch_uint8()).numpy().data if t.numel() else memoryview(b"")
-    return struct.pack("<Q", len(head)) + head, data
-
-
-def torch_uint8() -> "torch.dtype":
-    import torch
-
-    return torch.uint8
-
-
-def _st_name(dtype: "torch.dtype") -> str:
-    from mmgrid.errors import RegistryError
-
-    name = str(dtype).removeprefix("torch.")
-    for st, tn in ST_TO_TORCH.items():
-        if tn == name:
-            return st
-    raise RegistryError(f"tensor dtype {dtype} cannot be stored in safetensors; cast it (e.g. to float32).")
-
-
-def _blob_header(read: Callable[[int, int], bytes], path: Path) -> tuple[int, str, tuple[int, ...], int, int]:
-    """(header length n, torch dtype name, shape, start, end) of a one-tensor safetensors
-    blob; ``read(offset, size)`` gives its bytes. The data lies at [8 + n + start, 8 + n + end).
-
-    Raises:
-        CorruptBlobError: the bytes are not such a blob.
-    """
-    try:
-        (n,) = struct.unpack("<Q", read(0, 8))
-        info = json.loads(read(8, n))[TENSOR_KEY]
-        start, end = (int(x) for x in info["data_offsets"])
-        return n, ST_TO_TORCH[info["dtype"]], tuple(info["shape"]), start, end
-    except (struct.error, ValueError, KeyError, TypeError) as exc:
-        raise CorruptBlobError(f"blob {path} is not a one-tensor safetensors file ({exc!r}); re-create the checkpoint.") from exc
-
-
-def _from_blob(buf: bytearray, path: Path) -> "torch.Tensor":
-    """The tensor of a verified one-tensor safetensors blob, sharing ``buf``'s memory (no copy)."""
-    import torch
-
-    n, dtype_name, shape, start, end = _blob_header(lambda o, k: bytes(buf[o:o + k]), path)
-    dtype = getattr(torch, dtype_name)
-    count = end - start
-    if count == 0:
-        return torch.empty(shape, dtype=dtype)
-    flat = torch.frombuffer(buf, dtype=torch.uint8, count=count, offset=8 + n + start)
-    return flat.view(dtype).reshape(shape)
+    ``persistent=False`` forgets only this process's memory, as a new process starts
+    (verification records on disk still count)."""
+    verified.forget(persistent)
 
 
 class _Batch:
@@ -180,14 +65,25 @@ class BlobStore:
         self.tmp = self.root / "tmp"
         self.durable = durable
         self.workers = workers or min(8, (os.cpu_count() or 2) + 2)
+        self.records = verified.Records(self.root, self.tmp)
         self._local = threading.local()  # each thread batches its own puts
 
     # -- paths -----------------------------------------------------------------
+    @staticmethod
+    def _checked(sha: str) -> str:
+        if not is_sha256(sha):
+            raise UnsafePathError(
+                f"blob reference {sha!r} is not a sha256 (64 lowercase hex digits), so it cannot name a file "
+                "inside the registry; the manifest holding it was edited or corrupted: restore it from a backup "
+                "(`mmgrid registry verify ROOT` lists every bad manifest)."
+            )
+        return sha
+
     def blob_path(self, sha: str) -> Path:
-        return self.root / "blobs" / sha[:2] / f"{sha}.safetensors"
+        return self.root / "blobs" / sha[:2] / f"{self._checked(sha)}.safetensors"
 
     def file_path(self, sha: str) -> Path:
-        return self.root / "files" / sha[:2] / sha
+        return self.root / "files" / sha[:2] / self._checked(sha)
 
     # -- batches -----------------------------------------------------------------
     @contextmanager
@@ -198,7 +94,7 @@ class BlobStore:
         (sha256 and file writes release the GIL). On a clean exit every temporary file is
         fsynced (in parallel, so the file system can share journal commits), renamed into
         place, and the folders fsynced. A blob never sits under its final name before its
-        bytes are durable, and a failed block leaves no blob at all.
+        bytes are durable, and a failed block leaves no blob and no temporary file.
         """
         if getattr(self._local, "batch", None) is not None:  # nested: the outer block flushes
             yield
@@ -222,15 +118,14 @@ class BlobStore:
             return
         with ThreadPoolExecutor(max_workers=min(16, len(b.pending))) as pool:
             if self.durable:
-                list(pool.map(_fsync_file, [tmp for tmp, _ in b.pending.values()]))
+                list(pool.map(fsync_file, [tmp for tmp, _ in b.pending.values()]))
             pause_point("blob_tmp_written")
             for tmp, final in b.pending.values():
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, final)
             if self.durable:
                 list(pool.map(fsync_dir, sorted({final.parent for _, final in b.pending.values()})))
-        with _VERIFIED_LOCK:
-            _VERIFIED.update(b.pending)
+        verified.mark(b.pending)  # we hashed these very bytes
 
     # -- writing ---------------------------------------------------------------
     def put_tensor(self, tensor: "torch.Tensor") -> tuple[str, int, bool]:
@@ -274,13 +169,12 @@ class BlobStore:
             return sha, size, False
         if b is None:
             atomic_write(path, b"".join(parts), self.tmp, self.durable)
-            with _VERIFIED_LOCK:
-                _VERIFIED.add(sha)  # we just hashed these very bytes
+            verified.mark({sha})  # we just hashed these very bytes
             return sha, size, True
         with b.lock:
             if sha in b.pending:  # the same tensor twice in one checkpoint (tied weights)
                 return sha, size, False
-            tmp = self.tmp / f".{sha}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+            tmp = temp_path(self.tmp, path.name)
             b.pending[sha] = (tmp, path)
         self.tmp.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
@@ -288,7 +182,7 @@ class BlobStore:
                 fh.write(part)
         return sha, size, True
 
-    # -- reading ---------------------------------------------------------------
+    # -- checking ----------------------------------------------------------------
     @staticmethod
     def _missing(sha: str, path: Path, where: str) -> MissingBlobError:
         return MissingBlobError(
@@ -296,25 +190,70 @@ class BlobStore:
             "re-create the checkpoint (run `mmgrid registry verify ROOT` to list every affected checkpoint)."
         )
 
-    @staticmethod
-    def _verified(sha: str, got: str, path: Path, where: str) -> None:
-        """Record ``sha`` as checked when the bytes hashed to it; else CorruptBlobError."""
-        if got != sha:
-            raise CorruptBlobError(
-                f"blob {path} ({where}) is corrupt: its sha256 is {got}, expected {sha}; restore it "
-                "from a backup or re-create the checkpoint (`mmgrid registry verify ROOT` lists all)."
-            )
-        with _VERIFIED_LOCK:
-            _VERIFIED.add(sha)
+    def _corrupt(self, sha: str, got: str, path: Path, where: str) -> CorruptBlobError:
+        verified.discard(sha)
+        self.records.drop(sha)
+        return CorruptBlobError(
+            f"blob {path} ({where}) is corrupt: its sha256 is {got}, expected {sha}; restore it "
+            "from a backup or re-create the checkpoint (`mmgrid registry verify ROOT` lists all)."
+        )
 
+    def _ensure_verified(self, sha: str, path: Path, where: str) -> None:
+        """Hash the blob unless this process or a verification record already vouches for it.
+
+        Threads checking one blob at once wait for a single hash.
+
+        Raises:
+            MissingBlobError, CorruptBlobError.
+        """
+        if verified.known(sha):
+            return
+        try:
+            with verified.check_lock(sha):
+                if verified.known(sha) or self.records.trusted(sha, path):
+                    verified.mark({sha})
+                    return
+                try:
+                    before, began = os.stat(path), time.time_ns()
+                    got = sha256_file(path)
+                except FileNotFoundError:
+                    raise self._missing(sha, path, where) from None
+                if got != sha:
+                    raise self._corrupt(sha, got, path, where)
+                self.records.write(sha, before, began, path)
+                verified.mark({sha})
+        finally:
+            verified.release_lock(sha)
+
+    def check(self, path: Path) -> bool:
+        """Does the file at ``path`` still hash to its name? Always re-hashes (``verify``);
+        refreshes a tensor blob's verification record, or drops it when the blob is corrupt."""
+        sha = path.name.split(".")[0]
+        before, began = os.stat(path), time.time_ns()
+        ok = sha256_file(path) == sha
+        if path.suffix == ".safetensors":
+            if ok:
+                self.records.write(sha, before, began, path)
+            else:
+                verified.discard(sha)
+                self.records.drop(sha)
+        return ok
+
+    # -- reading ---------------------------------------------------------------
     def _read_verified(self, sha: str, path: Path, where: str) -> bytearray:
         try:
             with open(path, "rb") as fh:
-                data = bytearray(os.fstat(fh.fileno()).st_size)
+                before, began = os.fstat(fh.fileno()), time.time_ns()
+                data = bytearray(before.st_size)
                 fh.readinto(data)
         except FileNotFoundError:
             raise self._missing(sha, path, where) from None
-        self._verified(sha, hashlib.sha256(data).hexdigest(), path, where)
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha:
+            raise self._corrupt(sha, got, path, where)
+        if path.suffix == ".safetensors":
+            self.records.write(sha, before, began, path)
+            verified.mark({sha})
         return data
 
     def locate_tensor(self, sha: str, where: str = "") -> tuple[Path, int]:
@@ -322,77 +261,49 @@ class BlobStore:
         data themselves: the merge's positioned reads, a sweep's memory map.
 
         The blob's hash is checked first, as :meth:`read_tensor` does on a process's first
-        read, but streamed in 4 MiB pieces (no copy of the tensor is kept); threads
-        locating one blob at once wait for a single check.
+        read (streamed in 4 MiB pieces, no copy kept), unless its verification record
+        vouches for it.
 
         Raises:
-            MissingBlobError, CorruptBlobError.
+            MissingBlobError, CorruptBlobError, UnsafePathError.
         """
         path = self.blob_path(sha)
-        if sha not in _VERIFIED:
-            with _VERIFIED_LOCK:
-                lock = _CHECKING.setdefault(sha, threading.Lock())
-            with lock:
-                if sha not in _VERIFIED:
-                    try:
-                        got = sha256_file(path)
-                    except FileNotFoundError:
-                        raise self._missing(sha, path, where) from None
-                    self._verified(sha, got, path, where)
-            with _VERIFIED_LOCK:
-                _CHECKING.pop(sha, None)
+        self._ensure_verified(sha, path, where)
         try:
             with open(path, "rb") as fh:
-                n, _, _, start, _ = _blob_header(lambda o, k: os.pread(fh.fileno(), k, o), path)
+                n, _, _, start, _ = blob_header(lambda o, k: os.pread(fh.fileno(), k, o), path)
         except FileNotFoundError:
-            with _VERIFIED_LOCK:
-                _VERIFIED.discard(sha)
+            verified.discard(sha)
             raise self._missing(sha, path, where) from None
         return path, 8 + n + start
 
     def read_tensor(self, sha: str, where: str = "", device: str = "cpu") -> "torch.Tensor":
-        """Load one tensor; the first read in a process checks the hash."""
+        """Load one tensor; its first use in a process checks the hash (or its record)."""
         path = self.blob_path(sha)
-        if sha not in _VERIFIED:
-            tensor = _from_blob(self._read_verified(sha, path, where), path)
+        if not verified.known(sha) and not self.records.trusted(sha, path):
+            tensor = from_blob(self._read_verified(sha, path, where), path)
             return tensor if device == "cpu" else tensor.to(device)
-        from safetensors import safe_open
+        verified.mark({sha})
+        from safetensors import safe_open  # lazy: safetensors' torch bindings import torch
 
         try:
             with safe_open(str(path), framework="pt", device=device) as fh:
                 return fh.get_tensor(TENSOR_KEY)
         except FileNotFoundError:
-            with _VERIFIED_LOCK:
-                _VERIFIED.discard(sha)
+            verified.discard(sha)
             return self.read_tensor(sha, where, device)
 
     def read_file(self, sha: str, where: str = "") -> bytes:
         """Small files are re-hashed on every read (cheap, and they are read rarely)."""
         return bytes(self._read_verified(sha, self.file_path(sha), where))
 
-    def check(self, path: Path) -> bool:
-        """Does the file at ``path`` still hash to its name?"""
-        return sha256_file(path) == path.name.split(".")[0]
-
+    # -- listing -----------------------------------------------------------------
     def iter_blobs(self) -> list[Path]:
         return sorted((self.root / "blobs").glob("*/*.safetensors"))
 
     def iter_files(self) -> list[Path]:
         return sorted((self.root / "files").glob("*/*"))
 
-
-def sha256_file(path: Path) -> str:
-    """The sha256 of a file, read in 4 MiB pieces into one reused buffer."""
-    h = hashlib.sha256()
-    buf = bytearray(1 << 22)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
-        while k := fh.readinto(buf):
-            h.update(view[:k])
-    return h.hexdigest()
-
-
-def forget_verified() -> None:
-    """Forget which blobs were checked (tests use it to force a re-check)."""
-    with _VERIFIED_LOCK:
-        _VERIFIED.clear()
+    def temp_files(self) -> list[Path]:
+        """Temporary files in ``tmp/``: writes in flight, or left by a killed writer."""
+        return temp_files(self.tmp)

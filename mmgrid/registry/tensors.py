@@ -6,18 +6,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from mmgrid.registry.errors import UnsafeFormatError
-from mmgrid.registry.store import ST_TO_TORCH
 from mmgrid.errors import RegistryError
+from mmgrid.registry.blobfmt import ST_TO_TORCH, st_name
+from mmgrid.registry.errors import UnsafeFormatError, UnsafePathError
+from mmgrid.registry.names import inside
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
+    import torch  # lazy: torch (~2-4 s) stays out of `import mmgrid.registry`
 
     from mmgrid.registry.manifest import Manifest
     from mmgrid.registry.store import BlobStore
 
 UNSAFE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
-_TORCH_TO_ST = {v: k for k, v in ST_TO_TORCH.items()}
 
 
 def unsafe_error(path: Path) -> UnsafeFormatError:
@@ -30,15 +30,11 @@ def unsafe_error(path: Path) -> UnsafeFormatError:
     )
 
 
-def st_dtype(dtype: "torch.dtype") -> str:
-    name = str(dtype).removeprefix("torch.")
-    if name not in _TORCH_TO_ST:
-        raise RegistryError(f"tensor dtype {dtype} cannot be stored in safetensors; cast it (e.g. to float32).")
-    return _TORCH_TO_ST[name]
+st_dtype = st_name  # torch dtype -> safetensors name ("F32"...); RegistryError if not storable
 
 
 def torch_dtype(st: str) -> "torch.dtype":
-    import torch
+    import torch  # lazy: torch (~2-4 s) stays out of `import mmgrid.registry`
 
     return getattr(torch, ST_TO_TORCH[st])
 
@@ -53,7 +49,7 @@ def safetensors_files(path: Path) -> list[Path]:
         if path.suffix.lower() != ".safetensors":
             raise RegistryError(f"{path} is not a .safetensors file; only safetensors are read.")
         return [path]
-    found = sorted(path.glob("*.safetensors"))
+    found = [member(path, f) for f in sorted(path.glob("*.safetensors"))]
     if not found:
         unsafe = sorted(p for p in path.iterdir() if p.suffix.lower() in UNSAFE_SUFFIXES)
         if unsafe:
@@ -62,9 +58,54 @@ def safetensors_files(path: Path) -> list[Path]:
     return found
 
 
+def link_root(folder: Path) -> Path:
+    """Where symlinks inside ``folder`` may point: the folder itself or, for a Hugging Face
+    cache snapshot (``.../models--ORG--NAME/snapshots/REV``, whose files are symlinks into
+    ``../../blobs``), that model's cache folder ``models--ORG--NAME``."""
+    base = folder.resolve()
+    if base.parent.name == "snapshots" and base.parent.parent.name.startswith("models--"):
+        return base.parent.parent
+    return base
+
+
+def member(folder: Path, f: Path) -> Path:
+    """``f`` (an entry of ``folder``) if reading it stays inside :func:`link_root`.
+
+    Raises:
+        UnsafePathError: ``f`` is a symlink to somewhere else.
+    """
+    if f.is_symlink():
+        root = link_root(folder)
+        if not inside(root, f):
+            raise UnsafePathError(
+                f"{f} is a symlink to {f.resolve()}, outside {root}; mmgrid follows a symlink in an imported "
+                "folder only when it stays inside that folder (or, for a Hugging Face cache snapshot, inside "
+                "its models--ORG--NAME folder). Copy the file into the folder if you trust it. Nothing was stored."
+            )
+    return f
+
+
+def describe(state_or_path: Any) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name -> (shape, safetensors dtype) of a state dict or safetensors files, no data read."""
+    from safetensors import SafetensorError, safe_open  # lazy: safetensors' torch bindings import torch
+
+    if not isinstance(state_or_path, (str, Path)):
+        return {name: (tuple(t.shape), st_dtype(t.dtype)) for name, t in iter_state(state_or_path)}
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for f in safetensors_files(Path(state_or_path)):
+        try:
+            with safe_open(str(f), framework="pt", device="cpu") as fh:
+                for name in fh.keys():
+                    sl = fh.get_slice(name)
+                    out[name] = (tuple(sl.get_shape()), sl.get_dtype())
+        except SafetensorError as exc:
+            raise RegistryError(f"{f} is not a valid safetensors file ({exc}); re-export it.") from exc
+    return out
+
+
 def iter_path(path: Path) -> Iterator[tuple[str, "torch.Tensor"]]:
     """Tensors of safetensors files one at a time (never the whole checkpoint in memory)."""
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError, safe_open  # lazy: safetensors' torch bindings import torch
 
     for f in safetensors_files(path):
         try:
@@ -76,7 +117,7 @@ def iter_path(path: Path) -> Iterator[tuple[str, "torch.Tensor"]]:
 
 
 def iter_state(state_or_path: Any) -> Iterator[tuple[str, "torch.Tensor"]]:
-    import torch
+    import torch  # lazy: torch (~2-4 s) stays out of `import mmgrid.registry`
 
     if isinstance(state_or_path, (str, Path)):
         yield from iter_path(Path(state_or_path))

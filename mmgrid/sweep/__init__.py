@@ -8,4 +8,7 @@
 Pure parts: :mod:`~mmgrid.sweep.selection` (lambda grid, lambda*, Eq. 11),
 :mod:`~mmgrid.sweep.regression` (leave-one-out OLS), :mod:`~mmgrid.sweep.interpolate`
 (theta(lambda) in place), :mod:`~mmgrid.sweep.tables`, :mod:`~mmgrid.sweep.figures`.
+Shared by the studies: :mod:`~mmgrid.sweep.start_models` (the original base Theta(0) of a
+paradigm's task vectors), :mod:`~mmgrid.sweep.evaluation` (in-memory evaluation),
+:mod:`~mmgrid.sweep.results` (reading results back).
 """

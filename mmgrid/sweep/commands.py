@@ -6,12 +6,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mmgrid.cli import add_overrides
+from mmgrid.errors import ConfigError
+from mmgrid.exec.args import add_executor_args, executor_from_args
+from mmgrid.exec.base import LocalExecutor
+
+# lazy: every handler imports the study it runs inside itself, so that `mmgrid --help` (which imports
+# this module to register its commands) does not pay for torch (~3.5 s), pandas (~0.8 s), scipy and
+# scikit-learn (measured with `python -X importtime -m mmgrid --help`; docs/architecture.md).
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
-    from mmgrid.cli import add_overrides
-    from mmgrid.exec.args import add_executor_args
-
     sw = sub.add_parser("sweep", help="merge studies: temporal lambda sweeps, cross-domain merges")
     ssub = sw.add_subparsers(dest="study", metavar="STUDY")
     t = ssub.add_parser("temporal", help="theta_t1 + lambda (theta_t2 - theta_t1) per domain (MMGRid Eq. 10)")
@@ -46,24 +52,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(GridConfig, Registry, PreparedDataset) of the command's grid, after the one validation pass."""
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.config import load_grid
-    from mmgrid.data.prepared import load_prepared
-    from mmgrid.registry import Registry
+    from mmgrid.sweep.results import open_grid
+    from mmgrid.validate import validate_grid
 
-    cfg = load_grid(args.config, args.overrides)
-    return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
+    validate_grid(load_grid(args.config, args.overrides))
+    return open_grid(args.config, args.overrides)
 
 
 def _executor(args: argparse.Namespace, cfg: Any) -> Any:
     """None (run here, in order) for the local executor; else the executor the flags/grid ask for."""
-    from mmgrid.exec.args import executor_from_args
-    from mmgrid.exec.base import LocalExecutor
-
     ex = executor_from_args(args, cfg)
     return None if isinstance(ex, LocalExecutor) else ex
 
 
 def _temporal(args: argparse.Namespace) -> int:
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.selection import lambda_stars
     from mmgrid.sweep.temporal import run_temporal
 
@@ -77,6 +83,7 @@ def _temporal(args: argparse.Namespace) -> int:
 
 
 def _cross_domain(args: argparse.Namespace) -> int:
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.crossdomain import relative_change, run_cross_domain
 
     cfg, reg, prepared = _open(args)
@@ -93,8 +100,6 @@ def _cross_domain(args: argparse.Namespace) -> int:
 
 
 def _parse_stats(items: list[str]) -> dict[str, float]:
-    from mmgrid.errors import ConfigError
-
     out = {}
     for it in items:
         name, sep, value = it.partition("=")
@@ -108,6 +113,7 @@ def _parse_stats(items: list[str]) -> dict[str, float]:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.lambda_model import answer_new_domain, predict_lambda
     from mmgrid.sweep.tables import regression_summary, table4
 
@@ -131,6 +137,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.report import write_report
 
     cfg, reg, prepared = _open(args)

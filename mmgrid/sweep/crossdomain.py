@@ -5,7 +5,7 @@ theta* = base + alpha TRIM(tau_i) + (1 - alpha) TRIM(tau_j)) with task vectors t
 against one of three bases (section 4.3):
 
 * ``original``: the paradigm's start model built from the shared base LLM for the pair's
-  first domain (:mod:`mmgrid.sweep.bases`);
+  first domain (:mod:`mmgrid.sweep.start_models`);
 * ``historical``: the t1 checkpoint of the pair's first domain;
 * ``neutral``: AVERAGE(theta_i^t1, theta_j^t1) (Eq. 8), stored once as a merged checkpoint.
 
@@ -19,22 +19,30 @@ base (weight averaging) run once, with base ``none``.
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
+import torch
+from tqdm import tqdm
 
+from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError, MergeError
+from mmgrid.merge import merge_with_info
+from mmgrid.merge.inplace import apply_if_fits
+from mmgrid.merge.methods import eq7, get_method, identity, weighs
+from mmgrid.paradigms import get_paradigm
+from mmgrid.registry.names import hash_json
+from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.sweep.evaluation import (EvalFn, EvaluatorFactory, clean_metrics, default_evaluator_factory, eval_key,
-                                     load_checkpoint, paradigm_params)
+                                     paradigm_params)
 from mmgrid.sweep.results import recorded, study_frame
+from mmgrid.sweep.start_models import start_model_id
 from mmgrid.sweep.temporal import periods
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
-    from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 STUDY = "cross_domain"
 BASE_KINDS = ("original", "historical", "neutral")
@@ -63,16 +71,12 @@ def method_params(method: str, params: dict[str, Any], alpha: float) -> tuple[di
     Returns:
         (params, supports_alpha); a method that does not weigh its inputs ignores alpha.
     """
-    from mmgrid.merge.methods import eq7, get_method, weighs
-
     if not weighs(get_method(method).Params):
         return dict(params), False
     return {**params, **eq7(alpha)}, True
 
 
 def needs_base(method: str) -> bool:
-    from mmgrid.merge.methods import get_method
-
     return bool(get_method(method).needs_base)
 
 
@@ -91,8 +95,6 @@ def default_merge_fn(method: str, models: list[Any], base: Any = None, registry:
                      **params: Any) -> "tuple[dict[str, torch.Tensor], dict[str, Any]]":
     """Run :func:`mmgrid.merge.merge_with_info`; return the state and the meta a paradigm needs to load it
     (``added_rows``: both inputs' added token rows, kept side by side)."""
-    from mmgrid.merge import merge_with_info
-
     state, info = merge_with_info(method, models, base=base, registry=registry, **params)
     meta: dict[str, Any] = {"merge": {"method": info.method, "params": info.params}}
     if info.added_rows:
@@ -103,7 +105,7 @@ def default_merge_fn(method: str, models: list[Any], base: Any = None, registry:
 class _Evaluators:
     """One evaluator and one loaded t2 model per (paradigm, domain), built on first use."""
 
-    def __init__(self, cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", factory: EvaluatorFactory,
+    def __init__(self, cfg: GridConfig, registry: Any, prepared: "PreparedDataset", factory: EvaluatorFactory,
                  redo: bool = False) -> None:
         self.cfg, self.registry, self.prepared, self.factory, self.redo = cfg, registry, prepared, factory, redo
         self._cache: dict[tuple[str, str], tuple[Any, EvalFn]] = {}
@@ -112,8 +114,6 @@ class _Evaluators:
     def get(self, paradigm: str, domain: str) -> tuple[Any, EvalFn]:
         key = (paradigm, domain)
         if key not in self._cache:
-            from mmgrid.paradigms.base import get_paradigm
-
             par = get_paradigm(paradigm)
             data = self.prepared.domain(domain)
             self._cache[key] = (par, self.factory(self.cfg, paradigm, par, data, self.prepared))
@@ -126,10 +126,6 @@ class _Evaluators:
         copied into it in place, one with other shapes (added token rows of the other
         domain) is loaded afresh by the paradigm.
         """
-        import torch
-
-        from mmgrid.merge.inplace import apply_if_fits
-
         par, evaluate = self.get(paradigm, domain)
         key = (paradigm, domain)
         model = self._models.get(key)
@@ -146,13 +142,13 @@ class _Evaluators:
             return evaluate(model)
 
 
-def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: "GridConfig") -> tuple[str, str]:
+def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridConfig) -> tuple[str, str]:
     t1, t2 = periods(cfg)
     c = {"paradigm": paradigm, "domain": domain, "variant": variant, "kind": "trained"}
     return registry.resolve({**c, "period": t1}), registry.resolve({**c, "period": t2})
 
 
-def run_cross_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset",
+def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
                      evaluator_factory: EvaluatorFactory | None = None, merge_fn: MergeFn | None = None,
                      redo: bool = False) -> pd.DataFrame:
     """Run the configured pairs x methods x bases x alphas; record and return every evaluation.
@@ -187,9 +183,7 @@ def run_cross_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDatase
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _baseline(cfg: "GridConfig", registry: Any, evals: _Evaluators, paradigm: str, domain: str, p2: str) -> list[dict]:
-    from mmgrid.registry.names import hash_json
-
+def _baseline(cfg: GridConfig, registry: Any, evals: _Evaluators, paradigm: str, domain: str, p2: str) -> list[dict]:
     rec = {"method": "single", "inputs": [p2], "eval": eval_key(cfg)}
     if not evals.redo and recorded(registry, [hash_json(rec)], STUDY):
         return _frame_rows(study_frame(registry, STUDY, recipe_hash=hash_json(rec)))
@@ -202,7 +196,7 @@ def _baseline(cfg: "GridConfig", registry: Any, evals: _Evaluators, paradigm: st
                    base_id=None, alpha=None)
 
 
-def _pair(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
+def _pair(cfg: GridConfig, registry: Any, evals: _Evaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
           ids: dict[str, tuple[str, str]]) -> list[dict]:
     """Every method x base x alpha of one pair; a combination the engine cannot merge is skipped with a message."""
     cd = cfg.sweeps.cross_domain
@@ -222,13 +216,10 @@ def _pair(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: MergeF
     return rows
 
 
-def _alphas(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
+def _alphas(cfg: GridConfig, registry: Any, evals: _Evaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
             ids: dict[str, tuple[str, str]], method: str, mparams: dict[str, Any], kind: str,
             base_id: str | None) -> list[dict]:
     """Merge one pair with one method and base over the alpha grid (Eq. 7); evaluate on both domains."""
-    from mmgrid.merge.methods import identity
-    from mmgrid.registry.names import hash_json
-
     cd = cfg.sweeps.cross_domain
     (_, p2_i), (_, p2_j) = ids[di], ids[dj]
     pair = f"{di}+{dj}"
@@ -253,11 +244,9 @@ def _alphas(cfg: "GridConfig", registry: Any, evals: _Evaluators, merge_fn: Merg
     return rows
 
 
-def _base(cfg: "GridConfig", registry: Any, prepared: Any, kind: str, paradigm: str, di: str, dj: str,
+def _base(cfg: GridConfig, registry: Any, prepared: Any, kind: str, paradigm: str, di: str, dj: str,
           ids: dict[str, tuple[str, str]], merge_fn: MergeFn) -> str | None:
     """Id of the base of one (pair, base kind) (MMGRid section 4.3)."""
-    from mmgrid.sweep.bases import start_model_id
-
     variant = cfg.sweeps.cross_domain.variant
     (p1_i, p2_i), (p1_j, _) = ids[di], ids[dj]
     if kind == "none":
@@ -270,7 +259,7 @@ def _base(cfg: "GridConfig", registry: Any, prepared: Any, kind: str, paradigm: 
     return neutral_base_id(registry, p1_i, p1_j, coords, merge_fn)
 
 
-def _record(cfg: "GridConfig", registry: Any, cid: str | None, rec: dict, extra: dict, res: dict[str, dict[str, float]],
+def _record(cfg: GridConfig, registry: Any, cid: str | None, rec: dict, extra: dict, res: dict[str, dict[str, float]],
             rhash: str, *, pair: str, di: str, dj: str, base_id: str | None, alpha: float | None) -> list[dict]:
     rows = []
     for group, metrics in res.items():
@@ -287,8 +276,6 @@ def _record(cfg: "GridConfig", registry: Any, cid: str | None, rec: dict, extra:
 
 
 def _progress(items: list, desc: str) -> Any:
-    from tqdm import tqdm
-
     return tqdm(items, desc=desc, disable=None)
 
 
@@ -324,8 +311,6 @@ def _frame_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def _to_columns(df: pd.DataFrame) -> pd.DataFrame:
     """Registry result rows of this study -> :data:`COLUMNS`."""
-    import json
-
     if df.empty:
         return pd.DataFrame(columns=COLUMNS)
     recs = df["recipe"].map(lambda r: json.loads(r) if isinstance(r, str) else {})

@@ -1,7 +1,7 @@
 """Task-vector diagnostics over the grid (MMGRid Figure 2 and section 4.2).
 
 For every paradigm x domain x period, the L1 norm of tau = theta - theta_0 against the
-paradigm's start model (:mod:`mmgrid.sweep.bases`); for every pair of domains, the sign
+paradigm's start model (:mod:`mmgrid.sweep.start_models`); for every pair of domains, the sign
 dissimilarity, cosine and GCWM geometry conflict between their t2 task vectors. The math
 is in :mod:`mmgrid.eval.diagnostics`; this module only reads the registry.
 """
@@ -13,9 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from mmgrid.config import GridConfig
+from mmgrid.eval.diagnostics import cosine, geometry_conflict, norms, sign_dissimilarity, task_vector
+from mmgrid.sweep.start_models import start_model_id
+
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 NORM_COLUMNS = ["paradigm", "domain", "period", "l1", "l2", "mean_abs", "numel", "id", "base_id"]
 PAIR_COLUMNS = ["paradigm", "domain_i", "domain_j", "cosine", "sign_dissimilarity", "geometry_conflict",
@@ -29,12 +32,9 @@ def _trained(registry: Any, paradigm: str, variant: str) -> pd.DataFrame:
     return ck.sort_values("created").drop_duplicates(["domain", "period"], keep="last")
 
 
-def task_vector_norms(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", paradigms: list[str] | None = None,
+def task_vector_norms(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", paradigms: list[str] | None = None,
                       variant: str = "default") -> pd.DataFrame:
     """L1 (and L2, mean |.|) of every trained checkpoint's task vector (Figure 2)."""
-    from mmgrid.eval.diagnostics import norms, task_vector
-    from mmgrid.sweep.bases import start_model_id
-
     rows = []
     for paradigm in paradigms or list(cfg.paradigms):
         ck = _trained(registry, paradigm, variant)
@@ -50,12 +50,9 @@ def task_vector_norms(cfg: "GridConfig", registry: Any, prepared: "PreparedDatas
     return pd.DataFrame(rows, columns=NORM_COLUMNS)
 
 
-def pairwise_diagnostics(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", paradigms: list[str] | None = None,
+def pairwise_diagnostics(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", paradigms: list[str] | None = None,
                          variant: str = "default", rank: int | None = 16) -> pd.DataFrame:
     """Sign dissimilarity, cosine and geometry conflict between domains' last-stage task vectors."""
-    from mmgrid.eval.diagnostics import cosine, geometry_conflict, sign_dissimilarity, task_vector
-    from mmgrid.sweep.bases import start_model_id
-
     last = cfg.train.stages[-1]
     rows = []
     for paradigm in paradigms or list(cfg.paradigms):

@@ -10,61 +10,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mmgrid.config import GridConfig
+from mmgrid.eval.grid import grid_evaluator
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import DomainData, PreparedDataset
-    from mmgrid.paradigms.base import Checkpoint, Paradigm
+    from mmgrid.data.dataset import DomainData, PreparedDataset
+    from mmgrid.paradigms.base import Paradigm
 
 # model -> {group: {metric: value}}
 EvalFn = Callable[["torch.nn.Module"], dict[str, dict[str, float]]]
 # (cfg, paradigm name, paradigm, domain data, prepared) -> EvalFn, made once per domain
-EvaluatorFactory = Callable[["GridConfig", str, "Paradigm", "DomainData", "PreparedDataset"], EvalFn]
+EvaluatorFactory = Callable[[GridConfig, str, "Paradigm", "DomainData", "PreparedDataset"], EvalFn]
 
 
-def load_checkpoint(registry: Any, cid: str, state: dict | None = None) -> "Checkpoint":
-    """A registry checkpoint as a paradigm :class:`Checkpoint` (state, files, meta, added_rows).
-
-    Args:
-        registry: an open registry.
-        cid: checkpoint id.
-        state: use this state instead of the stored one (a merge result), keeping the
-            checkpoint's files and meta.
-    """
-    from mmgrid.paradigms.base import Checkpoint
-
-    m = registry.get(cid)
-    files = {name: registry.file(cid, name) for name in m.files}
-    meta = dict(m.meta or {})
-    added = {k: (int(v[0]), list(v[1])) for k, v in (meta.get("added_rows") or {}).items()}
-    return Checkpoint(state=state if state is not None else registry.load(cid), files=files, meta=meta, added_rows=added)
-
-
-def paradigm_params(cfg: "GridConfig", name: str) -> dict[str, Any]:
+def paradigm_params(cfg: GridConfig, name: str) -> dict[str, Any]:
     """The grid's ``paradigm_params.<name>`` mapping (empty when absent)."""
     return dict((cfg.paradigm_params or {}).get(name, {}) or {})
 
 
-def default_evaluator_factory(cfg: "GridConfig", name: str, paradigm: "Paradigm", domain: "DomainData",
+def default_evaluator_factory(cfg: GridConfig, name: str, paradigm: "Paradigm", domain: "DomainData",
                               prepared: "PreparedDataset") -> EvalFn:
     """An in-memory evaluator over the test split from :mod:`mmgrid.eval` (built once a domain).
 
     The evaluator caches the weight-independent work (test histories, targets, user
     groups, item popularity) so each sweep point only ranks.
     """
-    from mmgrid.eval.ranking import Evaluator
-
-    ev = Evaluator(
-        paradigm,
-        domain,
-        split=cfg.eval.split,
-        ks=list(cfg.eval.ks),
-        groups=list(cfg.eval.groups),
-        activity_phase=cfg.eval.activity_phase,
-        max_users=cfg.eval.max_users,
-        seed=cfg.train.seed,
-    )
+    ev = grid_evaluator(paradigm, domain, cfg)
 
     def evaluate(model: "torch.nn.Module") -> dict[str, dict[str, float]]:
         return _as_nested(ev.evaluate(model))
@@ -87,7 +60,7 @@ def _as_nested(result: Any) -> dict[str, dict[str, float]]:
     return {str(g): {str(k): float(v) for k, v in ms.items()} for g, ms in dict(result).items()}
 
 
-def eval_key(cfg: "GridConfig") -> dict[str, Any]:
+def eval_key(cfg: GridConfig) -> dict[str, Any]:
     """The evaluation settings a recorded number depends on (part of every study recipe, so a
     changed setting is a new recipe and not a cache hit)."""
     e = cfg.eval

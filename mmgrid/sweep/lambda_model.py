@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError
 from mmgrid.sweep.regression import LinearFit, NewDomainAnswer, fit_linear, leave_one_out, predict_new_domain, spearman
 from mmgrid.sweep.selection import lambda_stars
+from mmgrid.sweep.temporal import COLUMNS, sweep_domain, temporal_results
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 
 @dataclass
@@ -66,7 +67,7 @@ def stats_table(prepared: "PreparedDataset") -> pd.DataFrame:
     return df
 
 
-def predict_lambda(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset",
+def predict_lambda(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
                    results: pd.DataFrame | None = None, evaluate: bool = True,
                    evaluator_factory: Any = None) -> LambdaPrediction:
     """lambda* per domain and group, the leave-one-out regression and the Eq. 11 blend.
@@ -86,8 +87,6 @@ def predict_lambda(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset"
     Raises:
         ConfigError: when there are no temporal results, or the group or a feature is unknown.
     """
-    from mmgrid.sweep.temporal import temporal_results
-
     t, pl_cfg = cfg.sweeps.temporal, cfg.sweeps.predict_lambda
     res = results if results is not None else temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
     if res.empty:
@@ -128,15 +127,13 @@ def answer_new_domain(pred: LambdaPrediction, stats_row: dict[str, float], level
     return predict_new_domain(pred.fit, stats_row, float(stats_row["p_active"]), level)
 
 
-def evaluate_lambda_hat(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", pred: LambdaPrediction,
+def evaluate_lambda_hat(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", pred: LambdaPrediction,
                         evaluator_factory: Any = None, store: bool = True) -> pd.DataFrame:
     """Evaluate each domain at its leave-one-out lambda_hat* (Table 3's second row).
 
     The lambda_hat* model is stored as a merged checkpoint with lineage (``store``);
     its evaluations carry ``study="lambda_hat"``.
     """
-    from mmgrid.sweep.temporal import COLUMNS, sweep_domain
-
     rows: list[dict] = []
     for domain, lam in pred.lambda_hat().items():
         rows += sweep_domain(cfg, registry, prepared, domain, evaluator_factory, lambdas=[float(lam)],

@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+from sklearn.linear_model import LinearRegression
 
 from mmgrid.errors import ConfigError
 from mmgrid.sweep.selection import blend_eq11
@@ -43,8 +45,6 @@ class LinearFit:
 
     def interval(self, x: np.ndarray, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """Two-sided Student-t prediction interval at ``level`` (NaN when sigma is unknown)."""
-        from scipy import stats
-
         dof = self.n - len(self.features) - 1
         if dof <= 0:
             nan = np.full(np.atleast_2d(x).shape[0], np.nan)
@@ -82,8 +82,6 @@ def fit_linear(table: pd.DataFrame, features: Sequence[str], target: str = "lamb
     Raises:
         ConfigError: with fewer than ``len(features) + 1`` rows, or unknown columns.
     """
-    from sklearn.linear_model import LinearRegression
-
     features = list(features)
     x = _matrix(table, features, "lambda regression")
     y = table[target].to_numpy(dtype=float)
@@ -152,8 +150,6 @@ def leave_one_out(
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
     """Spearman's rho and its two-sided p-value (NaN when fewer than 3 points or constant)."""
-    from scipy import stats
-
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan"), float("nan")

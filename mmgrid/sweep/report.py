@@ -20,13 +20,19 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import pandas as pd
 
+from mmgrid.config import GridConfig
 from mmgrid.errors import MmgridError
 from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
+from mmgrid.sweep.crossdomain import cross_domain_results, relative_change
+from mmgrid.sweep.diagnose import pairwise_diagnostics, task_vector_norms
+from mmgrid.sweep.lambda_model import predict_lambda
+from mmgrid.sweep.results import checkpoint_metrics
+from mmgrid.sweep.selection import lambda_stars
+from mmgrid.sweep.temporal import temporal_results
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 README_FIGURE = "figure5_lambda.png"
 
@@ -70,7 +76,7 @@ class MissingInputs(MmgridError):
     """A report section's inputs are not in the registry yet."""
 
 
-def write_report(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", out_dir: str | Path,
+def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", out_dir: str | Path,
                  diagnostics: bool = True) -> Path:
     """Write ``out_dir/report.md`` and its PNG figures from what the registry holds.
 
@@ -115,7 +121,7 @@ def write_report(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
 # --------------------------------------------------------------------------- sections
 
 
-def _table2(rep: Report, cfg: "GridConfig", registry: Any, domains: list[str]) -> None:
+def _table2(rep: Report, cfg: GridConfig, registry: Any, domains: list[str]) -> None:
     t2, prov = tb.table2(cfg, registry, domains)
     if t2.empty:
         raise MissingInputs("no evaluated last-stage checkpoints; run `mmgrid build` and `mmgrid eval`.")
@@ -129,9 +135,7 @@ PRETTY = {"text": "Text-grounded (BIGRec)", "semid": "SemID (LC-Rec)", "emb": "S
           "popular": "Most popular"}
 
 
-def _diagnostics(rep: Report, cfg: "GridConfig", registry: Any, prepared: Any) -> None:
-    from mmgrid.sweep.diagnose import pairwise_diagnostics, task_vector_norms
-
+def _diagnostics(rep: Report, cfg: GridConfig, registry: Any, prepared: Any) -> None:
     paradigms = [p for p in cfg.paradigms if not registry.query(paradigm=p, kind="trained").empty]
     if not paradigms:
         raise MissingInputs("no trained checkpoints in the registry.")
@@ -155,9 +159,7 @@ def _diagnostics(rep: Report, cfg: "GridConfig", registry: Any, prepared: Any) -
                   {i: [r.id_i, r.id_j, r.base_i, r.base_j] for i, r in zip(show.index, show.itertuples())})
 
 
-def _cross_domain(rep: Report, cfg: "GridConfig", registry: Any) -> None:
-    from mmgrid.sweep.crossdomain import cross_domain_results, relative_change
-
+def _cross_domain(rep: Report, cfg: GridConfig, registry: Any) -> None:
     df = cross_domain_results(registry)
     if df.empty:
         raise MissingInputs("no cross-domain results; run `mmgrid sweep cross-domain CONFIG`.")
@@ -179,10 +181,7 @@ def _cross_domain(rep: Report, cfg: "GridConfig", registry: Any) -> None:
     rep.table(t, "Cross-domain summary", prov, fmt="{:+.2f}")
 
 
-def _temporal(rep: Report, cfg: "GridConfig", registry: Any, ctx: dict[str, Any]) -> None:
-    from mmgrid.sweep.selection import lambda_stars
-    from mmgrid.sweep.temporal import temporal_results
-
+def _temporal(rep: Report, cfg: GridConfig, registry: Any, ctx: dict[str, Any]) -> None:
     t = cfg.sweeps.temporal
     res = temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
     if res.empty:
@@ -199,10 +198,7 @@ def _temporal(rep: Report, cfg: "GridConfig", registry: Any, ctx: dict[str, Any]
     rep.table(wide, "lambda* per domain and group", prov, fmt="{:.2f}")
 
 
-def _prediction(rep: Report, cfg: "GridConfig", registry: Any, prepared: Any, ctx: dict[str, Any]) -> None:
-    from mmgrid.sweep.lambda_model import predict_lambda
-    from mmgrid.sweep.temporal import temporal_results
-
+def _prediction(rep: Report, cfg: GridConfig, registry: Any, prepared: Any, ctx: dict[str, Any]) -> None:
     if "temporal" not in ctx:
         raise MissingInputs("no temporal results (see Figure 5).")
     pred = predict_lambda(cfg, registry, prepared, results=ctx["temporal"], evaluate=False)
@@ -239,7 +235,7 @@ def _prediction(rep: Report, cfg: "GridConfig", registry: Any, prepared: Any, ct
     rep.table(t3, "Table 3", prov3)
 
 
-def _pareto(rep: Report, cfg: "GridConfig", registry: Any) -> None:
+def _pareto(rep: Report, cfg: GridConfig, registry: Any) -> None:
     pts = pareto_points(cfg, registry)
     # the comparison is within a paradigm: keep the paradigms that have a regularized row
     regularized = set(pts.loc[pts["regularizer"] != "none", "paradigm"]) if not pts.empty else set()
@@ -253,10 +249,8 @@ def _pareto(rep: Report, cfg: "GridConfig", registry: Any) -> None:
     rep.table(show, "Orbit Pareto", {i: ids for i, ids in zip(show.index, pts["ids"])}, fmt="{:.4f}")
 
 
-def pareto_points(cfg: "GridConfig", registry: Any) -> pd.DataFrame:
+def pareto_points(cfg: GridConfig, registry: Any) -> pd.DataFrame:
     """Per variant x paradigm: mean over domains of text retention and test Recall@10 (all users)."""
-    from mmgrid.sweep.results import checkpoint_metrics
-
     rows = []
     for v in cfg.variants:
         for p in v.paradigms or cfg.paradigms:

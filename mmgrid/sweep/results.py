@@ -8,6 +8,10 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from mmgrid.config import load_grid
+from mmgrid.data.dataset import load_prepared
+from mmgrid.registry import Registry
+
 
 def study_frame(registry: Any, study: str, **filters: Any) -> pd.DataFrame:
     """All evaluation rows of one study (``extra.study``), newest last.
@@ -47,10 +51,6 @@ def checkpoint_metrics(registry: Any, ids: list[str], split: str = "test", group
 
 def open_grid(config: str, overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
     """(GridConfig, Registry, PreparedDataset) of a grid YAML: what every study script starts from."""
-    from mmgrid.config import load_grid
-    from mmgrid.data.prepared import load_prepared
-    from mmgrid.registry import Registry
-
     cfg = load_grid(config, overrides)
     return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
 

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from mmgrid.config import GridConfig
 from mmgrid.sweep.results import checkpoint_metrics
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.config import GridConfig
     from mmgrid.sweep.lambda_model import LambdaPrediction
 
 METRICS = [("recall@10", "R@10"), ("recall@20", "R@20"), ("ndcg@10", "N@10"), ("ndcg@20", "N@20")]
@@ -47,7 +47,7 @@ def _cell(v: Any, fmt: str) -> str:
     return str(v)
 
 
-def final_ids(cfg: "GridConfig", registry: Any, paradigm: str, variant: str = "default") -> dict[str, str]:
+def final_ids(cfg: GridConfig, registry: Any, paradigm: str, variant: str = "default") -> dict[str, str]:
     """Domain -> id of the newest trained checkpoint of the last stage."""
     ck = registry.query(paradigm=paradigm, variant=variant, kind="trained", period=cfg.train.stages[-1])
     if ck.empty:
@@ -56,7 +56,7 @@ def final_ids(cfg: "GridConfig", registry: Any, paradigm: str, variant: str = "d
     return dict(zip(ck["domain"], ck["id"]))
 
 
-def table2(cfg: "GridConfig", registry: Any, domains: list[str], scale: float = 100.0) -> tuple[pd.DataFrame, Provenance]:
+def table2(cfg: GridConfig, registry: Any, domains: list[str], scale: float = 100.0) -> tuple[pd.DataFrame, Provenance]:
     """MMGRid Table 2: rows paradigm (+ SASRec, MostPop), columns domain x R@10/R@20/N@10/N@20 (x ``scale``)."""
     rows = list(dict.fromkeys([*cfg.paradigms, "popular"]))
     cols = pd.MultiIndex.from_tuples([(d, short) for d in domains for _, short in METRICS])

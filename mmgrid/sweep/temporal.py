@@ -14,19 +14,29 @@ number can be traced back to them.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+import torch
+from tqdm import tqdm
 
+from mmgrid.config import GridConfig, grid_from_dict
+from mmgrid.data.dataset import load_prepared
 from mmgrid.errors import ConfigError, MmgridError
+from mmgrid.exec.base import Job
+from mmgrid.paradigms import get_paradigm
+from mmgrid.registry import Registry
+from mmgrid.registry.names import hash_json
+from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.sweep.evaluation import (EvaluatorFactory, clean_metrics, default_evaluator_factory, eval_key,
-                                     load_checkpoint, paradigm_params)
-from mmgrid.sweep.results import recorded
+                                     paradigm_params)
+from mmgrid.sweep.interpolate import InPlaceInterpolator, interpolate_state
+from mmgrid.sweep.results import recorded, study_frame
 from mmgrid.sweep.selection import lambda_grid
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
     from mmgrid.exec.base import Executor
 
 STUDY = "temporal"
@@ -34,7 +44,7 @@ COLUMNS = ["study", "paradigm", "variant", "domain", "eval_domain", "group", "la
            "p1_id", "p2_id", "recipe_hash"]
 
 
-def periods(cfg: "GridConfig") -> tuple[str, str]:
+def periods(cfg: GridConfig) -> tuple[str, str]:
     """(t1, t2): the last two training stages (the paper's p1 and p2)."""
     stages = list(cfg.train.stages)
     if len(stages) < 2:
@@ -48,7 +58,7 @@ def recipe(p1: str, p2: str, lam: float, evaluation: dict[str, Any] | None = Non
             "lambda": float(lam), "eval": evaluation or {}}
 
 
-def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", domain: str,
+def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", domain: str,
                  evaluator_factory: EvaluatorFactory | None = None, lambdas: list[float] | None = None,
                  study: str = STUDY, store: bool = False, redo: bool = False) -> list[dict[str, Any]]:
     """Sweep lambda for one domain, record every evaluation, return long rows.
@@ -69,12 +79,6 @@ def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
     Returns:
         One dict per (lambda, group, metric), columns :data:`COLUMNS`.
     """
-    import torch
-
-    from mmgrid.paradigms.base import get_paradigm
-    from mmgrid.registry.names import hash_json
-    from mmgrid.sweep.interpolate import InPlaceInterpolator
-
     t = cfg.sweeps.temporal
     t1, t2 = periods(cfg)
     p1, p2 = period_ids(registry, t.paradigm, t.variant, domain, (t1, t2))
@@ -112,8 +116,6 @@ def sweep_domain(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
 
 def _stored_rows(registry: Any, study: str, hashes: list[str]) -> list[dict[str, Any]]:
     """The rows of already recorded sweep points (newest per point, group and metric)."""
-    from mmgrid.sweep.results import study_frame
-
     df = study_frame(registry, study, recipe_hash=list(hashes))
     rec = df["recipe"].map(_inputs)
     df = df.assign(p1_id=rec.map(lambda r: r[0]), p2_id=rec.map(lambda r: r[1]), study=study,
@@ -131,8 +133,6 @@ def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tu
 def _store_point(registry: Any, theta1: dict, ck2: Any, p1: str, p2: str, lam: float, t: Any, domain: str,
                  pers: tuple[str, str]) -> str:
     """Store theta(lambda) as a merged checkpoint whose lineage names both inputs."""
-    from mmgrid.sweep.interpolate import interpolate_state
-
     coords = {"paradigm": t.paradigm, "domain": domain, "period": f"{pers[1]}@lambda={lam:g}", "variant": t.variant}
     params = {"method": "temporal", "lam": lam, "equation": "MMGRid Eq. 10"}
     parents = [(p1, "merge_input"), (p2, "merge_input")]
@@ -146,17 +146,12 @@ def _store_point(registry: Any, theta1: dict, ck2: Any, p1: str, p2: str, lam: f
 
 def sweep_domain_job(grid: dict[str, Any], domain: str) -> list[dict[str, Any]]:
     """Executor entry point (JSON in, JSON out): one domain's sweep in a worker process."""
-    from mmgrid.config import GridConfig
-    from mmgrid.configtools import build
-    from mmgrid.data.prepared import load_prepared
-    from mmgrid.registry import Registry
-
-    cfg = build(GridConfig, grid, where="job")
+    cfg = grid_from_dict(grid)
     reg = Registry.open(cfg.registry, index=False)
     return sweep_domain(cfg, reg, load_prepared(cfg.prepared), domain)
 
 
-def run_temporal(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
+def run_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
                  evaluator_factory: EvaluatorFactory | None = None) -> pd.DataFrame:
     """Run the temporal sweep on every configured domain (``sweeps.temporal.domains`` or all).
 
@@ -179,8 +174,6 @@ def run_temporal(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
         for d in _progress(domains, "temporal sweep"):
             rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory)
     else:
-        from mmgrid.exec.base import Job
-
         grid = cfg.to_dict()
         futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job", {"grid": grid, "domain": d},
                                     name=f"temporal:{d}")) for d in domains]
@@ -192,12 +185,7 @@ def run_temporal(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", 
 
 
 def _progress(items: list[str], desc: str) -> Any:
-    try:
-        from tqdm import tqdm
-
-        return tqdm(items, desc=desc, disable=None)
-    except ImportError:  # pragma: no cover
-        return items
+    return tqdm(items, desc=desc, disable=None)
 
 
 def temporal_results(registry: Any, paradigm: str | None = None, variant: str | None = None,
@@ -207,8 +195,6 @@ def temporal_results(registry: Any, paradigm: str | None = None, variant: str | 
     Re-recorded points (a sweep run twice) keep the newest value. ``study="lambda_hat"``
     reads the evaluations at the predicted lambda_hat* instead.
     """
-    from mmgrid.sweep.results import study_frame
-
     df = study_frame(registry, study, paradigm=paradigm, variant=variant)
     if df.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -225,8 +211,6 @@ def temporal_results(registry: Any, paradigm: str | None = None, variant: str | 
 
 
 def _inputs(recipe_json: Any) -> tuple[str | None, str | None]:
-    import json
-
     try:
         r = json.loads(recipe_json) if isinstance(recipe_json, str) else dict(recipe_json or {})
         ins = r.get("inputs") or [None, None]

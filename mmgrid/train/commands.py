@@ -1,8 +1,11 @@
-"""CLI sub-commands of mmgrid.train: ``mmgrid build`` and ``mmgrid eval`` (see mmgrid/cli.py)."""
+"""CLI sub-command of mmgrid.train: ``mmgrid build`` (see mmgrid/cli.py)."""
 
 from __future__ import annotations
 
 import argparse
+
+from mmgrid.exec.args import add_executor_args, executor_from_args
+from mmgrid.exec.ddp import is_main
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,35 +17,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.seed=1")
     p.add_argument("--eval", action="store_true", help="evaluate the grid afterwards and print the baseline table")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    from mmgrid.exec.args import add_executor_args
-
     add_executor_args(p)
     p.set_defaults(func=_build)
 
-    e = sub.add_parser("eval", help="evaluate a grid, a registry checkpoint, or a merge recipe",
-                       description="Recall@K / NDCG@K (full ranking, all / active / non-active users) and text "
-                                   "retention, recorded in the registry. Forms: `mmgrid eval CONFIG [KEY=VALUE...]`; "
-                                   "`mmgrid eval --registry ROOT ID [--domain D] [--prepared DIR] [--config CONFIG]`; "
-                                   "`mmgrid eval --recipe FILE.yaml [--config CONFIG]`.")
-    e.add_argument("target", nargs="?", help="a grid YAML, or (with --registry) a checkpoint id / alias")
-    e.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    e.add_argument("--registry", help="registry root (evaluate one checkpoint)")
-    e.add_argument("--recipe", help="merge recipe YAML: method, models, base, params (evaluated, never stored)")
-    e.add_argument("--domain", help="domain to evaluate on (default: the checkpoint's own)")
-    e.add_argument("--prepared", help="prepared dataset folder (default: the config's)")
-    e.add_argument("--config", help="grid YAML giving paradigm params and eval settings (default: demo defaults)")
-    e.add_argument("--split", help="phase to evaluate (default: eval.split)")
-    e.add_argument("--no-record", action="store_true", help="print only, record nothing")
-    e.set_defaults(func=_eval)
-
 
 def _build(args: argparse.Namespace) -> int:
+    # lazy: `mmgrid --help` imports this module to register `build`; training pulls in torch (~3.5 s)
+    # and transformers (~1.7 s), measured with `python -X importtime` (docs/architecture.md)
     from mmgrid.config import load_grid
-    from mmgrid.exec.args import executor_from_args
-    from mmgrid.exec.ddp import is_main
+    from mmgrid.eval.grid import evaluate_and_tabulate
     from mmgrid.train.build import build_grid
+    from mmgrid.validate import validate_grid
 
     cfg = load_grid(args.config, args.overrides)
+    validate_grid(cfg)
     executor = executor_from_args(args, cfg)
     try:
         res = build_grid(cfg, executor=executor, progress=not args.no_progress)
@@ -53,22 +41,5 @@ def _build(args: argparse.Namespace) -> int:
     print(f"grid {cfg.name!r}: {len(res.stages)} stages ({len(res.trained)} trained, {len(res.cached)} cached) "
           f"+ base {res.base_id[:12]} in {res.seconds:.1f}s; registry {cfg.registry}")
     if args.eval:
-        from mmgrid.eval.grid import evaluate_grid
-        from mmgrid.eval.table import baseline_table
-        from mmgrid.train.context import open_registry
-
-        evaluate_grid(cfg, res, progress=not args.no_progress)
-        domains = list(dict.fromkeys(s.domain for s in res.stages))
-        print(baseline_table(open_registry(cfg.registry), cfg.paradigms, domains, ks=cfg.eval.ks,
-                             group="all", split=cfg.eval.split, period=cfg.train.stages[-1]))
+        print(evaluate_and_tabulate(cfg, res, progress=not args.no_progress))
     return 0
-
-
-def _eval(args: argparse.Namespace) -> int:
-    from mmgrid.eval.cli import eval_checkpoint_cli, eval_grid_cli, eval_recipe_cli
-
-    if args.recipe:
-        return eval_recipe_cli(args)
-    if args.registry:
-        return eval_checkpoint_cli(args)
-    return eval_grid_cli(args)

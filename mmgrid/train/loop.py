@@ -13,14 +13,18 @@ Under ``torchrun`` (``WORLD_SIZE > 1``) every rank takes its share of each batch
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
+import torch.distributed
+from tqdm.auto import tqdm
 
 from mmgrid.errors import TrainingError
-from mmgrid.train.device import autocast, resolve_device, seed_everything, to_device
+from mmgrid.exec.ddp import DistContext, all_reduce_mean, local_batch_size, shard
+from mmgrid.runtime.device import autocast, resolve_device, seed_everything, to_device
 
 MAX_EVENTS = 500  # back-merge events kept in the stage log
 
@@ -46,23 +50,17 @@ class StageLog:
 
 def dist_context(device: str = "auto") -> Any:
     """A ``mmgrid.exec.ddp.DistContext`` under torchrun (``WORLD_SIZE > 1``), else None."""
-    import os
-
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
-    from mmgrid.exec.ddp import DistContext
-
     return DistContext.from_env(device=device)
 
 
 def _average_gradients(params: list[torch.nn.Parameter], world_size: int) -> None:
     """Mean of the gradients over all ranks (what DDP does), without wrapping the model, so
     that paradigms may call any method of their model in ``loss``."""
-    import torch.distributed as dist
-
     for p in params:
         if p.grad is not None:
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
             p.grad.div_(world_size)
 
 
@@ -108,8 +106,6 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
     Raises:
         TrainingError: the loss became NaN or infinite.
     """
-    from tqdm.auto import tqdm
-
     t0 = time.perf_counter()
     log = StageLog(seeds=seed_everything(seed))
     dev = torch.device(dist.device) if dist is not None else resolve_device(device)
@@ -126,8 +122,6 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
     world = dist.world_size if dist is not None else 1
     local_bs = batch_size
     if world > 1:
-        from mmgrid.exec.ddp import local_batch_size, shard
-
         local_bs = local_batch_size(batch_size, dist)
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -169,8 +163,6 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
             bar.update(1)
         mean = total / max(count, 1)
         if world > 1:
-            from mmgrid.exec.ddp import all_reduce_mean
-
             mean = all_reduce_mean(mean, dist)
         log.epoch_losses.append(mean)
     bar.close()

@@ -1,13 +1,57 @@
-"""One training stage of one (variant, paradigm, domain): load, train, store."""
+"""One training stage of one (variant, paradigm, domain): load, train, store.
+
+:func:`run_stage` is the job an executor runs (``"mmgrid.train.stage:run_stage"``, every
+argument JSON-able): it turns the grid dict back into the typed :class:`GridConfig` once,
+at the process boundary, and hands the typed config to :func:`train_one_stage`, which
+passes ``cfg.train`` (epochs, lr, batch size, ``max_examples``, device, dtype) straight
+to :func:`mmgrid.train.loop.train_stage`. The stage's identity (its parameters and
+config hash) comes from :mod:`mmgrid.runtime.plan`, the same functions the build's plan used.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mmgrid.errors import DataError
+from tqdm.auto import tqdm
+
+from mmgrid.config import GridConfig, grid_from_dict
+from mmgrid.errors import DataError, RegistryError
+from mmgrid.exec.ddp import broadcast_object
+from mmgrid.paradigms import get_paradigm
+from mmgrid.runtime.checkpoints import checkpoint_meta, load_checkpoint
+from mmgrid.runtime.context import open_prepared, open_registry
+from mmgrid.runtime.device import derive_seed, seed_everything, set_threads
+from mmgrid.runtime.plan import stage_config_hash, stage_params
+from mmgrid.train.base_lm import ensure_base
+from mmgrid.train.loop import dist_context, train_stage
+from mmgrid.train.origin import make_origin
+from mmgrid.train.regularizers import make_regularizer
 
 
-def train_one_stage(cfg: Any, registry: Any, prepared: Any, variant_name: str, paradigm: str, domain: str,
+def run_stage(config: dict[str, Any], variant: str, paradigm: str, domain: str, stage: str, parent_id: str,
+              stage_id: str, first: bool, progress: bool = True) -> str:
+    """Train one stage and store it; a no-op when ``stage_id`` is already stored.
+
+    Runs as an executor job: every argument is JSON-able (``config`` is ``GridConfig.to_dict()``
+    with absolute ``prepared`` and ``registry`` paths).
+
+    Returns:
+        The stage's checkpoint id.
+    """
+    cfg = grid_from_dict(config)
+    set_threads(cfg.train.threads)
+    registry = open_registry(cfg.registry)
+    if registry.has(stage_id):
+        return stage_id
+    prepared = open_prepared(cfg.prepared)
+    cid = train_one_stage(cfg, registry, prepared, variant, paradigm, domain, stage, parent_id, first, progress)
+    if cid is not None and cid != stage_id:
+        raise RegistryError(f"{paradigm}/{domain}/{stage}: stored as {cid} but planned as {stage_id}; "
+                            "the identity used by the plan and by the job differ (a bug).")
+    return stage_id
+
+
+def train_one_stage(cfg: GridConfig, registry: Any, prepared: Any, variant_name: str, paradigm: str, domain: str,
                     stage: str, parent_id: str, first: bool, progress: bool = True) -> str:
     """Train stage ``stage`` from ``parent_id`` and put it into the registry.
 
@@ -20,17 +64,11 @@ def train_one_stage(cfg: Any, registry: Any, prepared: Any, variant_name: str, p
     Returns:
         The new checkpoint's id.
     """
-    from mmgrid.models.base import load_base
-    from mmgrid.paradigms import get_paradigm
-    from mmgrid.train.checkpoints import load_checkpoint
-    from mmgrid.train.device import derive_seed, seed_everything
-    from mmgrid.train.loop import dist_context, train_stage
-
     variant = next(v for v in cfg.variants if v.name == variant_name)
     par = get_paradigm(paradigm)
     params = dict(cfg.paradigm_params.get(paradigm, {}))
     dom = prepared.domain(domain)
-    base, base_id = load_base(cfg.base, prepared, registry, seed=cfg.train.seed)
+    base, base_id = ensure_base(cfg.base, prepared, registry, seed=cfg.train.seed)
     build_seed = derive_seed(cfg.train.seed, paradigm, domain, "build")
     if first:
         seed_everything(build_seed)
@@ -45,22 +83,19 @@ def train_one_stage(cfg: Any, registry: Any, prepared: Any, variant_name: str, p
                         "widen data.phases or lower data.kcore.")
     regs = _regularizers(variant, par, model, base, dom, params, build_seed, first)
     where = f"{paradigm}/{domain}/{stage}" + ("" if variant_name == "default" else f" [{variant_name}]")
-    dist = dist_context(cfg.train.device)
-    log = train_stage(par, model, examples, epochs=cfg.train.epochs[stage], lr=cfg.train.lr,
-                      batch_size=cfg.train.batch_size, seed=derive_seed(cfg.train.seed, paradigm, domain, stage),
-                      weight_decay=cfg.train.weight_decay, regularizers=regs, max_examples=cfg.train.max_examples,
-                      where=where, progress=progress, device=cfg.train.device, dtype=cfg.train.dtype, dist=dist)
+    t = cfg.train
+    dist = dist_context(t.device)
+    log = train_stage(par, model, examples, epochs=t.epochs[stage], lr=t.lr, batch_size=t.batch_size,
+                      seed=derive_seed(t.seed, paradigm, domain, stage), weight_decay=t.weight_decay,
+                      regularizers=regs, max_examples=t.max_examples, where=where, progress=progress,
+                      device=t.device, dtype=t.dtype, dist=dist)
     if progress and (dist is None or dist.is_main):
-        from tqdm.auto import tqdm
-
         losses = " -> ".join(f"{x:.3f}" for x in log.epoch_losses)
         tqdm.write(f"{where}: {log.examples} examples, {log.steps} steps, loss {losses}, {log.seconds:.1f}s"
                    + (f", {log.n_events} back-merges" if log.n_events else ""))
     if dist is None or not dist.distributed:
         return _store(cfg, registry, prepared, par, model, variant, paradigm, domain, stage, parent_id, first,
                       base_id, log)
-    from mmgrid.exec.ddp import broadcast_object
-
     cid = None
     if dist.is_main:
         cid = _store(cfg, registry, prepared, par, model, variant, paradigm, domain, stage, parent_id, first,
@@ -68,11 +103,8 @@ def train_one_stage(cfg: Any, registry: Any, prepared: Any, variant_name: str, p
     return broadcast_object(cid, dist)
 
 
-def _store(cfg: Any, registry: Any, prepared: Any, par: Any, model: Any, variant: Any, paradigm: str, domain: str,
-           stage: str, parent_id: str, first: bool, base_id: str, log: Any) -> str:
-    from mmgrid.train.build import stage_config_hash, stage_params
-    from mmgrid.train.checkpoints import checkpoint_meta
-
+def _store(cfg: GridConfig, registry: Any, prepared: Any, par: Any, model: Any, variant: Any, paradigm: str,
+           domain: str, stage: str, parent_id: str, first: bool, base_id: str, log: Any) -> str:
     model.to("cpu")
     ckpt = par.save(model)
     coords = {"paradigm": paradigm, "domain": domain, "period": stage, "variant": variant.name}
@@ -91,10 +123,6 @@ def _regularizers(variant: Any, par: Any, model: Any, base: Any, dom: Any, param
     """The variant's regularizer, its origin being the paradigm's initial (built) model."""
     if variant.regularizer == "none":
         return []
-    from mmgrid.train.device import seed_everything
-    from mmgrid.train.origin import make_origin
-    from mmgrid.train.regularizers import make_regularizer
-
     init_model = model  # the first stage has not trained yet: its start is the origin
     if not first:
         seed_everything(build_seed)  # same seed as the first stage's build: the same theta_init

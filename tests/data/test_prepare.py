@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 
 from data_fixtures import ms
+from mmgrid.data.dataset import load_prepared
 from mmgrid.data.groups import active_users, user_groups
-from mmgrid.data.prepare import prepare
-from mmgrid.data.prepared import load_prepared
+from mmgrid.data.pipeline import prepare
 from mmgrid.data.stats import format_stats
 
 A, B, C, D = 0, 1, 2, 3  # item_idx: sorted parent_asin

@@ -7,7 +7,7 @@ from pathlib import Path
 from data_fixtures import HAND_META, HAND_REVIEWS, grid_yaml, write_jsonl
 from mmgrid.cli import main
 from mmgrid.config import load_grid
-from mmgrid.data.prepare import prepare
+from mmgrid.data.pipeline import prepare
 
 
 def _hand_rows() -> list[tuple[str, str, int]]:

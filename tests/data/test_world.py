@@ -11,9 +11,9 @@ import pytest
 from data_fixtures import grid_yaml
 from mmgrid.config import load_grid
 from mmgrid.data.amazon import read_meta, read_reviews
-from mmgrid.data.config import WorldConfig
-from mmgrid.data.prepare import prepare
-from mmgrid.data.world import write_world
+from mmgrid.config import WorldConfig
+from mmgrid.data.pipeline import prepare
+from mmgrid.data.world_files import write_world
 
 
 def _contents(root: Path) -> dict[str, bytes]:
@@ -100,8 +100,8 @@ def _trend_lambda(knobs, seed: int, d_i: int) -> float:
     """The least-squares lambda with which p1's category mix + lambda (p2's - p1's) fits the test mix."""
     import numpy as np
 
-    from mmgrid.data.world import PERIOD_DAYS, _date_ms
-    from mmgrid.data.worldsim import simulate
+    from mmgrid.data.world_files import PERIOD_DAYS, _date_ms
+    from mmgrid.data.world_simulation import simulate
 
     cfg = WorldConfig(seed=seed)
     edges = [_date_ms(d, "") for d in ("2022-07-01", "2022-10-01", "2023-01-01", "2023-04-01")]  # demo's p1, p2, test
@@ -118,7 +118,7 @@ def test_category_trend_orders_the_temporal_ground_truth(seed: int) -> None:
     # Issue 6's mechanism without training: fast-turnover domains' directional trend keeps moving past
     # p2 (the category mix wants lambda > 1), long-lived domains' seasonal trend returns to p1's mix
     # (lambda near 0), Sports in between; so lambda* can fall as the interaction time gap rises.
-    from mmgrid.data.world import PRESETS
+    from mmgrid.data.world_files import PRESETS
 
     lam = {k.name: _trend_lambda(k, seed, i) for i, k in enumerate(PRESETS)}
     assert min(lam["Phones"], lam["Games"]) > 1.1, lam

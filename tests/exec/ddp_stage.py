@@ -1,4 +1,4 @@
-"""Run one real training stage (``mmgrid.train.build:run_stage``) from a JSON job file.
+"""Run one real training stage (``mmgrid.train.stage:run_stage``) from a JSON job file.
 
     torchrun --standalone --nproc_per_node=2 tests/exec/ddp_stage.py JOB.json OUT
 
@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from mmgrid.train.build import run_stage
+from mmgrid.train.stage import run_stage
 
 
 def main(job_file: Path, out: Path) -> None:

@@ -38,17 +38,17 @@ def grid_config(root: Path, registry: str) -> Any:
 def tiny_grid(factory: pytest.TempPathFactory, registry: str) -> Any:
     """The tiny grid's config with a fresh registry ``registry`` that already holds the base."""
     if "root" not in _ROOT:
-        from mmgrid.data.prepare import prepare
-        from mmgrid.data.world import write_world
-        from mmgrid.models.base import load_base
+        from mmgrid.data.pipeline import prepare
+        from mmgrid.data.world_files import write_world
         from mmgrid.registry.api import Registry
+        from mmgrid.train.base_lm import ensure_base
 
         root = factory.mktemp("tinygrid")
         cfg = grid_config(root, "registry-base")
         write_world(cfg.data.root, cfg.world)
         prepared = prepare(cfg)
         reg = Registry.open(cfg.registry)
-        load_base(cfg.base, prepared, reg, seed=cfg.train.seed, progress=False)
+        ensure_base(cfg.base, prepared, reg, seed=cfg.train.seed, progress=False)
         reg.close()
         _ROOT["root"] = root
     root = _ROOT["root"]

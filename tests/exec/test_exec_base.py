@@ -22,7 +22,7 @@ from mmgrid.exec import (
     run_dag,
     run_job,
 )
-from mmgrid.exec.config import ExecConfig
+from mmgrid.config import ExecConfig
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the toy job module is imported by dotted path

@@ -144,9 +144,9 @@ def test_torchrun_real_stage_writes_exactly_one_checkpoint(tmp_path_factory: pyt
     sys.path.insert(0, str(HERE))
     from exec_tinygrid import tiny_grid
 
-    from mmgrid.data.prepared import load_prepared
+    from mmgrid.data.dataset import load_prepared
     from mmgrid.registry.api import Registry
-    from mmgrid.train.build import plan_stages
+    from mmgrid.runtime.plan import plan_stages
 
     cfg = tiny_grid(tmp_path_factory, "registry-ddp")
     reg = Registry.open(cfg.registry)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mmgrid.config import load_grid
-from mmgrid.data.config import PAPER_PHASES
+from mmgrid.config import PAPER_PHASES
 from mmgrid.exec.validate import AMAZON2023_CATEGORIES, check_scale
 
 GRID = Path(__file__).resolve().parents[2] / "grids" / "amazon2023.yaml"
@@ -58,7 +58,7 @@ def _paradigm_defaults(name: str) -> dict:
 
 
 def test_paradigm_params_are_known_to_the_paradigms() -> None:
-    from mmgrid.paradigms.common import resolve_params
+    from mmgrid.paradigms.params import resolve_params
 
     cfg = load_grid(GRID)
     for name, params in cfg.paradigm_params.items():

@@ -157,7 +157,7 @@ def test_build_and_temporal_sweep_on_ray_equal_local(
     Ray tasks, give the same checkpoint ids and the same evaluation numbers as locally."""
     from exec_tinygrid import tiny_grid
 
-    from mmgrid.data.prepared import load_prepared
+    from mmgrid.data.dataset import load_prepared
     from mmgrid.exec import sync_registry
     from mmgrid.registry.api import Registry
     from mmgrid.sweep.temporal import run_temporal

@@ -13,9 +13,10 @@ import train_fakes as F  # noqa: E402
 
 from mmgrid.configtools import build  # noqa: E402
 from mmgrid.errors import ModelError, UnknownNameError  # noqa: E402
+from mmgrid.config import BaseConfig  # noqa: E402
 from mmgrid.models import get_builder, load_base, parse_builder, tiny_qwen3, train_tokenizer  # noqa: E402
 from mmgrid.registry.api import Registry  # noqa: E402
-from mmgrid.train.config import BaseConfig  # noqa: E402
+from mmgrid.train.base_lm import ensure_base  # noqa: E402
 
 
 def test_tiny_qwen3_has_its_literal_sizes() -> None:
@@ -41,21 +42,22 @@ def test_tokenizer_special_tokens_and_round_trip() -> None:
     assert tok.decode(ids) == "blue shirt"
 
 
-def test_load_base_trains_once_then_hits_the_cache(tmp_path, monkeypatch) -> None:
+def test_load_base_trains_once_then_hits_the_cache(tmp_path) -> None:
     from mmgrid.eval.retention import text_loss
     from mmgrid.models import base as base_mod
 
     prep = F.FakePrepared([F.make_domain("A")], fingerprint="base-test")
     reg = Registry.open(tmp_path / "reg")
     cfg = BaseConfig(vocab_size=300, lm_epochs=3, lm_batch_size=8, lm_lr=3e-3, max_length=24)
-    bundle, bid = load_base(cfg, prep, reg, seed=0)
+    with pytest.raises(ModelError, match="mmgrid build"):  # models/ loads bases; training one is train/'s
+        load_base(cfg, prep, reg, seed=0)
+    bundle, bid = ensure_base(cfg, prep, reg, seed=0)
     man = reg.get(bid)
     assert man.kind == "base" and {"config.json", "tokenizer.json"} <= set(man.files)
     assert man.meta["lm_losses"][-1] < man.meta["lm_losses"][0]  # the LM learned something
     # a fresh process would load it from the registry: same tensors, no training
     base_mod._CACHE.clear()
-    monkeypatch.setattr(base_mod, "_train_tiny_base", lambda *a, **k: pytest.fail("trained again"))
-    again, bid2 = load_base(cfg, prep, reg, seed=0)
+    again, bid2 = load_base(cfg, prep, reg, seed=0)  # no trainer given: it must come from the registry
     assert bid2 == bid
     for k, v in bundle.model.state_dict().items():
         assert torch.equal(v, again.model.state_dict()[k]), k

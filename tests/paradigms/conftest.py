@@ -1,7 +1,7 @@
 """Tiny fixtures shared by every paradigm's tests: a DomainData stand-in and a tiny Qwen3 base.
 
 Both are built on the fly (nothing downloaded). ``TinyDomain`` has the attributes of
-``mmgrid.data.prepared.DomainData`` that paradigms use, so a test can later swap in the
+``mmgrid.data.dataset.DomainData`` that paradigms use, so a test can later swap in the
 real class without changing the paradigm code. Fixtures:
 
 - ``tiny_domain`` (session): 30 items in 3 themes, 40 users whose next item follows a

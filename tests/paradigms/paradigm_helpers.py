@@ -35,7 +35,7 @@ PHASE_OF_EVENT = ("pretrain",) * 4 + ("p1",) * 2 + ("p2", "test")
 
 @dataclass
 class TinyDomain:
-    """Stand-in for ``mmgrid.data.prepared.DomainData`` (same attribute names and types)."""
+    """Stand-in for ``mmgrid.data.dataset.DomainData`` (same attribute names and types)."""
 
     name: str
     items: pl.DataFrame  # item_idx, parent_asin, title, text, first_seen_ms

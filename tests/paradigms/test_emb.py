@@ -12,8 +12,8 @@ import torch
 from paradigm_helpers import fit_batch
 from mmgrid.errors import ModelError
 from mmgrid.paradigms import Checkpoint, get_paradigm
-from mmgrid.paradigms.common import CheckpointMismatchError
 from mmgrid.paradigms.emb import info_nce
+from mmgrid.paradigms.errors import CheckpointMismatchError
 
 P = get_paradigm("emb")
 

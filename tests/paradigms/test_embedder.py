@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from mmgrid.errors import ModelError
 from mmgrid.paradigms import embedder as E
+from mmgrid.paradigms.errors import UnsafeEmbedderError
 
 
 def test_default_embedder_loads_offline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,3 +52,56 @@ def test_cache_key_depends_on_texts_and_order() -> None:
     assert a == E.texts_key(["x", "y"], None)
     assert a != E.texts_key(["y", "x"], None)
     assert a != E.texts_key(["xy"], None)
+
+
+def _st_folder(root, modules, files) -> str:
+    """A sentence-transformers-shaped folder: modules.json and the given files (bytes, never unpickled)."""
+    root.mkdir()
+    (root / "modules.json").write_text(json.dumps(modules))
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return str(root)
+
+
+PICKLE_BYTES = b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00K\x01."  # a pickle's shape; only its name is looked at
+TRANSFORMER = {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
+DENSE = {"idx": 1, "name": "1", "path": "1_Dense", "type": "sentence_transformers.models.Dense"}
+
+
+@pytest.mark.parametrize(
+    "case, modules, files, what",
+    [
+        ("bin only", [TRANSFORMER], {"config.json": b"{}", "pytorch_model.bin": PICKLE_BYTES}, "pytorch_model.bin"),
+        ("pt only", [TRANSFORMER], {"config.json": b"{}", "weights.pt": PICKLE_BYTES}, "weights.pt"),
+        ("dense module bin only", [TRANSFORMER, DENSE],
+         {"config.json": b"{}", "model.safetensors": b"x", "1_Dense/pytorch_model.bin": PICKLE_BYTES},
+         "1_Dense/pytorch_model.bin"),
+        ("module path outside", [dict(TRANSFORMER, path="../elsewhere")], {"config.json": b"{}"}, "outside"),
+    ],
+)
+def test_pickle_weights_are_refused_before_loading(tmp_path, monkeypatch, case, modules, files, what) -> None:
+    import torch
+
+    def no_unpickling(*_a, **_k):
+        raise AssertionError("torch.load was called")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    folder = _st_folder(tmp_path / "emb", modules, files)
+    with pytest.raises(UnsafeEmbedderError, match="safetensors only") as ei:
+        E.load_embedder(folder)
+    assert isinstance(ei.value, ModelError) and what in str(ei.value) and str(tmp_path / "emb") in str(ei.value)
+    assert "save(out, safe_serialization=True)" in str(ei.value)  # how to fix
+
+
+def test_a_pickle_beside_safetensors_is_not_refused(tmp_path) -> None:
+    folder = _st_folder(tmp_path / "emb", [TRANSFORMER],
+                        {"model.safetensors": b"x", "pytorch_model.bin": PICKLE_BYTES})  # fmt: skip
+    E.check_weights_safe(Path(folder))  # transformers is told use_safetensors=True: the .bin is never read
+
+
+def test_packaged_minilm_ships_safetensors_only() -> None:
+    path = Path(E.resolve_embedder_path(None))
+    E.check_weights_safe(path)
+    suffixes = {p.suffix for p in path.rglob("*") if p.is_file()}
+    assert ".safetensors" in suffixes and not suffixes & {".bin", ".pt", ".pth", ".pkl", ".ckpt"}

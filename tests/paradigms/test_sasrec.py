@@ -8,7 +8,7 @@ import torch
 
 from paradigm_helpers import fit_batch
 from mmgrid.paradigms import get_paradigm
-from mmgrid.paradigms.common import CheckpointMismatchError
+from mmgrid.paradigms.errors import CheckpointMismatchError
 
 P = get_paradigm("sasrec")
 PARAMS = {"hidden": 16, "heads": 2, "max_len": 6}
@@ -69,7 +69,7 @@ def test_rank_returns_unique_valid_items_not_in_history(model, tiny_domain) -> N
     # Best first: the returned order follows the scores.
     model.eval()
     with torch.no_grad():
-        from mmgrid.paradigms.common import pad_right
+        from mmgrid.paradigms.examples import pad_right
 
         hist, lengths = pad_right([hists[0][-PARAMS["max_len"]:]], pad=0)
         s = model.scores(model.users(hist, lengths))[0]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from paradigm_helpers import fit_batch
 from mmgrid.errors import ModelError
 from mmgrid.paradigms import Checkpoint, get_paradigm
-from mmgrid.paradigms.common import CheckpointMismatchError
+from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.semid import CodeTrie, SemIDError, semantic_ids, trie_beam_search
 from mmgrid.paradigms.semid.quantizer import resolve_collisions
 from mmgrid.paradigms.semid.tokens import code_token_names

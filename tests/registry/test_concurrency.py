@@ -74,11 +74,15 @@ def test_writer_killed_mid_put_leaves_valid_registry(tmp_path: Path, point: str)
     assert not reg.has(cid) and reg.query().empty  # absent, not half-present
     report = reg.verify()
     assert report.ok, report.summary()
-    assert list((root / "tmp").iterdir())  # the killed writer's temp file is there, unreferenced
+    litter = sorted(str(p) for p in (root / "tmp").iterdir())
+    assert litter and report.temp_files == litter  # the killed writer's temp files, listed by verify
+    assert f"{len(litter)} temporary files" in report.summary() and litter[0] in report.summary()
     # a re-run completes the same checkpoint
     assert reg.put(workers.small_state(3), {"paradigm": "text", "domain": "crash", "period": "p0"}, "base") == cid
     out = reg.load(cid)
     assert all(torch.equal(out[k], v) for k, v in workers.small_state(3).items())
+    assert reg.verify().temp_files == litter  # the resume neither read nor removed them
     g = reg.gc(grace_s=0)
-    assert not list((root / "tmp").iterdir()) and reg.verify().ok and g.removed_blobs >= 0
+    assert g.removed_temp == len(litter) and f"{len(litter)} temporary files" in g.summary()
+    assert not list((root / "tmp").iterdir()) and reg.verify().ok and not reg.verify().temp_files
     reg.close()

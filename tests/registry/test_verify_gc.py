@@ -84,3 +84,89 @@ def test_gc_keep_removes_unreachable_with_their_blobs(reg: Registry) -> None:
         assert reg.load(cid)
     fresh = Registry.open(reg.root)
     assert fresh.reindex() and set(fresh.query()["id"]) == {base, a1, a2, b1}
+
+
+def test_temp_litter_is_listed_never_read_and_counted_by_gc(reg: Registry) -> None:
+    """Files named as a killed writer leaves them (fsio.temp_path): a blob's partial bytes
+    and a complete manifest that was never renamed into place."""
+    from mmgrid.registry.fsio import temp_path
+    from mmgrid.registry.names import make_id
+
+    cid = make_id(COORDS, "base")
+    other = reg.put(tiny_state(1), {**COORDS, "period": "p1"}, "base")
+    blob_tmp = temp_path(reg.store.tmp, "ab" * 32 + ".safetensors")
+    blob_tmp.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"t\":")  # torn
+    man_tmp = temp_path(reg.store.tmp, f"{cid}.json")
+    man_tmp.write_text(reg.get(other).dumps().replace(other, cid))  # whole, but never renamed
+    fresh = Registry.open(reg.root)
+    assert not fresh.has(cid) and list(fresh.query()["id"]) == [other]
+    assert fresh.reindex() and list(fresh.query()["id"]) == [other] and not fresh.index_problems
+    report = fresh.verify()
+    assert report.ok and report.temp_files == sorted([str(blob_tmp), str(man_tmp)])
+    assert "2 temporary files" in report.summary() and str(man_tmp) in report.summary()
+    assert fresh.gc().removed_temp == 0 and blob_tmp.exists()  # younger than the grace period
+    dry = fresh.gc(grace_s=0, dry_run=True)
+    assert dry.removed_temp == 2 and blob_tmp.exists() and man_tmp.exists()
+    report = fresh.gc(grace_s=0)
+    assert report.removed_temp == 2 and "2 temporary files" in report.summary()
+    assert not blob_tmp.exists() and not man_tmp.exists() and not fresh.verify().temp_files
+
+
+def test_reindex_names_a_corrupt_manifest_and_exits_non_zero(reg: Registry, capsys: pytest.CaptureFixture) -> None:
+    from mmgrid.cli import main
+
+    good = reg.put(tiny_state(0), COORDS, "base")
+    bad = reg.put(tiny_state(1), {**COORDS, "period": "p1"}, "base")
+    reg.manifest_path(bad).write_text('{"id": "' + bad + '", "coords": ')  # truncated
+    with pytest.warns(UserWarning, match=f"{bad}.json"):
+        n = reg.reindex()
+    assert n == 1 and list(reg.query()["id"]) == [good]
+    assert reg.index_problems[0][0] == str(reg.manifest_path(bad)) and "not valid JSON" in reg.index_problems[0][1]
+    rc = main(["registry", "reindex", str(reg.root)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "SKIPPED 1 unreadable" in err and str(reg.manifest_path(bad)) in err and "not valid JSON" in err
+    reg.manifest_path(bad).unlink()
+    assert main(["registry", "reindex", str(reg.root)]) == 0
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["coords"].pop("paradigm"),
+    lambda d: d.update(kind="finetuned"),
+    lambda d: d.update(blobs=[1, 2]),
+    lambda d: d["blobs"]["model.position_ids"].update(shape=["a"]),
+    lambda d: d["blobs"]["model.position_ids"].update(dtype="X9"),
+])
+def test_edited_manifest_is_named_not_a_traceback(reg: Registry, edit, capsys: pytest.CaptureFixture) -> None:  # noqa: ANN001
+    import json
+
+    from mmgrid.cli import main
+    from mmgrid.errors import RegistryError
+
+    cid = reg.put(tiny_state(0), COORDS, "base")
+    d = json.loads(reg.manifest_path(cid).read_text())
+    edit(d)
+    reg.manifest_path(cid).write_text(json.dumps(d))
+    reg._forget(cid)
+    with pytest.raises(RegistryError, match="manifest"):
+        reg.get(cid)
+    fresh = Registry.open(reg.root)
+    with pytest.warns(UserWarning, match=cid):
+        fresh.reindex()  # the index skips it, loudly, and does not fail
+    assert fresh.query().empty and fresh.verify().bad_manifests == [str(reg.manifest_path(cid))]
+    assert main(["registry", "verify", str(reg.root)]) == 1 and "bad manifest" in capsys.readouterr().out
+
+
+def test_edited_results_line_is_skipped_loudly(reg: Registry) -> None:
+    import json
+
+    cid = reg.put(tiny_state(0), COORDS, "base")
+    reg.record_eval(cid, "test", "all", {"r": 0.5})
+    path = reg._log.path
+    good = json.loads(path.read_text().splitlines()[0])
+    with open(path, "a") as fh:
+        fh.write(json.dumps({**good, "key": "k2", "metrics": {"r": "high"}}) + "\n")
+        fh.write(json.dumps({**good, "key": "k3", "split": {"a": 1}}) + "\n")
+    with pytest.warns(UserWarning, match="malformed") as caught:
+        assert reg.reindex()
+    assert sorted(str(w.message).split("record ")[1][:4] for w in caught) == ["'k2'", "'k3'"]
+    assert len(reg.results()) == 1 and [p for p, _ in reg.index_problems] == [str(path), str(path)]

@@ -13,7 +13,7 @@ import torch
 
 from mmgrid.config import GridConfig
 from mmgrid.configtools import build
-from mmgrid.paradigms.base import Checkpoint, register_paradigm
+from mmgrid.paradigms import Checkpoint, register_paradigm
 from mmgrid.registry import Registry
 
 DOMAINS = ["A", "B", "C", "D", "E"]

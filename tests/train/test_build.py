@@ -8,8 +8,10 @@ import torch
 
 import train_fakes as F
 from mmgrid.errors import ConfigError, DataError, TrainingError, UnknownNameError
-from mmgrid.train.build import build_grid, plan_grid
-from mmgrid.train.context import open_registry
+from mmgrid.runtime.plan import plan_grid
+from mmgrid.train.build import build_grid
+from mmgrid.validate import validate_grid
+from mmgrid.runtime.context import open_registry
 
 ORBIT = {"name": "orbit-sd-0.02", "regularizer": "orbit", "params": {"distance": "sign", "epsilon": 0.02}}
 
@@ -47,7 +49,7 @@ def test_second_build_is_all_cache_hits_and_plan_matches(built) -> None:
 
 def _sd_to_origin(state: dict, domain: str) -> float:
     """Sign dissimilarity (Orbit Eq. 1) of a stored toy state vs its rebuilt origin, added rows excluded."""
-    from mmgrid.train.device import derive_seed
+    from mmgrid.runtime.device import derive_seed
 
     origin = F.ToyParadigm().build(None, F.make_domain(domain), {}, derive_seed(0, "toy", domain, "build"))
     flipped = counted = 0
@@ -98,15 +100,19 @@ def test_resume_after_a_failure_equals_an_uninterrupted_build(built, tmp_path) -
 def test_unknown_paradigm_fails_before_anything_runs(tmp_path) -> None:
     cfg = F.make_cfg(tmp_path, paradigms=["toy", "txet"])
     with pytest.raises(UnknownNameError, match="txet"):
-        build_grid(cfg, progress=False)
+        validate_grid(cfg)  # the one validation pass every command runs before build_grid
     assert not (tmp_path / "reg").exists() or not open_registry(cfg.registry).query().shape[0]
 
 
 def test_unknown_regularizer_and_bad_params_fail_early(tmp_path) -> None:
     with pytest.raises(UnknownNameError, match="orbit"):
-        build_grid(F.make_cfg(tmp_path, variants=[{"name": "x", "regularizer": "orbitt"}]), progress=False)
+        validate_grid(F.make_cfg(tmp_path, variants=[{"name": "x", "regularizer": "orbitt"}]))
     with pytest.raises(ConfigError, match="epsilon"):
-        build_grid(F.make_cfg(tmp_path, variants=[{"name": "x", "regularizer": "orbit"}]), progress=False)
+        validate_grid(F.make_cfg(tmp_path, variants=[{"name": "x", "regularizer": "orbit"}]))
+    with pytest.raises(ConfigError, match=r"variants\[0\]\.paradigms: 'nope' is not in paradigms"):
+        validate_grid(F.make_cfg(tmp_path, variants=[{"name": "x", "paradigms": ["nope"]}]))
+    with pytest.raises(ConfigError, match="train.stages: at least one stage"):
+        validate_grid(F.make_cfg(tmp_path, train={"stages": [], "epochs": {}}))
 
 
 def test_empty_phase_is_a_data_error_before_any_training(tmp_path) -> None:
@@ -120,7 +126,9 @@ def test_empty_phase_is_a_data_error_before_any_training(tmp_path) -> None:
 def test_unknown_base_builder_fails_early(tmp_path) -> None:
     cfg = F.make_cfg(tmp_path, base={"model": "tiny_qwen9()"})
     with pytest.raises(UnknownNameError, match=r"tiny_qwen3\(\)"):
-        build_grid(cfg, progress=False)
+        validate_grid(cfg)
+    with pytest.raises(UnknownNameError, match=r"tiny_qwen3\(\)"):
+        build_grid(cfg, progress=False)  # without the pass, the base fails before any stage is planned
 
 
 def test_nan_loss_stops_with_training_error_and_keeps_last_good(tmp_path) -> None:

@@ -15,7 +15,7 @@ def test_world_prepare_build_eval(tmp_path, capsys) -> None:
     from mmgrid.eval.grid import evaluate_grid
     from mmgrid.eval.table import baseline_table
     from mmgrid.train.build import build_grid
-    from mmgrid.train.context import open_registry
+    from mmgrid.runtime.context import open_registry
 
     world, prep, reg_root = tmp_path / "w", tmp_path / "prep", tmp_path / "reg"
     assert main(["world", "--out", str(world), "--domains", "2", "--scale", "0.5"]) == 0

@@ -6,7 +6,7 @@ import yaml
 
 import train_fakes as F
 from mmgrid.cli import main
-from mmgrid.train.context import open_registry, put_prepared
+from mmgrid.runtime.context import open_registry, put_prepared
 
 
 def _write_cfg(tmp_path) -> str:
@@ -52,14 +52,15 @@ def test_eval_errors_are_one_line_named_errors(tmp_path, capsys) -> None:
     assert main(["eval"]) == 2
 
 
-def test_format_baseline_table_evaluates_then_formats(tmp_path) -> None:
-    from mmgrid.train.build import build_grid, format_baseline_table
+def test_evaluate_and_tabulate_evaluates_then_formats(tmp_path) -> None:
+    from mmgrid.eval.grid import evaluate_and_tabulate
+    from mmgrid.train.build import build_grid
     from mmgrid.train.regularizers import get_regularizer_class
 
     cfg = F.make_cfg(tmp_path, F.FakePrepared([F.make_domain("A")], fingerprint="table"),
                      train={"epochs": {"pretrain": 1, "p1": 1, "p2": 1}, "batch_size": 8, "lr": 0.01})
     build_grid(cfg, progress=False)
-    table = format_baseline_table(cfg, progress=False)
+    table = evaluate_and_tabulate(cfg, progress=False)
     assert table.splitlines()[0] == "| Paradigm | A R@10 | A N@10 | A R@20 | A N@20 |"
     assert "| toy |" in table and "| MostPop |" in table
     assert get_regularizer_class("orbit").name == "orbit"

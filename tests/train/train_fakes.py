@@ -12,7 +12,7 @@ import polars as pl
 import torch
 from torch import nn
 
-from mmgrid.paradigms.base import Checkpoint, register_paradigm
+from mmgrid.paradigms import Checkpoint, register_paradigm
 
 PHASE_OF_EVENT = ("pretrain",) * 4 + ("p1",) * 2 + ("p2", "test")
 N_ADDED = 2  # rows of the item table that play "added vocabulary"
@@ -166,7 +166,7 @@ def grid_dict(tmp: Any, **sections: Any) -> dict[str, Any]:
 def make_cfg(tmp: Any, prepared: FakePrepared | None = None, **sections: Any) -> Any:
     from mmgrid.config import GridConfig
     from mmgrid.configtools import build
-    from mmgrid.train.context import put_prepared
+    from mmgrid.runtime.context import put_prepared
 
     cfg = build(GridConfig, grid_dict(tmp, **sections))
     put_prepared(cfg.prepared, prepared or FakePrepared([make_domain("A", seed=0), make_domain("B", seed=1)]))

@@ -35,16 +35,13 @@ import numpy as np
 import torch
 
 from mmgrid.errors import ConfigError, ModelError
-from mmgrid.paradigms.base import Checkpoint, register_paradigm
-from mmgrid.paradigms.common import (
-    CheckpointMismatchError,
-    hf_config_file,
-    load_examples,
-    resolve_params,
-    tokenizer_files,
-    tokenizer_from_files,
-)
+from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items
+from mmgrid.paradigms.errors import CheckpointMismatchError
+from mmgrid.paradigms.examples import load_examples
+from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
+from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.semid.quantizer import SemanticIDs, SemIDError, semantic_ids
 from mmgrid.paradigms.semid.tokens import add_code_tokens, code_token_names, sync_tokenizer
 from mmgrid.paradigms.semid.trie import CodeTrie, decode_items, trie_beam_search_with_order
@@ -53,7 +50,7 @@ from mmgrid.paradigms.text import TokenExample, collate_lm, is_tied, left_pad, l
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from mmgrid.data.prepared import DomainData
+    from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
 DEFAULTS: dict[str, Any] = {

@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from tokenizers import AddedToken
 
-from mmgrid.paradigms.common import CheckpointMismatchError
+from mmgrid.paradigms.errors import CheckpointMismatchError
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -33,7 +34,6 @@ def code_token_names(domain: str, level_sizes: list[int]) -> list[list[str]]:
 
 
 def _special(names: list[str]) -> list[Any]:
-    from tokenizers import AddedToken
 
     return [AddedToken(n, special=True, normalized=False, single_word=False) for n in names]
 

@@ -1,69 +1,17 @@
-"""Training-time regularizers towards the origin: one small module each, one lookup here.
+"""Training-time regularizers towards the origin: one small module each, one lookup.
 
 A regularizer is built from the variant's ``params`` (validated against its typed
 dataclass before any job runs) and the run's :class:`~mmgrid.train.origin.Origin`, and
 has one narrow hook, ``on_step_end(model, step) -> dict`` (called after every optimizer
 step; returns values to log). ``l2_init`` also adds ``penalty(model)`` to the loss.
+
+The name table lives in :mod:`~mmgrid.train.regularizers.names`; importing this package
+imports every regularizer module, so each has registered itself.
 """
 
-from __future__ import annotations
+from mmgrid.train.regularizers import l2_init, orbit, soup_to_go  # noqa: F401  (they register)
+from mmgrid.train.regularizers.names import (Regularizer, check_params, get_regularizer_class, make_regularizer,
+                                             register, regularizer_names)
 
-from typing import Any, Callable, Protocol
-
-import torch
-
-from mmgrid.configtools import build
-from mmgrid.errors import UnknownNameError
-from mmgrid.train.origin import Origin
-
-
-class Regularizer(Protocol):
-    name: str
-
-    def on_step_end(self, model: torch.nn.Module, step: int) -> dict[str, float]: ...
-
-
-_REGISTRY: dict[str, tuple[type, Callable[[Any, Origin], Regularizer]]] = {}
-
-
-def register(name: str, params_cls: type) -> Callable:
-    """Class decorator: the regularizer ``name`` with typed parameters ``params_cls``."""
-
-    def deco(cls: Callable[[Any, Origin], Regularizer]) -> Callable[[Any, Origin], Regularizer]:
-        _REGISTRY[name] = (params_cls, cls)
-        return cls
-
-    return deco
-
-
-def regularizer_names() -> list[str]:
-    _load()
-    return ["none", *sorted(_REGISTRY)]
-
-
-def get_regularizer_class(name: str) -> Callable[[Any, Origin], Regularizer]:
-    """The class registered as ``name`` (UnknownNameError lists the known names)."""
-    _load()
-    if name not in _REGISTRY:
-        raise UnknownNameError("regularizer", name, regularizer_names())
-    return _REGISTRY[name][1]
-
-
-def check_params(name: str, params: dict[str, Any], where: str = "variants") -> Any:
-    """Validate a variant's regularizer parameters (ConfigError / UnknownNameError before any job runs)."""
-    _load()
-    if name == "none":
-        return None
-    if name not in _REGISTRY:
-        raise UnknownNameError("regularizer", name, regularizer_names())
-    return build(_REGISTRY[name][0], params, where=f"{where}.params")
-
-
-def make_regularizer(name: str, params: dict[str, Any], origin: Origin) -> Regularizer | None:
-    """The regularizer ``name`` for a run whose origin is ``origin`` (None for ``none``)."""
-    typed = check_params(name, params)
-    return None if typed is None else _REGISTRY[name][1](typed, origin)
-
-
-def _load() -> None:
-    from mmgrid.train.regularizers import l2_init, orbit, soup_to_go  # noqa: F401  (they register)
+__all__ = ["Regularizer", "check_params", "get_regularizer_class", "make_regularizer", "register",
+           "regularizer_names"]

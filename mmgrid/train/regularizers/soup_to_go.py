@@ -9,7 +9,7 @@ from typing import Literal
 import torch
 
 from mmgrid.train.origin import Origin, average_with_origin, distance
-from mmgrid.train.regularizers import register
+from mmgrid.train.regularizers.names import register
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The handlers behind ``mmgrid eval`` (a grid, one checkpoint, or a merge recipe)."""
+"""CLI sub-command of mmgrid.eval: ``mmgrid eval`` (a grid, one checkpoint, or a merge recipe;
+see mmgrid/cli.py)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,51 @@ import argparse
 import dataclasses
 from typing import Any
 
-from mmgrid.errors import ConfigError
+from mmgrid.errors import ConfigError, MmgridError
+
+# lazy: every handler imports what it runs inside itself, so that `mmgrid --help` (which imports
+# this module to register `eval`) does not pay for torch (~3.5 s), transformers and the registry
+# (measured with `python -X importtime -m mmgrid eval --help`; docs/architecture.md).
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this concern's sub-commands to the `mmgrid` parser."""
+    e = sub.add_parser("eval", help="evaluate a grid, a registry checkpoint, or a merge recipe",
+                       description="Recall@K / NDCG@K (full ranking, all / active / non-active users) and text "
+                                   "retention, recorded in the registry. Forms: `mmgrid eval CONFIG [KEY=VALUE...]`; "
+                                   "`mmgrid eval --registry ROOT ID [--domain D] [--prepared DIR] [--config CONFIG]`; "
+                                   "`mmgrid eval --recipe FILE.yaml [--config CONFIG]`.")
+    e.add_argument("target", nargs="?", help="a grid YAML, or (with --registry) a checkpoint id / alias")
+    e.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    e.add_argument("--registry", help="registry root (evaluate one checkpoint)")
+    e.add_argument("--recipe", help="merge recipe YAML: method, models, base, params (evaluated, never stored)")
+    e.add_argument("--domain", help="domain to evaluate on (default: the checkpoint's own)")
+    e.add_argument("--prepared", help="prepared dataset folder (default: the config's)")
+    e.add_argument("--config", help="grid YAML giving paradigm params and eval settings (default: demo defaults)")
+    e.add_argument("--split", help="phase to evaluate (default: eval.split)")
+    e.add_argument("--no-record", action="store_true", help="print only, record nothing")
+    e.set_defaults(func=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    if args.recipe:
+        return eval_recipe_cli(args)
+    if args.registry:
+        return eval_checkpoint_cli(args)
+    return eval_grid_cli(args)
 
 
 def _config(args: argparse.Namespace) -> Any:
-    """The grid config giving paradigm params and eval settings (``--config``, else defaults)."""
+    """The grid config giving paradigm params and eval settings (``--config``, else defaults),
+    through the one validation pass."""
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.config import GridConfig, load_grid
     from mmgrid.configtools import build
+    from mmgrid.validate import validate_grid
 
-    if getattr(args, "config", None):
-        return load_grid(args.config, args.overrides)
-    return build(GridConfig, {"name": "eval"})
+    cfg = load_grid(args.config, args.overrides) if getattr(args, "config", None) else build(GridConfig, {"name": "eval"})
+    validate_grid(cfg)
+    return cfg
 
 
 def _print(title: str, results: dict[str, dict[str, float]]) -> None:
@@ -27,27 +62,28 @@ def _print(title: str, results: dict[str, dict[str, float]]) -> None:
 
 
 def eval_grid_cli(args: argparse.Namespace) -> int:
-    """``mmgrid eval CONFIG``: evaluate every stored final checkpoint of the grid."""
+    """``mmgrid eval CONFIG``: evaluate every stored final checkpoint of the grid (again), then
+    print the baseline table."""
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.config import load_grid
-    from mmgrid.eval.grid import evaluate_grid
-    from mmgrid.eval.table import baseline_table
-    from mmgrid.train.build import plan_grid
-    from mmgrid.train.context import open_registry
+    from mmgrid.eval.grid import evaluate_and_tabulate
+    from mmgrid.validate import validate_grid
 
     if not args.target:
         raise ConfigError("mmgrid eval: give a grid YAML, or --registry ROOT ID, or --recipe FILE.yaml.")
     cfg = load_grid(args.target, args.overrides)
-    plan = plan_grid(cfg)
-    evaluate_grid(cfg, plan, redo=True)
-    domains = list(dict.fromkeys(s.domain for s in plan.stages))
-    print(baseline_table(open_registry(cfg.registry), cfg.paradigms, domains, ks=cfg.eval.ks,
-                         split=cfg.eval.split, period=cfg.train.stages[-1]))
+    validate_grid(cfg)
+    print(evaluate_and_tabulate(cfg, redo=True))
     return 0
 
 
 def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     """``mmgrid eval --registry ROOT ID``: one checkpoint (any kind) on its own or another domain."""
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.eval.ranking import evaluate_state, record_results
+    from mmgrid.paradigms import get_paradigm
     from mmgrid.registry.api import Registry
+    from mmgrid.runtime.checkpoints import load_checkpoint
 
     if not args.target:
         raise ConfigError("mmgrid eval --registry ROOT ID: the checkpoint id (or alias) is missing.")
@@ -61,10 +97,6 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     if domain not in prepared.domains:
         raise ConfigError(f"checkpoint {man.id[:12]} has domain {domain!r}, which is not in {prepared.root}; "
                           f"pass --domain (one of {prepared.domains}).")
-    from mmgrid.eval.ranking import evaluate_state, record_results
-    from mmgrid.paradigms import get_paradigm
-    from mmgrid.train.checkpoints import load_checkpoint
-
     par = get_paradigm(man.coords["paradigm"])
     split = args.split or cfg.eval.split
     dom = prepared.domain(domain)
@@ -78,13 +110,14 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
 
 def eval_recipe_cli(args: argparse.Namespace) -> int:
     """``mmgrid eval --recipe FILE.yaml``: merge in memory, evaluate, record against the recipe."""
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.eval.ranking import evaluate_state, record_results
     from mmgrid.merge.api import merge_with_info
     from mmgrid.merge.recipe import Recipe
     from mmgrid.paradigms import get_paradigm
     from mmgrid.paradigms.base import Checkpoint
     from mmgrid.registry.api import Registry
-    from mmgrid.train.checkpoints import load_checkpoint
+    from mmgrid.runtime.checkpoints import load_checkpoint
 
     cfg = _config(args)
     recipe = Recipe.load(args.recipe)
@@ -109,6 +142,7 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
 
 
 def _eval_base(reg: Any, cid: str, prepared: Any, cfg: Any, args: argparse.Namespace) -> int:
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.eval.grid import RETENTION_SPLIT
     from mmgrid.eval.retention import text_loss
     from mmgrid.models.base import bundle_from_registry
@@ -122,8 +156,8 @@ def _eval_base(reg: Any, cid: str, prepared: Any, cfg: Any, args: argparse.Names
 
 
 def _prepared(args: argparse.Namespace, cfg: Any) -> Any:
-    from mmgrid.errors import MmgridError
-    from mmgrid.train.context import open_prepared
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.runtime.context import open_prepared
 
     path = args.prepared or cfg.prepared
     try:

@@ -1,4 +1,6 @@
-"""``mmgrid world``: a synthetic drift world written in the exact Amazon Reviews 2023 layout.
+"""Writing the synthetic world's files (``mmgrid world``): a drift world in the exact Amazon Reviews 2023
+layout, with the preset knobs of its domains. The generative process itself is
+:mod:`mmgrid.data.world_simulation`.
 
 ::
 
@@ -24,9 +26,9 @@ import numpy as np
 import polars as pl
 
 from mmgrid.data import vocab
-from mmgrid.data.config import WorldConfig
+from mmgrid.config import WorldConfig
 from mmgrid.data.errors import ConfigError
-from mmgrid.data.worldsim import DomainKnobs, Simulated, simulate
+from mmgrid.data.world_simulation import DomainKnobs, Simulated, simulate
 
 PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
 
@@ -43,7 +45,7 @@ PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
 # Recall@10 fell below most-popular's on the demo world); Sports (240 days) is in between. For a sinusoidal trend of period P the
 # category mix alone asks for lambda = 1 + cos(2 pi 91 d / P) (tests/data/test_world.py checks this
 # proxy). Users are raised so that every domain has ~260-400 non-active test examples, and the
-# trend's category phases are evenly spaced (worldsim.simulate) so that its direction does not
+# trend's category phases are evenly spaced (world_simulation.simulate) so that its direction does not
 # depend on the seed. Measured over world seeds 0-2: docs/studies.md, "Ground truth".
 PRESETS: tuple[DomainKnobs, ...] = (
     # name, users, items, life-span d, initial item share, activity, burst, drift, trend weight, arrival,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mmgrid.errors import ConfigError
+
 
 @dataclass
 class ExecConfig:
@@ -20,8 +22,6 @@ class ExecConfig:
     num_gpus_per_eval: float = 0.0  # Ray GPUs asked for each evaluation / sweep point
 
     def __post_init__(self) -> None:
-        from mmgrid.errors import ConfigError
-
         for name in ("num_cpus_per_job", "num_gpus_per_train", "num_gpus_per_eval"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"exec.{name}: {getattr(self, name)} is negative; use 0 or more.")

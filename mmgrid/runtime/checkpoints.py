@@ -15,10 +15,18 @@ def checkpoint_meta(ckpt: Checkpoint, extra: dict[str, Any] | None = None) -> di
     return meta
 
 
-def load_checkpoint(registry: Any, ref: Any) -> Checkpoint:
-    """Rebuild a paradigm :class:`Checkpoint` (state, files, meta, added rows) from the registry."""
+def load_checkpoint(registry: Any, ref: Any, state: dict | None = None) -> Checkpoint:
+    """Rebuild a paradigm :class:`Checkpoint` (state, files, meta, added rows) from the registry.
+
+    Args:
+        registry: an open registry.
+        ref: checkpoint id or alias.
+        state: use this state instead of the stored one (a merge result), keeping the
+            checkpoint's files and meta.
+    """
     man = registry.get(ref)
     files = {name: registry.file(man.id, name) for name in man.files}
-    meta = dict(man.meta)
+    meta = dict(man.meta or {})
     added = {k: (int(v[0]), list(v[1])) for k, v in (meta.get("added_rows") or {}).items()}
-    return Checkpoint(state=registry.load(man.id), files=files, meta=meta, added_rows=added)
+    return Checkpoint(state=state if state is not None else registry.load(man.id), files=files, meta=meta,
+                      added_rows=added)

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError
+from mmgrid.models.base import bundle_from_registry
+from mmgrid.paradigms import get_paradigm
+from mmgrid.runtime.checkpoints import checkpoint_meta
+from mmgrid.runtime.device import derive_seed, seed_everything
+from mmgrid.sweep.evaluation import paradigm_params
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mmgrid.config import GridConfig
-    from mmgrid.data.prepared import PreparedDataset
+    from mmgrid.data.dataset import PreparedDataset
 
 
 def lineage_root(registry: Any, cid: str) -> str:
@@ -32,20 +37,16 @@ def lineage_root(registry: Any, cid: str) -> str:
     return roots[0]
 
 
-def start_model_id(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset", paradigm: str, domain: str,
+def start_model_id(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", paradigm: str, domain: str,
                    variant: str, trained_id: str) -> str:
     """Id of the paradigm's start model for ``domain`` (built and stored on first use).
 
     Falls back to the lineage root when the paradigm cannot build (e.g. a test double).
     """
     root = lineage_root(registry, trained_id)
-    from mmgrid.paradigms.base import get_paradigm
-
     par = get_paradigm(paradigm)
     if not hasattr(par, "build"):
         return root
-    from mmgrid.train.device import derive_seed
-
     seed = derive_seed(cfg.train.seed, paradigm, domain, "build")
     coords = {"paradigm": paradigm, "domain": domain, "period": "start", "variant": variant}
     params = {"built_from": root, "build_seed": seed, "role": "original_base"}
@@ -53,11 +54,6 @@ def start_model_id(cfg: "GridConfig", registry: Any, prepared: "PreparedDataset"
     cid = registry.make_id(coords, "base", parents, params, None, cfg.train.seed)
     if registry.has(cid):
         return cid
-    from mmgrid.models.base import bundle_from_registry
-    from mmgrid.sweep.evaluation import paradigm_params
-    from mmgrid.train.checkpoints import checkpoint_meta
-    from mmgrid.train.device import seed_everything
-
     bundle = bundle_from_registry(registry, root)
     seed_everything(seed)
     model = par.build(bundle, prepared.domain(domain), paradigm_params(cfg, paradigm), seed)

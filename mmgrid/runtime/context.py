@@ -10,6 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mmgrid.data.dataset import load_prepared
+from mmgrid.registry.api import Registry
+
 _REGISTRIES: dict[str, Any] = {}
 _PREPARED: dict[str, Any] = {}
 
@@ -22,8 +25,6 @@ def open_registry(root: str | Path) -> Any:
     """``Registry.open(root)``, once per process."""
     key = _key(root)
     if key not in _REGISTRIES:
-        from mmgrid.registry.api import Registry
-
         _REGISTRIES[key] = Registry.open(root)
     return _REGISTRIES[key]
 
@@ -39,8 +40,6 @@ def open_prepared(path: str | Path) -> Any:
     key = _key(path)
     hit = _PREPARED.get(key)
     if hit is None or (hit[0] is not None and hit[0] != _stamp(path)):
-        from mmgrid.data.prepared import load_prepared
-
         _PREPARED[key] = (_stamp(path), load_prepared(path))
     return _PREPARED[key][1]
 

@@ -10,20 +10,22 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mmgrid.config.base import BaseConfig
+from mmgrid.config.data import DataConfig, WorldConfig
+from mmgrid.config.dates import parse_date_ms
+from mmgrid.config.eval import EvalConfig
+from mmgrid.config.exec import ExecConfig
+from mmgrid.config.sweeps import SweepConfig
+from mmgrid.config.train import TrainConfig, VariantConfig
 from mmgrid.configtools import apply_overrides, build, stable_hash, to_dict
-from mmgrid.data.config import DataConfig, WorldConfig
 from mmgrid.errors import ConfigError
-from mmgrid.exec.config import ExecConfig
-from mmgrid.sweep.config import SweepConfig
-from mmgrid.train.config import BaseConfig, EvalConfig, TrainConfig, VariantConfig
 
-GRIDS_DIR = Path(__file__).resolve().parent.parent / "grids"
+GRIDS_DIR = Path(__file__).resolve().parent.parent.parent / "grids"
 
 
 @dataclass
@@ -67,35 +69,18 @@ class GridConfig:
         return to_dict(self)
 
 
-def parse_date_ms(text: str, where: str) -> int:
-    """``YYYY-MM-DD`` (UTC) → Unix milliseconds."""
-    try:
-        dt = datetime.strptime(str(text), "%Y-%m-%d").replace(tzinfo=timezone.utc)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {text!r} is not a date of the form YYYY-MM-DD.") from exc
-    return int(dt.timestamp() * 1000)
-
-
-def phase_windows(phases: dict[str, list[str | None]]) -> dict[str, tuple[int | None, int | None]]:
-    """Phase name → half-open [start_ms, end_ms) window (None = open end)."""
-    return {
-        name: (
-            None if b[0] is None else parse_date_ms(b[0], f"data.phases.{name}[0]"),
-            None if b[1] is None else parse_date_ms(b[1], f"data.phases.{name}[1]"),
-        )
-        for name, b in phases.items()
-    }
-
-
 def _check_phases(phases: dict[str, list[str | None]]) -> None:
     if not phases:
         raise ConfigError("data.phases: at least one phase is needed.")
     for name, b in phases.items():
         if not isinstance(b, (list, tuple)) or len(b) != 2:
             raise ConfigError(f"data.phases.{name}: expected [start, end] dates (use null for an open start).")
+    # the windows of mmgrid.data.phases.phase_windows (the data layer sits above this one)
+    windows = {name: tuple(None if d is None else parse_date_ms(d, f"data.phases.{name}[{i}]") for i, d in enumerate(b))
+               for name, b in phases.items()}
     prev_end: int | None = None
     prev_name = None
-    for name, (start, end) in phase_windows(phases).items():
+    for name, (start, end) in windows.items():
         if start is not None and end is not None and start >= end:
             raise ConfigError(f"data.phases.{name}: start {phases[name][0]} is not before end {phases[name][1]}.")
         if prev_name is not None:
@@ -136,3 +121,9 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> GridConfi
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: the top level must be a mapping.")
     return build(GridConfig, apply_overrides(raw, overrides), where=str(p))
+
+
+def grid_from_dict(data: dict[str, Any], where: str = "job") -> GridConfig:
+    """The :class:`GridConfig` of ``GridConfig.to_dict()`` output: how a job (JSON-able
+    kwargs, possibly on another machine) gets the typed grid back, validated once more."""
+    return build(GridConfig, data, where=where)

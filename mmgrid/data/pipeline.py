@@ -1,4 +1,5 @@
-"""``mmgrid prepare``: raw files → the prepared dataset (see docs/contracts.md, "Prepared dataset").
+"""The preparation pipeline behind ``mmgrid prepare``: raw files → the prepared dataset (see
+docs/contracts.md, "Prepared dataset").
 
 Per domain: read → join items with a title → dedupe (user, item), earliest kept → keep the phase
 windows (and ``min_date``) → iterative k-core → phases → dense indices → examples. Then the
@@ -15,22 +16,20 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import polars as pl
 
+from mmgrid.config import DataConfig, GridConfig, parse_date_ms
 from mmgrid.configtools import stable_hash, to_dict
 from mmgrid.data import splits
-from mmgrid.data.config import DataConfig
+from mmgrid.data.dataset import MANIFEST, PreparedDataset, load_prepared
 from mmgrid.data.errors import EmptyPhaseError
 from mmgrid.data.hashing import hash_inputs
 from mmgrid.data.jsonl import ScratchDir, SkipLog
-from mmgrid.data.prepared import MANIFEST, PreparedDataset, load_prepared
+from mmgrid.data.phases import phase_windows
 from mmgrid.data.sources import RawDomain, discover, load_domain
 from mmgrid.data.stats import domain_stats, stats_frame
-
-if TYPE_CHECKING:
-    from mmgrid.config import GridConfig
 
 # Bump when the prepared format or the meaning of a step changes: old datasets are then rebuilt.
 FORMAT_VERSION = 1
@@ -63,8 +62,6 @@ def prepare(
     Returns:
         The prepared dataset, opened with :func:`load_prepared`.
     """
-    from mmgrid.config import phase_windows
-
     log = log or _stderr
     data = cfg.data
     strict = data.strict if strict is None else strict
@@ -112,8 +109,6 @@ def _build(
     strict: bool,
     log: Log,
 ) -> dict[str, Any]:
-    from mmgrid.config import parse_date_ms
-
     data = cfg.data
     min_ms = parse_date_ms(data.min_date, "data.min_date") if data.min_date else None
     rows, counts, drops, docs = [], {}, {}, []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import random
 from typing import Any, ContextManager
 
@@ -40,8 +41,6 @@ def seed_everything(seed: int) -> dict[str, int]:
 
 def derive_seed(seed: int, *parts: str) -> int:
     """A stable per-job seed from the grid seed and names (paradigm, domain, stage...)."""
-    import hashlib
-
     h = hashlib.sha256("/".join([str(seed), *parts]).encode()).hexdigest()
     return int(h[:8], 16)
 

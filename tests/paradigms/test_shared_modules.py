@@ -7,13 +7,10 @@ import pytest
 import torch
 
 from mmgrid.errors import ConfigError
-from mmgrid.paradigms.common import (
-    cached_item_tokens,
-    load_examples,
-    pad_right,
-    resolve_params,
-    topk_items,
-)
+from mmgrid.paradigms.examples import load_examples, pad_right
+from mmgrid.paradigms.item_tokens import cached_item_tokens
+from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.ranking import topk_items
 
 
 def test_resolve_params_defaults_types_and_unknown_keys() -> None:

@@ -1,0 +1,28 @@
+"""Typed config of training and its variants (the ``train:`` and ``variants:`` sections of a grid YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass
+class TrainConfig:
+    stages: list[str] = field(default_factory=lambda: ["pretrain", "p1", "p2"])  # phases trained in order
+    epochs: dict[str, int] = field(default_factory=lambda: {"pretrain": 3, "p1": 2, "p2": 2})  # paper: 3 / 2 / 2
+    lr: float = 1e-3  # AdamW, fixed
+    weight_decay: float = 0.0
+    batch_size: int = 32
+    seed: int = 0
+    max_examples: int | None = None  # cap per stage (quick runs); None = all
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int | None = None  # torch intra-op CPU threads (None = torch default; 1 is fastest for tiny models)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+
+
+@dataclass
+class VariantConfig:
+    name: str = "default"  # a row of the grid, e.g. orbit-sd-0.007
+    regularizer: str = "none"  # none | l2_init | soup_to_go | orbit
+    params: dict[str, Any] = field(default_factory=dict)  # the regularizer's own parameters
+    paradigms: list[str] | None = None  # restrict this variant to some paradigms (None = all)

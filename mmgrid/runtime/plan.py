@@ -1,0 +1,122 @@
+"""Stage identity and the grid plan: every checkpoint id of a grid, known before anything trains.
+
+A stage's id is ``Registry.make_id`` over its coordinates, its parent, its training
+parameters (:func:`stage_params`), a hash of the config parts it depends on
+(:func:`stage_config_hash`) and the grid seed. The build plans every id up front with
+:func:`plan_stages` and the stage job stores its checkpoint under the same identity;
+evaluation finds a built grid's ids with :func:`plan_grid` without training anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmgrid.configtools import stable_hash, to_dict
+from mmgrid.errors import DataError, RegistryError
+from mmgrid.models.base import base_checkpoint_id
+from mmgrid.runtime.context import open_prepared, open_registry
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    variant: str
+    paradigm: str
+    domain: str
+    stage: str
+    id: str
+    parent_id: str
+    first: bool
+
+
+@dataclass
+class BuildResult:
+    """Ids of the base and of every stage, and what this run trained."""
+
+    base_id: str
+    stages: list[StagePlan] = field(default_factory=list)
+    trained: list[str] = field(default_factory=list)  # ids trained by this call
+    cached: list[str] = field(default_factory=list)  # ids already in the registry
+    seconds: float = 0.0
+
+    @property
+    def ids(self) -> dict[tuple[str, str, str, str], str]:
+        """(variant, paradigm, domain, stage) -> id."""
+        return {(s.variant, s.paradigm, s.domain, s.stage): s.id for s in self.stages}
+
+    def final_ids(self, variant: str = "default") -> dict[tuple[str, str], str]:
+        """(paradigm, domain) -> id of the last stage of ``variant``."""
+        last: dict[tuple[str, str], str] = {}
+        for s in self.stages:
+            if s.variant == variant:
+                last[(s.paradigm, s.domain)] = s.id
+        return last
+
+
+def stage_params(cfg: Any, variant: Any, paradigm: str, stage: str) -> dict[str, Any]:
+    """The training parameters of one stage (part of its id and lineage)."""
+    t = cfg.train
+    return {
+        "stage": stage,
+        "epochs": t.epochs[stage],
+        "lr": t.lr,
+        "weight_decay": t.weight_decay,
+        "batch_size": t.batch_size,
+        "max_examples": t.max_examples,
+        "regularizer": variant.regularizer,
+        "regularizer_params": dict(variant.params),
+        "paradigm_params": dict(cfg.paradigm_params.get(paradigm, {})),
+    }
+
+
+def stage_config_hash(cfg: Any, base_id: str, fingerprint: str) -> str:
+    """Hash of the config parts a stage depends on; eval / sweeps / exec sections are left out."""
+    return stable_hash({"base": base_id, "data": fingerprint, "data_cfg": to_dict(cfg.data),
+                        "stages": list(cfg.train.stages)})
+
+
+def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], fingerprint: str) -> list[StagePlan]:
+    """Every stage of the grid with its id, in an order where parents come first."""
+    chash = stage_config_hash(cfg, base_id, fingerprint)
+    plans = []
+    for variant in cfg.variants:
+        for paradigm in variant.paradigms or cfg.paradigms:
+            for domain in domains:
+                parent, first = base_id, True
+                for stage in cfg.train.stages:
+                    coords = {"paradigm": paradigm, "domain": domain, "period": stage, "variant": variant.name}
+                    parents = [(parent, "init" if first else "previous_stage")]
+                    sid = registry.make_id(coords, "trained", parents, stage_params(cfg, variant, paradigm, stage),
+                                           chash, cfg.train.seed)
+                    plans.append(StagePlan(variant.name, paradigm, domain, stage, sid, parent, first))
+                    parent, first = sid, False
+    return plans
+
+
+def grid_domains(cfg: Any, prepared: Any) -> list[str]:
+    """The grid's domains: ``data.domains`` (checked against the prepared data), else all prepared ones."""
+    have = list(prepared.domains)
+    if not cfg.data.domains:
+        return have
+    missing = [d for d in cfg.data.domains if d not in have]
+    if missing:
+        raise DataError(f"data.domains: {missing} are not in the prepared dataset {cfg.prepared} (it has {have}); "
+                        "run `mmgrid prepare` again or fix data.domains.")
+    return list(cfg.data.domains)
+
+
+def plan_grid(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResult:
+    """The grid's ids without training anything (for evaluating a built grid): the stages
+    already stored, all of them ``cached``.
+
+    Raises:
+        RegistryError: the base is not in the registry yet (run ``mmgrid build`` first).
+    """
+    prepared = prepared if prepared is not None else open_prepared(cfg.prepared)
+    registry = registry if registry is not None else open_registry(cfg.registry)
+    bid = base_checkpoint_id(cfg.base, registry, prepared.fingerprint, cfg.train.seed)
+    if not registry.has(bid):
+        raise RegistryError(f"registry {cfg.registry} has no base for this grid; run `mmgrid build` first.")
+    plans = plan_stages(cfg, registry, bid, grid_domains(cfg, prepared), prepared.fingerprint)
+    done = [p for p in plans if registry.has(p.id)]
+    return BuildResult(bid, done, cached=[p.id for p in done])

@@ -1,0 +1,59 @@
+"""The one validation pass (mmgrid/validate.py): what it checks, and that every command that
+reads a grid runs it before any job, so a bad grid writes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmgrid.cli import main
+from mmgrid.config import load_grid
+from mmgrid.errors import ConfigError, UnknownNameError
+from mmgrid.exec.validate import check_scale
+from mmgrid.validate import validate_grid
+
+BAD_VARIANT = "variants=[{name: x, regularizer: orbitt}]"
+
+
+def test_the_pass_includes_the_scale_warnings(tmp_path: Path) -> None:
+    cfg = load_grid("amazon2023", [f"data.root={tmp_path}"])
+    warnings = validate_grid(cfg)
+    scale = check_scale(cfg)
+    assert scale and warnings[-len(scale):] == scale  # the at-scale checks come last
+    assert any("no raw files yet" in w for w in warnings)
+    hub = validate_grid(load_grid("demo", ["base.model=Qwen/Qwen3-0.6B"]))
+    assert hub[0].startswith("base.model 'Qwen/Qwen3-0.6B' is a hub id")
+
+
+@pytest.mark.parametrize("override, error, match", [
+    (BAD_VARIANT, UnknownNameError, "unknown regularizer 'orbitt'.*Did you mean 'orbit'"),
+    ("variants=[{name: x, regularizer: orbit}]", ConfigError, r"variants\[0\]\.params.*epsilon"),
+    ("paradigms=[emb, txet]", UnknownNameError, "unknown paradigm 'txet'"),
+    ("base.model=tiny_qwen9()", UnknownNameError, r"known: tiny_qwen3\(\), tiny_qwen3_wide\(\)"),
+    ("base.model=no such model", ConfigError, "neither a named builder"),
+    ("sweeps.cross_domain.methods={ties: {density: 2.0}}", ConfigError, "density"),
+    ("sweeps.cross_domain.bases=[original, newest]", ConfigError, "unknown base 'newest'"),
+])
+def test_bad_grids_are_refused_with_named_errors(override: str, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        validate_grid(load_grid("demo", [override]))
+
+
+@pytest.mark.parametrize("argv", [
+    ["build", "demo"],
+    ["eval", "demo"],
+    ["sweep", "temporal", "demo"],
+    ["sweep", "cross-domain", "demo"],
+    ["predict-lambda", "demo"],
+    ["report", "demo", "--out", "OUT"],
+    ["demo", "--out", "OUT"],
+])
+def test_every_command_runs_the_pass_before_any_job(argv: list[str], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    paths = [f"data.root={tmp_path / 'world'}", f"prepared={tmp_path / 'prepared'}",
+             f"registry={tmp_path / 'registry'}"]
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    assert main([*argv, BAD_VARIANT, *paths]) == 2
+    assert "unknown regularizer 'orbitt'" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, nothing trained
