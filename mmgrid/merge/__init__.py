@@ -20,22 +20,22 @@ __all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaS
 
 
 def __getattr__(name: str) -> Any:
-    # lazy: api and interpolation import torch (4.5 s cold, measured), and `mmgrid --help`
-    # imports this package (for mmgrid.merge.commands) without merging anything
+    # These modules import torch (4.5 s cold, measured), and `mmgrid --help` imports this
+    # package (for mmgrid.merge.commands) without merging anything.
     if name in ("merge", "merge_to_file", "merge_with_info"):
-        from mmgrid.merge import api
+        from mmgrid.merge import api  # lazy: torch, see above
 
         return getattr(api, name)
     if name in ("TemporalSweep", "AlphaSweep"):
-        from mmgrid.merge import interpolation
+        from mmgrid.merge import interpolation  # lazy: torch, see above
 
         return getattr(interpolation, name)
     if name == "apply_inplace":
-        from mmgrid.merge import inplace
+        from mmgrid.merge import inplace  # lazy: torch, see above
 
         return inplace.apply_inplace
     if name == "merge_lora":  # LoRA-to-LoRA merging (mmgrid.merge.lora)
-        from mmgrid.merge.lora import merge_lora
+        from mmgrid.merge.lora import merge_lora  # lazy: torch, see above
 
         return merge_lora
     raise AttributeError(f"module 'mmgrid.merge' has no attribute {name!r}")
