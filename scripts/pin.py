@@ -24,7 +24,8 @@ def record(run: Path) -> dict:
     cols = [c for c in ("id", "paradigm", "domain", "period", "variant", "kind") if c in ckpts.columns]
     ckpt_rows = sorted(json.dumps([str(r[c]) for c in cols]) for _, r in ckpts.iterrows())
     res = reg.results()
-    keep = [c for c in res.columns if c not in ("created", "time", "timestamp", "duration_s", "seconds")]
+    # `key` is a random uuid per record; the rest is what the run computed
+    keep = [c for c in res.columns if c not in ("key", "created", "time", "timestamp", "duration_s", "seconds")]
     res_rows = sorted(json.dumps({c: (repr(r[c]) if isinstance(r[c], float) else str(r[c])) for c in keep},
                                  sort_keys=True) for _, r in res.iterrows())
     report = (run / "report.md").read_text().splitlines()
