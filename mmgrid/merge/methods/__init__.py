@@ -93,5 +93,8 @@ def identity(name: str) -> dict[str, Any]:
 
 
 def params_dict(params: Any) -> dict[str, Any]:
-    """The parameter dataclass as a plain dict (for recipes and lineage)."""
-    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+    """The parameter dataclass as a plain dict (for recipes and lineage). A field added
+    after results were stored (``metadata={"omit_default": True}``, e.g. ties's
+    ``sign_rule``) is left out while it has its default, so the record stays as before."""
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
+            if not (f.metadata.get("omit_default") and getattr(params, f.name) == f.default)}
