@@ -20,9 +20,15 @@ from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import (  # noqa: F401  (importing a method module registers it)
     average,
+    breadcrumbs,
+    breadcrumbs_ties,
     dare,
+    della,
+    della_linear,
     gcwm,
     orthomerge,
+    ram,
+    sce,
     task_arithmetic,
     temporal,
     ties,
