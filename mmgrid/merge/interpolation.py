@@ -223,6 +223,9 @@ class AlphaSweep(_Sweep):
             raise MergeParamError(f"AlphaSweep needs a Euclidean method (task_arithmetic, ties, dare, ties_dare), not {method!r}")
         super().__init__(plan)
         cfg, chunked = inst.pipeline(2), inst.elementwise
+        if cfg.sign_rule == "weighted" and (cfg.elect_sign or cfg.combine == "disjoint_mean"):
+            raise MergeParamError("AlphaSweep: sign_rule='weighted' elects a different sign at every alpha, so the "
+                                  "sweep is not linear in alpha; use sign_rule='unweighted' or merge each alpha")
         inst.prepare(view_stream(srcs, bsrc, plan, True, chunked))
         mean = Average(AverageParams())
         for name, _, _ in plan.layout:

@@ -16,6 +16,7 @@ The pipeline these steps form (delta -> sparsify -> elect sign -> combine -> sca
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 
@@ -93,14 +94,55 @@ def dare(delta: torch.Tensor, p: float, generator: torch.Generator) -> torch.Ten
     if p <= 0.0:
         return delta
     keep = torch.rand(delta.shape, generator=generator, dtype=torch.float32) >= p
-    return torch.where(keep, delta * (1.0 / (1.0 - p)), torch.zeros((), dtype=delta.dtype))
+    return drop_rescale(delta, keep, p)
 
 
-def elect_sign(deltas: Sequence[torch.Tensor]) -> torch.Tensor:
-    """TIES sign election: the sign of the total mass sum_i delta_i (+1 where it is 0)."""
-    mass = deltas[0].clone()
-    for d in deltas[1:]:
-        mass.add_(d)
+Rescale = Literal["inverse_keep", "l1", "none"]
+
+
+def drop_rescale(delta: torch.Tensor, keep: torch.Tensor, p: float | torch.Tensor,
+                 rescale: Rescale = "inverse_keep") -> torch.Tensor:
+    """Zero the entries outside ``keep``, then rescale the kept ones.
+
+    * ``inverse_keep``: tau_e / (1 - p_e) (DARE, Yu et al. 2024 Eq. 2; DELLA's per-entry
+      p_e, Deep et al. 2024): unbiased, E[out] = tau;
+    * ``l1``: (||tau||_1 / ||m * tau||_1) m * tau, mergekit's ``rescale: true``
+      (``sparsify.rescaled_masked_tensor`` with the L1 norm): the kept entries keep the
+      task vector's L1 norm; left unscaled where either norm is below 1e-7, as mergekit does;
+    * ``none``: m * tau (mergekit's ``rescale: false``).
+    """
+    zero = torch.zeros((), dtype=delta.dtype)
+    if rescale == "inverse_keep":
+        factor = (1.0 / (1.0 - p)) if isinstance(p, float) else 1.0 / (1.0 - p)
+        return torch.where(keep, delta * factor, zero)
+    masked = torch.where(keep, delta, zero)
+    if rescale == "l1":
+        return rescale_l1(delta, masked)
+    return masked
+
+
+def rescale_l1(delta: torch.Tensor, masked: torch.Tensor, eps: float = 1e-7) -> torch.Tensor:
+    """``masked`` scaled to ``delta``'s L1 norm (in place), unless either norm is below ``eps``."""
+    before, after = float(delta.abs().sum()), float(masked.abs().sum())
+    if before < eps or after < eps:
+        return masked
+    return masked.mul_(before / after)
+
+
+def elect_sign(deltas: Sequence[torch.Tensor], weights: Sequence[float] | None = None) -> torch.Tensor:
+    """TIES sign election: the sign of the total mass sum_i delta_i (+1 where it is 0).
+
+    With ``weights`` the mass is sum_i w_i delta_i (mergekit's rule: its ``get_mask`` sees
+    the weighted task vectors); without, the TIES paper's (Yadav et al. 2023, Sec. 3 step 2).
+    """
+    if weights is None:
+        mass = deltas[0].clone()
+        for d in deltas[1:]:
+            mass.add_(d)
+    else:
+        mass = deltas[0] * float(weights[0])
+        for d, w in zip(deltas[1:], weights[1:]):
+            mass.add_(d, alpha=float(w))
     return (mass >= 0).to(mass.dtype).mul_(2.0).sub_(1.0)
 
 

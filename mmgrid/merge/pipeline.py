@@ -13,15 +13,15 @@ largest magnitude to a relative 2^-11 (see :class:`ThresholdFinder`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from mmgrid.merge import ops
+from mmgrid.merge import masks, ops
 from mmgrid.merge.errors import NonFiniteError
+from mmgrid.merge.masks import dare_generator  # noqa: F401  (its home before masks.py)
 
 Sparsify = Literal["none", "magnitude", "dare", "dare_magnitude"]
 Combine = Literal["sum", "disjoint_mean"]
@@ -42,6 +42,10 @@ class Pipeline:
         scale: a factor on the combined delta.
         scope: model | tensor, where the magnitude top-X% is taken.
         seed: DARE's seed.
+        sign_rule: unweighted (sign of sum_i TRIM(tau_i), the TIES paper) | weighted
+            (sign of sum_i w_i TRIM(tau_i), mergekit's).
+        rescale: DARE's rescale of the kept entries: inverse_keep (1/(1-p)) | l1 (keep the
+            L1 norm, mergekit's) | none (see :func:`mmgrid.merge.ops.drop_rescale`).
     """
 
     sparsify: Sparsify = "none"
@@ -53,6 +57,17 @@ class Pipeline:
     scale: float = 1.0
     scope: Literal["model", "tensor"] = "model"
     seed: int = 0
+    sign_rule: Literal["unweighted", "weighted"] = "unweighted"
+    rescale: ops.Rescale = "inverse_keep"
+
+    @property
+    def uses_dare(self) -> bool:
+        return self.sparsify in ("dare", "dare_magnitude") and self.p > 0
+
+    @property
+    def whole_tensor(self) -> bool:
+        """True if a tensor's result needs all of it (per-tensor top-X%, DARE's L1 rescale)."""
+        return (self.uses_magnitude and self.scope == "tensor") or (self.uses_dare and self.rescale == "l1")
 
     @property
     def uses_magnitude(self) -> bool:
@@ -63,18 +78,12 @@ class Pipeline:
         return self.uses_magnitude and self.scope == "model"
 
 
-def dare_generator(seed: int, tensor_name: str, model_index: int) -> torch.Generator:
-    """A generator seeded from (seed, tensor key, input): masks do not depend on the order
-    tensors are read in. The key is the tensor name, plus ``@row`` for the row chunks of
-    big tensors (:data:`mmgrid.merge.plan.CHUNK_ELEMS` fixes the chunking)."""
-    h = hashlib.sha256(f"{seed}|{tensor_name}|{model_index}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(h[:8], "little") & ((1 << 63) - 1))
-
-
 def pre_trim(cfg: Pipeline, name: str, deltas: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """The deltas after DARE (if configured), before the magnitude trim."""
-    if cfg.sparsify in ("dare", "dare_magnitude") and cfg.p > 0:
-        return [ops.dare(d, cfg.p, dare_generator(cfg.seed, name, i)) for i, d in enumerate(deltas)]
+    """The deltas after DARE (if configured), before the magnitude trim; input i's mask is
+    :func:`mmgrid.merge.masks.keep_mask` (seed, name, i)."""
+    if cfg.uses_dare:
+        return [ops.drop_rescale(d, masks.keep_mask(cfg.seed, name, i, cfg.p, d.shape), cfg.p, cfg.rescale)
+                for i, d in enumerate(deltas)]
     return list(deltas)
 
 
@@ -94,14 +103,25 @@ def trimmed(cfg: Pipeline, name: str, deltas: Sequence[torch.Tensor],
 def combine(cfg: Pipeline, name: str, deltas: Sequence[torch.Tensor],
             thresholds: Sequence[float] | None = None) -> torch.Tensor:
     """Run sparsify -> elect sign -> combine -> scale on one tensor's deltas."""
-    ds = trimmed(cfg, name, deltas, thresholds)
+    return fuse(cfg, trimmed(cfg, name, deltas, thresholds))
+
+
+def elected_sign(cfg: Pipeline, ds: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The elected sign of sparsified deltas under ``cfg.sign_rule``."""
+    if cfg.sign_rule == "weighted":
+        return ops.elect_sign(ds, list(cfg.weights) if cfg.weights else None)
+    return ops.elect_sign(ds)
+
+
+def fuse(cfg: Pipeline, ds: Sequence[torch.Tensor]) -> torch.Tensor:
+    """elect sign -> combine -> scale on already sparsified deltas (the methods with their
+    own sparsifier, e.g. breadcrumbs and DELLA, call this after it)."""
     weights = list(cfg.weights) if cfg.weights else [1.0] * len(ds)
     if cfg.combine == "disjoint_mean":
-        sign = ops.elect_sign(ds)
-        out = ops.disjoint_mean(ds, sign, weights)
+        out = ops.disjoint_mean(ds, elected_sign(cfg, ds), weights)
     else:
         if cfg.elect_sign:
-            ds = ops.sign_masked(ds, ops.elect_sign(ds))
+            ds = ops.sign_masked(ds, elected_sign(cfg, ds))
         out = ops.weighted_sum(ds, weights)
     return out.mul_(cfg.scale) if cfg.scale != 1.0 else out
 
@@ -149,8 +169,7 @@ class ThresholdFinder:
         n = raw_base.numel()
         first = (-self.pos) % self.stride
         self.pos += n
-        dare_on = self.cfg.sparsify in ("dare", "dare_magnitude") and self.cfg.p > 0
-        if dare_on:  # the mask covers the whole chunk: make the deltas, then sample them
+        if self.cfg.uses_dare:  # the mask covers the whole chunk: make the deltas, then sample them
             deltas = pre_trim(self.cfg, key, [_f32_copy(t).sub_(raw_base) for t in raw])
             deltas = [d.reshape(-1)[first::self.stride] for d in deltas]
         else:

@@ -115,6 +115,15 @@ def test_dare_unbiased_statistically(p, seed):
 #                    never lengthens an update; the gate blends two bounded results)
 #   orthomerge       residuals: c = 1, mass sum_i |w_i| (Procrustes: ||rho_i|| <= ||tau_i||),
 #                    plus the rotation 2 mean_i ||Q_i||_F ||W_0||_2 on matrices (see test below)
+#   breadcrumbs      c = |scale|, mass sum_i |w_i|   (the mask only zeros entries)
+#   breadcrumbs_ties as ties (sum: |scale| sum_i |w_i|; disjoint_mean: |scale| sqrt(n))
+#   della            as ties, / (density - epsilon) (a kept entry is at most tau_e / k_min;
+#                    rescale=none: not divided)
+#   della_linear     c = |scale| / (density - epsilon), mass sum_i |w_i|
+#   sce, ram         c = sqrt(n), mass 1 (each entry a non-negatively weighted mean of
+#                    some inputs' entries, |out_e| <= max_i |tau_ie|)
+#   (rescale="l1" variants are not here: their c grows as sqrt(numel), see dare's docstring;
+#   test_sign_rule_rescale.py checks their invariant, the kept L1 norm)
 
 
 def _ties_factor(p, n, p_drop=0.0):
@@ -125,6 +134,18 @@ def _ties_factor(p, n, p_drop=0.0):
     return abs(p.scale) * math.sqrt(n) / (1.0 - p_drop)
 
 
+def _della_keep_min(p):
+    return 1.0 if p.density >= 1.0 or p.rescale == "none" else p.density - p.epsilon
+
+
+def _sum_factor(p, n, keep_min=1.0):
+    return abs(p.scale) * sum(abs(x) for x in p.per_input(n)) / keep_min
+
+
+def _fuse_factor(p, n, keep_min=1.0):
+    return _sum_factor(p, n, keep_min) if p.combine == "sum" else abs(p.scale) * math.sqrt(n) / keep_min
+
+
 BOUND = {
     "task_arithmetic": lambda p, n: abs(p.scale) * sum(abs(x) for x in p.per_input(n)),
     "dare": lambda p, n: abs(p.scale) * sum(abs(x) for x in p.per_input(n)) / (1.0 - p.p),
@@ -133,14 +154,31 @@ BOUND = {
     "average": lambda p, n: 1.0,
     "temporal": lambda p, n: abs(p.lam),
     "gcwm": lambda p, n: sum(abs(x) for x in p.per_input(n)),
+    "breadcrumbs": lambda p, n: _sum_factor(p, n),
+    "breadcrumbs_ties": lambda p, n: _fuse_factor(p, n),
+    "della": lambda p, n: _fuse_factor(p, n, _della_keep_min(p)),
+    "della_linear": lambda p, n: _sum_factor(p, n, _della_keep_min(p)),
+    "sce": lambda p, n: math.sqrt(n),
+    "ram": lambda p, n: math.sqrt(n),
 }
 
 VARIANTS = {
     "task_arithmetic": [{}, {"weights": [0.7, -1.3, 0.2]}, {"scale": 2.5}],
-    "dare": [{"p": 0.3, "seed": 4}, {"p": 0.8, "weights": [1.0, -0.5, 2.0]}],
+    "dare": [{"p": 0.3, "seed": 4}, {"p": 0.8, "weights": [1.0, -0.5, 2.0]}, {"p": 0.5, "rescale": "none"}],
     "ties": [{}, {"density": 0.5, "scope": "tensor"}, {"combine": "sum", "weights": [0.5, 0.3, 0.9]},
-             {"weights": [2.0, 0.1, 1.0]}],
-    "ties_dare": [{"p": 0.5, "density": 0.6}, {"combine": "sum", "p": 0.2}],
+             {"weights": [2.0, 0.1, 1.0]}, {"weights": [2.0, 0.1, 1.0], "sign_rule": "weighted"},
+             {"combine": "sum", "weights": [0.5, -0.3, 0.9], "sign_rule": "weighted"}],
+    "ties_dare": [{"p": 0.5, "density": 0.6}, {"combine": "sum", "p": 0.2},
+                  {"p": 0.3, "weights": [2.0, 0.1, 1.0], "sign_rule": "weighted"}],
+    "breadcrumbs": [{}, {"density": 0.5, "gamma": 0.1, "weights": [0.7, -1.3, 0.2]}, {"density": 1.0, "scale": 2.0}],
+    "breadcrumbs_ties": [{}, {"combine": "disjoint_mean", "density": 0.6},
+                         {"sign_rule": "weighted", "weights": [2.0, 0.1, 1.0], "gamma": 0.0}],
+    "della": [{}, {"density": 0.3, "epsilon": 0.2, "seed": 3},
+              {"combine": "sum", "weights": [0.5, -1.0, 2.0], "rescale": "none"},
+              {"sign_rule": "weighted", "weights": [2.0, 0.1, 1.0], "density": 0.8, "epsilon": 0.15}],
+    "della_linear": [{}, {"density": 0.8, "epsilon": 0.15, "weights": [1.0, -0.5, 2.0], "scale": 0.7}],
+    "sce": [{}, {"select_topk": 0.3}],
+    "ram": [{}, {"epsilon": 0.05}],
     "average": [{}, {"weights": [3.0, 1.0, 0.5]}],
     "temporal": [{"lam": 0.4}, {"lam": 2.5}, {"lam": -1.0}],
     "gcwm": [{}, {"threshold": 0.0}, {"gate": "soft", "weights": [0.5, -1.0, 2.0]}, {"threshold": 0.0, "rank": 2}],
@@ -216,6 +254,12 @@ def test_identical_inputs(seed, n, shape):
         ("average", {}, one),
         ("gcwm", {}, ta),  # conflict 0: task arithmetic (and T_i = I on the geometry branch)
         ("gcwm", {"threshold": 0.0, "gate": "soft"}, ta),
+        ("breadcrumbs", {"density": 1.0}, ta),  # density < 1 drops entries: a sparse task arithmetic
+        ("breadcrumbs_ties", {"density": 1.0}, ta),  # all agree; combine=sum
+        ("della", {"density": 1.0}, one),  # density < 1: a mask per input, equal only in expectation
+        ("della_linear", {"density": 1.0}, ta),
+        ("sce", {}, one),  # equal weights 1/n, all agree (select_topk < 1: zero variance, nothing selected)
+        ("ram", {"epsilon": 0.0}, one),  # every changed entry: the mean of n equal changes
     ]
     for method, params, want in expect:
         out = merge(method, same, base=base, **params)

@@ -20,9 +20,15 @@ from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import (  # noqa: F401  (importing a method module registers it)
     average,
+    breadcrumbs,
+    breadcrumbs_ties,
     dare,
+    della,
+    della_linear,
     gcwm,
     orthomerge,
+    ram,
+    sce,
     task_arithmetic,
     temporal,
     ties,
@@ -93,5 +99,8 @@ def identity(name: str) -> dict[str, Any]:
 
 
 def params_dict(params: Any) -> dict[str, Any]:
-    """The parameter dataclass as a plain dict (for recipes and lineage)."""
-    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+    """The parameter dataclass as a plain dict (for recipes and lineage). A field added
+    after results were stored (``metadata={"omit_default": True}``, e.g. ties's
+    ``sign_rule``) is left out while it has its default, so the record stays as before."""
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
+            if not (f.metadata.get("omit_default") and getattr(params, f.name) == f.default)}

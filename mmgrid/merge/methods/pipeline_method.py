@@ -22,9 +22,8 @@ class PipelineMethod(Method):
 
     @property
     def elementwise(self) -> bool:
-        # a per-tensor top-X% needs the whole tensor; everything else is entrywise
-        cfg = self.pipeline(self._n or 1)
-        return not (cfg.uses_magnitude and cfg.scope == "tensor")
+        # a per-tensor top-X% or DARE's L1 rescale needs the whole tensor; the rest is entrywise
+        return not self.pipeline(self._n or 1).whole_tensor
 
     @property
     def verify_inputs(self) -> bool:
@@ -45,6 +44,8 @@ class PipelineMethod(Method):
         cfg = self.pipeline(n)
         if cfg.sparsify not in ("none", "magnitude") or (cfg.uses_magnitude and cfg.scope != "model"):
             return None
+        if cfg.sign_rule != "unweighted" and (cfg.elect_sign or cfg.combine == "disjoint_mean"):
+            return None  # the kernel elects on the unweighted mass; the reference path does both
         return Kernel(thresholds=self._thresholds if cfg.uses_magnitude else None, weights=cfg.weights,
                       combine=cfg.combine, elect_sign=cfg.elect_sign, scale=cfg.scale)
 

@@ -4,7 +4,10 @@
    whole model (``scope="model"``, the TIES and MMGRid code; two streaming passes) or
    per tensor (``scope="tensor"``, mergekit and PEFT). k = max(1, floor(density * n));
    entries whose magnitude equals the k-th largest are kept too.
-2. elect sign: gamma = sign(sum_i TRIM(tau_i)) (total mass; +1 where it is 0).
+2. elect sign: gamma = sign(sum_i TRIM(tau_i)) (total mass; +1 where it is 0), the TIES
+   paper's rule (``sign_rule="unweighted"``, the default), or gamma =
+   sign(sum_i w_i TRIM(tau_i)) (``sign_rule="weighted"``, mergekit's: its sign consensus
+   sees the weighted task vectors). Equal positive weights give the same sign.
 3. combine: ``disjoint_mean`` (TIES) = sum_i w_i tau_i [sign agrees] / sum_i w_i [agrees]
    (mergekit's rule; with equal weights PEFT's count rule), or ``sum`` =
    sum_i w_i TRIM(tau_i) with disagreeing entries dropped (MMGRid Eq. 4 with w_i = 1/N,
@@ -20,7 +23,7 @@ entries, |out_e| <= max_i |tau_ie|, so ||theta* - theta_0|| <= |scale| sqrt(n) m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from mmgrid.merge import pipeline as pl
@@ -28,6 +31,12 @@ from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
+
+
+SignRule = Literal["unweighted", "weighted"]
+# A parameter added after results were stored: left out of a method's recorded parameters
+# while it has its default (:func:`mmgrid.merge.methods.params_dict`), so those stay as they were.
+OMIT_DEFAULT = {"omit_default": True}
 
 
 @dataclass
@@ -40,24 +49,29 @@ class TiesParams(Weights):
         combine: disjoint_mean (TIES) | sum (MMGRid Eq. 4/7 weighted sum); default:
             sum when ``alpha`` is given (Eq. 7 as written), else disjoint_mean.
         scale: lambda of TIES: a factor on the merged task vector.
+        sign_rule: unweighted (TIES paper, default) | weighted (mergekit): the mass whose
+            sign is elected, sum_i TRIM(tau_i) or sum_i w_i TRIM(tau_i).
     """
 
     density: float = 0.2
     scope: Literal["model", "tensor"] = "model"
     combine: Literal["disjoint_mean", "sum"] | None = None
     scale: float = 1.0
+    sign_rule: SignRule = field(default="unweighted", metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
         check_range("density", self.density, 0.0, 1.0, True, False, "TIES keeps a fraction of entries, e.g. density=0.2")
 
 
-def ties_pipeline(p, n: int, sparsify: str = "magnitude", p_drop: float = 0.0, seed: int = 0) -> pl.Pipeline:
+def ties_pipeline(p, n: int, sparsify: str = "magnitude", p_drop: float = 0.0, seed: int = 0,
+                  rescale: str = "inverse_keep") -> pl.Pipeline:
     """The TIES preset (shared with ties_dare)."""
     combine = p.combine or ("sum" if p.alpha is not None else "disjoint_mean")
     default = 1.0 if combine == "disjoint_mean" else 1.0 / n
     return pl.Pipeline(
         sparsify=sparsify, density=p.density, p=p_drop, elect_sign=True, combine=combine,
         weights=p.per_input(n, default), scale=p.scale, scope=p.scope, seed=seed,
+        sign_rule=p.sign_rule, rescale=rescale,
     )
 
 

@@ -1,22 +1,25 @@
 """TIES-DARE: DARE, then TIES (MMGRid's subspace merge, Sec. 2: p = 0.1, X = 20%).
 
 TRIM(tau) = top-X% by magnitude of DARE_p(tau), then sign election and the TIES
-combine (see :mod:`mmgrid.merge.methods.ties`).
+combine (see :mod:`mmgrid.merge.methods.ties`); ``sign_rule`` as in ties, ``rescale``
+as in dare (applied to DARE's survivors, before the top-X%).
 
 Bound, per tensor: TIES's constant (|scale| with ``sum``, |scale| sqrt(n) with
-``disjoint_mean``) divided by (1 - p), DARE's rescale of the kept entries.
+``disjoint_mean``) divided by (1 - p), DARE's rescale of the kept entries (with
+``rescale="none"`` not divided; with ``l1`` see dare).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from mmgrid.merge import pipeline as pl
 from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
-from mmgrid.merge.methods.ties import ties_pipeline
+from mmgrid.merge.methods.ties import OMIT_DEFAULT, SignRule, ties_pipeline
+from mmgrid.merge.ops import Rescale
 from mmgrid.merge.methods.weights import Weights
 
 
@@ -31,6 +34,8 @@ class TiesDareParams(Weights):
         combine: disjoint_mean | sum (see ties; default sum with ``alpha``, else disjoint_mean).
         scale: a factor on the merged task vector.
         seed: seed of the DARE masks.
+        sign_rule: unweighted (default) | weighted (see ties).
+        rescale: inverse_keep (default) | l1 | none (see dare).
     """
 
     p: float = 0.1
@@ -39,6 +44,8 @@ class TiesDareParams(Weights):
     combine: Literal["disjoint_mean", "sum"] | None = None
     scale: float = 1.0
     seed: int = 0
+    sign_rule: SignRule = field(default="unweighted", metadata=OMIT_DEFAULT)
+    rescale: Rescale = field(default="inverse_keep", metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
         check_range("p", self.p, 0.0, 1.0, False, True, "DARE drops a fraction of entries, e.g. p=0.1")
@@ -54,4 +61,5 @@ class TiesDare(PipelineMethod):
     symmetric = False
 
     def pipeline(self, n: int) -> pl.Pipeline:
-        return ties_pipeline(self.params, n, "dare_magnitude", self.params.p, self.params.seed)
+        p = self.params
+        return ties_pipeline(p, n, "dare_magnitude", p.p, p.seed, p.rescale)

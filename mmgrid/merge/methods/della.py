@@ -1,0 +1,121 @@
+"""DELLA (Deep et al. 2024, "DELLA-Merging: Reducing Interference in Model Merging through
+Magnitude-Based Sampling", arXiv 2406.11617): drop by magnitude-ranked probabilities
+(MagPrune), elect sign, fuse; mergekit's ``della``.
+
+MagPrune, as mergekit's ``della_magprune``: within each row of a tensor (dim 1 of a
+matrix; a 1-D tensor is one row) entries are ranked by |tau| (r = 0 smallest ..
+m - 1 largest; equal magnitudes by position), and entry e is kept with probability
+
+    k_e = (density - epsilon) + 2 epsilon r_e / (m - 1)    (k_e = density - epsilon if m = 1),
+
+i.e. drop probabilities p_e = 1 - k_e in a window of width 2 epsilon around 1 - density,
+larger entries dropped less. (The paper's window is p +/- epsilon/2, its epsilon twice
+mergekit's; mmgrid takes mergekit's.) The kept entries are rescaled: ``inverse_keep``
+(default, the paper's tau_e / (1 - p_e): unbiased, E[S(tau)] = tau), ``l1`` (mergekit's
+``rescale: true``, the default there: kept entries scaled to tau's L1 norm per tensor)
+or ``none``. Masks: :func:`mmgrid.merge.masks.keep_mask` with drop = p_e, seeded by
+(seed, tensor, input) and injectable.
+
+Then elect and fuse as TIES: gamma = sign(sum_i S(tau_i)) (``sign_rule="unweighted"``,
+default) or sign(sum_i w_i S(tau_i)) (``weighted``, mergekit's), ``combine``
+``disjoint_mean`` (default, mergekit's ``normalize: true``) or ``sum``, and
+theta* = theta_0 + scale * combined (``scale`` is mergekit's / the paper's lambda).
+
+Bound, per tensor and per draw: a kept entry is at most |tau_e| / (density - epsilon)
+(``inverse_keep``; 1 with ``none``); so with ``disjoint_mean`` and non-negative weights
+c = |scale| sqrt(n) / (density - epsilon) on a mass of 1 (TIES's argument), with
+``sum`` c = |scale| / (density - epsilon) on the mass sum_i |w_i|; ``l1``: times sqrt(N)
+(see :mod:`mmgrid.merge.methods.dare`). density = 1 keeps everything (no drop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from mmgrid.merge import masks, ops
+from mmgrid.merge import pipeline as pl
+from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods.base import check_range
+from mmgrid.merge.methods.registry import register
+from mmgrid.merge.methods.sparsified import Combine, SparsifiedMethod
+from mmgrid.merge.methods.weights import Weights
+
+
+def della_keep_probs(delta: torch.Tensor, density: float, epsilon: float) -> torch.Tensor:
+    """k_e of MagPrune for one tensor (see the module docstring), float32, delta's shape."""
+    x = delta.detach().float()
+    x = x.reshape(1, -1) if x.ndim < 2 else x
+    m = x.shape[1]
+    ranks = torch.sort(x.abs(), dim=1, stable=True).indices.argsort(dim=1).to(torch.float32)
+    rank_norm = ranks / (m - 1) if m > 1 else torch.zeros_like(ranks)
+    return ((density - epsilon) + rank_norm * (2 * epsilon)).reshape(delta.shape)
+
+
+def magprune(delta: torch.Tensor, density: float, epsilon: float, seed: int, key: str, index: int,
+             rescale: ops.Rescale) -> torch.Tensor:
+    """S(tau) of input ``index`` for tensor ``key``: mask drawn with drop = 1 - k_e, kept entries rescaled."""
+    if density >= 1.0:
+        return delta
+    drop = 1.0 - della_keep_probs(delta, density, epsilon)
+    return ops.drop_rescale(delta, masks.keep_mask(seed, key, index, drop, delta.shape), drop, rescale)
+
+
+@dataclass
+class DellaLinearParams(Weights):
+    """Parameters of ``della_linear``: :class:`Weights` (default 1.0 each), and
+
+    Attributes:
+        density: mean fraction kept, in (0, 1] (default 0.5).
+        epsilon: half-width of the keep-probability window, density +/- epsilon inside
+            (0, 1] (default 0.1; mergekit's default 0.15).
+        scale: lambda, a factor on the merged task vector.
+        rescale: inverse_keep (default, the paper) | l1 (mergekit's default) | none.
+        seed: seed of the masks.
+    """
+
+    density: float = 0.5
+    epsilon: float = 0.1
+    scale: float = 1.0
+    rescale: ops.Rescale = "inverse_keep"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_range("density", self.density, 0.0, 1.0, True, False, "DELLA keeps a fraction, e.g. density=0.5")
+        check_range("epsilon", self.epsilon, 0.0, 1.0, False, True, "epsilon widens the window, e.g. 0.1")
+        if self.density < 1.0 and not (self.density - self.epsilon > 0.0 and self.density + self.epsilon <= 1.0):
+            raise MergeParamError(f"DELLA keep probabilities density +/- epsilon = {self.density} +/- {self.epsilon} "
+                                  "must lie in (0, 1]; lower epsilon or move density")
+
+
+@dataclass
+class DellaParams(DellaLinearParams):
+    """Parameters of ``della``: those of della_linear, and
+
+    Attributes:
+        combine: disjoint_mean (default, mergekit's normalize: true) | sum.
+        sign_rule: unweighted (default, TIES paper) | weighted (mergekit's).
+    """
+
+    combine: Combine = "disjoint_mean"
+    sign_rule: Literal["unweighted", "weighted"] = "unweighted"
+
+
+@register
+class Della(SparsifiedMethod):
+    name = "della"
+    pretty = "DELLA (MagPrune, elect, fuse)"
+    paper = "Deep et al. 2024 (DELLA-Merging, arXiv 2406.11617); mergekit della"
+    Params = DellaParams
+    symmetric = False  # input i's mask depends on i
+
+    def sparsify(self, key: str, index: int, delta: torch.Tensor) -> torch.Tensor:
+        p = self.params
+        return magprune(delta, p.density, p.epsilon, p.seed, key, index, p.rescale)
+
+    def fuse_config(self, n: int) -> pl.Pipeline:
+        p = self.params
+        return pl.Pipeline(elect_sign=True, combine=p.combine, weights=p.per_input(n), scale=p.scale,
+                           sign_rule=p.sign_rule)

@@ -1,0 +1,34 @@
+"""DELLA without sign election (mergekit's ``della_linear``; Deep et al. 2024, arXiv
+2406.11617): theta* = theta_0 + scale * sum_i w_i S(tau_i), S DELLA's MagPrune with its
+rescale (:mod:`mmgrid.merge.methods.della`).
+
+Bound, per tensor and per draw: c = |scale| / (density - epsilon) on the mass
+sum_i |w_i| (``inverse_keep``: a kept entry is at most |tau_e| / k_min; ``none``: c =
+|scale|; ``l1``: times sqrt(N), see dare).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods.della import DellaLinearParams, magprune
+from mmgrid.merge.methods.registry import register
+from mmgrid.merge.methods.sparsified import SparsifiedMethod
+
+
+@register
+class DellaLinear(SparsifiedMethod):
+    name = "della_linear"
+    pretty = "DELLA, linear (no sign election)"
+    paper = "Deep et al. 2024 (DELLA-Merging, arXiv 2406.11617); mergekit della_linear"
+    Params = DellaLinearParams
+    symmetric = False
+
+    def sparsify(self, key: str, index: int, delta: torch.Tensor) -> torch.Tensor:
+        p = self.params
+        return magprune(delta, p.density, p.epsilon, p.seed, key, index, p.rescale)
+
+    def fuse_config(self, n: int) -> pl.Pipeline:
+        p = self.params
+        return pl.Pipeline(weights=p.per_input(n), scale=p.scale)

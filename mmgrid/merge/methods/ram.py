@@ -1,0 +1,58 @@
+"""RAM, Reinforced Agent Merging (arXiv 2601.13572; mergekit's ``ram``), per entry:
+the task-vector entries that count (|tau_ie| > epsilon) are averaged over the inputs
+that have one, the others ignored:
+
+    theta*_e = theta_0e + sum_i tau_ie [|tau_ie| > eps] / max(1, #{i: |tau_ie| > eps}),
+
+so an entry only one input changed keeps that input's full change (not diluted by 1/n
+as in averaging), and entries several inputs changed get their mean. Takes no weights;
+a base is required. (mergekit's ``ramplus_tl`` variant, with its rho / lambda rescaling
+of the unique entries, is not provided.)
+
+Bound, per tensor: each entry is a mean of some inputs' entries (or 0), |out_e| <=
+max_i |tau_ie|, so ||theta* - theta_0|| <= sqrt(n) max_i ||tau_i|| (c = sqrt(n) on a
+mass of 1; sum_e max_i tau_ie^2 <= sum_i ||tau_i||^2). Elementwise: merged in row chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods.base import Method, TensorView
+from mmgrid.merge.methods.registry import register
+
+
+@dataclass
+class RamParams:
+    """Parameters of ``ram``.
+
+    Attributes:
+        epsilon: |tau_ie| above it counts as a change (default 1e-5, mergekit's); >= 0.
+    """
+
+    epsilon: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if not self.epsilon >= 0.0:
+            raise MergeParamError(f"parameter epsilon={self.epsilon} must be >= 0 (the size of a change that counts)")
+
+
+@register
+class Ram(Method):
+    name = "ram"
+    pretty = "RAM (Reinforced Agent Merging)"
+    paper = "arXiv 2601.13572 (Reinforced Agent Merging); mergekit ram"
+    Params = RamParams
+    elementwise = True
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        ds = view.deltas()
+        num, cnt = torch.zeros_like(ds[0]), torch.zeros_like(ds[0])
+        for d in ds:
+            on = d.abs() > self.params.epsilon
+            num.add_(torch.where(on, d, 0.0))
+            cnt.add_(on.to(cnt.dtype))
+        return num.div_(cnt.clamp_(min=1.0)).add_(view.raw_base)

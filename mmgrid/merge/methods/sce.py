@@ -1,0 +1,86 @@
+"""SCE: select, calculate, erase (Wan et al. 2024, FuseChat / "FuseChat-2.0", arXiv
+2408.07990, Sec. 3.3; mergekit's ``sce``), per tensor:
+
+1. select: where the task vectors vary most across inputs: var_e = (1/n) sum_i
+   (tau_ie - mean_i tau_ie)^2; keep the floor(select_topk * #{e: var_e != 0}) entries of
+   largest var_e (in every tau_i; equal variances by position), zero the rest
+   (``select_topk = 1``: keep everything);
+2. calculate: each input's weight from its selected squared magnitudes,
+   w_i = mean_e tau_ie^2 / sum_j mean_e tau_je^2 (1/n each if that sum is below 1e-6,
+   mergekit's absolute threshold);
+3. erase: gamma = sign(sum_i tau_i) (+1 where 0); entries disagreeing with it (or zero)
+   are erased, and theta* = theta_0 + sum_i w_i tau_i [agree] / max(sum_i w_i [agree], 1e-6)
+   (mergekit's clamp: where no input agrees the entry is 0).
+
+Takes no weights (they are computed); a base is required.
+
+Bound, per tensor: the w_i are >= 0, so each entry is a weighted mean of agreeing entries
+(or smaller, when the clamp acts), |out_e| <= max_i |tau_ie|, and ||theta* - theta_0|| <=
+sqrt(n) max_i ||tau_i|| (c = sqrt(n) on a mass of 1; sum_e max_i tau_ie^2 <= sum_i ||tau_i||^2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mmgrid.merge import ops
+from mmgrid.merge.methods.base import Method, TensorView, check_range
+from mmgrid.merge.methods.registry import register
+
+
+def sce_select(deltas: list[torch.Tensor], topk: float) -> torch.Tensor | None:
+    """Step 1's bool mask over a tensor's entries, or None when ``topk >= 1`` (keep all)."""
+    if topk >= 1.0:
+        return None
+    var = torch.var(torch.stack(deltas), dim=0, unbiased=False).reshape(-1)
+    k = int(int(torch.count_nonzero(var)) * topk)
+    keep = torch.zeros(var.numel(), dtype=torch.bool)
+    if k > 0:
+        keep[torch.sort(var.abs(), descending=True, stable=True).indices[:k]] = True
+    return keep.reshape(deltas[0].shape)
+
+
+def sce_weights(deltas: list[torch.Tensor]) -> list[float]:
+    """Step 2: w_i proportional to mean_e tau_ie^2, summing to 1 (uniform below 1e-6)."""
+    ms = [float(d.square().mean()) for d in deltas]
+    total = sum(ms)
+    return [1.0 / len(ms)] * len(ms) if abs(total) < 1e-6 else [m / total for m in ms]
+
+
+@dataclass
+class SceParams:
+    """Parameters of ``sce``.
+
+    Attributes:
+        select_topk: fraction of the entries of nonzero variance kept, in [0, 1]
+            (default 1.0: no selection, as in mergekit).
+    """
+
+    select_topk: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_range("select_topk", self.select_topk, 0.0, 1.0, False, False, "a fraction, e.g. select_topk=0.1")
+
+
+@register
+class Sce(Method):
+    name = "sce"
+    pretty = "SCE (select, calculate, erase)"
+    paper = "Wan et al. 2024 (FuseChat, arXiv 2408.07990); mergekit sce"
+    Params = SceParams
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        ds = view.deltas()
+        keep = sce_select(ds, self.params.select_topk)
+        if keep is not None:
+            ds = [d.masked_fill_(~keep, 0.0) for d in ds]
+        w = sce_weights(ds)
+        sign = ops.elect_sign(ds)
+        num, den = torch.zeros_like(ds[0]), torch.zeros_like(ds[0])
+        for d, wi in zip(ds, w):
+            agree = (d * sign) > 0
+            num.add_(torch.where(agree, d, 0.0), alpha=wi)
+            den.add_(agree.to(den.dtype), alpha=wi)
+        return num.div_(den.clamp_(min=1e-6)).add_(view.raw_base)

@@ -1,0 +1,40 @@
+"""Shared body of the methods that sparsify each task vector with their own rule, then
+run the Euclidean pipeline's elect sign -> combine -> scale (:func:`mmgrid.merge.pipeline.fuse`):
+breadcrumbs, breadcrumbs_ties, della, della_linear (mergekit's "generalized task
+arithmetic" family).
+
+theta* = theta_0 + scale * COMBINE_i(w_i, S_i(tau_i)), S_i the method's sparsifier
+(:meth:`SparsifiedMethod.sparsify`), COMBINE a weighted sum (optionally sign-masked) or
+TIES's disjoint mean. The sparsifiers rank entries within a tensor (or a row), so a
+tensor is merged whole (not in row chunks).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods.base import Method, TensorView
+
+Combine = Literal["disjoint_mean", "sum"]
+
+
+class SparsifiedMethod(Method):
+    """Subclasses give :meth:`sparsify` and the pipeline's fuse settings (:meth:`fuse_config`)."""
+
+    def check_inputs(self, n: int) -> None:
+        super().check_inputs(n)
+        self.fuse_config(n)  # raises on weights that do not fit n
+
+    def sparsify(self, key: str, index: int, delta: torch.Tensor) -> torch.Tensor:
+        """S_i(tau_i) of input ``index`` for tensor ``key`` (float32, may work in place)."""
+        raise NotImplementedError
+
+    def fuse_config(self, n: int) -> pl.Pipeline:
+        raise NotImplementedError
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        ds = [self.sparsify(view.key, i, d) for i, d in enumerate(view.deltas())]
+        return pl.fuse(self.fuse_config(len(ds)), ds).add_(view.raw_base)

@@ -1,0 +1,173 @@
+"""Issue 18 item 2: breadcrumbs, breadcrumbs_ties, della, della_linear, sce, ram: a
+hand-computed case and an invariant each (the shared checks, bounds, identical inputs
+and symmetry are in test_methods_table.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mmgrid.merge import masks, merge
+from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods import validate_params
+from mmgrid.merge.methods.breadcrumbs import breadcrumbs_keep
+from mmgrid.merge.methods.della import della_keep_probs
+
+
+def t(*xs):
+    return torch.tensor(xs, dtype=torch.float32)
+
+
+def zeros(n):
+    return {"w": torch.zeros(n)}
+
+
+# --- breadcrumbs ------------------------------------------------------------------------
+
+TAU = t(0.1, -5, 2, -0.3, 1, 4, -3, 0.2, 0.5, -1.5)
+
+
+def test_breadcrumbs_hand_case():
+    """N = 10, density 0.5, gamma 0.1: keep 5, drop the 1 largest (-5) and the 4 smallest
+    (0.1, 0.2, -0.3, 0.5)."""
+    out = merge("breadcrumbs", [{"w": TAU}], base=zeros(10), density=0.5, gamma=0.1, weights=[2.0])["w"]
+    assert torch.equal(out, 2 * t(0, 0, 2, 0, 1, 4, -3, 0, 0, -1.5))
+    # l1 rescale: kept L1 = 11.5, tau's L1 = 17.6
+    l1 = merge("breadcrumbs", [{"w": TAU}], base=zeros(10), density=0.5, gamma=0.1, rescale="l1")["w"]
+    assert torch.allclose(l1, t(0, 0, 2, 0, 1, 4, -3, 0, 0, -1.5) * (17.6 / 11.5))
+
+
+def test_breadcrumbs_keeps_exactly_floor_density_n_and_no_outlier():
+    g = torch.Generator().manual_seed(0)
+    for n, density, gamma in ((1000, 0.2, 0.01), (37, 0.5, 0.1), (4, 0.5, 0.01), (10, 0.95, 0.2)):
+        d = torch.randn(n, generator=g)
+        keep = breadcrumbs_keep(d, density, gamma)
+        assert int(keep.sum()) == int(density * n)
+        n_top = min(int(gamma * n), n - int(density * n))
+        top = torch.topk(d.abs(), n_top).indices if n_top else torch.tensor([], dtype=torch.long)
+        assert not keep[top].any()  # the gamma largest are gone
+        if keep.any():  # every kept entry is larger than every dropped non-outlier
+            dropped = ~keep
+            dropped[top] = False
+            assert not dropped.any() or float(d.abs()[keep].min()) >= float(d.abs()[dropped].max())
+    # gamma * N < 1 (4 entries, gamma 0.01): the 2 largest are kept (mergekit drops all here)
+    assert breadcrumbs_keep(t(1, -4, 2, 3), 0.5, 0.01).tolist() == [False, True, False, True]
+    # density 1 keeps everything (no outlier removed), as mergekit does
+    assert breadcrumbs_keep(TAU, 1.0, 0.1).all()
+
+
+def test_breadcrumbs_ties_hand_case_and_sign_rules():
+    """density 0.75, gamma 0.25 on 4 entries: drop each vector's largest entry.
+    S1 = (0, -1, 2, 0.5), S2 = (-1, 2, 1, 0); sum = (-1, 1, 3, 0.5): signs (-, +, +, +)."""
+    a, b = {"w": t(3, -1, 2, 0.5)}, {"w": t(-1, 2, 1, -4)}
+    kw = dict(base=zeros(4), density=0.75, gamma=0.25)
+    assert torch.equal(merge("breadcrumbs_ties", [a, b], **kw)["w"], t(-1, 2, 3, 0.5))
+    assert torch.equal(merge("breadcrumbs_ties", [a, b], combine="disjoint_mean", **kw)["w"], t(-1, 2, 1.5, 0.5))
+    # weights (3, 1): unweighted keeps '+' at entry 1 (S2 = 2, weight 1); weighted mass
+    # 3 S1 + S2 = (-1, -1, 7, 1.5) elects '-' there (S1 = -1, weight 3)
+    assert torch.equal(merge("breadcrumbs_ties", [a, b], weights=[3.0, 1.0], **kw)["w"], t(-1, 2, 7, 1.5))
+    assert torch.equal(merge("breadcrumbs_ties", [a, b], weights=[3.0, 1.0], sign_rule="weighted", **kw)["w"],
+                       t(-1, -3, 7, 1.5))
+
+
+# --- della ------------------------------------------------------------------------------
+
+def test_della_keep_probabilities_by_rank_within_rows():
+    # 1-D: one row; ranks of |(1, -4, 2, 3)| are (0, 3, 1, 2); k = 0.3 + 0.4 r / 3
+    k = della_keep_probs(t(1, -4, 2, 3), 0.5, 0.2)
+    assert torch.allclose(k, t(0.3, 0.7, 0.3 + 0.4 / 3, 0.3 + 0.8 / 3))
+    # 2-D: each row ranked on its own (mergekit ranks along dim 1)
+    k2 = della_keep_probs(torch.tensor([[1.0, 2.0], [4.0, -3.0]]), 0.5, 0.2)
+    assert torch.allclose(k2, torch.tensor([[0.3, 0.7], [0.7, 0.3]]))
+    assert torch.allclose(della_keep_probs(t(5.0), 0.5, 0.2), t(0.3))  # one entry: the window's low end
+
+
+def test_della_hand_case_with_injected_masks():
+    seen = {}
+
+    def fn(key, index, drop, shape):
+        seen[index] = drop.clone()
+        return torch.tensor([True, True, False, True])
+
+    m = {"w": t(1, -4, 2, 3)}
+    kw = dict(base=zeros(4), density=0.5, epsilon=0.2)
+    k = t(0.3, 0.7, 0.3 + 0.4 / 3, 0.3 + 0.8 / 3)
+    with masks.injected_masks(fn):
+        inv = merge("della_linear", [m], **kw)["w"]
+        l1 = merge("della_linear", [m], rescale="l1", **kw)["w"]
+        none = merge("della", [m], rescale="none", **kw)["w"]
+    assert torch.allclose(seen[0], 1 - k)  # the mask is asked for with drop probabilities 1 - k_e
+    assert torch.allclose(inv, t(1 / 0.3, -4 / 0.7, 0, 3 / (0.3 + 0.8 / 3)), rtol=1e-6)
+    assert torch.allclose(l1, t(1.25, -5, 0, 3.75))  # L1 10 over kept L1 8
+    assert torch.equal(none, t(1, -4, 0, 3))
+
+
+def test_della_sign_rules_and_linear_at_density_one():
+    """density 1 drops nothing: della is TIES at density 1, della_linear task arithmetic."""
+    a, b, z = {"w": t(1.0, 2.0)}, {"w": t(-3.0, 1.0)}, zeros(2)
+    kw = dict(base=z, density=1.0, weights=[3.0, 0.5])
+    assert torch.allclose(merge("della", [a, b], **kw)["w"], t(-3.0, 6.5 / 3.5))
+    assert torch.allclose(merge("della", [a, b], sign_rule="weighted", **kw)["w"], t(1.0, 6.5 / 3.5))
+    assert torch.allclose(merge("della_linear", [a, b], scale=0.5, **kw)["w"], 0.5 * t(1.5, 6.5))
+
+
+def test_della_inverse_keep_is_unbiased_statistically():
+    """E[S(tau)] = tau entrywise: 60k entries of 2.0 (ranks by position), keep 0.3..0.7."""
+    out = merge("della_linear", [{"w": torch.full((60_000,), 2.0)}], base=zeros(60_000), density=0.5,
+                epsilon=0.2, seed=5)["w"]
+    # per entry 2/k w.p. k: variance 4 (1 - k) / k <= 4 * 0.7 / 0.3; sd of the mean <= 0.013
+    assert abs(float(out.mean()) - 2.0) < 0.06
+    assert abs(float((out != 0).float().mean()) - 0.5) < 0.01  # the mean keep probability is density
+    again = merge("della_linear", [{"w": torch.full((60_000,), 2.0)}], base=zeros(60_000), density=0.5,
+                  epsilon=0.2, seed=5)["w"]
+    assert torch.equal(out, again)  # a seed reproduces the draw
+
+
+def test_della_window_must_fit():
+    with pytest.raises(MergeParamError, match="density \\+/- epsilon"):
+        validate_params("della", {"density": 0.1, "epsilon": 0.15})
+    validate_params("della", {"density": 1.0, "epsilon": 0.15})  # density 1: nothing dropped
+
+
+# --- sce --------------------------------------------------------------------------------
+
+def test_sce_hand_case():
+    """tau1 = (1, 2, -1), tau2 = (3, -2, -1): w = (2, 14/3) / (20/3) = (0.3, 0.7);
+    signs of the sum (4, 0, -2): (+, +, -); entry 1 keeps tau1 alone."""
+    a, b, z = {"w": t(1, 2, -1)}, {"w": t(3, -2, -1)}, zeros(3)
+    assert torch.allclose(merge("sce", [a, b], base=z)["w"], t(2.4, 2, -1))
+    # select_topk 0.5: variances (1, 4, 0), 2 nonzero, keep 1 entry (entry 1); then
+    # w = (0.5, 0.5), the sum at entry 1 is 0 (elects +): tau1's 2 alone
+    assert torch.allclose(merge("sce", [a, b], base=z, select_topk=0.5)["w"], t(0, 2, 0))
+
+
+def test_sce_of_one_model_is_that_model():
+    g = torch.Generator().manual_seed(1)
+    base, m = {"w": torch.randn(5, 3, generator=g)}, {"w": torch.randn(5, 3, generator=g)}
+    assert torch.allclose(merge("sce", [m], base=base)["w"], m["w"], rtol=1e-6, atol=1e-6)
+
+
+# --- ram --------------------------------------------------------------------------------
+
+def test_ram_hand_case():
+    """Entry 0: mean of 3 contributors; 1 and 2: one contributor, kept whole; 3: below eps."""
+    ins = [{"w": t(0.5, 0, 2, 1e-6)}, {"w": t(0.1, 3, 0, 0)}, {"w": t(0.3, 0, 0, 0)}]
+    assert torch.allclose(merge("ram", ins, base=zeros(4))["w"], t(0.3, 3, 2, 0))
+    # epsilon 0.2 leaves out 0.1 at entry 0: mean of 0.5 and 0.3
+    assert torch.allclose(merge("ram", ins, base=zeros(4), epsilon=0.2)["w"], t(0.4, 3, 2, 0))
+
+
+def test_ram_disjoint_updates_are_kept_whole(models):
+    """Invariant: inputs that change disjoint entries merge into the sum of their changes."""
+    base = models["base"]["layers.0.q.weight"]
+    g = torch.Generator().manual_seed(3)
+    upd = torch.randn(base.shape, generator=g)
+    mask = torch.rand(base.shape, generator=g) < 0.5
+    a, b = {"w": base + torch.where(mask, upd, 0.0)}, {"w": base + torch.where(mask, 0.0, upd)}
+    out = merge("ram", [a, b], base={"w": base})["w"]
+    assert torch.allclose(out, base + upd, rtol=1e-6, atol=1e-6)
+
+
+def test_ram_epsilon_must_be_non_negative():
+    with pytest.raises(MergeParamError, match="epsilon"):
+        validate_params("ram", {"epsilon": -1.0})
