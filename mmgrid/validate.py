@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from mmgrid.config import GridConfig
+from mmgrid.configtools import check_ranges
 from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.exec.validate import check_scale
 from mmgrid.merge.methods import validate_params
@@ -35,6 +36,7 @@ def validate_grid(cfg: GridConfig) -> list[str]:
         ConfigError: (or UnknownNameError) on anything that would fail later.
     """
     warnings: list[str] = []
+    check_ranges(cfg)  # again: a grid built in code has not been through load_grid's checks
     for name in cfg.paradigms:
         get_paradigm(name)
     _check_base(cfg.base.model, warnings)
