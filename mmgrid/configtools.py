@@ -4,14 +4,22 @@
 dataclass instance, checking every key and type, and ``apply_overrides`` applies
 ``key=value`` command-line overrides (``data.root=/data/amazon``) before that.
 Errors name the offending key path and what would be accepted.
+
+Numbers: a float field accepts ints and numeric strings (YAML 1.1 reads ``1e-4`` as a
+string) and refuses NaN and infinities; an int field accepts integral values only (``3``,
+``3.0``, ``"1e3"``). A field declared with :func:`ranged` also has its accepted interval
+checked here, on its value or on every number inside it (a list's items, a mapping's
+values); :func:`check_ranges` checks a whole built config again (for configs made in code).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import hashlib
 import json
+import math
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
@@ -21,6 +29,91 @@ import yaml
 from mmgrid.errors import ConfigError
 
 _NONE = type(None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """An accepted interval of numbers (a bound of None is open-ended)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False  # True: lo itself is refused
+    hi_open: bool = False
+
+    def accepts(self, v: float) -> bool:
+        if not math.isfinite(v):
+            return False
+        if self.lo is not None and (v < self.lo or (self.lo_open and v == self.lo)):
+            return False
+        return not (self.hi is not None and (v > self.hi or (self.hi_open and v == self.hi)))
+
+    def describe(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            return f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '<='} {self.hi:g}"
+        return "a finite number"
+
+
+def ranged(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False,
+           default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field whose numbers must lie in ``lo..hi`` (checked by :func:`build`).
+
+    Example: ``batch_size: int = ranged(1, default=32)`` (at least 1);
+    ``lr: float = ranged(0, lo_open=True, default=1e-3)`` (greater than 0).
+    For a list or mapping field the range applies to every number inside it; None passes.
+    """
+    meta = {"range": Range(lo, hi, lo_open, hi_open)}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _numbers(value: Any, where: str) -> list[tuple[str, Any]]:
+    """(key path, number) of every number in ``value`` (itself, list items, mapping values)."""
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [(where, value)]
+    if isinstance(value, (list, tuple)):
+        return [x for i, v in enumerate(value) for x in _numbers(v, f"{where}[{i}]")]
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in _numbers(v, f"{where}.{k}")]
+    return []
+
+
+def check_range(f: dataclasses.Field, value: Any, where: str) -> None:
+    """Raise ConfigError unless every number of ``value`` lies in field ``f``'s range (if it has one)."""
+    rng = f.metadata.get("range") if f.metadata else None
+    if rng is None:
+        return
+    for path, v in _numbers(value, where):
+        if not rng.accepts(float(v)):
+            raise ConfigError(
+                f"{path}: {v!r} is out of range; accepted: {rng.describe()}. Fix the value in the grid YAML "
+                "(or the KEY=VALUE override)."
+            )
+
+
+def check_ranges(obj: Any, where: str = "") -> None:
+    """Check the ranges of every ``ranged`` field of dataclass ``obj`` and of the dataclasses
+    inside it (recursively): the check :func:`build` makes, for a config built in code."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        key = f"{where}.{f.name}" if where else f.name
+        check_range(f, value, key)
+        for path, inner in _dataclasses_in(value, key):
+            check_ranges(inner, path)
+
+
+def _dataclasses_in(value: Any, where: str) -> list[tuple[str, Any]]:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(where, value)]
+    if isinstance(value, (list, tuple)):
+        return [x for i, v in enumerate(value) for x in _dataclasses_in(v, f"{where}[{i}]")]
+    return []
 
 
 def build(cls: type, data: Any, where: str = "config") -> Any:
@@ -57,6 +150,7 @@ def build(cls: type, data: Any, where: str = "config") -> Any:
     for name, f in fields.items():
         if name in data:
             kwargs[name] = coerce(hints[name], data[name], f"{where}.{name}")
+            check_range(f, kwargs[name], f"{where}.{name}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{where}: missing required key {name!r} ({cls.__name__}).")
     try:
@@ -116,18 +210,40 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        num = _as_number(value)
+        if num is not None and math.isfinite(num) and num == int(num):
+            return int(num)
+        raise ConfigError(f"{where}: expected an integer (a whole number such as 3), got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+        num = _as_number(value)
+        if num is None:
+            raise ConfigError(f"{where}: expected a number (such as 0.5 or 1e-4), got {value!r}")
+        if not math.isfinite(num):
+            raise ConfigError(f"{where}: {value!r} is not a finite number; give a finite value such as 0.001.")
+        return num
     if tp is str:
         if isinstance(value, str):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
+        if isinstance(value, datetime.date):  # YAML reads an unquoted 2023-01-01 as a date
+            return value.isoformat()
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     return value
+
+
+def _as_number(value: Any) -> float | None:
+    """``value`` as a float if it is a number or a string that parses as one (``"1e-4"``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -138,7 +254,16 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     path = [p for p in key.strip().split(".") if p]
     if not path:
         raise ConfigError(f"override {text!r} has an empty key.")
-    return path, yaml.safe_load(raw) if raw.strip() != "" else ""
+    if raw.strip() == "":
+        return path, ""
+    try:
+        return path, yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(
+            f"override {text!r}: the value {raw!r} is not valid YAML ({problem}); quote it "
+            f"(for example {key.strip()}='\"...\"') or fix the brackets."
+        ) from exc
 
 
 def apply_overrides(data: dict, overrides: list[str] | None) -> dict:

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from mmgrid.config import GridConfig
+from mmgrid.configtools import check_ranges
 from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.exec.validate import check_scale
 from mmgrid.merge.methods import validate_params
@@ -35,6 +36,7 @@ def validate_grid(cfg: GridConfig) -> list[str]:
         ConfigError: (or UnknownNameError) on anything that would fail later.
     """
     warnings: list[str] = []
+    check_ranges(cfg)  # again: a grid built in code has not been through load_grid's checks
     for name in cfg.paradigms:
         get_paradigm(name)
     _check_base(cfg.base.model, warnings)
@@ -46,7 +48,12 @@ def validate_grid(cfg: GridConfig) -> list[str]:
     if not cfg.train.stages:
         raise ConfigError("train.stages: at least one stage is needed.")
     for method, params in cfg.sweeps.cross_domain.methods.items():
-        validate_params(method, params)
+        try:
+            validate_params(method, params)
+        except UnknownNameError:
+            raise
+        except ConfigError as exc:  # name the key path: the method's own message does not know it
+            raise ConfigError(f"sweeps.cross_domain.methods.{method}: {exc}") from exc
     for bad in set(cfg.sweeps.cross_domain.bases) - set(CROSS_DOMAIN_BASES):
         raise ConfigError(f"sweeps.cross_domain.bases: unknown base {bad!r}; use original, historical or neutral.")
     return warnings + check_scale(cfg)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mmgrid.config.dates import parse_date_ms
+from mmgrid.configtools import ranged
+from mmgrid.errors import ConfigError
+
 # The paper's global, half-open UTC windows (MMGRid section 3.2). Order matters: it is time order.
 PAPER_PHASES: dict[str, list[str | None]] = {
     "pretrain": [None, "2022-07-01"],
@@ -17,7 +21,7 @@ PAPER_PHASES: dict[str, list[str | None]] = {
 @dataclass
 class ItemTextConfig:
     fields: list[str] = field(default_factory=lambda: ["title", "description", "features"])  # title always first
-    max_chars: int = 256  # item text is truncated to this many characters
+    max_chars: int = ranged(1, default=256)  # item text is truncated to this many characters
 
 
 @dataclass
@@ -25,24 +29,28 @@ class DataConfig:
     source: Literal["amazon2023", "benchmark_csv", "recbole"] = "amazon2023"  # raw file family
     root: str = "runs/demo/world"  # folder with raw/review_categories, raw/meta_categories (or csv / atomic files)
     domains: list[str] = field(default_factory=list)  # categories, e.g. Video_Games; empty = every file found
-    kcore: int = 5  # iterative k-core on users and items
+    kcore: int = ranged(1, default=5)  # iterative k-core on users and items
     min_date: str | None = None  # drop interactions before this UTC date (YYYY-MM-DD)
-    max_history: int = 20  # at most this many earlier interactions per example
+    max_history: int = ranged(1, default=20)  # at most this many earlier interactions per example
     phases: dict[str, list[str | None]] = field(default_factory=lambda: {k: list(v) for k, v in PAPER_PHASES.items()})
     item_text: ItemTextConfig = field(default_factory=ItemTextConfig)
     recbole_text_field: str = "title"  # .item column used as item text for RecBole sources
     strict: bool = False  # fail on the first corrupt line instead of skipping and counting it
     # ms: values below 1e11 (seconds by magnitude) are an error; s: every value is seconds; auto: below 1e11 converted
     timestamp_unit: Literal["ms", "s", "auto"] = "ms"
-    min_history: int = 1  # targets with fewer earlier interactions are not examples (counted in the manifest)
-    lm_text_docs: int = 4000  # review texts set apart (across domains) for the base LM: train + held-out
-    lm_heldout_share: float = 0.1  # share of lm_text_docs kept for measuring text retention
+    min_history: int = ranged(0, default=1)  # targets with fewer earlier interactions are not examples (counted in the manifest)
+    lm_text_docs: int = ranged(1, default=4000)  # review texts set apart (across domains) for the base LM: train + held-out
+    lm_heldout_share: float = ranged(0, 1, hi_open=True, default=0.1)  # share of lm_text_docs kept for measuring text retention
 
 
 @dataclass
 class WorldConfig:
-    seed: int = 0  # the world is deterministic for a seed
-    scale: float = 1.0  # multiplies users and items; ~100 gives millions of reviews
-    n_domains: int = 5  # synthetic domains, each with its own item life-span and activity
+    seed: int = ranged(0, default=0)  # the world is deterministic for a seed
+    scale: float = ranged(0, 10_000, lo_open=True, default=1.0)  # multiplies users and items; ~100 gives millions of reviews
+    n_domains: int = ranged(1, 1000, default=5)  # synthetic domains, each with its own item life-span and activity
     start: str = "2021-01-01"  # first day of generated interactions (UTC)
     end: str = "2023-04-01"  # day after the last generated interaction (UTC)
+
+    def __post_init__(self) -> None:
+        if parse_date_ms(self.start, "world.start") >= parse_date_ms(self.end, "world.end"):
+            raise ConfigError(f"world: start {self.start} is not before end {self.end}; give an earlier start.")

@@ -23,7 +23,7 @@ class ExecConfig:
 
     def __post_init__(self) -> None:
         for name in ("num_cpus_per_job", "num_gpus_per_train", "num_gpus_per_eval"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0:  # NaN fails too
                 raise ConfigError(f"exec.{name}: {getattr(self, name)} is negative; use 0 or more.")
         if self.num_cpus is not None and self.num_cpus < 1:
             raise ConfigError(f"exec.num_cpus: {self.num_cpus} must be at least 1 (or null for all CPUs).")

@@ -5,16 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mmgrid.configtools import ranged
+from mmgrid.errors import ConfigError
+
 
 @dataclass
 class TemporalSweepConfig:
     paradigm: str = "emb"
     variant: str = "default"
-    start: float = 0.0
-    stop: float = 1.5  # inclusive
-    step: float = 0.05
+    start: float = ranged(default=0.0)  # lambda grid: start, start + step, ... up to stop
+    stop: float = ranged(default=1.5)  # inclusive
+    step: float = ranged(0, lo_open=True, default=0.05)
     metric: str = "ndcg@10"  # lambda* = argmax of this; ties go to the value closest to 1
     domains: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.step > 0:
+            raise ConfigError(f"sweeps.temporal.step: {self.step} must be > 0 (for example 0.05).")
+        if self.start > self.stop:
+            raise ConfigError(f"sweeps.temporal: start {self.start} is after stop {self.stop}; give start <= stop.")
 
 
 @dataclass
@@ -31,7 +40,7 @@ class CrossDomainSweepConfig:
         }
     )
     bases: list[str] = field(default_factory=lambda: ["original", "historical", "neutral"])
-    alphas: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])  # Eq. 7 weight of the pair's first domain
+    alphas: list[float] = ranged(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])  # Eq. 7 weight of the pair's first domain
     metric: str = "ndcg@10"  # relative change against each domain's own t2 checkpoint (Figures 3-4)
 
 
@@ -39,7 +48,7 @@ class CrossDomainSweepConfig:
 class PredictLambdaConfig:
     features: list[str] = field(default_factory=lambda: ["avg_gap_days"])  # domain statistics used as regressors
     group: str = "non_active"  # whose lambda* is regressed (the paper: non-active users)
-    level: float = 0.9  # coverage of the prediction interval given for a new domain
+    level: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.9)  # coverage of the prediction interval given for a new domain
 
 
 @dataclass

@@ -52,11 +52,16 @@ class Recipe:
         return yaml.safe_dump(dataclasses.asdict(self), sort_keys=False)
 
     @classmethod
-    def from_yaml(cls, text: str) -> "Recipe":
+    def from_yaml(cls, text: str, where: str = "merge recipe") -> "Recipe":
         """Parse and validate a recipe (method and parameters are checked here)."""
-        data = yaml.safe_load(text)
         try:
-            rec = build(cls, data, where="merge recipe")
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:  # a syntax error, or a tag safe_load refuses (!!python/object)
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise MergeParamError(f"{where}: not a plain YAML recipe ({problem}); write method, inputs and "
+                                  "params as plain YAML values, without !!python tags.") from exc
+        try:
+            rec = build(cls, data, where=where)
         except ConfigError as exc:
             raise MergeParamError(str(exc)) from exc
         rec.method_params()
@@ -64,7 +69,7 @@ class Recipe:
 
     @classmethod
     def load(cls, path: str | Path) -> "Recipe":
-        return cls.from_yaml(Path(path).read_text())
+        return cls.from_yaml(Path(path).read_text(), where=f"merge recipe {path}")
 
 
 def default_coords(registry: Any, recipe: Recipe) -> dict[str, Any]:

@@ -115,10 +115,20 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
         p = p / "model.safetensors"
     if not p.is_file():
         raise SourceError(f"no safetensors file at {p}; pass a .safetensors path, a folder with model.safetensors, or a registry id")
+    if p.suffix != ".safetensors":
+        raise SourceError(f"{p}: not a .safetensors file (suffix {p.suffix or 'none'!r}); mmgrid reads weights only "
+                          "from safetensors, never pickle: convert it with safetensors.torch.save_file(state_dict, "
+                          "'model.safetensors') and pass that file")
     try:
         with open(p, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
             (n,) = struct.unpack("<Q", fh.read(8))
+            if n > size - 8:  # never trust the length: a foreign file would ask for petabytes
+                raise SourceError(f"{p}: header length {n} is larger than the file ({size} bytes); it is not a "
+                                  "safetensors file or was cut short: write it again with safetensors.torch.save_file")
             header = json.loads(fh.read(n))
+    except SourceError:
+        raise
     except (OSError, ValueError, struct.error) as exc:
         raise SourceError(f"{p} is not a readable safetensors file ({exc})") from exc
     meta = dict(header.pop("__metadata__", None) or {})

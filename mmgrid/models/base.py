@@ -25,6 +25,7 @@ from mmgrid.config import BaseConfig
 from mmgrid.configtools import stable_hash, to_dict
 from mmgrid.errors import ModelError
 from mmgrid.models.builders import get_builder, parse_builder
+from mmgrid.models.tokenizer import tokenizer_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -178,13 +179,7 @@ def _load_hf_base(cfg: BaseConfig) -> BaseBundle:
 
 def bundle_files(bundle: BaseBundle) -> dict[str, bytes]:
     """``config.json`` plus every tokenizer file, as the registry stores them."""
-    files = {"config.json": bundle.model.config.to_json_string().encode()}
-    with tempfile.TemporaryDirectory() as tmp:
-        bundle.tokenizer.save_pretrained(tmp)
-        for p in sorted(Path(tmp).iterdir()):
-            if p.is_file():
-                files[p.name] = p.read_bytes()
-    return files
+    return {"config.json": bundle.model.config.to_json_string().encode(), **tokenizer_files(bundle.tokenizer)}
 
 
 def bundle_from_files(state: dict[str, "torch.Tensor"], files: dict[str, bytes]) -> BaseBundle:

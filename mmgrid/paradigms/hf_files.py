@@ -14,10 +14,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def tokenizer_files(tokenizer: "PreTrainedTokenizerBase") -> dict[str, bytes]:
-    """The tokenizer as files (``tokenizer.json``, ``tokenizer_config.json``, ...) for a checkpoint."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer.save_pretrained(tmp)
-        return {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+    """The tokenizer as files (``tokenizer.json``, ``tokenizer_config.json``, ...) for a checkpoint,
+    the same bytes whether it was trained or reloaded (:func:`mmgrid.models.tokenizer.tokenizer_files`)."""
+    # lazy: mmgrid.models imports transformers (~1.2 s, measured); sasrec never needs it
+    from mmgrid.models.tokenizer import tokenizer_files as files_of
+
+    return files_of(tokenizer)
 
 
 def tokenizer_from_files(files: dict[str, bytes]) -> "PreTrainedTokenizerBase":

@@ -16,15 +16,20 @@ import uuid
 from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
+_PASSED: dict[str, int] = {}  # pause_point: times each point was reached in this process
 
 
 def pause_point(name: str) -> None:
     """Test hook: sleep at a named point so a test can SIGKILL a writer there.
 
     Set ``MMGRID_REGISTRY_PAUSE=<point>`` (and optionally ``MMGRID_REGISTRY_PAUSE_FILE``,
-    touched when the point is reached) in the writer's environment. No effect otherwise.
+    touched when the point is reached, and ``MMGRID_REGISTRY_PAUSE_SKIP=<n>``: pass the point
+    n times first) in the writer's environment. No effect otherwise.
     """
     if os.environ.get("MMGRID_REGISTRY_PAUSE") != name:
+        return
+    _PASSED[name] = _PASSED.get(name, 0) + 1
+    if _PASSED[name] <= int(os.environ.get("MMGRID_REGISTRY_PAUSE_SKIP", "0")):
         return
     flag = os.environ.get("MMGRID_REGISTRY_PAUSE_FILE")
     if flag:

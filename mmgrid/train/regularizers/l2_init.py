@@ -8,14 +8,15 @@ from typing import Literal
 
 import torch
 
+from mmgrid.configtools import ranged
 from mmgrid.train.origin import Origin, distance
 from mmgrid.train.regularizers.names import register
 
 
 @dataclass
 class L2InitParams:
-    lam: float  # penalty weight (paper: 1e-4)
-    log_every: int = 50  # log the distance every this many steps
+    lam: float = ranged(0)  # penalty weight (paper: 1e-4)
+    log_every: int = ranged(1, default=50)  # log the distance every this many steps
     distance: Literal["sign", "l2"] = "l2"
 
     def __post_init__(self) -> None:

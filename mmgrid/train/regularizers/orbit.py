@@ -15,15 +15,16 @@ from typing import Literal
 
 import torch
 
+from mmgrid.configtools import ranged
 from mmgrid.train.origin import Origin, average_with_origin, distance
 from mmgrid.train.regularizers.names import register
 
 
 @dataclass
 class OrbitParams:
-    epsilon: float  # maximum distance to the origin (paper: SD 0.007 or 0.0075; L2 5 / 50 / 500)
+    epsilon: float = ranged(0)  # maximum distance to the origin (paper: SD 0.007 or 0.0075; L2 5 / 50 / 500)
     distance: Literal["sign", "l2"] = "sign"  # sign dissimilarity (Eq. 1) or L2 distance
-    max_merges: int = 200  # safety bound on consecutive back-merges in one step
+    max_merges: int = ranged(1, default=200)  # safety bound on consecutive back-merges in one step
 
     def __post_init__(self) -> None:
         if self.epsilon < 0:

@@ -8,14 +8,15 @@ from typing import Literal
 
 import torch
 
+from mmgrid.configtools import ranged
 from mmgrid.train.origin import Origin, average_with_origin, distance
 from mmgrid.train.regularizers.names import register
 
 
 @dataclass
 class SoupToGoParams:
-    every: int  # k: average after every k-th optimizer step
-    weight: float = 0.5  # weight of the origin in the average (0.5 = plain mean)
+    every: int = ranged(1)  # k: average after every k-th optimizer step
+    weight: float = ranged(0, 1, default=0.5)  # weight of the origin in the average (0.5 = plain mean)
     distance: Literal["sign", "l2"] = "sign"  # logged at each averaging event
 
     def __post_init__(self) -> None:
