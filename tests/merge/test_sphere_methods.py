@@ -165,8 +165,8 @@ def test_model_stock_hand_cases():
     # ... mergekit's arithmetic: t = 2 (-1/2) / (1 - 1/2) = -2
     got = merge("model_stock", [sd(b + t1), sd(b + t3)], base=sd(b), clamp_cos=False)["w"]
     assert close(got, b - 2 * (t1 + t3) / 2, 1e-6)
-    with pytest.raises(MergeParamError, match="clamp_cos"):  # cos -1: 1 + (N - 1) cos = 0
-        merge("model_stock", [sd(b + t1), sd(b - t1)], base=sd(b), clamp_cos=False)
+    # cos -1: 1 + (N - 1) cos = 0, no finite t: the base (mergekit's rule)
+    assert close(merge("model_stock", [sd(b + t1), sd(b - t1)], base=sd(b), clamp_cos=False)["w"], b)
     # filter_wise: row 0 at cos 1/2 (t = 2/3), row 1 orthogonal (cos 0, t = 0)
     m1 = torch.stack([t1, E1])
     m2 = torch.stack([t2, E2])

@@ -14,14 +14,14 @@ Our reading where the paper's geometry ends: the paper derives t for an acute an
 (cos > 0); mergekit applies the formula to any cosine, which extrapolates away from the
 average for cos < 0 and divides by zero at cos = -1/(N - 1). By default cos is clamped
 to [0, 1], so t lies in [0, 1] (orthogonal or opposed task vectors give the base);
-``clamp_cos=False`` gives mergekit's arithmetic (a MergeParamError where
-1 + (N - 1) cos <= 1e-6).
+``clamp_cos=False`` gives mergekit's arithmetic: the formula for any cosine, and t = 0
+(the base) where |1 + (N - 1) cos| < 1e-6.
 
 Identical inputs (tau_i all equal and nonzero): cos = 1, t = 1, theta* = that input.
 
 Bound, per tensor, with the clamp: ||theta* - theta_0|| = t ||mean_i tau_i|| <=
 max_i ||tau_i|| (t in [0, 1]); with ``filter_wise`` the same holds row by row and so for
-the tensor: c = 1, mass 1. Without the clamp no constant exists (t -> -inf as
+the tensor: c = 1, mass 1. Without the clamp no constant exists (|t| -> inf as
 cos -> -1/(N - 1)).
 """
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import torch
 
-from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
 
 NORM_FLOOR = 1e-6  # mergekit's floor of ||tau_i|| ||tau_j||
+SINGULAR = 1e-6  # |1 + (N - 1) cos| below this: t = 0 (mergekit's rule)
 
 
 @dataclass
@@ -75,11 +75,8 @@ class ModelStock(Method):
         if self.params.clamp_cos:
             cos = cos.clamp(0.0, 1.0)
         denom = 1.0 + (n - 1) * cos
-        if bool((denom <= 1e-6).any()):
-            raise MergeParamError(f"model_stock: tensor {view.name!r}: the task vectors' mean cosine "
-                                  f"{float(cos.min()):.4g} makes 1 + (N - 1) cos <= 0 (t undefined); "
-                                  "use clamp_cos=true")
-        t = (n * cos / denom).float().unsqueeze(-1)
+        singular = denom.abs() < SINGULAR  # no finite ratio: keep the base there (mergekit's rule)
+        t = torch.where(singular, 0.0, n * cos / torch.where(singular, 1.0, denom)).float().unsqueeze(-1)
         mean = rows[0].clone()
         for r in rows[1:]:
             mean.add_(r)
