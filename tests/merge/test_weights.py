@@ -12,7 +12,8 @@ from mmgrid.merge import merge
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import eq7, get_method, method_names, validate_params, weighs
 
-WEIGHING = {"average", "task_arithmetic", "ties", "dare", "ties_dare", "orthomerge", "gcwm"}
+WEIGHING = {"average", "task_arithmetic", "ties", "dare", "ties_dare", "orthomerge", "gcwm", "nuslerp", "multislerp",
+            "karcher"}
 
 
 def test_every_method_that_weighs_its_inputs_uses_the_shared_type():
