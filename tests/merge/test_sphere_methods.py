@@ -263,3 +263,23 @@ def test_cli_slerp(reg, models, capsys):
     assert all(torch.equal(loaded[k], want[k]) for k in want)
     assert main(["merge", "--method", "slerp", "--inputs", ids["a"], ids["b"], "--set", "t=2",
                  "--registry", str(r.root)]) == 2
+
+
+def test_spherical_sums_over_chunks(monkeypatch):
+    """The float64 dot products are accumulated chunk by chunk (no float64 copy of a whole
+    tensor): with chunks of 7 entries they equal the float64 products of whole tensors."""
+    from mmgrid.merge.methods import spherical as sp
+
+    monkeypatch.setattr(sp, "CHUNK", 7)
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(5, 6, generator=g), torch.randn(5, 6, generator=g)
+    assert math.isclose(sp.dot(a, b), float((a.double() * b.double()).sum()), rel_tol=1e-12)
+    assert math.isclose(sp.norm(a), float(a.double().norm()), rel_tol=1e-12)
+    assert torch.allclose(sp.row_dots(a, b), (a.double() * b.double()).sum(-1), rtol=1e-12)
+    assert torch.allclose(sp.row_dots(a.T, b.T), (a.double() * b.double()).sum(0), rtol=1e-12)
+    assert sp.row_dots(torch.zeros(0, 3), torch.zeros(0, 3)).shape == (0,)
+    # a method through the chunked sums gives what it gives in one chunk
+    monkeypatch.setattr(sp, "CHUNK", 1 << 20)
+    one = merge("slerp", [sd(a), sd(b)], t=0.4)["w"]
+    monkeypatch.setattr(sp, "CHUNK", 7)
+    assert torch.allclose(merge("slerp", [sd(a), sd(b)], t=0.4)["w"], one, rtol=1e-6, atol=1e-7)

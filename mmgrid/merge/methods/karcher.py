@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, check_range
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
@@ -57,10 +58,6 @@ class KarcherParams(Weights):
             raise MergeParamError(f"karcher alpha={self.alpha} is outside [0, 1]")
 
 
-def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.sum(a.double() * b.double()))
-
-
 @register
 class Karcher(Method):
     name = "karcher"
@@ -82,7 +79,7 @@ class Karcher(Method):
         if len(ms) == 1:
             return ms[0].clone()
         tol, w = self.params.tol, self.weights(len(ms))
-        norms = [float(torch.linalg.vector_norm(m, dtype=torch.float64)) for m in ms]
+        norms = [sp.norm(m) for m in ms]
         valid = [i for i, r in enumerate(norms) if r > tol]
         if not valid:
             return torch.zeros_like(ms[0])
@@ -92,21 +89,21 @@ class Karcher(Method):
         u = torch.zeros_like(units[0])
         for ai, ui in zip(a, units):
             u.add_(ui, alpha=ai)
-        nu = float(torch.linalg.vector_norm(u, dtype=torch.float64))
+        nu = sp.norm(u)
         u = units[0].clone() if nu < tol else u.div_(nu)
         for _ in range(self.params.max_iter):
             step = torch.zeros_like(u)
             for ai, ui in zip(a, units):
-                cos = max(-1.0, min(1.0, _dot(u, ui)))
+                cos = max(-1.0, min(1.0, sp.dot(u, ui)))
                 omega = math.acos(cos)
                 if omega < tol:
                     continue
                 step.add_(ui, alpha=ai * omega / math.sin(omega)).add_(u, alpha=-ai * omega / math.sin(omega) * cos)
-            ns = float(torch.linalg.vector_norm(step, dtype=torch.float64))
+            ns = sp.norm(step)
             if ns < tol:
                 break
             u = u.mul_(math.cos(ns)).add_(step, alpha=math.sin(ns) / ns)
-            nu = float(torch.linalg.vector_norm(u, dtype=torch.float64))
+            nu = sp.norm(u)
             if nu > tol:
                 u.div_(nu)
         return u.mul_(sum(wi * r for wi, r in zip(w, norms)))

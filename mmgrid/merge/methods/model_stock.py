@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
 
@@ -64,12 +65,12 @@ class ModelStock(Method):
         taus = view.deltas()
         shape = taus[0].shape
         rows = [t.reshape(-1, shape[-1]) if self.params.filter_wise and t.ndim >= 1 else t.reshape(1, -1) for t in taus]
-        norms = [torch.linalg.vector_norm(r, dim=-1, dtype=torch.float64) for r in rows]
+        norms = [sp.row_dots(r, r).sqrt_() for r in rows]
         n = len(rows)
         cos = torch.zeros(rows[0].shape[0], dtype=torch.float64)
         for i in range(n):
             for j in range(i + 1, n):
-                dot = torch.linalg.vecdot(rows[i].double(), rows[j].double())
+                dot = sp.row_dots(rows[i], rows[j])
                 cos += (dot / (norms[i] * norms[j]).clamp(min=NORM_FLOOR)).clamp(-1.0, 1.0)
         cos /= n * (n - 1) / 2
         if self.params.clamp_cos:

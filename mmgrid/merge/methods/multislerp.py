@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
@@ -83,11 +84,11 @@ class MultiSlerp(Method):
         if len(vs) == 1:
             return vs[0].add_(base) if base is not None else vs[0].clone()
         w = self.weights(len(vs))
-        norms = [float(torch.linalg.vector_norm(v, dtype=torch.float64)) for v in vs]
+        norms = [sp.norm(v) for v in vs]
         mean = torch.zeros_like(vs[0])  # sum_i w_i u_i, without a unit copy of each input
         for wi, v, n in zip(w, vs, norms):
             mean.add_(v, alpha=wi / (n + EPS))
-        mean_norm = float(torch.linalg.vector_norm(mean, dtype=torch.float64))
+        mean_norm = sp.norm(mean)
         if mean_norm < EPS:
             if len(vs) == 2:  # mergekit: linear interpolation of the two
                 out = vs[0] * w[0] + vs[1] * w[1]

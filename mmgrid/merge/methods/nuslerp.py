@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.slerp import DOT_THRESHOLD
@@ -65,10 +66,10 @@ class NuSlerpParams(Weights):
 
 
 def nuslerp_rows(t: float, v0: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
-    """Slerp each row of the 2-D ``v0``, ``v1`` (float32) at ``t`` (module docstring)."""
-    n0 = torch.linalg.vector_norm(v0, dim=-1, dtype=torch.float64).clamp(min=NORM_EPS)
-    n1 = torch.linalg.vector_norm(v1, dim=-1, dtype=torch.float64).clamp(min=NORM_EPS)
-    cos = (torch.linalg.vecdot(v0.double(), v1.double()) / (n0 * n1)).clamp(-1.0, 1.0)
+    """Slerp ``v0``, ``v1`` (float32) along their last dimension at ``t`` (module docstring)."""
+    n0 = sp.row_dots(v0, v0).sqrt_().clamp_(min=NORM_EPS)
+    n1 = sp.row_dots(v1, v1).sqrt_().clamp_(min=NORM_EPS)
+    cos = (sp.row_dots(v0, v1) / (n0 * n1)).clamp(-1.0, 1.0)
     omega = torch.acos(cos)
     sin = torch.sin(omega)
     linear = (sin.abs() < SIN_EPS) | (cos < -DOT_THRESHOLD)

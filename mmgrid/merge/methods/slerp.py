@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, check_range
 from mmgrid.merge.methods.registry import register
 
@@ -52,10 +53,8 @@ class SlerpParams:
 
 def slerp_coefs(t: float, v0: torch.Tensor, v1: torch.Tensor) -> tuple[float, float]:
     """(s_0, s_1) of slerp(t) = s_0 v_0 + s_1 v_1 on the flattened tensors (module docstring)."""
-    n0 = float(torch.linalg.vector_norm(v0, dtype=torch.float64))
-    n1 = float(torch.linalg.vector_norm(v1, dtype=torch.float64))
-    dot = float(torch.sum(v0.double() * v1.double()))
-    dot /= (n0 if n0 > EPS else 1.0) * (n1 if n1 > EPS else 1.0)
+    n0, n1 = sp.norm(v0), sp.norm(v1)
+    dot = sp.dot(v0, v1) / ((n0 if n0 > EPS else 1.0) * (n1 if n1 > EPS else 1.0))
     if abs(dot) > DOT_THRESHOLD:
         return 1.0 - t, t
     omega = math.acos(max(-1.0, min(1.0, dot)))
