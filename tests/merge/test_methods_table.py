@@ -11,14 +11,20 @@ from hypothesis import strategies as st
 
 from mmgrid.merge import merge
 from mmgrid.merge.methods import get_method, method_names, validate_params
+from mmgrid.merge.methods.slerp import BOUND_C as SLERP_C
 
 ALL = method_names()
+
+
+def _take(method, ins):
+    """As many of ``ins`` as the method takes (slerp two, passthrough one...)."""
+    return ins[: get_method(method).max_inputs or len(ins)]
 
 
 def _inputs(method, models):
     if method == "temporal":
         return [models["a"], models["b"]], None
-    return [models["a"], models["b"], models["c"]], models["base"]
+    return _take(method, [models["a"], models["b"], models["c"]]), models["base"]
 
 
 @pytest.mark.parametrize("method", ALL)
@@ -124,6 +130,15 @@ def test_dare_unbiased_statistically(p, seed):
 #                    some inputs' entries, |out_e| <= max_i |tau_ie|)
 #   (rescale="l1" variants are not here: their c grows as sqrt(numel), see dare's docstring;
 #   test_sign_rule_rescale.py checks their invariant, the kept L1 norm)
+#   slerp, nuslerp   c = 1 / cos(Omega_max / 2) = sqrt(2 / (1 - 0.9995)), mass 1 (the arc is taken
+#                    for cos Omega >= -0.9995; coefficients >= 0 summing to <= 1 / cos(Omega / 2))
+#   multislerp       c = 1, mass sum_i |w_i| of the normalized weights (exp map of norm <= 1)
+#   karcher          c = 1, mass 1 (a unit direction times the weighted mean norm)
+#   model_stock      c = 1, mass 1 (t in [0, 1] with the cosine clamped; update t mean_i tau_i)
+#   nearswap         c = 1, mass 1 (entrywise w tau with w in [0, 1])
+#   passthrough      c = |scale|, mass 1
+# The sphere methods without a base are bounded around the sphere's centre: theta_0 = 0
+# (ORIGIN); nuslerp and multislerp get the table's base and work on task vectors around it.
 
 
 def _ties_factor(p, n, p_drop=0.0):
@@ -160,7 +175,16 @@ BOUND = {
     "della_linear": lambda p, n: _sum_factor(p, n, _della_keep_min(p)),
     "sce": lambda p, n: math.sqrt(n),
     "ram": lambda p, n: math.sqrt(n),
+    "slerp": lambda p, n: SLERP_C,
+    "nuslerp": lambda p, n: SLERP_C,
+    "multislerp": lambda p, n: (sum(abs(x) for x in p.per_input(n)) / abs(sum(p.per_input(n)))
+                                if p.normalize_weights else sum(abs(x) for x in p.per_input(n))),
+    "karcher": lambda p, n: 1.0,
+    "model_stock": lambda p, n: 1.0,
+    "nearswap": lambda p, n: 1.0,
+    "passthrough": lambda p, n: abs(p.scale),
 }
+ORIGIN = {"slerp", "karcher", "passthrough"}  # bounded around theta_0 = 0 (no base)
 
 VARIANTS = {
     "task_arithmetic": [{}, {"weights": [0.7, -1.3, 0.2]}, {"scale": 2.5}],
@@ -183,6 +207,14 @@ VARIANTS = {
     "temporal": [{"lam": 0.4}, {"lam": 2.5}, {"lam": -1.0}],
     "gcwm": [{}, {"threshold": 0.0}, {"gate": "soft", "weights": [0.5, -1.0, 2.0]}, {"threshold": 0.0, "rank": 2}],
     "orthomerge": [{}, {"strategy": "conflict_aware"}, {"weights": [0.5, 1.5, -0.5]}],
+    "slerp": [{}, {"t": 0.0}, {"t": 0.9}],
+    "nuslerp": [{}, {"weights": [0.3, 1.0]}, {"flatten": False}, {"flatten": False, "row_wise": True}],
+    "multislerp": [{}, {"weights": [1.0, 2.0, 0.5]}, {"weights": [2.0, -0.5, 1.0]},
+                   {"normalize_weights": False, "weights": [0.5, 0.3, 0.2]}],
+    "karcher": [{}, {"weights": [1.0, 3.0, 0.5]}, {"max_iter": 0}],
+    "model_stock": [{}, {"filter_wise": True}],
+    "nearswap": [{}, {"t": 0.05}, {"t": 10.0}],
+    "passthrough": [{}, {"scale": -2.0}],
 }
 
 
@@ -198,11 +230,13 @@ def _random_inputs(seed, n, shape, noise):
 
 
 def _call(method, ins, base, params):
+    ins = _take(method, ins)
     n = len(ins)
     params = {k: (v[:n] if isinstance(v, list) else v) for k, v in params.items()}
     if method == "temporal":
         return merge(method, ins[:2], **params), ins[0], validate_params(method, params)
-    return merge(method, ins, base=base, **params), base, validate_params(method, params)
+    theta0 = {k: torch.zeros_like(v) for k, v in base.items()} if method in ORIGIN else base
+    return merge(method, ins, base=base, **params), theta0, validate_params(method, params)
 
 
 def _orthomerge_rotation(ins, base, p, k):
@@ -227,7 +261,7 @@ def test_update_is_bounded_by_the_inputs_updates(seed, n, shape, noise):
     for method in ALL:
         for params in VARIANTS[method]:
             out, theta0, p = _call(method, ins, base, params)
-            m = 2 if method == "temporal" else n
+            m = len(_take(method, ins))
             for k in out:
                 top = max(float(torch.linalg.vector_norm(x[k] - theta0[k])) for x in ins[:m])
                 got = float(torch.linalg.vector_norm(out[k] - theta0[k]))
@@ -260,8 +294,22 @@ def test_identical_inputs(seed, n, shape):
         ("della_linear", {"density": 1.0}, ta),
         ("sce", {}, one),  # equal weights 1/n, all agree (select_topk < 1: zero variance, nothing selected)
         ("ram", {"epsilon": 0.0}, one),  # every changed entry: the mean of n equal changes
+        ("slerp", {"t": 0.3}, one),  # colinear: the linear branch
+        ("nuslerp", {}, one),
+        ("nuslerp", {"flatten": False}, one),
+        ("multislerp", {}, one),
+        ("karcher", {}, one),
+        ("model_stock", {}, one),  # cos 1, t 1
+        ("model_stock", {"filter_wise": True}, one),
+        ("nearswap", {"t": 1e9}, one),
+        ("passthrough", {}, one),
     ]
     for method, params, want in expect:
+        cls = get_method(method)
+        k = min(n, cls.max_inputs or n)
+        if k < cls.min_inputs:
+            continue
+        same = [one] * k
         out = merge(method, same, base=base, **params)
         for k in out:
             assert torch.allclose(out[k], want[k], rtol=1e-4, atol=1e-5 * float(want[k].abs().max())), (method, k)
@@ -287,8 +335,8 @@ def test_identical_inputs(seed, n, shape):
 def test_symmetric_methods_ignore_order(seed, shape):
     base, ins = _random_inputs(seed, 3, shape, 0.1)
     for method in [m for m in ALL if get_method(m).symmetric]:
-        a = merge(method, ins, base=base)
-        b = merge(method, ins[::-1], base=base)
+        a = merge(method, _take(method, ins), base=base)
+        b = merge(method, _take(method, ins)[::-1], base=base)
         for k in a:
             scale = float(a[k].abs().max())
             assert torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-5 * scale), (method, k)
@@ -296,8 +344,8 @@ def test_symmetric_methods_ignore_order(seed, shape):
 
 def test_symmetric_methods_ignore_order_on_the_fixture(models):
     """The fixture of issue 18 (GCWM's blow-up made the order matter at 1.3e-5 relative)."""
-    ins = [models["a"], models["b"], models["c"]]
     for method in [m for m in ALL if get_method(m).symmetric]:
+        ins = _take(method, [models["a"], models["b"], models["c"]])
         a, b = merge(method, ins, base=models["base"]), merge(method, ins[::-1], base=models["base"])
         for k in a:
             assert torch.allclose(a[k].float(), b[k].float(), rtol=1e-4, atol=1e-5), (method, k)

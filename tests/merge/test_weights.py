@@ -13,7 +13,7 @@ from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import eq7, get_method, method_names, validate_params, weighs
 
 WEIGHING = {"average", "task_arithmetic", "ties", "dare", "ties_dare", "orthomerge", "gcwm",
-            "breadcrumbs", "breadcrumbs_ties", "della", "della_linear"}
+            "breadcrumbs", "breadcrumbs_ties", "della", "della_linear", "nuslerp", "multislerp", "karcher"}
 
 
 def test_every_method_that_weighs_its_inputs_uses_the_shared_type():

@@ -99,6 +99,9 @@ class Method:
     paper: ClassVar[str]
     Params: ClassVar[type]
     needs_base: ClassVar[bool] = True
+    # a base-free method that uses a base when one is given (nuslerp, multislerp: task
+    # vectors on the sphere around it); the engine then sets the instance's needs_base
+    optional_base: ClassVar[bool] = False
     symmetric: ClassVar[bool] = True  # result independent of the order of the inputs
     min_inputs: ClassVar[int] = 1
     max_inputs: ClassVar[int | None] = None

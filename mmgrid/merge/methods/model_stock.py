@@ -1,0 +1,85 @@
+"""Model Stock (Jang, Yun & Han, "Model Stock: All we need is just a few fine-tuned
+models", ECCV 2024, arXiv 2403.19522, Sec. 3; mergekit's ``model_stock``).
+
+N >= 2 fine-tuned models theta_i of one base theta_0, per tensor (or per row with
+``filter_wise``: each row along the last dimension, a 1-D tensor as one row):
+
+    cos(Omega) = mean over pairs i < j of <tau_i, tau_j> / max(||tau_i|| ||tau_j||, 1e-6)
+    t = N cos(Omega) / (1 + (N - 1) cos(Omega))          (the paper's interpolation ratio)
+    theta* = t theta_avg + (1 - t) theta_0,  theta_avg = mean_i theta_i,
+
+i.e. theta* = theta_0 + t mean_i tau_i. The paper has one angle (its fine-tuned models
+are equiangular); for N > 2 the mean pairwise cosine is mergekit's reading, kept here.
+Our reading where the paper's geometry ends: the paper derives t for an acute angle
+(cos > 0); mergekit applies the formula to any cosine, which extrapolates away from the
+average for cos < 0 and divides by zero at cos = -1/(N - 1). By default cos is clamped
+to [0, 1], so t lies in [0, 1] (orthogonal or opposed task vectors give the base);
+``clamp_cos=False`` gives mergekit's arithmetic: the formula for any cosine, and t = 0
+(the base) where |1 + (N - 1) cos| < 1e-6.
+
+Identical inputs (tau_i all equal and nonzero): cos = 1, t = 1, theta* = that input.
+
+Bound, per tensor, with the clamp: ||theta* - theta_0|| = t ||mean_i tau_i|| <=
+max_i ||tau_i|| (t in [0, 1]); with ``filter_wise`` the same holds row by row and so for
+the tensor: c = 1, mass 1. Without the clamp no constant exists (|t| -> inf as
+cos -> -1/(N - 1)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mmgrid.merge.methods import spherical as sp
+from mmgrid.merge.methods.base import Method, TensorView
+from mmgrid.merge.methods.registry import register
+
+NORM_FLOOR = 1e-6  # mergekit's floor of ||tau_i|| ||tau_j||
+SINGULAR = 1e-6  # |1 + (N - 1) cos| below this: t = 0 (mergekit's rule)
+
+
+@dataclass
+class ModelStockParams:
+    """Parameters of ``model_stock``.
+
+    Attributes:
+        filter_wise: one ratio t per row (mergekit's ``filter_wise``) instead of per tensor.
+        clamp_cos: clamp the mean cosine to [0, 1] (t in [0, 1]; see the module docstring).
+    """
+
+    filter_wise: bool = False
+    clamp_cos: bool = True
+
+
+@register
+class ModelStock(Method):
+    name = "model_stock"
+    pretty = "Model Stock"
+    paper = "Jang, Yun & Han 2024 (Model Stock, ECCV) Sec. 3; mergekit model_stock"
+    Params = ModelStockParams
+    min_inputs = 2
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        assert view.base is not None
+        taus = view.deltas()
+        shape = taus[0].shape
+        rows = [t.reshape(-1, shape[-1]) if self.params.filter_wise and t.ndim >= 1 else t.reshape(1, -1) for t in taus]
+        norms = [sp.row_dots(r, r).sqrt_() for r in rows]
+        n = len(rows)
+        cos = torch.zeros(rows[0].shape[0], dtype=torch.float64)
+        for i in range(n):
+            for j in range(i + 1, n):
+                dot = sp.row_dots(rows[i], rows[j])
+                cos += (dot / (norms[i] * norms[j]).clamp(min=NORM_FLOOR)).clamp(-1.0, 1.0)
+        cos /= n * (n - 1) / 2
+        if self.params.clamp_cos:
+            cos = cos.clamp(0.0, 1.0)
+        denom = 1.0 + (n - 1) * cos
+        singular = denom.abs() < SINGULAR  # no finite ratio: keep the base there (mergekit's rule)
+        t = torch.where(singular, 0.0, n * cos / torch.where(singular, 1.0, denom)).float().unsqueeze(-1)
+        mean = rows[0].clone()
+        for r in rows[1:]:
+            mean.add_(r)
+        mean.div_(n)
+        return mean.mul_(t).reshape(shape).add_(view.base)

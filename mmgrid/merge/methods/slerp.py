@@ -1,0 +1,79 @@
+"""SLERP: spherical linear interpolation of two models, tensor by tensor (Shoemake 1985,
+"Animating rotation with quaternion curves", SIGGRAPH, Sec. 3; mergekit's ``slerp``).
+
+Inputs [A, B] (mergekit's ``base_model`` is A); per tensor, on the flattened weights
+v_0 = A, v_1 = B, with u_i = v_i / ||v_i|| (v_i kept as is when ||v_i|| <= eps = 1e-8) and
+cos(Omega) = <u_0, u_1>:
+
+    slerp(t) = sin((1 - t) Omega) / sin(Omega) v_0 + sin(t Omega) / sin(Omega) v_1,
+
+and, when the two are nearly colinear (|cos Omega| > 0.9995, mergekit's DOT_THRESHOLD,
+antiparallel included), the linear (1 - t) v_0 + t v_1. t = 0 gives A and t = 1 gives B
+exactly (the coefficients are then 1 and 0). The norms are not interpolated: the
+coefficients act on the unnormalized tensors, as in mergekit.
+
+Bound, per tensor, around the sphere's centre theta_0 = 0 (no base: ||theta*|| <= c
+max_i ||theta_i||, weight mass (1 - t) + t = 1): both coefficients are >= 0 and
+s_0 + s_1 = cos((1 - 2t) Omega / 2) / cos(Omega / 2) <= 1 / cos(Omega / 2); the arc is
+only taken for cos Omega >= -0.9995, so cos(Omega / 2) >= sqrt((1 - 0.9995) / 2) and
+c = sqrt(2 / 0.0005) = 63.25 (the lerp branch has c = 1). On inputs at most 90 degrees
+apart the factor is <= sqrt(2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from mmgrid.merge.methods import spherical as sp
+from mmgrid.merge.methods.base import Method, TensorView, check_range
+from mmgrid.merge.methods.registry import register
+
+DOT_THRESHOLD = 0.9995  # |cos Omega| above this: linear interpolation (mergekit's constant)
+EPS = 1e-8
+BOUND_C = math.sqrt(2.0 / (1.0 - DOT_THRESHOLD))  # 1 / cos(Omega_max / 2), see the module docstring
+
+
+@dataclass
+class SlerpParams:
+    """Parameters of ``slerp``.
+
+    Attributes:
+        t: the interpolation factor in [0, 1]: 0 gives the first input, 1 the second
+            (mergekit requires it; mmgrid's default is the midpoint).
+    """
+
+    t: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_range("t", self.t, 0.0, 1.0, False, False, "t=0 gives the first input, t=1 the second")
+
+
+def slerp_coefs(t: float, v0: torch.Tensor, v1: torch.Tensor) -> tuple[float, float]:
+    """(s_0, s_1) of slerp(t) = s_0 v_0 + s_1 v_1 on the flattened tensors (module docstring)."""
+    n0, n1 = sp.norm(v0), sp.norm(v1)
+    dot = sp.dot(v0, v1) / ((n0 if n0 > EPS else 1.0) * (n1 if n1 > EPS else 1.0))
+    if abs(dot) > DOT_THRESHOLD:
+        return 1.0 - t, t
+    omega = math.acos(max(-1.0, min(1.0, dot)))
+    sin_omega = math.sin(omega)
+    return math.sin(omega - t * omega) / sin_omega, math.sin(t * omega) / sin_omega
+
+
+@register
+class Slerp(Method):
+    name = "slerp"
+    pretty = "SLERP (spherical linear interpolation)"
+    paper = "Shoemake 1985 Sec. 3; mergekit slerp"
+    Params = SlerpParams
+    needs_base = False
+    symmetric = False  # slerp(A, B, t) = slerp(B, A, 1 - t)
+    min_inputs = 2
+    max_inputs = 2
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        v0, v1 = view.models
+        s0, s1 = slerp_coefs(self.params.t, v0, v1)
+        return v0 * s0 + v1 * s1
