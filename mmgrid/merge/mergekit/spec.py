@@ -1,0 +1,415 @@
+"""A mergekit YAML recipe read into mmgrid's terms (no tensors are touched here).
+
+What is read (mergekit's ``MergeConfiguration``, mergekit/config.py and plan.py):
+``merge_method``, ``base_model``, ``models`` (each ``model`` and ``parameters``),
+top-level ``parameters``, ``dtype``, ``out_dtype``, ``tokenizer_source`` (``base``, a
+model, or absent). A parameter's setting is, as mergekit evaluates it per tensor:
+
+* a scalar (number, bool or string);
+* a gradient: a list of numbers, interpolated linearly over the layers: layer i of L
+  has t = i / (L - 1) (t = 1 when L = 1), tensors outside the layers (embeddings,
+  final norm, LM head) t = 0; the value at t is (1 - f) v[j] + f v[j + 1] with
+  j = floor(t (n - 1)), f = t (n - 1) - j;
+* a list of conditions ``{filter: SUBSTRING, value: SETTING}``: the first whose filter is
+  absent, ``"*"`` or a substring of the tensor's name gives the value; if none matches,
+  the next level is asked.
+
+A model's parameter is looked up in its own ``parameters``, then in the top-level
+``parameters``, then the method's default (mergekit's ``ConfigReader.parameter``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mmgrid.merge.errors import MergekitRecipeError, MergekitUnsupportedError
+from mmgrid.merge.methods import method_names
+
+REQUIRED = object()  # a per-model parameter without default
+ZERO_BASE = "<zero>"  # linear without normalization: task arithmetic on a zero base
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_TOP_KEYS = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source",
+             "slices", "modules", "tokenizer", "chat_template", "name"}
+_DTYPES = {"float32", "float16", "bfloat16", "fp32", "fp16", "bf16"}
+
+
+@dataclass
+class Resolved:
+    """The parameters of one tensor: ``glob`` (the method's global parameters) and
+    ``per_model`` (one dict per non-base input, in the recipe's order)."""
+
+    glob: dict[str, Any]
+    per_model: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One mergekit method and how it maps onto an mmgrid method.
+
+    Attributes:
+        mergekit: mergekit's method name.
+        method: the mmgrid method it maps to; the row is enabled once it is registered.
+        glob: mergekit's global parameters and their defaults.
+        per_model: mergekit's per-model parameters and defaults (REQUIRED: none).
+        build: (Resolved, mmgrid Params field names) -> (mmgrid method, parameters, base
+            marker: None for the recipe's base, ZERO_BASE, or "" for no base).
+        needs_base: mergekit needs ``base_model``.
+        base_is_input: the base model is merged as one more input (linear).
+        random: draws random masks (compared statistically with mergekit).
+    """
+
+    mergekit: str
+    method: str
+    glob: dict[str, Any]
+    per_model: dict[str, Any]
+    build: Callable[[Resolved, set[str]], tuple[str, dict[str, Any], str | None]] | None
+    needs_base: bool = True
+    base_is_input: bool = False
+    random: bool = False
+    note: str = ""
+
+
+def _weights(r: Resolved) -> list[float]:
+    return [float(m["weight"]) for m in r.per_model]
+
+
+def _normalized(w: list[float], normalize: bool) -> list[float]:
+    """mergekit's GTA normalization: divide by sum w (a sum below 1e-8 in size counts as 1)."""
+    if not normalize:
+        return w
+    s = sum(w)
+    return [x / (s if abs(s) >= 1e-8 else 1.0) for x in w]
+
+
+def _one(r: Resolved, name: str, where: str) -> float:
+    vals = {float(m[name]) for m in r.per_model}
+    if len(vals) != 1:
+        raise MergekitUnsupportedError(
+            f"{where}: the models' {name!r} differ on one tensor ({sorted(vals)}); mmgrid's method takes one "
+            f"{name} for all inputs. Give every model the same {name} (filters and gradients may still vary it by tensor)")
+    return vals.pop()
+
+
+def _linear(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    w = _weights(r)
+    if r.glob["normalize"] and all(x >= 0 for x in w) and sum(w) > 0:
+        return "average", {"weights": w}, ""
+    if r.glob["normalize"]:
+        if sum(w) == 0:
+            raise MergekitRecipeError("linear with normalize: true: the weights sum to 0 on a tensor; mergekit divides by "
+                                      "that sum. Change a weight or set normalize: false")
+        w = [x / sum(w) for x in w]
+    return "task_arithmetic", {"weights": w}, ZERO_BASE  # sum_i w_i theta_i
+
+
+def _task_arithmetic(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    w = _normalized(_weights(r), r.glob["normalize"])
+    return "task_arithmetic", {"weights": w, "scale": float(r.glob["lambda"])}, None
+
+
+def _sign_rule(params: dict[str, Any], fields: set[str], w: list[float], what: str) -> None:
+    """mergekit elects the sign of sum_i w_i tau_i (weighted); mmgrid's default is the TIES
+    paper's unweighted sum. Equal positive weights make the two rules the same."""
+    if "sign_rule" in fields:
+        params["sign_rule"] = "weighted"
+    elif len(set(w)) > 1 or w[0] <= 0:
+        raise MergekitUnsupportedError(
+            f"{what}: mergekit elects the sign on weighted task vectors (sign of sum_i w_i tau_i) and this mmgrid's "
+            "TIES has no sign_rule option yet; give the models equal weights")
+
+
+def _ties(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    w = _weights(r)
+    d = min(1.0, _one(r, "density", "ties"))
+    params = {"density": d, "scope": "tensor", "combine": "disjoint_mean" if r.glob["normalize"] else "sum",
+              "weights": w, "scale": float(r.glob["lambda"])}
+    _sign_rule(params, fields, w, "ties")
+    return "ties", params, None
+
+
+def _dare(r: Resolved, fields: set[str], method: str) -> tuple[str, dict[str, Any], str | None]:
+    w = _weights(r)
+    p = max(0.0, 1.0 - _one(r, "density", method))
+    params: dict[str, Any] = {"p": p, "scale": float(r.glob["lambda"])}
+    if r.glob["rescale"] and "rescale" in fields:
+        params["rescale"] = MERGEKIT_DARE_RESCALE  # mergekit's L1-norm rescale
+    elif not r.glob["rescale"]:
+        w = [x * (1.0 - p) for x in w]  # undo mmgrid's 1/(1-p): kept entries unscaled
+    if method == "dare_linear":
+        params["weights"] = _normalized(w, r.glob["normalize"])
+        return "dare", params, None
+    params.update(weights=w, density=1.0, scope="tensor", combine="disjoint_mean" if r.glob["normalize"] else "sum")
+    _sign_rule(params, fields, w, method)
+    return "ties_dare", params, None
+
+
+# The value of mmgrid DARE's ``rescale`` option that means mergekit's rule (H9's option).
+MERGEKIT_DARE_RESCALE = "l1"
+
+_GTA = {"int8_mask": False, "normalize": False, "rescale": False, "lambda": 1.0}
+_W = {"weight": REQUIRED, "density": 1.0}
+
+#: mergekit method -> mmgrid. A row whose mmgrid method is not registered (yet) is
+#: refused with a named error; rows with ``build=None`` are known and not supported.
+METHOD_TABLE: dict[str, Row] = {r.mergekit: r for r in [
+    Row("linear", "average", {"normalize": True}, {"weight": REQUIRED}, _linear, needs_base=False, base_is_input=True,
+        note="normalize: true and weights >= 0 -> average; otherwise task arithmetic on a zero base"),
+    Row("task_arithmetic", "task_arithmetic", dict(_GTA), dict(_W), _task_arithmetic,
+        note="weight -> weights (divided by their sum with normalize), lambda -> scale"),
+    Row("ties", "ties", {**_GTA, "normalize": True}, dict(_W), _ties,
+        note="density -> density, scope=tensor, normalize -> combine disjoint_mean (else sum), lambda -> scale, "
+             "sign_rule=weighted"),
+    Row("dare_linear", "dare", {**_GTA, "rescale": True}, dict(_W), lambda r, f: _dare(r, f, "dare_linear"), random=True,
+        note="p = 1 - density; rescale: true -> mergekit's L1 rescale where mmgrid has it, else 1/(1-p)"),
+    Row("dare_ties", "ties_dare", {**_GTA, "rescale": True}, dict(_W), lambda r, f: _dare(r, f, "dare_ties"),
+        random=True, note="p = 1 - density, TIES density 1 (no magnitude trim), scope=tensor, sign_rule=weighted"),
+    # methods being added to mmgrid (issue 18 item 2): known to the reader, enabled when a mapping is written
+    Row("slerp", "slerp", {"t": REQUIRED}, {}, None),
+    Row("nuslerp", "nuslerp", {}, {"weight": REQUIRED}, None),
+    Row("multislerp", "multislerp", {}, {"weight": REQUIRED}, None),
+    Row("karcher", "karcher", {}, {}, None),
+    Row("model_stock", "model_stock", {}, {}, None),
+    Row("nearswap", "nearswap", {"t": REQUIRED}, {}, None),
+    Row("passthrough", "passthrough", {}, {}, None),
+    Row("breadcrumbs", "breadcrumbs", dict(_GTA), {**_W, "gamma": 0.01}, None),
+    Row("breadcrumbs_ties", "breadcrumbs_ties", dict(_GTA), {**_W, "gamma": 0.01}, None),
+    Row("della", "della", {**_GTA, "normalize": True, "rescale": True}, {**_W, "epsilon": 0.15}, None, random=True),
+    Row("della_linear", "della_linear", {**_GTA, "rescale": True}, {**_W, "epsilon": 0.15}, None, random=True),
+    Row("sce", "sce", {}, {"weight": REQUIRED}, None),
+    Row("arcee_fusion", "", {}, {}, None),
+    Row("ram", "ram", {}, {}, None),
+]}
+
+
+def supported_methods(registered: set[str]) -> list[str]:
+    """mergekit methods this mmgrid can run: a mapping written and its method registered."""
+    return sorted(k for k, r in METHOD_TABLE.items() if r.build is not None and r.method in registered)
+
+
+def evaluate(setting: Any, tensor: str, t: float) -> Any:
+    """mergekit's ``evaluate_setting``: the setting's value for one tensor (None: no
+    condition matched)."""
+    if isinstance(setting, (int, float, bool, str)):
+        return setting
+    if all(isinstance(e, (int, float)) for e in setting):
+        scaled = t * (len(setting) - 1)
+        i0 = int(scaled)
+        i1 = min(len(setting) - 1, i0 + 1)
+        frac = scaled - i0
+        return (1 - frac) * setting[i0] + frac * setting[i1]
+    if all(isinstance(e, (int, float, bool, str)) for e in setting):
+        return setting[int(t * (len(setting) - 1))]
+    for cond in setting:
+        flt = cond.get("filter")
+        if flt is None or flt == "*" or (tensor and flt in tensor):
+            return evaluate(cond["value"], tensor, t)
+    return None
+
+
+def _check_setting(value: Any, where: str) -> None:
+    if isinstance(value, (int, float, bool, str)):
+        return
+    if isinstance(value, list) and value:
+        if all(isinstance(e, (int, float, bool, str)) for e in value):
+            return
+        for i, c in enumerate(value):
+            if not isinstance(c, dict) or "value" not in c or set(c) - {"value", "filter"}:
+                raise MergekitRecipeError(
+                    f"{where}[{i}]: a list setting holds numbers (a gradient over the layers) or conditions "
+                    f"{{filter: SUBSTRING, value: ...}}; got {c!r}")
+            if c.get("filter") is not None and not isinstance(c["filter"], str):
+                raise MergekitRecipeError(f"{where}[{i}].filter: a tensor-name substring (a string), got {c['filter']!r}")
+            _check_setting(c["value"], f"{where}[{i}].value")
+        return
+    hint = "; wrap a {filter, value} condition in a list" if isinstance(value, dict) else ""
+    raise MergekitRecipeError(f"{where}: a setting is a number, a list of numbers (gradient) or a list of "
+                              f"{{filter, value}} conditions; got {value!r}{hint}")
+
+
+@dataclass
+class MergekitSpec:
+    """A checked mergekit recipe.
+
+    Attributes:
+        row: its :data:`METHOD_TABLE` row.
+        base: the base model reference (a folder or a registry id), or None.
+        models: the non-base input references, in order.
+        model_params: each input's ``parameters`` (raw settings).
+        params: top-level ``parameters``.
+        dtype, out_dtype: mergekit's names (None: as stored).
+        tokenizer_source: a model reference whose tokenizer files are copied, or None.
+        raw: the recipe as read (stored with a registry result).
+    """
+
+    row: Row
+    base: str | None
+    models: list[str]
+    model_params: list[dict[str, Any]]
+    params: dict[str, Any]
+    dtype: str | None = None
+    out_dtype: str | None = None
+    tokenizer_source: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def resolve(self, tensor: str, t: float) -> Resolved:
+        """The parameters of ``tensor`` at layer position ``t`` (see the module doc)."""
+        row = self.row
+        glob = {}
+        for name, default in row.glob.items():
+            v = evaluate(self.params[name], tensor, t) if name in self.params else None
+            if v is None:
+                if default is REQUIRED:
+                    raise MergekitRecipeError(f"parameters.{name}: {row.mergekit} needs it for tensor {tensor}; add it")
+                v = default
+            glob[name] = v
+        per = []
+        for i, mp in enumerate(self.model_params):
+            d = {}
+            for name, default in row.per_model.items():
+                v = None
+                for src in (mp, self.params):
+                    if name in src:
+                        v = evaluate(src[name], tensor, t)
+                        if v is not None:
+                            break
+                if v is None:
+                    if default is REQUIRED:
+                        raise MergekitRecipeError(
+                            f"models[{i}].parameters.{name}: {row.mergekit} needs a {name} for model {self.models[i]!r} "
+                            f"on tensor {tensor}; give it in the model's parameters or the top-level parameters")
+                    v = default
+                if not isinstance(v, (int, float)) or isinstance(v, bool):
+                    raise MergekitRecipeError(f"models[{i}].parameters.{name}: a number, got {v!r} on tensor {tensor}")
+                d[name] = v
+            per.append(d)
+        return Resolved(glob, per)
+
+
+def layer_position(name: str, num_layers: int) -> float:
+    """mergekit's t of a tensor: i / (L - 1) in layer i of L (1 if L = 1), else 0."""
+    m = _LAYER.search(name)
+    if not m:
+        return 0.0
+    return int(m.group(1)) / (num_layers - 1) if num_layers > 1 else 1.0
+
+
+def _ref(value: Any, where: str) -> str:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, dict) and set(value) <= {"model", "lora", "override_architecture"} and "model" in value:
+        if value.get("lora") or value.get("override_architecture"):
+            raise MergekitUnsupportedError(f"{where}: LoRA or architecture overrides on a model are not supported; "
+                                           "merge the LoRA into a folder first, or use `mmgrid merge-lora`")
+        return _ref(value["model"], where)
+    raise MergekitRecipeError(f"{where}: a model is a folder path or a registry id (a string), got {value!r}")
+
+
+def parse(data: Any, where: str = "mergekit recipe") -> MergekitSpec:
+    """Check a mergekit recipe (already loaded YAML) and return its :class:`MergekitSpec`.
+
+    Raises:
+        MergekitRecipeError: a malformed recipe (what, where in the YAML, how to fix).
+        MergekitUnsupportedError: a mergekit feature mmgrid does not read.
+    """
+    if not isinstance(data, Mapping):
+        raise MergekitRecipeError(f"{where}: expected a mapping with merge_method and models, got {type(data).__name__}")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise MergekitRecipeError(f"{where}: unknown key(s) {sorted(unknown)}; mergekit recipes have "
+                                  f"{', '.join(sorted(_TOP_KEYS))}")
+    for key, why in (("slices", "layer slicing (frankenmerges) is not supported yet; merge whole models with `models:`"),
+                     ("modules", "per-module definitions are not supported yet; use `models:`"),
+                     ("tokenizer", "the `tokenizer:` block (token surgery) is not supported; use tokenizer_source: base "
+                                   "or a model with the same vocabulary"),
+                     ("chat_template", "chat_template is not supported; edit tokenizer_config.json of the result")):
+        if data.get(key) is not None:
+            raise MergekitUnsupportedError(f"{where}.{key}: {why}")
+    name = data.get("merge_method")
+    if not isinstance(name, str):
+        raise MergekitRecipeError(f"{where}.merge_method: missing; give a mergekit method name, e.g. ties")
+    registered = set(method_names())
+    row = METHOD_TABLE.get(name)
+    ok = supported_methods(registered)
+    if row is None:
+        raise MergekitRecipeError(f"{where}.merge_method: unknown mergekit method {name!r}; supported: {', '.join(ok)}")
+    if row.build is None or row.method not in registered:
+        why = "mmgrid has no such method" if not row.method else (
+            f"mmgrid's {row.method!r} is not registered in this version" if row.method not in registered
+            else f"the mapping onto mmgrid's {row.method!r} is not written yet")
+        raise MergekitUnsupportedError(f"{where}.merge_method: {name!r} is not supported ({why}); supported: {', '.join(ok)}")
+    models_raw = data.get("models")
+    if not isinstance(models_raw, list) or not models_raw:
+        raise MergekitRecipeError(f"{where}.models: give a non-empty list of {{model: PATH_OR_ID, parameters: {{...}}}}")
+    base = None if data.get("base_model") is None else _ref(data["base_model"], f"{where}.base_model")
+    if row.needs_base and base is None:
+        raise MergekitRecipeError(f"{where}.base_model: {name} merges task vectors and needs a base model; add base_model")
+    params = data.get("parameters") or {}
+    if not isinstance(params, Mapping):
+        raise MergekitRecipeError(f"{where}.parameters: a mapping of parameter -> setting, got {params!r}")
+    known = set(row.glob) | set(row.per_model)
+    for k, v in params.items():
+        if k not in known:
+            raise MergekitRecipeError(f"{where}.parameters.{k}: not a parameter of {name}; known: {', '.join(sorted(known))}")
+        _check_setting(v, f"{where}.parameters.{k}")
+    models, mparams = [], []
+    for i, m in enumerate(models_raw):
+        w = f"{where}.models[{i}]"
+        if not isinstance(m, Mapping) or "model" not in m or set(m) - {"model", "parameters"}:
+            raise MergekitRecipeError(f"{w}: each entry is {{model: PATH_OR_ID, parameters: {{...}}}}, got {m!r}")
+        ref = _ref(m["model"], f"{w}.model")
+        mp = m.get("parameters") or {}
+        if not isinstance(mp, Mapping):
+            raise MergekitRecipeError(f"{w}.parameters: a mapping, got {mp!r}")
+        for k, v in mp.items():
+            if k not in row.per_model:
+                raise MergekitRecipeError(f"{w}.parameters.{k}: not a per-model parameter of {name}; known: "
+                                          f"{', '.join(sorted(row.per_model)) or 'none'} (global ones go in the top-level parameters)")
+            _check_setting(v, f"{w}.parameters.{k}")
+        if ref == base and not row.base_is_input:
+            continue  # the base in the models list: mergekit skips it as an input (its parameters are unused)
+        if ref in models:
+            raise MergekitRecipeError(f"{w}.model: {ref!r} is listed twice; list each model once")
+        models.append(ref)
+        mparams.append(dict(mp))
+    if row.base_is_input and base is not None and base not in models:
+        models.append(base)  # mergekit merges the base as one more input, with the top-level parameters
+        mparams.append({})
+    if not models:
+        raise MergekitRecipeError(f"{where}.models: no input besides the base model; add the models to merge")
+    for key in ("dtype", "out_dtype"):
+        if data.get(key) is not None and data[key] not in _DTYPES:
+            raise MergekitRecipeError(f"{where}.{key}: {data[key]!r}; one of {', '.join(sorted(_DTYPES))}")
+    tok = data.get("tokenizer_source")
+    if tok == "union":
+        raise MergekitUnsupportedError(f"{where}.tokenizer_source: union (a merged vocabulary) is not supported; use "
+                                       "base or one model's folder (all models must share its vocabulary)")
+    tok_ref = None if tok in (None, "base") else _ref(tok, f"{where}.tokenizer_source")
+    spec = MergekitSpec(row, base, models, mparams, dict(params), data.get("dtype"), data.get("out_dtype"), tok_ref,
+                        json.loads(json.dumps(dict(data), default=str)))
+    return spec
+
+
+def load(recipe: str | Path | Mapping[str, Any]) -> MergekitSpec:
+    """Read a mergekit recipe from a YAML path, YAML text or a dict (``yaml.safe_load``)."""
+    if isinstance(recipe, Mapping):
+        return parse(recipe)
+    text = recipe
+    where = "mergekit recipe"
+    if isinstance(recipe, Path) or (isinstance(recipe, str) and "\n" not in recipe and recipe.endswith((".yml", ".yaml"))):
+        p = Path(recipe)
+        if not p.is_file():
+            raise MergekitRecipeError(f"no mergekit recipe at {p}; give the path of a YAML file")
+        text, where = p.read_text(), str(p)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise MergekitRecipeError(f"{where}: not valid YAML ({exc})") from exc
+    return parse(data, where)
