@@ -1,9 +1,10 @@
 """mergekit recipes run by mmgrid's engine: ``run_mergekit_recipe(path_or_dict, out,
 registry=None)`` (also ``mmgrid merge --mergekit recipe.yml --out DIR``).
 
-Layout (imports point down): ``spec`` (the YAML read into mmgrid's terms; the method
-table), ``hf`` (HF folders in and out) -> ``run`` (the merge) ; ``oracle`` (finding
-mergekit's own Python for the oracle test and the benchmark) stands alone.
+Layout (imports point down): ``table`` (mergekit method -> mmgrid method and parameters)
+-> ``spec`` (the YAML read and checked, settings evaluated per tensor), ``hf`` (HF
+folders in and out) -> ``run`` (the merge); ``oracle`` (finding mergekit's own Python
+for the oracle test and the benchmark) stands alone.
 """
 
 from __future__ import annotations
