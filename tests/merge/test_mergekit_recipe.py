@@ -95,6 +95,14 @@ def test_bad_recipes_get_named_errors(recipe, match):
         load(recipe)
 
 
+def test_global_parameter_types_are_checked_per_tensor():
+    spec = load({"merge_method": "ties", "base_model": "B", "models": [{"model": "A", "parameters": {"weight": 1}}],
+                 "parameters": {"normalize": [{"filter": "mlp", "value": "yes"}], "lambda": 1}})
+    with pytest.raises(MergekitRecipeError, match="parameters.normalize: true or false, got 'yes' on tensor x.mlp"):
+        spec.resolve("x.mlp", 0.0)
+    assert spec.resolve("x.attn", 0.0).glob == {"int8_mask": False, "normalize": True, "rescale": False, "lambda": 1}
+
+
 def test_yaml_is_read_with_safe_load(tmp_path: Path):
     p = tmp_path / "r.yml"
     p.write_text("merge_method: !!python/object/apply:os.system ['echo pwned']\nmodels: [{model: A}]\n")
@@ -143,6 +151,10 @@ def test_hf_folder_in_and_sharded_out(folders, tmp_path: Path):
     run_mergekit_recipe(_ta(paths), tmp_path / "one")
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["config.json", "model.safetensors", "tokenizer_config.json"]
     assert json.loads((tmp_path / "one" / "tokenizer_config.json").read_text()) == {"marker": "base"}
+    (tmp_path / "one" / "stray").write_text("old")  # overwrite replaces the folder whole
+    run_mergekit_recipe(_ta(paths), tmp_path / "one", overwrite=True)
+    assert not (tmp_path / "one" / "stray").exists() and (tmp_path / "one" / "model.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def test_errors_write_nothing(folders, tmp_path: Path):

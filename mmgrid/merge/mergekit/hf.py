@@ -106,10 +106,11 @@ def shard_plan(layout: list[tuple[str, tuple[int, ...], torch.dtype]], max_bytes
 
 def write_folder(out: Path, layout: list[tuple[str, tuple[int, ...], torch.dtype]], get: Callable[[str], torch.Tensor],
                  files: dict[str, bytes], max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> list[str]:
-    """Write an HF folder at ``out`` (must not exist): the tensors of ``layout`` (in that
+    """Write an HF folder at ``out`` (replaced whole if it exists: the caller decides): the tensors of ``layout`` (in that
     order and dtype, each read with ``get``) as ``model.safetensors`` or, above
     ``max_shard_bytes``, ``model-0000i-of-0000n.safetensors`` with the index; and
-    ``files``. Built in a sibling temporary folder, renamed into place when complete.
+    ``files``. Built in a sibling temporary folder, renamed into place when complete
+    (an existing ``out`` is swapped out only then, so an error leaves it as it was).
     Returns the weight file names."""
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -134,7 +135,13 @@ def write_folder(out: Path, layout: list[tuple[str, tuple[int, ...], torch.dtype
             (tmp / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wmap}, indent=2) + "\n")
         for n, data in files.items():
             (tmp / n).write_bytes(data)
-        os.replace(tmp, out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):  # overwrite: swap, then drop the old one
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        else:
+            os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

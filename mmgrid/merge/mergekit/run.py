@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,8 +162,6 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
                 merged[n] = gsrc
         layout = [(n, merged[n].shapes[n][0], _dtype(merged[n].shapes[n][1], out_dtype)) for n in names]
         if out_p is not None:
-            if out_p.exists() and overwrite:
-                _clear(out_p)
             written = hf.write_folder(out_p, layout, lambda n: merged[n].get(n), files, max_shard_bytes)
             return MergekitResult(out_p, None, groups, written)
         single = Path(tmp) / "model.safetensors"
@@ -179,13 +176,6 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
 def _parent(p: Path) -> str:
     p.absolute().parent.mkdir(parents=True, exist_ok=True)
     return str(p.absolute().parent)
-
-
-def _clear(p: Path) -> None:
-    if p.is_dir():
-        shutil.rmtree(p)
-    else:
-        p.unlink()
 
 
 def _dtype(stored: torch.dtype, out: torch.dtype | None) -> torch.dtype:

@@ -118,6 +118,10 @@ class MergekitSpec:
                 if default is REQUIRED:
                     raise MergekitRecipeError(f"parameters.{name}: {row.mergekit} needs it for tensor {tensor}; add it")
                 v = default
+            if isinstance(default, bool) and not isinstance(v, bool):
+                raise MergekitRecipeError(f"parameters.{name}: true or false, got {v!r} on tensor {tensor}")
+            if isinstance(default, float) and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise MergekitRecipeError(f"parameters.{name}: a number, got {v!r} on tensor {tensor}")
             glob[name] = v
         per = []
         for i, mp in enumerate(self.model_params):
