@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mmgrid.merge.mergekit.oracle import find_mergekit_python
+
 HERE = Path(__file__).resolve().parent
 LAMBDAS = [round(-0.5 + 0.1 * i, 2) for i in range(21)]
 
@@ -215,10 +217,8 @@ def best(run, n: int = 2, short_s: float = 15.0) -> dict:
 
 
 def find_mergekit() -> str | None:
-    for cand in (os.environ.get("MMGRID_MERGEKIT_PYTHON"), str(HERE / ".venv-mergekit/bin/python"), "/tmp/venv-mergekit/bin/python"):
-        if cand and Path(cand).exists():
-            return cand
-    return None
+    """mergekit's Python, where the oracle test looks too (mmgrid.merge.mergekit.oracle)."""
+    return find_mergekit_python()
 
 
 def main() -> None:

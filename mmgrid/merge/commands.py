@@ -2,7 +2,9 @@
 
 ``mmgrid merge --method NAME --base ID --inputs ID ID ... [--set key=value ...]
 --registry ROOT [--out-coords key=value ...] [--dry-run]`` or ``--recipe FILE.yaml``;
-prints the new checkpoint id.
+prints the new checkpoint id. ``mmgrid merge --mergekit RECIPE.yml --out DIR`` runs a
+mergekit recipe into an HF folder (or, with ``--registry`` and no ``--out``, into the
+registry) and prints the folder or the id.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="method parameter, e.g. --set density=0.2 --set weights=[0.5,0.5]")
     p.add_argument("--seed", type=int, default=0, help="seed (DARE masks)")
     p.add_argument("--recipe", metavar="FILE.yaml", help="read method, inputs, base, params, seed from a recipe")
-    p.add_argument("--registry", required=True, metavar="ROOT", help="registry folder")
+    p.add_argument("--mergekit", metavar="RECIPE.yml",
+                   help="run a mergekit YAML recipe (models: HF folders, or registry ids with --registry)")
+    p.add_argument("--out", metavar="DIR", help="with --mergekit: write the result as an HF folder here")
+    p.add_argument("--overwrite", action="store_true", help="with --mergekit --out: replace an existing folder")
+    p.add_argument("--max-shard-size", type=float, default=5.0, metavar="GB",
+                   help="with --mergekit --out: shard the weights above this many GB (default 5, as save_pretrained)")
+    p.add_argument("--registry", metavar="ROOT", help="registry folder (required except for --mergekit --out)")
     p.add_argument("--out-coords", nargs="*", default=[], metavar="KEY=VALUE",
                    help="coords of the result (default: inputs' paradigm, joined domains/periods, variant merge-METHOD)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the id without merging")
@@ -53,6 +61,12 @@ def _run(args: argparse.Namespace) -> int:
     from mmgrid.merge.recipe import Recipe, run_recipe
     from mmgrid.registry import Registry
 
+    if args.mergekit:
+        return _run_mergekit(args)
+    if args.out:
+        raise MergeParamError("--out writes an HF folder for --mergekit recipes; registry merges print an id instead")
+    if not args.registry:
+        raise MergeParamError("give --registry ROOT (the registry the inputs are in and the result goes to)")
     if args.recipe:
         recipe = Recipe.load(args.recipe)
     else:
@@ -64,4 +78,23 @@ def _run(args: argparse.Namespace) -> int:
     reg = Registry.open(args.registry)
     coords = _parse_pairs(args.out_coords, "--out-coords") or None
     print(run_recipe(recipe, reg, coords=coords, dry_run=args.dry_run))
+    return 0
+
+
+def _run_mergekit(args: argparse.Namespace) -> int:
+    # lazy: the mergekit reader imports torch (4.5 s cold, measured), which `mmgrid --help` must not pay
+    from mmgrid.merge.mergekit import run_mergekit_recipe
+    from mmgrid.registry import Registry
+
+    if args.recipe or args.method or args.inputs or args.base or args.params:
+        raise MergeParamError("--mergekit takes everything from the recipe; drop --recipe/--method/--inputs/--base/--set")
+    if not args.out and not args.registry:
+        raise MergeParamError("--mergekit needs --out DIR (an HF folder) or --registry ROOT (a registry checkpoint)")
+    if args.max_shard_size <= 0:
+        raise MergeParamError(f"--max-shard-size {args.max_shard_size}: give a positive size in GB")
+    reg = Registry.open(args.registry) if args.registry else None
+    coords = _parse_pairs(args.out_coords, "--out-coords") or None
+    res = run_mergekit_recipe(args.mergekit, args.out, reg, coords=coords, overwrite=args.overwrite,
+                              max_shard_bytes=int(args.max_shard_size * 1e9), dry_run=args.dry_run)
+    print(res.id if res.id else (res.out if res.out else "ok"))
     return 0

@@ -23,3 +23,11 @@ class MergeParamError(MergeError, ConfigError):
 
 class SourceError(MergeError):
     """A model source (path, registry id, state dict) cannot be opened."""
+
+
+class MergekitRecipeError(MergeParamError):
+    """A mergekit YAML recipe is malformed (the message names the key and the fix)."""
+
+
+class MergekitUnsupportedError(MergekitRecipeError):
+    """A mergekit recipe uses a feature mmgrid does not read (slices, token surgery...)."""

@@ -1,0 +1,163 @@
+"""Hugging Face model folders: read one (single or sharded safetensors) as a streaming
+:class:`~mmgrid.merge.tensors.TensorSource`, write one (sharded above a size, with
+``model.safetensors.index.json``, as ``save_pretrained`` does).
+
+Only safetensors are read: a folder with nothing but ``pytorch_model.bin`` is refused
+(mmgrid never unpickles).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mmgrid.merge.errors import SourceError
+from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, from_safetensors
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+# save_pretrained's default max_shard_size ("5GB", decimal)
+DEFAULT_SHARD_BYTES = 5 * 10**9
+#: small files copied with a model: its config and its tokenizer
+CONFIG_FILES = ("config.json", "generation_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                   "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json")
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def is_hf_folder(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    return p.is_dir() and ((p / SINGLE).is_file() or (p / INDEX).is_file())
+
+
+def open_folder(path: str | os.PathLike, label: str) -> TensorSource:
+    """A streaming source over an HF folder: ``model.safetensors`` or the shards listed
+    by ``model.safetensors.index.json``; ``files`` holds its config and tokenizer files.
+
+    Raises:
+        SourceError: no safetensors (a ``.bin``-only folder), a shard missing, a tensor
+            listed in two shards or absent from its shard.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise SourceError(f"{label}: {p} is not a folder; give an HF model folder (config.json + safetensors) or a registry id")
+    if (p / INDEX).is_file():
+        try:
+            wmap = json.loads((p / INDEX).read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SourceError(f"{label}: {p / INDEX} is not a safetensors index with a weight_map ({exc})") from exc
+        shards: dict[str, TensorSource] = {}
+        for fname in dict.fromkeys(wmap.values()):
+            if "/" in fname or fname.startswith("."):
+                raise SourceError(f"{label}: {p / INDEX} names shard {fname!r} outside the folder")
+            shards[fname] = from_safetensors(p / fname)
+        shapes, owner = {}, {}
+        for fname, src in shards.items():
+            for name, spec in src.shapes.items():
+                if name in owner:
+                    raise SourceError(f"{label}: tensor {name} is in both {owner[name]} and {fname}; the checkpoint is inconsistent")
+                owner[name] = fname
+                shapes[name] = spec
+        missing = [n for n in wmap if owner.get(n) != wmap[n]]
+        if missing:
+            raise SourceError(f"{label}: {p / INDEX} lists {missing[:3]} in shards that do not hold them; re-save the model")
+        order = {n: i for i, n in enumerate(wmap)}
+        shapes = dict(sorted(shapes.items(), key=lambda kv: order.get(kv[0], len(order))))
+        src = TensorSource(str(p), shapes, lambda n: shards[owner[n]].get(n),
+                           locate=lambda n: shards[owner[n]].locate(n))
+    elif (p / SINGLE).is_file():
+        src = from_safetensors(p / SINGLE)
+        src.label = str(p)
+    else:
+        bins = sorted(x.name for x in p.glob("*.bin"))
+        why = f" (only {', '.join(bins)}: mmgrid never unpickles; convert it to safetensors first)" if bins else ""
+        raise SourceError(f"{label}: {p} has no {SINGLE} or {INDEX}{why}")
+    src.files = read_files(p, CONFIG_FILES + TOKENIZER_FILES)
+    return src
+
+
+def read_files(folder: Path, names: Iterable[str]) -> dict[str, bytes]:
+    return {n: (folder / n).read_bytes() for n in names if (folder / n).is_file()}
+
+
+def shard_plan(layout: list[tuple[str, tuple[int, ...], torch.dtype]], max_bytes: int) -> list[list[tuple[str, tuple[int, ...], torch.dtype]]]:
+    """Split tensors in order into shards of at most ``max_bytes`` (a bigger tensor gets a
+    shard of its own), as ``save_pretrained`` does."""
+    shards: list[list[Any]] = [[]]
+    size = 0
+    for name, shape, dtype in layout:
+        n = dtype.itemsize
+        for s in shape:
+            n *= int(s)
+        if shards[-1] and size + n > max_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, shape, dtype))
+        size += n
+    return shards
+
+
+def write_folder(out: Path, layout: list[tuple[str, tuple[int, ...], torch.dtype]], get: Callable[[str], torch.Tensor],
+                 files: dict[str, bytes], max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> list[str]:
+    """Write an HF folder at ``out`` (replaced whole if it exists: the caller decides): the tensors of ``layout`` (in that
+    order and dtype, each read with ``get``) as ``model.safetensors`` or, above
+    ``max_shard_bytes``, ``model-0000i-of-0000n.safetensors`` with the index; and
+    ``files``. Built in a sibling temporary folder, renamed into place when complete
+    (an existing ``out`` is swapped out only then, so an error leaves it as it was).
+    Returns the weight file names."""
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        shards = shard_plan(layout, max_shard_bytes)
+        names = [SINGLE] if len(shards) == 1 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+        wmap, total = {}, 0
+        for fname, shard in zip(names, shards):
+            w = SafetensorsWriter(tmp / fname, shard, {"format": "pt"}, durable=True)
+            try:
+                for name, _, dtype in shard:
+                    t = get(name)
+                    w.write(name, t.to(dtype))
+                    wmap[name] = fname
+                    total += t.numel() * dtype.itemsize
+                w.close()
+            except BaseException:
+                w.abort()
+                raise
+        if len(names) > 1:
+            (tmp / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wmap}, indent=2) + "\n")
+        for n, data in files.items():
+            (tmp / n).write_bytes(data)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):  # overwrite: swap, then drop the old one
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return names
+
+
+def config_with_dtype(config: bytes | None, dtype: torch.dtype | None) -> bytes | None:
+    """config.json with ``torch_dtype`` set to the written dtype (unchanged if none)."""
+    if config is None or dtype is None:
+        return config
+    try:
+        cfg = json.loads(config)
+    except ValueError:
+        return config
+    name = str(dtype).removeprefix("torch.")
+    for key in ("torch_dtype", "dtype"):
+        if key in cfg:
+            cfg[key] = name
+    return (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode()

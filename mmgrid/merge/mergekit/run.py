@@ -1,0 +1,226 @@
+"""Carry out a mergekit recipe with mmgrid's engine (see :mod:`.spec` for what is read).
+
+Per tensor, the recipe's settings are evaluated (filters, gradients over the layers)
+and mapped onto an mmgrid method and its parameters (:data:`.spec.METHOD_TABLE`).
+Tensors with the same mapped parameters form a group, merged by one streamed
+``merge_to_file`` pass; the result is written as an HF folder (sharded above a size,
+with the index) or stored in the registry with lineage. Everything (recipe, sources,
+shapes, every group's parameters) is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mmgrid.merge.api import merge_to_file, prepare
+from mmgrid.merge.errors import MergekitRecipeError, SourceError
+from mmgrid.merge.mergekit import hf
+from mmgrid.merge.mergekit.spec import ZERO_BASE, MergekitSpec, layer_position, load
+from mmgrid.merge.methods import get_method, identity
+from mmgrid.merge.recipe import Recipe, default_coords
+from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, from_safetensors, open_source
+
+
+@dataclass
+class Group:
+    """Tensors merged with one mmgrid method and parameter set."""
+
+    method: str
+    params: dict[str, Any]
+    base: str | None  # None: the recipe's base; ZERO_BASE; "": none
+    tensors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MergekitResult:
+    """What :func:`run_mergekit_recipe` did.
+
+    Attributes:
+        out: the written HF folder (None when stored in the registry).
+        id: the registry id (None when written to a folder).
+        groups: the mmgrid merges it ran (method, parameters, tensors).
+        files: the weight files written (folder output).
+    """
+
+    out: Path | None
+    id: str | None
+    groups: list[Group]
+    files: list[str] = field(default_factory=list)
+
+
+def _open(ref: str, label: str, registry: Any) -> TensorSource:
+    p = Path(ref)
+    if p.is_dir():
+        return hf.open_folder(p, label)
+    if p.suffix == ".safetensors" and p.is_file():
+        return from_safetensors(p)
+    if registry is None:
+        raise SourceError(f"{label}: {ref!r} is not an HF folder and no registry is given; give a folder with "
+                          "model.safetensors (or its index) or pass --registry ROOT for registry ids")
+    return open_source(ref, label, registry)
+
+
+def _subset(src: TensorSource, names: list[str]) -> TensorSource:
+    """The same source, restricted to ``names`` (no copy)."""
+    return TensorSource(src.label, {n: src.shapes[n] for n in names}, src._get, dict(src.meta), dict(src.files),
+                        locate=src.locate)
+
+
+def _zeros(like: TensorSource) -> TensorSource:
+    return TensorSource("zero base", dict(like.shapes), lambda n: torch.zeros(like.shapes[n][0], dtype=like.shapes[n][1]))
+
+
+def _num_layers(src: TensorSource) -> int:
+    """The model's layer count: config.json's num_hidden_layers, else the highest layer index + 1."""
+    try:
+        n = json.loads(src.files.get("config.json", b"{}")).get("num_hidden_layers")
+        if isinstance(n, int) and n > 0:
+            return n
+    except ValueError:
+        pass
+    idx = [layer_position(k, 2) for k in src.shapes]  # 0 or i/1 = i with L = 2
+    return int(max(idx, default=0)) + 1
+
+
+def plan_groups(spec: MergekitSpec, names: list[str], num_layers: int) -> list[Group]:
+    """Evaluate the recipe for every tensor and group tensors with identical mmgrid merges."""
+    groups: dict[str, Group] = {}
+    fields: dict[str, set[str]] = {}
+    for name in names:
+        res = spec.resolve(name, layer_position(name, num_layers))
+        method = spec.row.method
+        if method not in fields:
+            fields[method] = {f.name for f in dataclasses.fields(get_method(method).Params)}
+        m, params, base = spec.row.build(res, fields[method])
+        if m not in fields:
+            fields[m] = {f.name for f in dataclasses.fields(get_method(m).Params)}
+        key = json.dumps([m, params, base], sort_keys=True)
+        groups.setdefault(key, Group(m, params, base)).tensors.append(name)
+    return list(groups.values())
+
+
+def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike | None = None, registry: Any = None,
+                        coords: dict[str, Any] | None = None, max_shard_bytes: int = hf.DEFAULT_SHARD_BYTES,
+                        overwrite: bool = False, dry_run: bool = False) -> MergekitResult:
+    """Run a mergekit YAML recipe (a path, YAML text or a dict) with mmgrid's engine.
+
+    Args:
+        out: write an HF folder there (it must not exist, or be empty, unless ``overwrite``).
+        registry: an open ``mmgrid.Registry``: models may be its ids; without ``out`` the
+            result is stored there (kind ``merged``, lineage edges ``merge_input`` and
+            ``merge_base`` for inputs that are registry checkpoints).
+        coords: coords of a registry result (default: the inputs' joined coords, or
+            paradigm/domain/period ``none`` for folder inputs; variant ``mergekit-METHOD``).
+        max_shard_bytes: shard above this many bytes (save_pretrained's 5 GB default).
+        dry_run: check everything, write nothing.
+
+    Raises:
+        MergekitRecipeError / MergekitUnsupportedError: a bad or unsupported recipe;
+        SourceError, ShapeMismatchError, MergeParamError...: as ``merge``. Nothing is
+        written when any is raised.
+    """
+    spec = load(recipe)
+    if out is None and registry is None:
+        raise MergekitRecipeError("give out=FOLDER (an HF folder) or registry= (a registry checkpoint) for the result")
+    out_p = None if out is None else Path(out)
+    if out_p is not None and out_p.exists() and not overwrite and (not out_p.is_dir() or any(out_p.iterdir())):
+        raise MergekitRecipeError(f"output {out_p} exists and is not empty; choose a new folder or pass overwrite=True (--overwrite)")
+    srcs = [_open(m, f"models[{i}] ({m})", registry) for i, m in enumerate(spec.models)]
+    base = None if spec.base is None else _open(spec.base, f"base_model ({spec.base})", registry)
+    first = base or srcs[0]
+    names = list(first.shapes)
+    groups = plan_groups(spec, names, _num_layers(first))
+    # check every group (parameters, sources, shapes) before writing anything
+    for g in groups:
+        _group_inputs(g, srcs, base, registry, check=True)
+    tok = first
+    if spec.tokenizer_source is not None:
+        tok = _open(spec.tokenizer_source, f"tokenizer_source ({spec.tokenizer_source})", registry)
+    out_dtype = hf.DTYPES.get(spec.out_dtype or spec.dtype or "")
+    files = {k: v for k, v in first.files.items() if k in hf.CONFIG_FILES}
+    files.update({k: v for k, v in tok.files.items() if k in hf.TOKENIZER_FILES})
+    if "config.json" in files:
+        files["config.json"] = hf.config_with_dtype(files["config.json"], out_dtype)
+    if dry_run:
+        return MergekitResult(out_p, None, groups)
+    with tempfile.TemporaryDirectory(prefix="mmgrid-mergekit-", dir=None if out_p is None else _parent(out_p)) as tmp:
+        merged: dict[str, TensorSource] = {}
+        for i, g in enumerate(groups):
+            path = Path(tmp) / f"group{i}.safetensors"
+            models, gbase = _group_inputs(g, srcs, base, registry)
+            merge_to_file(g.method, models, path, base=gbase, registry=registry, durable=False, **g.params)
+            gsrc = from_safetensors(path)
+            for n in g.tensors:
+                merged[n] = gsrc
+        layout = [(n, merged[n].shapes[n][0], _dtype(merged[n].shapes[n][1], out_dtype)) for n in names]
+        if out_p is not None:
+            written = hf.write_folder(out_p, layout, lambda n: merged[n].get(n), files, max_shard_bytes)
+            return MergekitResult(out_p, None, groups, written)
+        single = Path(tmp) / "model.safetensors"
+        w = SafetensorsWriter(single, layout, durable=False)
+        for n, _, dt in layout:
+            w.write(n, merged[n].get(n).to(dt))
+        w.close()
+        cid = _store(spec, registry, single, files, groups, srcs, base, coords)
+        return MergekitResult(None, cid, groups)
+
+
+def _parent(p: Path) -> str:
+    p.absolute().parent.mkdir(parents=True, exist_ok=True)
+    return str(p.absolute().parent)
+
+
+def _dtype(stored: torch.dtype, out: torch.dtype | None) -> torch.dtype:
+    return out if out is not None and stored.is_floating_point else stored
+
+
+def _group_inputs(g: Group, srcs: list[TensorSource], base: TensorSource | None, registry: Any,
+                  check: bool = False) -> tuple[list[TensorSource], TensorSource | None]:
+    models = [_subset(s, g.tensors) for s in srcs]
+    missing = [(s.label, n) for s in srcs for n in g.tensors if n not in s.shapes]
+    if missing:
+        raise SourceError(f"{missing[0][0]} has no tensor {missing[0][1]} (and {len(missing) - 1} more missing); "
+                          "all models must have the base model's tensors")
+    if g.base == ZERO_BASE:
+        gbase = _subset(_zeros(srcs[0]), g.tensors)
+    elif g.base == "" or base is None:
+        gbase = None
+    else:
+        gbase = _subset(base, g.tensors)
+    if check:
+        prepare(g.method, models, gbase, registry, **g.params)
+    return models, gbase
+
+
+def _store(spec: MergekitSpec, registry: Any, path: Path, files: dict[str, bytes], groups: list[Group],
+           srcs: list[TensorSource], base: TensorSource | None, coords: dict[str, Any] | None) -> str:
+    """Store the merged file in the registry with lineage for inputs that are registry ids."""
+    ids = [m for m, s in zip(spec.models, srcs) if not _is_path(m)]
+    parents = [(registry.get(m).id, "merge_input") for m in ids]
+    if spec.base is not None and base is not None and not _is_path(spec.base) and spec.base not in spec.models:
+        parents.append((registry.get(spec.base).id, "merge_base"))
+    if ids and len(ids) == len(spec.models):
+        dflt = default_coords(registry, Recipe(spec.row.method, ids))
+    else:
+        dflt = {"paradigm": "none", "domain": "none", "period": "none"}
+    dflt["variant"] = f"mergekit-{spec.row.mergekit}"
+    used = sorted({g.method for g in groups})
+    params = {"method": "mergekit", "merge_method": spec.row.mergekit, "recipe": spec.raw,
+              "mmgrid_methods": [identity(m) for m in used]}
+    meta = {"mergekit": {"recipe": spec.raw, "groups": [{"method": g.method, "params": g.params, "tensors": len(g.tensors)}
+                                                        for g in groups]}}
+    return registry.put(str(path), {**dflt, **(coords or {})}, "merged", parents=parents, params=params,
+                        files=files, meta=meta)
+
+
+def _is_path(ref: str) -> bool:
+    p = Path(ref)
+    return p.is_dir() or (p.suffix == ".safetensors" and p.is_file())

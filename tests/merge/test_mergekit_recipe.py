@@ -1,0 +1,225 @@
+"""mergekit recipes read by mmgrid (no mergekit needed): settings evaluated as mergekit
+documents them (hand-computed), the method table, named errors before anything is
+written, HF folders in and out (sharded with the index), the registry path and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from hf_data import qwen3_state, read_folder, write_folder
+from mmgrid.merge.errors import MergekitRecipeError, MergekitUnsupportedError, SourceError
+from mmgrid.merge.mergekit import METHOD_TABLE, load, run_mergekit_recipe, supported_methods
+from mmgrid.merge.mergekit.spec import evaluate, layer_position
+from mmgrid.merge.methods import method_names
+
+
+def test_gradient_interpolates_over_layers():
+    # t = i / (L - 1); value (1 - f) v[j] + f v[j + 1], j = floor(t (n - 1))
+    assert evaluate([0.0, 1.0], "x", 0.25) == 0.25
+    assert evaluate([0.2, 0.4, 1.0], "x", 0.75) == pytest.approx(0.7)  # j=1, f=0.5: (0.4 + 1.0) / 2
+    assert evaluate([0.2, 0.4, 1.0], "x", 1.0) == 1.0
+    assert evaluate(["a", "b", "c"], "x", 0.9) == "b"  # non-numeric lists step: int(0.9 * 2) = 1
+    assert layer_position("model.layers.2.mlp.up_proj.weight", 5) == 0.5
+    assert layer_position("model.layers.0.mlp.up_proj.weight", 1) == 1.0  # mergekit: one layer has t = 1
+    assert layer_position("model.embed_tokens.weight", 5) == 0.0
+    assert layer_position("model.norm.weight", 5) == 0.0
+
+
+def test_filters_first_match_wins_and_fall_through():
+    cond = [{"filter": "self_attn", "value": 0.1}, {"filter": "mlp", "value": [0.0, 1.0]}]
+    assert evaluate(cond, "model.layers.1.self_attn.q_proj.weight", 0.5) == 0.1
+    assert evaluate(cond, "model.layers.1.mlp.up_proj.weight", 0.5) == 0.5
+    assert evaluate(cond, "model.norm.weight", 0.5) is None  # no match: the next level is asked
+    assert evaluate([{"filter": "*", "value": 3}], "anything", 0) == 3
+    spec = load({"merge_method": "task_arithmetic", "base_model": "B",
+                 "models": [{"model": "A", "parameters": {"weight": cond}}],
+                 "parameters": {"weight": 0.7, "lambda": [1.0, 2.0]}})
+    assert spec.resolve("model.norm.weight", 0.0).per_model[0]["weight"] == 0.7  # top level
+    r = spec.resolve("model.layers.1.mlp.up_proj.weight", 0.5)
+    assert r.per_model[0]["weight"] == 0.5 and r.glob["lambda"] == 1.5
+
+
+def test_method_mapping_hand_computed():
+    def build(recipe, tensor="model.layers.0.mlp.up_proj.weight", t=0.0):
+        spec = load(recipe)
+        return spec.row.build(spec.resolve(tensor, t), {"weights", "alpha"})
+
+    m = [{"model": "A", "parameters": {"weight": 3.0}}, {"model": "C", "parameters": {"weight": 1.0}}]
+    assert build({"merge_method": "linear", "models": m}) == ("average", {"weights": [3.0, 1.0]}, "")
+    # normalize false: sum_i w_i theta_i = task arithmetic on a zero base
+    assert build({"merge_method": "linear", "models": m, "parameters": {"normalize": False}})[::2] == ("task_arithmetic", "<zero>")
+    ta = build({"merge_method": "task_arithmetic", "base_model": "B", "models": m, "parameters": {"normalize": True, "lambda": 0.5}})
+    assert ta == ("task_arithmetic", {"weights": [0.75, 0.25], "scale": 0.5}, None)
+    dm = [{"model": "A", "parameters": {"weight": 1.0, "density": 0.4}}, {"model": "C", "parameters": {"weight": 1.0, "density": 0.4}}]
+    ties = build({"merge_method": "ties", "base_model": "B", "models": dm})
+    assert ties[1] == {"density": 0.4, "scope": "tensor", "combine": "disjoint_mean", "weights": [1.0, 1.0], "scale": 1.0}
+    dare = build({"merge_method": "dare_linear", "base_model": "B", "models": dm, "parameters": {"rescale": False}})
+    assert dare[0] == "dare" and dare[1]["p"] == pytest.approx(0.6)
+    assert dare[1]["weights"] == pytest.approx([0.4, 0.4])  # 1/(1-p) undone: kept entries unscaled
+    # a base listed among the models is the base, not an input (mergekit skips it)
+    spec = load({"merge_method": "task_arithmetic", "base_model": "B", "models": [{"model": "B"}, *m]})
+    assert spec.models == ["A", "C"]
+
+
+def test_method_table_and_unknown_methods():
+    ok = supported_methods(set(method_names()))
+    assert {"linear", "task_arithmetic", "ties", "dare_linear", "dare_ties"} <= set(ok)
+    assert all(METHOD_TABLE[k].method in method_names() for k in ok)
+    with pytest.raises(MergekitRecipeError, match="unknown mergekit method 'tiez'.*supported: .*ties"):
+        load({"merge_method": "tiez", "models": [{"model": "A"}]})
+    with pytest.raises(MergekitUnsupportedError, match="arcee_fusion.*not supported"):
+        load({"merge_method": "arcee_fusion", "models": [{"model": "A"}]})
+
+
+@pytest.mark.parametrize("recipe, match", [
+    ({"merge_method": "ties", "models": [{"model": "A", "parameters": {"weight": 1}}]}, "base_model: ties .*needs a base"),
+    ({"merge_method": "linear", "slices": [{"sources": []}]}, "slices: layer slicing .*not supported yet"),
+    ({"merge_method": "linear", "models": [{"model": "A"}], "tokenizer_source": "union"}, "union"),
+    ({"merge_method": "linear", "models": [{"model": "A", "parameters": {"density": 0.5}}]}, r"models\[0\].parameters.density: not a per-model parameter of linear"),
+    ({"merge_method": "linear", "models": [{"model": "A"}], "parameters": {"t": 0.5}}, "parameters.t: not a parameter of linear"),
+    ({"merge_method": "linear", "models": [{"model": "A", "parameters": {"weight": {"filter": "x", "value": 1}}}]}, "wrap a {filter, value} condition in a list"),
+    ({"merge_method": "linear", "models": [{"model": "A", "parameters": {"weight": [{"filter": "x"}]}}]}, r"weight\[0\]: a list setting"),
+    ({"merge_method": "linear", "models": [{"model": "A"}], "dtype": "float8"}, "dtype: 'float8'"),
+    ({"merge_method": "linear", "models": []}, "models: give a non-empty list"),
+    ({"merge_method": "linear", "models": [{"model": "A"}], "bogus": 1}, r"unknown key\(s\) \['bogus'\]"),
+    ({"models": [{"model": "A"}]}, "merge_method: missing"),
+    ({"merge_method": "linear", "models": [{"model": "A"}, {"model": "A"}]}, "listed twice"),
+])
+def test_bad_recipes_get_named_errors(recipe, match):
+    with pytest.raises(MergekitRecipeError, match=match):
+        load(recipe)
+
+
+def test_global_parameter_types_are_checked_per_tensor():
+    spec = load({"merge_method": "ties", "base_model": "B", "models": [{"model": "A", "parameters": {"weight": 1}}],
+                 "parameters": {"normalize": [{"filter": "mlp", "value": "yes"}], "lambda": 1}})
+    with pytest.raises(MergekitRecipeError, match="parameters.normalize: true or false, got 'yes' on tensor x.mlp"):
+        spec.resolve("x.mlp", 0.0)
+    assert spec.resolve("x.attn", 0.0).glob == {"int8_mask": False, "normalize": True, "rescale": False, "lambda": 1}
+
+
+def test_yaml_is_read_with_safe_load(tmp_path: Path):
+    p = tmp_path / "r.yml"
+    p.write_text("merge_method: !!python/object/apply:os.system ['echo pwned']\nmodels: [{model: A}]\n")
+    with pytest.raises(MergekitRecipeError, match="not valid YAML"):
+        load(p)
+    with pytest.raises(MergekitRecipeError, match="no mergekit recipe at"):
+        load(tmp_path / "missing.yml")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    base = qwen3_state(0)
+    st = {"base": base, "a": qwen3_state(1, base), "b": qwen3_state(2, base)}
+    paths = {"base": write_folder(root / "base", base, tokenizer="base"),
+             "a": write_folder(root / "a", st["a"], shards=3, tokenizer="a"),
+             "b": write_folder(root / "b", st["b"], tokenizer="b")}
+    return root, st, paths
+
+
+def _ta(paths, **extra):
+    return {"merge_method": "task_arithmetic", "base_model": str(paths["base"]),
+            "models": [{"model": str(paths["a"]), "parameters": {"weight": 0.5}},
+                       {"model": str(paths["b"]), "parameters": {"weight": [{"filter": "mlp", "value": 0.2}, {"value": 0.4}]}}],
+            **extra}
+
+
+def test_hf_folder_in_and_sharded_out(folders, tmp_path: Path):
+    root, st, paths = folders
+    res = run_mergekit_recipe(_ta(paths, tokenizer_source=str(paths["a"]), dtype="bfloat16"), tmp_path / "o",
+                              max_shard_bytes=8_000)
+    out = tmp_path / "o"
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert len(res.files) > 1 and sorted(set(index["weight_map"].values())) == sorted(res.files)
+    got = read_folder(out)
+    assert set(got) == set(st["base"])
+    assert index["metadata"]["total_size"] == sum(t.numel() * 2 for t in got.values())
+    for k, t in got.items():
+        wb = 0.2 if "mlp" in k else 0.4
+        want = st["base"][k] + 0.5 * (st["a"][k] - st["base"][k]) + wb * (st["b"][k] - st["base"][k])
+        assert t.dtype == torch.bfloat16 and torch.allclose(t.float(), want, rtol=1e-2, atol=1e-3), k
+    assert json.loads((out / "tokenizer_config.json").read_text()) == {"marker": "a"}  # tokenizer_source
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    assert len({g.params["weights"][1] for g in res.groups}) == 2  # two parameter groups (mlp / other)
+    # one file below the threshold, and the base's tokenizer by default
+    run_mergekit_recipe(_ta(paths), tmp_path / "one")
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["config.json", "model.safetensors", "tokenizer_config.json"]
+    assert json.loads((tmp_path / "one" / "tokenizer_config.json").read_text()) == {"marker": "base"}
+    (tmp_path / "one" / "stray").write_text("old")  # overwrite replaces the folder whole
+    run_mergekit_recipe(_ta(paths), tmp_path / "one", overwrite=True)
+    assert not (tmp_path / "one" / "stray").exists() and (tmp_path / "one" / "model.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_errors_write_nothing(folders, tmp_path: Path):
+    root, st, paths = folders
+    bad = _ta(paths)
+    bad["models"][1]["parameters"] = {}  # b has no weight
+    with pytest.raises(MergekitRecipeError, match=r"models\[1\].parameters.weight: task_arithmetic needs a weight"):
+        run_mergekit_recipe(bad, tmp_path / "x")
+    ties = {"merge_method": "ties", "base_model": str(paths["base"]),
+            "models": [{"model": str(paths["a"]), "parameters": {"weight": 1.0, "density": 0.3}},
+                       {"model": str(paths["b"]), "parameters": {"weight": 1.0, "density": 0.5}}]}
+    with pytest.raises(MergekitUnsupportedError, match="'density' differ"):
+        run_mergekit_recipe(ties, tmp_path / "x")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "pytorch_model.bin").write_bytes(b"\x80")
+    with pytest.raises(SourceError, match="never unpickles"):
+        run_mergekit_recipe({**_ta(paths), "base_model": str(tmp_path / "bin")}, tmp_path / "x")
+    with pytest.raises(SourceError, match="no registry is given"):
+        run_mergekit_recipe({**_ta(paths), "base_model": "some-id"}, tmp_path / "x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "f").write_text("keep")
+    with pytest.raises(MergekitRecipeError, match="not empty"):
+        run_mergekit_recipe(_ta(paths), tmp_path / "full")
+    assert not (tmp_path / "x").exists() and (tmp_path / "full" / "f").read_text() == "keep"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_registry_ids_in_registry_checkpoint_out(folders, tmp_path: Path):
+    from mmgrid.merge import merge
+    from mmgrid.registry import Registry
+
+    root, st, paths = folders
+    reg = Registry.open(tmp_path / "reg")
+    cfg = (paths["base"] / "config.json").read_bytes()
+    ids = {"base": reg.put(st["base"], {"paradigm": "text", "domain": "none", "period": "p0"}, "base", files={"config.json": cfg})}
+    for k, dom in (("a", "A"), ("b", "B")):
+        ids[k] = reg.put(st[k], {"paradigm": "text", "domain": dom, "period": "p1"}, "trained",
+                         parents=[(ids["base"], "init")], files={"config.json": cfg})
+    recipe = {"merge_method": "ties", "base_model": ids["base"],
+              "models": [{"model": ids["a"], "parameters": {"weight": 1.0, "density": 0.5}},
+                         {"model": ids["b"], "parameters": {"weight": 1.0, "density": 0.5}}]}
+    res = run_mergekit_recipe(recipe, registry=reg)
+    man = reg.get(res.id)
+    assert man.kind == "merged" and man.coords["domain"] == "A+B" and man.coords["variant"] == "mergekit-ties"
+    roles = sorted((p.role if hasattr(p, "role") else p[1]) for p in man.parents)
+    assert roles == ["merge_base", "merge_input", "merge_input"]
+    assert man.params["merge_method"] == "ties" and reg.file(res.id, "config.json") == cfg
+    direct = merge("ties", [ids["a"], ids["b"]], base=ids["base"], registry=reg, density=0.5, scope="tensor")
+    loaded = reg.load(res.id)
+    assert all(torch.equal(loaded[k], direct[k]) for k in direct)
+    assert run_mergekit_recipe(recipe, registry=reg).id == res.id  # same recipe, same id
+
+
+def test_cli_mergekit(folders, tmp_path: Path, capsys):
+    from mmgrid.cli import main
+
+    root, st, paths = folders
+    rec = tmp_path / "r.yml"
+    rec.write_text(yaml.safe_dump(_ta(paths)))
+    assert main(["merge", "--mergekit", str(rec), "--out", str(tmp_path / "o"), "--max-shard-size", "0.00003"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "o")
+    assert (tmp_path / "o" / "model.safetensors.index.json").exists()
+    want = run_mergekit_recipe(rec, tmp_path / "o2")
+    assert want.out and all(torch.equal(a, read_folder(tmp_path / "o2")[k]) for k, a in read_folder(tmp_path / "o").items())
+    assert main(["merge", "--mergekit", str(rec)]) == 2  # neither --out nor --registry
+    assert "--out DIR" in capsys.readouterr().err
+    assert main(["merge", "--method", "ties", "--inputs", "a"]) == 2  # registry merges still need --registry
+    assert "--registry" in capsys.readouterr().err
