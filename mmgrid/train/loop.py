@@ -20,11 +20,11 @@ from typing import Any, Sequence
 
 import torch
 import torch.distributed
-from tqdm.auto import tqdm
 
 from mmgrid.errors import TrainingError
 from mmgrid.exec.ddp import DistContext, all_reduce_mean, local_batch_size, shard
 from mmgrid.runtime.device import autocast, resolve_device, seed_everything, to_device
+from mmgrid.runtime.progress import progress as progress_bar
 
 MAX_EVENTS = 500  # back-merge events kept in the stage log
 
@@ -93,7 +93,8 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
         regularizers: objects with ``on_step_end(model, step) -> dict`` (and maybe ``penalty``).
         max_examples: keep a seeded random sample of this many examples (None = all).
         where: ``paradigm/domain/stage`` for progress and error messages.
-        progress: show a tqdm bar (stage, epoch, loss, time left).
+        progress: show progress (:func:`mmgrid.runtime.progress.progress`: a bar on a terminal,
+            a few plain lines with rate and ETA in a log, nothing when quiet).
         device: ``auto`` | ``cpu`` | ``cuda``.
         dtype: ``auto`` (bf16 autocast on CUDA) | ``float32`` | ``bfloat16``.
         dist: a ``DistContext`` (torchrun): every rank sees the same shuffled order, takes
@@ -127,7 +128,8 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     n_batches = math.ceil(math.ceil(len(examples) / world) / local_bs) if examples else 0
-    bar = tqdm(total=epochs * n_batches, desc=where, disable=None if progress else True, leave=False)
+    show = progress and (dist is None or dist.is_main)
+    bar = progress_bar(total=epochs * n_batches, desc=where or "train", unit="step", enabled=show)
     step = 0
     for epoch in range(epochs):
         order = torch.randperm(len(examples), generator=gen).tolist()
