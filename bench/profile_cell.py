@@ -158,9 +158,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _padding(par, model, examples, batch_size: int) -> float:
-    """Share of padded positions in the stage's batches (attention_mask / lengths where present)."""
+    """Share of padded positions in the stage's batches (attention_mask where present), batched as
+    the training loop batches them (shuffled; length-bucketed where the paradigm asks)."""
     import torch
 
+    from mmgrid.train.loop import length_buckets
+
+    gen = torch.Generator().manual_seed(0)
+    order = torch.randperm(len(examples), generator=gen).tolist()
+    if int(getattr(par, "bucket_window", 0) or 0) > 1:
+        order = length_buckets(order, [par.example_length(e) for e in examples], batch_size,
+                               int(par.bucket_window), gen)
+    examples = [examples[i] for i in order]
     pad = tot = 0
     for s in range(0, len(examples), batch_size):
         b = par.collate(model, examples[s:s + batch_size])

@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     print(report(old, new, args))
     if builds:
         o, c = builds[args.baseline], builds["current"]
-        print(f"\ndemo build ({c['stages']} stages + the tiny base): {o['build_s']:.1f} s -> {c['build_s']:.1f} s "
-              f"({o['build_s'] / c['build_s']:.2f}x)")
+        print(f"\ndemo build ({c['stages']} stages + the tiny base): wall {o['build_s']:.1f} s -> {c['build_s']:.1f} s "
+              f"({o['build_s'] / c['build_s']:.2f}x); CPU {o['build_cpu_s']:.1f} s -> {c['build_cpu_s']:.1f} s "
+              f"({o['build_cpu_s'] / c['build_cpu_s']:.2f}x)")
     if args.json:
         Path(args.json).write_text(json.dumps({"baseline": olds, "current_seed0": curs, "current": new,
                                                "demo_build": builds}, indent=1))
@@ -113,7 +114,8 @@ def best(runs: list[dict]) -> dict:
             o = out["cells"][p]
             if c["metrics"] != o["metrics"]:
                 o["repeat_metrics_differ"] = True
-            for k in ("train_ex_per_s", "eval_users_per_s", "eval_users_per_s_cold"):
+            for k in ("train_ex_per_s", "eval_users_per_s", "eval_users_per_s_cold", "train_ex_per_cpu_s",
+                      "eval_users_per_cpu_s", "eval_users_per_cpu_s_cold"):
                 o[k] = max(o[k], c[k])
             for k in ("train_s", "eval_cold_s", "eval_warm_s", "cell_s"):
                 o[k] = min(o[k], c[k])
@@ -132,8 +134,19 @@ def report(old: dict, new: list[dict], args: argparse.Namespace) -> str:
              f"torch threads {cur['threads']}; baseline {args.baseline}",
              f"fixed costs (s): imports {old['imports_s']:.1f} -> {cur['imports_s']:.1f}, "
              f"base {old['base_s']:.1f} -> {cur['base_s']:.1f}", "",
-             "paradigm | train ex/s base -> cur (x) | eval users/s warm base -> cur (x) | cold base -> cur (x) | "
-             "cell s base -> cur"]
+             "by CPU time of the process (one torch thread: robust to a shared machine's load):",
+             "paradigm | train ex/CPU-s base -> cur (x) | eval users/CPU-s warm base -> cur (x) | cold base -> cur (x)"]
+    for p in args.paradigms:
+        o, c = old["cells"][p], cur["cells"][p]
+        lines.append(f"{p:8s} | {_f(o['train_ex_per_cpu_s'], 7, 0)} -> {_f(c['train_ex_per_cpu_s'], 7, 0)} "
+                     f"({c['train_ex_per_cpu_s'] / o['train_ex_per_cpu_s']:4.2f}x) | "
+                     f"{_f(o['eval_users_per_cpu_s'], 7, 0)} -> {_f(c['eval_users_per_cpu_s'], 7, 0)} "
+                     f"({c['eval_users_per_cpu_s'] / o['eval_users_per_cpu_s']:4.2f}x) | "
+                     f"{_f(o['eval_users_per_cpu_s_cold'], 6, 0)} -> {_f(c['eval_users_per_cpu_s_cold'], 6, 0)} "
+                     f"({c['eval_users_per_cpu_s_cold'] / o['eval_users_per_cpu_s_cold']:4.2f}x)")
+    lines += ["", "the same by wall-clock time (the machine's other load counts in):",
+              "paradigm | train ex/s base -> cur (x) | eval users/s warm base -> cur (x) | cold base -> cur (x) | "
+              "cell s base -> cur"]
     for p in args.paradigms:
         o, c = old["cells"][p], cur["cells"][p]
         rt = c["train_ex_per_s"] / o["train_ex_per_s"]
@@ -152,7 +165,10 @@ def report(old: dict, new: list[dict], args: argparse.Namespace) -> str:
             vals = [r["cells"][p]["metrics"][m] for r in new]
             std = statistics.pstdev(vals) if len(vals) > 1 else 0.0
             a, b = old["cells"][p]["metrics"][m], cur["cells"][p]["metrics"][m]
-            flag = "same" if a == b else ("within spread" if min(vals) <= a <= max(vals) else "DIFFERS")
+            mean = statistics.fmean(vals)
+            flag = "same" if a == b else ("within seed range" if min(vals) <= a <= max(vals) else
+                                          f"outside seed range, {abs(a - mean) / std:.1f} std from the mean"
+                                          if std > 0 else "differs")
             lines.append(f"{p:8s} {m:10s} {a:.4f} | {b:.4f} | {min(vals):.4f}..{max(vals):.4f} ({std:.4f})  {flag}")
     return "\n".join(lines)
 

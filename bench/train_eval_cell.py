@@ -79,9 +79,11 @@ def main(argv: list[str]) -> int:
 
         t_data = time.perf_counter() - t0
         t0 = time.perf_counter()
+        p0 = time.process_time()
         res = build_grid(cfg, progress=False)
+        build_cpu = time.process_time() - p0
         print("BENCH_JSON " + json.dumps({"code": os.environ.get("BENCH_CODE", "?"), "imports_s": t_imp,
-                                         "data_s": t_data, "build_s": time.perf_counter() - t0,
+                                         "data_s": t_data, "build_s": time.perf_counter() - t0, "build_cpu_s": build_cpu,
                                          "stages": len(res.stages)}), flush=True)
         return 0
     prepared = f["open_prepared"](cfg.prepared)
@@ -102,11 +104,11 @@ def main(argv: list[str]) -> int:
         bseed = f["derive_seed"](t.seed, name, domain, "build")
         f["seed_everything"](bseed)
         model = par.build(base, dom, params, bseed)
-        n_ex = train_s = 0.0
+        n_ex = train_s = train_cpu = 0.0
         stages = {}
         for stage in t.stages:
             examples = par.examples(model, dom, stage)
-            s0 = time.perf_counter()
+            s0, p0 = time.perf_counter(), time.process_time()
             log = f["train_stage"](par, model, examples, epochs=t.epochs[stage], lr=t.lr, batch_size=t.batch_size,
                                    seed=f["derive_seed"](t.seed, name, domain, stage), weight_decay=t.weight_decay,
                                    max_examples=t.max_examples, where=f"{name}/{domain}/{stage}", progress=False,
@@ -114,18 +116,22 @@ def main(argv: list[str]) -> int:
             dt = time.perf_counter() - s0
             n_ex += log.examples * len(log.epoch_losses)
             train_s += dt
+            train_cpu += time.process_time() - p0
             stages[stage] = {"examples": log.examples, "epochs": len(log.epoch_losses), "seconds": dt,
                              "losses": log.epoch_losses}
         ev = f["Evaluator"](par, dom, split=e.split, ks=e.ks, groups=e.groups, activity_phase=e.activity_phase,
                             max_users=e.max_users, seed=t.seed)
-        s0 = time.perf_counter()
+        s0, p0 = time.perf_counter(), time.process_time()
         res = ev.evaluate(model)
-        eval_cold = time.perf_counter() - s0
-        s0 = time.perf_counter()
+        eval_cold, eval_cold_cpu = time.perf_counter() - s0, time.process_time() - p0
+        s0, p0 = time.perf_counter(), time.process_time()
         res2 = ev.evaluate(model)
-        eval_warm = time.perf_counter() - s0
+        eval_warm, eval_warm_cpu = time.perf_counter() - s0, time.process_time() - p0
         result["cells"][name] = {
             "train_examples": n_ex, "train_s": train_s, "train_ex_per_s": n_ex / max(train_s, 1e-9),
+            "train_cpu_s": train_cpu, "train_ex_per_cpu_s": n_ex / max(train_cpu, 1e-9),
+            "eval_users_per_cpu_s": ev.n / max(eval_warm_cpu, 1e-9),
+            "eval_users_per_cpu_s_cold": ev.n / max(eval_cold_cpu, 1e-9),
             "eval_users": ev.n, "eval_cold_s": eval_cold, "eval_warm_s": eval_warm,
             "eval_users_per_s_cold": ev.n / max(eval_cold, 1e-9), "eval_users_per_s": ev.n / max(eval_warm, 1e-9),
             "cell_s": time.perf_counter() - c0, "stages": stages,
