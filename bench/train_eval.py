@@ -88,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                         for s in range(1, max(1, args.seeds))]
         builds = {}
         if args.demo_build:
+            paths = ((args.baseline, base_tree), ("current", ROOT))
             builds = {label: run_cell(root, label, tmp / f"build-{label}", 0, ["demo-build"], not args.quick,
-                                      args.overrides) for label, root in ((args.baseline, base_tree), ("current", ROOT))}
+                                      args.overrides) for label, root in paths}
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
                        capture_output=True)

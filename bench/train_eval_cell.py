@@ -83,7 +83,8 @@ def main(argv: list[str]) -> int:
         res = build_grid(cfg, progress=False)
         build_cpu = time.process_time() - p0
         print("BENCH_JSON " + json.dumps({"code": os.environ.get("BENCH_CODE", "?"), "imports_s": t_imp,
-                                         "data_s": t_data, "build_s": time.perf_counter() - t0, "build_cpu_s": build_cpu,
+                                         "data_s": t_data, "build_s": time.perf_counter() - t0,
+                                         "build_cpu_s": build_cpu,
                                          "stages": len(res.stages)}), flush=True)
         return 0
     prepared = f["open_prepared"](cfg.prepared)
