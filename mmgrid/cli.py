@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from mmgrid import __version__
@@ -38,6 +39,8 @@ def make_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mmgrid {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress output (bars, progress lines); sets MMGRID_QUIET=1 for workers too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -47,12 +50,17 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args, extra = parser.parse_known_args(argv)
+    if any(e in ("-q", "--quiet") for e in extra):  # also accepted after the command: `mmgrid demo --quiet`
+        args.quiet = True
+        extra = [e for e in extra if e not in ("-q", "--quiet")]
     if extra:
         # argparse cannot take positionals after options; KEY=VALUE overrides may stand anywhere
         if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
             args.overrides = [*(args.overrides or []), *extra]
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "quiet", False):
+        os.environ["MMGRID_QUIET"] = "1"  # read by mmgrid.runtime.progress, here and in executor workers
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -24,6 +24,7 @@ from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.runtime.context import open_prepared, open_registry
 from mmgrid.runtime.device import derive_seed, seed_everything, set_threads
 from mmgrid.runtime.plan import BuildResult, plan_grid
+from mmgrid.runtime.progress import progress as progress_bar
 
 RETENTION_SPLIT = "lm_heldout"
 
@@ -82,7 +83,7 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     Args:
         cfg: the GridConfig.
         build: the BuildResult (ids of every stage; :func:`mmgrid.runtime.plan.plan_grid` for a built grid).
-        progress: print one line per evaluated model.
+        progress: print one line per evaluated model and show progress (rate, ETA).
         redo: evaluate again even where results are already recorded.
         registry, prepared: already open handles (default: opened from ``cfg``).
     """
@@ -97,11 +98,16 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
         out.base_text_loss = text_loss(base.model, base.tokenizer, texts, cfg.base.max_length)
         reg.record_eval(build.base_id, RETENTION_SPLIT, "all", {"text_loss": out.base_text_loss})
     domains = list(dict.fromkeys(s.domain for s in build.stages))
-    for (variant, paradigm, domain), cid in _finals(build).items():
+    ids = build.ids
+    todo = {key: cid for key, cid in _finals(build).items() if redo or not _done(reg, cid, cfg.eval.split)}
+    cells = [(paradigm, domain) for paradigm in cfg.eval.matrix_paradigms if paradigm in cfg.paradigms
+             for domain in domains if all(("default", paradigm, domain, s) in ids for s in cfg.train.stages)]
+    bar = progress_bar(total=len(todo) + len(domains) + len(cells), desc="evaluate", unit="eval",
+                       enabled=progress, leave=True, min_interval=0.0)
+    for (variant, paradigm, domain), cid in todo.items():
         par, dom = get_paradigm(paradigm), prepared.domain(domain)
         params = dict(cfg.paradigm_params.get(paradigm, {}))
-        if not redo and _done(reg, cid, cfg.eval.split):
-            continue
+        bar.set_postfix(model=f"{variant}/{paradigm}/{domain}")
         model = par.load(load_checkpoint(reg, cid), dom, params)
         res = grid_evaluator(par, dom, cfg).evaluate(model)
         record_results(reg, cid, cfg.eval.split, res, domain)
@@ -114,16 +120,16 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
                 reg.record_eval(cid, RETENTION_SPLIT, "all", clean, extra={"eval_domain": domain})
         if progress:
             print(f"eval {variant}/{paradigm}/{domain}: R@10={res['all'].get('recall@10', float('nan')):.4f}", flush=True)
+        bar.update(1)
     for domain in domains:
+        bar.set_postfix(model=f"popular/{domain}")
         out.popular[domain] = evaluate_popular(cfg, reg, prepared, domain, redo)
-    ids = build.ids
-    for paradigm in cfg.eval.matrix_paradigms:
-        if paradigm not in cfg.paradigms:
-            continue
-        for domain in domains:
-            if any(("default", paradigm, domain, s) not in ids for s in cfg.train.stages):
-                continue  # a row that is not fully built (or not in the default variant)
-            out.matrices[(paradigm, domain)] = accuracy_matrix(cfg, reg, prepared, build, paradigm, domain)
+        bar.update(1)
+    for paradigm, domain in cells:  # rows fully built in the default variant
+        bar.set_postfix(model=f"matrix {paradigm}/{domain}")
+        out.matrices[(paradigm, domain)] = accuracy_matrix(cfg, reg, prepared, build, paradigm, domain)
+        bar.update(1)
+    bar.close()
     out.seconds = time.perf_counter() - t0
     return out
 

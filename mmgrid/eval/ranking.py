@@ -16,6 +16,7 @@ import torch
 
 from mmgrid.errors import DataError
 from mmgrid.eval.metrics import ranking_metrics
+from mmgrid.runtime.progress import progress
 
 GROUPS = ("all", "active", "non_active")
 
@@ -69,10 +70,17 @@ class Evaluator:
         """Top-max(K) items for every cached history, best first: int array [n, max(K)]."""
         k = min(max(self.ks), self.domain.n_items)
         parts = []
+        starts = range(0, self.n, self.batch_size)
+        name = getattr(self.paradigm, "name", "model")
+        # a bar only where there is more than one batch (a grid's evaluation has its own bar)
+        bar = progress(total=self.n, desc=f"rank {name}/{self.domain.name}/{self.split}", unit="user",
+                       enabled=len(starts) > 1)
         with torch.no_grad():
-            for s in range(0, self.n, self.batch_size):
+            for s in starts:
                 out = self.paradigm.rank(model, self.domain, self.histories[s:s + self.batch_size], k)
                 parts.append(np.asarray(out, dtype=np.int64).reshape(-1, k))
+                bar.update(len(parts[-1]))
+        bar.close()
         return np.concatenate(parts, axis=0)
 
     def evaluate_ranked(self, ranked: np.ndarray) -> dict[str, dict[str, float]]:

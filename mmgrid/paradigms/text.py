@@ -238,6 +238,13 @@ class TextParadigm:
     """BIGRec-style text-grounded generative recommender (see the module docstring)."""
 
     name = "text"
+    # Training batches are length-bucketed (mmgrid.train.loop.length_buckets, windows of 8 batches):
+    # other batch compositions than version 1 (random batches), so the version is part of the stage id.
+    bucket_window = 8
+    train_version = 2
+
+    def example_length(self, example: TokenExample) -> int:
+        return len(example.ids)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> torch.nn.Module:
         p = resolve_params(params, DEFAULTS, "paradigm_params.text")

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mmgrid.configtools import stable_hash, to_dict
-from mmgrid.errors import DataError, RegistryError
+from mmgrid.errors import DataError, RegistryError, UnknownNameError
 from mmgrid.models.base import base_checkpoint_id
+from mmgrid.paradigms import get_paradigm
 from mmgrid.runtime.context import open_prepared, open_registry
 
 
@@ -66,7 +67,19 @@ def stage_params(cfg: Any, variant: Any, paradigm: str, stage: str) -> dict[str,
         "regularizer": variant.regularizer,
         "regularizer_params": dict(variant.params),
         "paradigm_params": dict(cfg.paradigm_params.get(paradigm, {})),
+        **_train_version(paradigm),
     }
+
+
+def _train_version(paradigm: str) -> dict[str, int]:
+    """``{"train_version": v}`` for a paradigm whose training computes differently from its first
+    version (e.g. length-bucketed batches: text and semid, version 2), so that its checkpoints get
+    new ids; empty for version 1, which keeps the ids of checkpoints stored before versions existed."""
+    try:
+        version = int(getattr(get_paradigm(paradigm), "train_version", 1) or 1)
+    except UnknownNameError:
+        return {}  # validation names unknown paradigms; the plan does not
+    return {"train_version": version} if version > 1 else {}
 
 
 def stage_config_hash(cfg: Any, base_id: str, fingerprint: str) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 import torch
-from tqdm import tqdm
+from mmgrid.runtime.progress import progress as progress_bar
 
 from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError, MergeError
@@ -276,7 +276,7 @@ def _record(cfg: GridConfig, registry: Any, cid: str | None, rec: dict, extra: d
 
 
 def _progress(items: list, desc: str) -> Any:
-    return tqdm(items, desc=desc, disable=None)
+    return progress_bar(items, desc=desc, unit="pair", leave=True)
 
 
 def relative_change(df: pd.DataFrame, metric: str = "ndcg@10", group: str = "all") -> pd.DataFrame:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
-from tqdm import tqdm
+from mmgrid.runtime.progress import progress as progress_bar
 
 from mmgrid.config import GridConfig, grid_from_dict
 from mmgrid.data.dataset import load_prepared
@@ -177,15 +177,15 @@ def run_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ex
         grid = cfg.to_dict()
         futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job", {"grid": grid, "domain": d},
                                     name=f"temporal:{d}")) for d in domains]
-        for f in futs:
+        for f in _progress(futs, "temporal sweep"):
             rows += f.result()
         if hasattr(registry, "sync"):
             registry.sync()
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _progress(items: list[str], desc: str) -> Any:
-    return tqdm(items, desc=desc, disable=None)
+def _progress(items: list, desc: str) -> Any:
+    return progress_bar(items, desc=desc, unit="domain", leave=True)
 
 
 def temporal_results(registry: Any, paradigm: str | None = None, variant: str | None = None,

@@ -27,6 +27,7 @@ from mmgrid.exec.base import Job, get_executor
 from mmgrid.runtime.context import open_prepared, open_registry
 from mmgrid.runtime.device import set_threads
 from mmgrid.runtime.plan import BuildResult, StagePlan, grid_domains, plan_stages
+from mmgrid.runtime.progress import progress as progress_bar
 from mmgrid.train.base_lm import ensure_base
 
 JOB_FN = "mmgrid.train.stage:run_stage"
@@ -63,6 +64,9 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
     executor = executor or get_executor(cfg.exec.executor, cfg.exec.address)
     config = _absolute(cfg)
     futures: dict[str, Future] = {}
+    # overall ETA: stages still to train, done / total with an elapsed-based ETA
+    overall = progress_bar(total=len(plans) - len(had), desc="build", unit="stage", enabled=progress, leave=True,
+                           min_interval=0.0)
     try:
         for p in plans:
             job = Job(JOB_FN, {"config": config, "variant": p.variant, "paradigm": p.paradigm, "domain": p.domain,
@@ -72,8 +76,11 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
                       name=f"{p.variant}/{p.paradigm}/{p.domain}/{p.stage}")
             deps = [] if p.first else [futures[p.parent_id]]
             futures[p.id] = executor.submit(job, deps)
+            if p.id not in had:
+                futures[p.id].add_done_callback(lambda _f: overall.update(1))
         errors = [f.exception() for f in futures.values() if f.exception() is not None]
     finally:
+        overall.close()
         if owned:
             executor.shutdown()
         registry.sync()  # workers (Ray) write manifests only; the driver indexes them

@@ -20,11 +20,11 @@ from typing import Any, Sequence
 
 import torch
 import torch.distributed
-from tqdm.auto import tqdm
 
 from mmgrid.errors import TrainingError
 from mmgrid.exec.ddp import DistContext, all_reduce_mean, local_batch_size, shard
 from mmgrid.runtime.device import autocast, resolve_device, seed_everything, to_device
+from mmgrid.runtime.progress import progress as progress_bar
 
 MAX_EVENTS = 500  # back-merge events kept in the stage log
 
@@ -75,6 +75,43 @@ def _record(log: StageLog, step: int, values: dict[str, float]) -> None:
             log.events.append({"step": step, **values})
 
 
+def _lengths(task: Any, examples: Sequence[Any]) -> list[int] | None:
+    """Per-example lengths when ``task`` asks for length bucketing (``bucket_window > 1`` and an
+    ``example_length(example)`` method), else None."""
+    window = int(getattr(task, "bucket_window", 0) or 0)
+    if window <= 1 or not hasattr(task, "example_length"):
+        return None
+    return [int(task.example_length(e)) for e in examples]
+
+
+def length_buckets(order: list[int], lengths: Sequence[int], batch_size: int, window: int,
+                   gen: torch.Generator) -> list[int]:
+    """Reorder a shuffled epoch so that each batch holds examples of similar length.
+
+    The shuffled ``order`` is cut into windows of ``window`` batches; inside a window the
+    examples are sorted by length (stable, so ties keep the shuffled order), cut into
+    batches of ``batch_size``, and the full batches are put in a seeded random order. The
+    last, possibly short, batch of the epoch stays last, so the epoch is still cut into
+    consecutive batches of ``batch_size`` (and a torchrun rank's strided share of each
+    global batch is unchanged). Every example appears exactly as often as in ``order``:
+    the epoch and the examples per step are those of the data layer; only which examples
+    share a batch changes, which cuts padding (a checkpoint trained so has another
+    computation version: ``bucket_window`` is part of the stage identity).
+    """
+    span = batch_size * window
+    out: list[int] = []
+    for w in range(0, len(order), span):
+        chunk = sorted(order[w:w + span], key=lambda i: lengths[i])
+        batches = [chunk[b:b + batch_size] for b in range(0, len(chunk), batch_size)]
+        tail = [batches.pop()] if batches and len(batches[-1]) < batch_size else []
+        perm = torch.randperm(len(batches), generator=gen).tolist() if batches else []
+        for j in perm:
+            out += batches[j]
+        for t in tail:
+            out += t
+    return out
+
+
 def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, epochs: int, lr: float,
                 batch_size: int, seed: int, weight_decay: float = 0.0, regularizers: Sequence[Any] = (),
                 max_examples: int | None = None, where: str = "", progress: bool = True,
@@ -93,7 +130,8 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
         regularizers: objects with ``on_step_end(model, step) -> dict`` (and maybe ``penalty``).
         max_examples: keep a seeded random sample of this many examples (None = all).
         where: ``paradigm/domain/stage`` for progress and error messages.
-        progress: show a tqdm bar (stage, epoch, loss, time left).
+        progress: show progress (:func:`mmgrid.runtime.progress.progress`: a bar on a terminal,
+            a few plain lines with rate and ETA in a log, nothing when quiet).
         device: ``auto`` | ``cpu`` | ``cuda``.
         dtype: ``auto`` (bf16 autocast on CUDA) | ``float32`` | ``bfloat16``.
         dist: a ``DistContext`` (torchrun): every rank sees the same shuffled order, takes
@@ -127,10 +165,14 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     n_batches = math.ceil(math.ceil(len(examples) / world) / local_bs) if examples else 0
-    bar = tqdm(total=epochs * n_batches, desc=where, disable=None if progress else True, leave=False)
+    show = progress and (dist is None or dist.is_main)
+    bar = progress_bar(total=epochs * n_batches, desc=where or "train", unit="step", enabled=show)
     step = 0
+    lengths = _lengths(task, examples)
     for epoch in range(epochs):
         order = torch.randperm(len(examples), generator=gen).tolist()
+        if lengths is not None:
+            order = length_buckets(order, lengths, batch_size, int(task.bucket_window), gen)
         mine = [examples[i] for i in order]
         if world > 1:
             mine = shard(mine, dist)

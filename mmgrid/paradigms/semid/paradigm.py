@@ -36,7 +36,7 @@ import torch
 
 from mmgrid.errors import ConfigError, ModelError
 from mmgrid.paradigms.base import Checkpoint
-from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items
+from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, texts_key
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import load_examples
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
@@ -167,6 +167,12 @@ class SemIDParadigm:
     """LC-Rec-style semantic-ID generative recommender (see the module docstring)."""
 
     name = "semid"
+    # Length-bucketed training batches, as the text paradigm (see TextParadigm.train_version).
+    bucket_window = 8
+    train_version = 2
+
+    def example_length(self, example: TokenExample) -> int:
+        return len(example.ids)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> torch.nn.Module:
         p = resolve_params(params, DEFAULTS, "paradigm_params.semid")
@@ -278,11 +284,29 @@ class SemIDParadigm:
                        list(entry["level_sizes"]), first, names)
 
 
+_CODES: dict[tuple[str, int, int, int, str], SemanticIDs] = {}
+_MAX_CODES = 64
+
+
 def domain_codes(domain: "DomainData", p: dict[str, Any]) -> SemanticIDs:
-    """The domain's unique semantic IDs: a deterministic function of its texts and the params."""
-    emb = embed_items(list(domain.item_texts), p["embedder"], p["embedder_device"], p["embed_cache"])
-    return semantic_ids(emb, int(p["levels"]), int(p["codebook_size"]), seed=int(p["quantizer_seed"]),
-                        domain=domain.name)
+    """The domain's unique semantic IDs: a deterministic function of its texts and the params.
+
+    Cached per process by (texts and embedder, levels, codebook size, quantizer seed): a grid
+    builds semid start models many times (each row's first stage, regularizer origins,
+    accuracy-matrix start rows), and RQ-KMeans gives the same codes every time. Each call
+    returns its own copy of the codes array.
+    """
+    texts = list(domain.item_texts)
+    key = (texts_key(texts, p["embedder"]), int(p["levels"]), int(p["codebook_size"]), int(p["quantizer_seed"]),
+           domain.name)
+    if key not in _CODES:
+        emb = embed_items(texts, p["embedder"], p["embedder_device"], p["embed_cache"])
+        if len(_CODES) >= _MAX_CODES:
+            _CODES.pop(next(iter(_CODES)))
+        _CODES[key] = semantic_ids(emb, int(p["levels"]), int(p["codebook_size"]), seed=int(p["quantizer_seed"]),
+                                   domain=domain.name)
+    sids = _CODES[key]
+    return SemanticIDs(codes=sids.codes.copy(), level_sizes=list(sids.level_sizes))
 
 
 def _domain_entry(meta: dict[str, Any], domain: "DomainData", p: dict[str, Any]) -> dict[str, Any]:
