@@ -403,3 +403,9 @@ def test_cli_parser_imports_no_heavy_library() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT.parent)
     assert out.stdout.strip() == ""
+
+
+def test_modules_stay_under_400_lines() -> None:
+    """Issue 14: no module over ~400 lines (a larger one is split by concern)."""
+    big = {str(f.relative_to(ROOT)): n for f in ROOT.rglob("*.py") if (n := len(f.read_text().splitlines())) > 400}
+    assert big == {}
