@@ -162,3 +162,18 @@ def test_fixed_method_gets_a_new_id_others_keep_theirs(reg):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             assert (run_recipe(rec, r, dry_run=True) != old) == (method == "gcwm"), method
+
+
+def test_merge_help_names_every_registered_method(capsys):
+    """`mmgrid merge --help` lists the methods by hand (the parser must not import torch):
+    it names every registered one."""
+    import pytest as _pytest
+
+    from mmgrid.cli import main
+    from mmgrid.merge.methods import method_names
+
+    with _pytest.raises(SystemExit):
+        main(["merge", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    missing = [m for m in method_names() if m not in text]
+    assert missing == []
