@@ -258,6 +258,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         return path, ""
     try:
         return path, yaml.safe_load(raw)
+    except ValueError:  # looks like a YAML date but is none (2022-13-45): keep the text, its field names it
+        return path, raw
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(

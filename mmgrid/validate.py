@@ -10,16 +10,18 @@ calls ``build_grid`` or a study directly should call :func:`validate_grid` first
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
-from mmgrid.config import GridConfig
+from mmgrid.config import GridConfig, parse_date_ms
 from mmgrid.configtools import check_ranges
 from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.exec.validate import check_scale
 from mmgrid.merge.methods import validate_params
 from mmgrid.models import builder_names, parse_builder
 from mmgrid.paradigms import get_paradigm
+from mmgrid.paradigms.params import resolve_params
 from mmgrid.train.regularizers import check_params
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -38,7 +40,11 @@ def validate_grid(cfg: GridConfig) -> list[str]:
     warnings: list[str] = []
     check_ranges(cfg)  # again: a grid built in code has not been through load_grid's checks
     for name in cfg.paradigms:
-        get_paradigm(name)
+        _check_paradigm_params(name, cfg.paradigm_params.get(name))
+    for name in set(cfg.paradigm_params) - set(cfg.paradigms):
+        get_paradigm(name)  # an unknown name is an error; a known one not built is allowed
+    if cfg.data.min_date:
+        parse_date_ms(cfg.data.min_date, "data.min_date")
     _check_base(cfg.base.model, warnings)
     for i, v in enumerate(cfg.variants):
         check_params(v.regularizer, v.params, where=f"variants[{i}]")
@@ -57,6 +63,18 @@ def validate_grid(cfg: GridConfig) -> list[str]:
     for bad in set(cfg.sweeps.cross_domain.bases) - set(CROSS_DOMAIN_BASES):
         raise ConfigError(f"sweeps.cross_domain.bases: unknown base {bad!r}; use original, historical or neutral.")
     return warnings + check_scale(cfg)
+
+
+def _check_paradigm_params(name: str, params: dict | None) -> None:
+    """``paradigm_params.<name>``: known keys, the defaults' types, finite numbers."""
+    par = get_paradigm(name)
+    defaults = getattr(par, "defaults", None)
+    if defaults is None:  # a paradigm without a declared table checks its knobs when it builds
+        return
+    where = f"paradigm_params.{name}"
+    for key, value in resolve_params(params, defaults, where).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}.{key}: {value} is not a finite number; give a finite value in the grid YAML.")
 
 
 def _check_base(model: str, warnings: list[str]) -> None:

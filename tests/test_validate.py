@@ -57,3 +57,32 @@ def test_every_command_runs_the_pass_before_any_job(argv: list[str], tmp_path: P
     assert main([*argv, BAD_VARIANT, *paths]) == 2
     assert "unknown regularizer 'orbitt'" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, nothing trained
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("paradigm_params.emb.nope=1", ["paradigm_params.emb.nope", "unknown parameter"]),
+    ("paradigm_params.text.popularity_gamma=.nan", ["paradigm_params.text.popularity_gamma", "finite"]),
+    ("paradigm_params.bogus.x=1", ["bogus"]),
+    ("data.min_date=2022-13-45", ["data.min_date", "YYYY-MM-DD"]),
+])
+def test_paradigm_params_and_min_date_are_checked_before_any_job(override, words):
+    """Issue 19: paradigm knobs (names, types, finite numbers) and data.min_date fail in the
+    validation pass, not when a job first uses them."""
+    from mmgrid.config import load_grid
+    from mmgrid.errors import MmgridError
+    from mmgrid.validate import validate_grid
+
+    with pytest.raises(MmgridError) as err:
+        validate_grid(load_grid("demo", [override]))
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_an_impossible_date_in_a_grid_file_is_named(tmp_path):
+    from mmgrid.config import load_grid
+    from mmgrid.errors import ConfigError
+
+    f = tmp_path / "g.yaml"
+    f.write_text("name: g\ndata:\n  min_date: 2022-13-45\n")
+    with pytest.raises(ConfigError, match="YYYY-MM-DD"):
+        load_grid(f)

@@ -118,6 +118,9 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> GridConfi
         raw = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    except ValueError as exc:  # a value YAML takes for a date but is none, e.g. 2022-13-45
+        raise ConfigError(f"{p}: a value looks like a date but is not one ({exc}); write dates as YYYY-MM-DD "
+                          "or quote the value.") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: the top level must be a mapping.")
     return build(GridConfig, apply_overrides(raw, overrides), where=str(p))

@@ -182,6 +182,7 @@ class EmbParadigm:
     """SemEmb (HLLM) behind the Paradigm protocol."""
 
     name = "emb"
+    defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> EmbModel:
         p = resolve_params(params, DEFAULTS, "paradigm_params.emb")

@@ -125,6 +125,7 @@ class SASRecParadigm:
     """SASRec behind the Paradigm protocol (ID-based; ignores the base LLM)."""
 
     name = "sasrec"
+    defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> SASRecModel:
         p = resolve_params(params, DEFAULTS, "paradigm_params.sasrec")

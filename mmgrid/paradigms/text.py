@@ -238,6 +238,7 @@ class TextParadigm:
     """BIGRec-style text-grounded generative recommender (see the module docstring)."""
 
     name = "text"
+    defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
     # Training batches are length-bucketed (mmgrid.train.loop.length_buckets, windows of 8 batches):
     # other batch compositions than version 1 (random batches), so the version is part of the stage id.
     bucket_window = 8

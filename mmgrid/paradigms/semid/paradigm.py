@@ -167,6 +167,7 @@ class SemIDParadigm:
     """LC-Rec-style semantic-ID generative recommender (see the module docstring)."""
 
     name = "semid"
+    defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
     # Length-bucketed training batches, as the text paradigm (see TextParadigm.train_version).
     bucket_window = 8
     train_version = 2
