@@ -28,7 +28,6 @@ Add a method by adding a row to ROWS (its mergekit recipe and whether it is rand
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -40,11 +39,10 @@ import torch
 import yaml
 
 from hf_data import qwen3_state, read_folder, write_folder
-from mmgrid.merge.errors import MergekitUnsupportedError
 from mmgrid.merge.mergekit import find_mergekit_python, run_mergekit_recipe
 from mmgrid.merge.mergekit.oracle import candidates
 from mmgrid.merge.mergekit.spec import METHOD_TABLE, supported_methods
-from mmgrid.merge.methods import get_method, method_names
+from mmgrid.merge.methods import method_names
 
 MK = find_mergekit_python()
 pytestmark = pytest.mark.skipif(
@@ -140,8 +138,6 @@ def _check_known(rid: str) -> None:
     name = ROWS[rid][0]["merge_method"]
     if name not in supported_methods(set(method_names())):
         pytest.xfail(f"mergekit method {name!r} is not mapped onto a registered mmgrid method yet")
-    if rid == "ties_unequal" and "sign_rule" not in {f.name for f in dataclasses.fields(get_method("ties").Params)}:
-        pytest.xfail("mmgrid's TIES has no weighted sign rule (sign_rule) yet: mergekit elects the sign of sum_i w_i tau_i")
 
 
 @pytest.mark.parametrize("rid", [r for r, (_, kind) in ROWS.items() if kind == EXACT])
@@ -216,12 +212,3 @@ def test_every_enabled_method_has_a_row():
     assert not missing, f"add oracle rows for {missing}"
     assert all(METHOD_TABLE[r["merge_method"]].random == (kind != EXACT) for r, kind in ROWS.values())
 
-
-def test_unsupported_weighted_sign_is_refused_not_approximated(oracle):
-    """Without the weighted sign rule, unequal TIES weights are refused (not silently different)."""
-    if "sign_rule" in {f.name for f in dataclasses.fields(get_method("ties").Params)}:
-        pytest.skip("mmgrid's TIES has sign_rule: the oracle row ties_unequal compares it")
-    root, _, paths, _, _ = oracle
-    with pytest.raises(MergekitUnsupportedError, match="weighted"):
-        run_mergekit_recipe(root / "ties_unequal.yml", root / "never", overwrite=True)
-    assert not (root / "never").exists()

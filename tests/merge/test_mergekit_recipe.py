@@ -57,7 +57,8 @@ def test_method_mapping_hand_computed():
     assert ta == ("task_arithmetic", {"weights": [0.75, 0.25], "scale": 0.5}, None)
     dm = [{"model": "A", "parameters": {"weight": 1.0, "density": 0.4}}, {"model": "C", "parameters": {"weight": 1.0, "density": 0.4}}]
     ties = build({"merge_method": "ties", "base_model": "B", "models": dm})
-    assert ties[1] == {"density": 0.4, "scope": "tensor", "combine": "disjoint_mean", "weights": [1.0, 1.0], "scale": 1.0}
+    assert ties[1] == {"density": 0.4, "scope": "tensor", "combine": "disjoint_mean", "weights": [1.0, 1.0], "scale": 1.0,
+                       "sign_rule": "weighted"}  # mergekit elects the sign on weighted task vectors
     dare = build({"merge_method": "dare_linear", "base_model": "B", "models": dm, "parameters": {"rescale": False}})
     assert dare[0] == "dare" and dare[1]["p"] == pytest.approx(0.6)
     assert dare[1]["weights"] == pytest.approx([0.4, 0.4])  # 1/(1-p) undone: kept entries unscaled

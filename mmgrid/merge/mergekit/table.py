@@ -90,23 +90,12 @@ def _task_arithmetic(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any]
     return "task_arithmetic", {"weights": w, "scale": float(r.glob["lambda"])}, None
 
 
-def _sign_rule(params: dict[str, Any], fields: set[str], w: list[float], what: str) -> None:
-    """mergekit elects the sign of sum_i w_i tau_i (weighted); mmgrid's default is the TIES
-    paper's unweighted sum. Equal positive weights make the two rules the same."""
-    if "sign_rule" in fields:
-        params["sign_rule"] = "weighted"
-    elif len(set(w)) > 1 or w[0] <= 0:
-        raise MergekitUnsupportedError(
-            f"{what}: mergekit elects the sign on weighted task vectors (sign of sum_i w_i tau_i) and this mmgrid's "
-            "TIES has no sign_rule option yet; give the models equal weights")
-
-
 def _ties(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
     w = _weights(r)
     d = min(1.0, _one(r, "density", "ties"))
     params = {"density": d, "scope": "tensor", "combine": "disjoint_mean" if r.glob["normalize"] else "sum",
               "weights": w, "scale": float(r.glob["lambda"])}
-    _sign_rule(params, fields, w, "ties")
+    params["sign_rule"] = "weighted"  # mergekit elects the sign of sum_i w_i tau_i (the TIES paper: unweighted)
     return "ties", params, None
 
 
@@ -122,7 +111,7 @@ def _dare(r: Resolved, fields: set[str], method: str) -> tuple[str, dict[str, An
         params["weights"] = _normalized(w, r.glob["normalize"])
         return "dare", params, None
     params.update(weights=w, density=1.0, scope="tensor", combine="disjoint_mean" if r.glob["normalize"] else "sum")
-    _sign_rule(params, fields, w, method)
+    params["sign_rule"] = "weighted"  # as in _ties
     return "ties_dare", params, None
 
 
