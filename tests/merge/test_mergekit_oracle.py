@@ -3,6 +3,12 @@ its own virtual environment) and by mmgrid's reader, on tiny Qwen3 HF folders bu
 here, compared tensor by tensor.
 
 * Deterministic methods: ||ours - theirs|| / ||theirs|| <= 1e-6 per tensor in float32.
+* DELLA (random masks): both tools' draws are replaced by the same mask, kept where
+  u_e < k_e with u_e a hash of the task vector's float32 bits and the entry's position
+  (``_inject_u``): in mergekit's process its ``torch.bernoulli`` inside ``della_magprune``
+  (its ranks, probabilities and rescale run unchanged), in mmgrid's through
+  :func:`mmgrid.merge.masks.injected_masks`. The results are then compared per tensor as
+  the deterministic methods (1e-6).
 * Methods that draw random masks (DARE): mergekit draws them from torch's global
   generator, mmgrid from its own keyed generator, so the masks cannot be the same.
   Both results are checked against DARE's moments instead (Yu et al. 2024: each entry
@@ -39,6 +45,7 @@ import torch
 import yaml
 
 from hf_data import qwen3_state, read_folder, write_folder
+from mmgrid.merge import masks
 from mmgrid.merge.mergekit import find_mergekit_python, run_mergekit_recipe
 from mmgrid.merge.mergekit.oracle import candidates
 from mmgrid.merge.mergekit.spec import METHOD_TABLE, supported_methods
@@ -56,10 +63,11 @@ def _models(weights: list, **extra) -> list[dict]:
     return [{"model": m, "parameters": {"weight": w, **extra}} for m, w in zip(M, weights)]
 
 
-EXACT, MOMENTS, COMPARE = "exact", "moments", "compare"
+EXACT, MOMENTS, COMPARE, INJECT = "exact", "moments", "compare", "inject"
 
 # id -> (recipe with model names a, b, c, base; how it is compared: EXACT per tensor,
-# MOMENTS against DARE's moments, COMPARE ours' moments against mergekit's)
+# INJECT per tensor with the same injected masks, MOMENTS against DARE's moments,
+# COMPARE ours' moments against mergekit's)
 ROWS: dict[str, tuple[dict, str]] = {
     "linear_equal": ({"merge_method": "linear", "models": _models([1.0, 1.0, 1.0])}, EXACT),
     "linear_unequal": ({"merge_method": "linear", "models": _models([0.7, 0.2, 0.4])}, EXACT),
@@ -82,9 +90,90 @@ ROWS: dict[str, tuple[dict, str]] = {
                         "parameters": {"normalize": False, "lambda": 1.3}}, EXACT),
     "ties_unequal": ({"merge_method": "ties", "base_model": "base", "models": _models([0.7, 0.3, 0.5], density=0.4)}, EXACT),
     "ties_density_gradient": ({"merge_method": "ties", "base_model": "base", "models": _models([1.0, 1.0], density=[0.3, 0.9])}, EXACT),
+    # sphere methods (slerp's inputs: [base_model, the other model])
+    "slerp": ({"merge_method": "slerp", "base_model": "base", "models": [{"model": "base"}, {"model": "a"}],
+               "parameters": {"t": 0.3}}, EXACT),
+    "slerp_filters_gradient": ({"merge_method": "slerp", "base_model": "a", "models": [{"model": "a"}, {"model": "b"}],
+                                "parameters": {"t": [{"filter": "self_attn", "value": [0.0, 1.0]}, {"value": 0.65}]}}, EXACT),
+    "nuslerp_task_vectors": ({"merge_method": "nuslerp", "base_model": "base", "models": _models([0.7, 0.2])[:2]}, EXACT),
+    "nuslerp_rows": ({"merge_method": "nuslerp", "models": _models([0.3, 0.9])[:2],
+                      "parameters": {"nuslerp_flatten": False}}, EXACT),
+    "nuslerp_columns": ({"merge_method": "nuslerp", "models": _models([0.8, 0.5])[:2],
+                         "parameters": {"nuslerp_flatten": False, "nuslerp_row_wise": True}}, EXACT),
+    "multislerp": ({"merge_method": "multislerp", "models": _models([0.5, 0.2, 0.9])}, EXACT),
+    "multislerp_base_unnormalized": ({"merge_method": "multislerp", "base_model": "base", "models": _models([0.5, 0.2, 0.6]),
+                                      "parameters": {"normalize_weights": False}}, EXACT),
+    "karcher": ({"merge_method": "karcher", "models": [{"model": m} for m in M]}, EXACT),
+    "karcher_base_is_an_input": ({"merge_method": "karcher", "base_model": "base", "models": [{"model": m} for m in M[:2]],
+                                  "parameters": {"max_iter": 20, "tol": 1e-7}}, EXACT),
+    "model_stock": ({"merge_method": "model_stock", "base_model": "base", "models": [{"model": m} for m in M]}, EXACT),
+    "model_stock_filter_wise": ({"merge_method": "model_stock", "base_model": "base", "models": [{"model": m} for m in M[:2]],
+                                 "parameters": {"filter_wise": True}}, EXACT),
+    "nearswap": ({"merge_method": "nearswap", "base_model": "base", "models": [{"model": "base"}, {"model": "a"}],
+                  "parameters": {"t": 0.03}}, EXACT),
+    "passthrough": ({"merge_method": "passthrough", "models": [{"model": "b", "parameters": {
+        "scale": [{"filter": "mlp", "value": 0.5}, {"value": 1.0}]}}]}, EXACT),
+    # task-vector methods with their own sparsifiers or weights
+    "breadcrumbs": ({"merge_method": "breadcrumbs", "base_model": "base", "models": _models([0.7, 0.3, 0.5], density=0.5, gamma=0.1)}, EXACT),
+    "breadcrumbs_rescale_normalize": ({"merge_method": "breadcrumbs", "base_model": "base",
+                                       "models": _models([0.7, 0.3, 0.5], density=0.6, gamma=0.05),
+                                       "parameters": {"rescale": True, "normalize": True, "lambda": 0.8}}, EXACT),
+    "breadcrumbs_ties": ({"merge_method": "breadcrumbs_ties", "base_model": "base",
+                          "models": _models([0.7, 0.3, 0.5], density=0.5, gamma=0.1)}, EXACT),
+    "breadcrumbs_ties_normalize": ({"merge_method": "breadcrumbs_ties", "base_model": "base",
+                                    "models": _models([0.9, 0.2, 0.4], density=0.7, gamma=0.02),
+                                    "parameters": {"normalize": True, "lambda": 1.2}}, EXACT),
+    "sce": ({"merge_method": "sce", "base_model": "base", "models": [{"model": m} for m in M]}, EXACT),
+    "sce_select": ({"merge_method": "sce", "base_model": "base", "models": [{"model": m} for m in M],
+                    "parameters": {"select_topk": 0.4}}, EXACT),
+    "ram": ({"merge_method": "ram", "base_model": "base", "models": [{"model": m} for m in M],
+             "parameters": {"epsilon": 0.04}}, EXACT),
+    # DELLA: mergekit's Bernoulli draws and mmgrid's masks replaced by the same content-keyed mask (_inject_u)
+    "della": ({"merge_method": "della", "base_model": "base", "models": _models([0.7, 0.3, 0.5], density=0.5, epsilon=0.2)}, INJECT),
+    "della_sum_no_rescale": ({"merge_method": "della", "base_model": "base", "models": _models([0.6, 0.9], density=0.6, epsilon=0.1),
+                              "parameters": {"normalize": False, "rescale": False, "lambda": 0.7}}, INJECT),
+    "della_linear": ({"merge_method": "della_linear", "base_model": "base", "models": _models([0.6, 0.3, 0.8], density=0.4, epsilon=0.15)}, INJECT),
+    "della_linear_normalize": ({"merge_method": "della_linear", "base_model": "base", "models": _models([0.6, 0.3], density=0.7, epsilon=0.1),
+                                "parameters": {"normalize": True, "rescale": False}}, INJECT),
     "dare_linear": ({"merge_method": "dare_linear", "base_model": "base", "models": _models([0.6, 0.3], density=0.7)}, MOMENTS),
     "dare_ties": ({"merge_method": "dare_ties", "base_model": "base", "models": _models([0.5, 0.5], density=0.7)}, COMPARE),
 }
+
+
+# The injected mask's uniform draws: u_e in [0, 1) from an integer hash of (the task
+# vector's float32 bits, the entry's position), exact in int64 and the same in both
+# processes; entry e is kept where u_e < k_e (mergekit's Bernoulli(k_e) becomes this test).
+_U_SRC = """
+def _inject_u(delta):
+    import torch
+    flat = delta.detach().to(torch.float32).contiguous().reshape(-1)
+    bits = flat.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    h = ((bits ^ torch.arange(flat.numel(), dtype=torch.int64)) * 40503) % (1 << 32)
+    h = ((h ^ (h >> 13)) * 40503) % (1 << 32)
+    h = ((h ^ (h >> 16)) * 40503) % (1 << 32)
+    return ((h >> 8).to(torch.float64) / float(1 << 24)).reshape(delta.shape)
+"""
+exec(_U_SRC)
+
+# mergekit's della_magprune wrapped so that its torch.bernoulli(k) is u(tau) < k (test-only,
+# in mergekit's process; mergekit's rank, probability and rescale code runs unchanged)
+_MK_INJECT = _U_SRC + """
+import torch, mergekit.sparsify as _sp
+_orig_magprune, _orig_bernoulli, _cur = _sp.della_magprune, torch.bernoulli, []
+def _magprune(tensor, *a, **k):
+    _cur.append(tensor)
+    try:
+        return _orig_magprune(tensor, *a, **k)
+    finally:
+        _cur.pop()
+def _bernoulli(probs, *a, **k):
+    if not _cur:
+        return _orig_bernoulli(probs, *a, **k)
+    return (_inject_u(_cur[-1]).reshape(probs.shape) < probs).to(probs.dtype)
+def inject(on):
+    _sp.della_magprune = _magprune if on else _orig_magprune
+    torch.bernoulli = _bernoulli if on else _orig_bernoulli
+"""
 
 
 def _concrete(recipe: dict, paths: dict[str, Path]) -> dict:
@@ -112,8 +201,11 @@ def oracle(tmp_path_factory):
     script = (
         "import json, sys, traceback, yaml\n"
         "from mergekit.config import MergeConfiguration\nfrom mergekit.merge import run_merge, MergeOptions\n"
+        + _MK_INJECT +
         "res = {}\n"
+        f"inject_rows = {[r for r, (_, kind) in ROWS.items() if kind == INJECT]!r}\n"
         f"for rid, (cfg, out) in {jobs!r}.items():\n"
+        "    inject(rid in inject_rows)\n"
         "    try:\n"
         "        c = MergeConfiguration.model_validate(yaml.safe_load(open(cfg)))\n"
         "        run_merge(c, out, options=MergeOptions(copy_tokenizer=False, lazy_unpickle=True, random_seed=0))\n"
@@ -128,9 +220,21 @@ def oracle(tmp_path_factory):
     return root, states, paths, jobs, status
 
 
-def _ours(root: Path, rid: str, paths: dict[str, Path]) -> dict:
+def _ours(root: Path, rid: str, paths: dict[str, Path], states: dict | None = None) -> dict:
     out = root / f"ours_{rid}"
-    run_mergekit_recipe(root / f"{rid}.yml", out, max_shard_bytes=30_000, overwrite=True)
+    if ROWS[rid][1] == INJECT:
+        recipe = ROWS[rid][0]
+        inputs = [m["model"] for m in recipe["models"] if m["model"] != recipe.get("base_model")]
+        base = states[recipe["base_model"]]
+
+        def fn(key, index, drop, shape):  # the mask mergekit's patched draw made: u < k_e
+            u = _inject_u(states[inputs[index]][key] - base[key])
+            return (u < (1.0 - drop)).reshape(shape)
+
+        with masks.injected_masks(fn):
+            run_mergekit_recipe(root / f"{rid}.yml", out, max_shard_bytes=30_000, overwrite=True)
+    else:
+        run_mergekit_recipe(root / f"{rid}.yml", out, max_shard_bytes=30_000, overwrite=True)
     return read_folder(out)
 
 
@@ -140,13 +244,13 @@ def _check_known(rid: str) -> None:
         pytest.xfail(f"mergekit method {name!r} is not mapped onto a registered mmgrid method yet")
 
 
-@pytest.mark.parametrize("rid", [r for r, (_, kind) in ROWS.items() if kind == EXACT])
+@pytest.mark.parametrize("rid", [r for r, (_, kind) in ROWS.items() if kind in (EXACT, INJECT)])
 def test_deterministic_equals_mergekit(oracle, rid):
     root, states, paths, jobs, status = oracle
     _check_known(rid)
     assert status[rid] == "ok", f"mergekit failed on {rid}:\n{status[rid]}"
     theirs = read_folder(Path(jobs[rid][1]))
-    ours = _ours(root, rid, paths)
+    ours = _ours(root, rid, paths, states)
     assert set(theirs) <= set(ours) and len(theirs) >= 3 * 11
     worst = 0.0
     for k, t in theirs.items():
@@ -183,7 +287,7 @@ def _moments(r: dict, states: dict, models: list[str], weights: list[float], d: 
             "dropped": (res == 0).double().mean().item(), "p0": p0, "se_dropped": math.sqrt(p0 * (1 - p0) / res.numel())}
 
 
-@pytest.mark.parametrize("rid", [r for r, (_, kind) in ROWS.items() if kind != EXACT])
+@pytest.mark.parametrize("rid", [r for r, (_, kind) in ROWS.items() if kind in (MOMENTS, COMPARE)])
 def test_random_masks_match_mergekit_in_distribution(oracle, rid):
     root, states, paths, jobs, status = oracle
     _check_known(rid)
@@ -211,4 +315,6 @@ def test_every_enabled_method_has_a_row():
     missing = [m for m in supported_methods(set(method_names())) if m not in rowed]
     assert not missing, f"add oracle rows for {missing}"
     assert all(METHOD_TABLE[r["merge_method"]].random == (kind != EXACT) for r, kind in ROWS.values())
+    exact = {r["merge_method"] for r, kind in ROWS.values() if kind == EXACT}
+    assert exact == {m for m in supported_methods(set(method_names())) if not METHOD_TABLE[m].random}
 

@@ -235,6 +235,10 @@ def parse(data: Any, where: str = "mergekit recipe") -> MergekitSpec:
     if row.base_is_input and base is not None and base not in models:
         models.append(base)  # mergekit merges the base as one more input, with the top-level parameters
         mparams.append({})
+    if row.base_first and base is not None:  # slerp: mergekit's first vector is the base model
+        i = models.index(base)
+        models.insert(0, models.pop(i))
+        mparams.insert(0, mparams.pop(i))
     if not models:
         raise MergekitRecipeError(f"{where}.models: no input besides the base model; add the models to merge")
     for key in ("dtype", "out_dtype"):

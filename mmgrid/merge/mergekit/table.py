@@ -37,8 +37,10 @@ class Row:
         build: (Resolved, mmgrid Params field names) -> (mmgrid method, parameters, base
             marker: None for the recipe's base, ZERO_BASE, or "" for no base).
         needs_base: mergekit needs ``base_model``.
-        base_is_input: the base model is merged as one more input (linear).
-        random: draws random masks (compared statistically with mergekit).
+        base_is_input: the base model is merged as one more input (linear, karcher,
+            passthrough; last unless ``base_first``).
+        base_first: the base model is the first input (slerp: mergekit's v_0 is the base).
+        random: draws random masks (compared with mergekit with injected masks or statistically).
     """
 
     mergekit: str
@@ -48,6 +50,7 @@ class Row:
     build: Callable[[Resolved, set[str]], tuple[str, dict[str, Any], str | None]] | None
     needs_base: bool = True
     base_is_input: bool = False
+    base_first: bool = False
     random: bool = False
     note: str = ""
 
@@ -118,6 +121,97 @@ def _dare(r: Resolved, fields: set[str], method: str) -> tuple[str, dict[str, An
 # The value of mmgrid DARE's ``rescale`` option that means mergekit's rule (H9's option).
 MERGEKIT_DARE_RESCALE = "l1"
 
+
+def _num(r: Resolved, name: str, where: str, lo: float | None = None) -> float:
+    """A global numeric parameter (REQUIRED ones are not type-checked by the reader)."""
+    v = r.glob[name]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        raise MergekitRecipeError(f"parameters.{name}: {where} needs a number, got {v!r}")
+    if lo is not None and v < lo:
+        raise MergekitRecipeError(f"parameters.{name}: {where} needs {name} >= {lo}, got {v!r}")
+    return float(v)
+
+
+def _slerp(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    # mergekit's slerp(t, base, other): inputs [base, other] (base_first), no separate base
+    return "slerp", {"t": _num(r, "t", "slerp")}, ""
+
+
+def _nuslerp(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    # t = w_1 / (w_0 + w_1) in both; with a base both slerp the task vectors
+    return "nuslerp", {"weights": _weights(r), "flatten": bool(r.glob["nuslerp_flatten"]),
+                       "row_wise": bool(r.glob["nuslerp_row_wise"])}, None
+
+
+def _multislerp(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    if float(r.glob["eps"]) != 1e-8:
+        raise MergekitUnsupportedError(f"parameters.eps: multislerp's eps is fixed at 1e-8 in mmgrid, got {r.glob['eps']!r}; "
+                                       "remove it")
+    return "multislerp", {"weights": _weights(r), "normalize_weights": bool(r.glob["normalize_weights"])}, None
+
+
+def _karcher(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    it = _num(r, "max_iter", "karcher", 0)
+    if it != int(it):
+        raise MergekitRecipeError(f"parameters.max_iter: karcher needs a whole number of iterations, got {it!r}")
+    # mergekit: every input (the base too, base_is_input) weighted 1/n; no base
+    return "karcher", {"max_iter": int(it), "tol": _num(r, "tol", "karcher")}, ""
+
+
+def _model_stock(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    # mergekit applies t = N cos / (1 + (N - 1) cos) to any cosine: mmgrid's clamp_cos=False
+    return "model_stock", {"filter_wise": bool(r.glob["filter_wise"]), "clamp_cos": False}, None
+
+
+def _nearswap(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    return "nearswap", {"t": _num(r, "t", "nearswap", 0.0)}, None  # [other] merged onto the base
+
+
+def _passthrough(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    if len(r.per_model) != 1:
+        raise MergekitUnsupportedError(f"passthrough copies one model, got {len(r.per_model)}; layer stacking "
+                                       "(slices:) is not supported")
+    return "passthrough", {"scale": float(r.per_model[0]["scale"])}, ""
+
+
+def _breadcrumbs(r: Resolved, fields: set[str], ties: bool) -> tuple[str, dict[str, Any], str | None]:
+    name = "breadcrumbs_ties" if ties else "breadcrumbs"
+    params: dict[str, Any] = {"density": min(1.0, _one(r, "density", name)), "gamma": _one(r, "gamma", name),
+                              "scale": float(r.glob["lambda"]), "rescale": "l1" if r.glob["rescale"] else "none"}
+    if ties:  # mergekit: consensus on the weighted task vectors; normalize -> weighted disjoint mean
+        params.update(weights=_weights(r), combine="disjoint_mean" if r.glob["normalize"] else "sum",
+                      sign_rule="weighted")
+    else:
+        params["weights"] = _normalized(_weights(r), r.glob["normalize"])
+    return name, params, None
+
+
+def _della(r: Resolved, fields: set[str], linear: bool) -> tuple[str, dict[str, Any], str | None]:
+    name = "della_linear" if linear else "della"
+    d, eps = _one(r, "density", name), _one(r, "epsilon", name)
+    if d < 1 and not (d - eps > 0 and d + eps < 1):
+        raise MergekitRecipeError(f"{name}: density +/- epsilon = {d} +/- {eps} must lie inside (0, 1) (mergekit's "
+                                  "rule); lower epsilon or move density")
+    # mergekit's epsilon is the half-width of the keep window, as mmgrid's; rescale: true -> L1, false -> none
+    params: dict[str, Any] = {"density": min(1.0, d), "epsilon": eps, "scale": float(r.glob["lambda"]),
+                              "rescale": "l1" if r.glob["rescale"] else "none"}
+    if linear:
+        params["weights"] = _normalized(_weights(r), r.glob["normalize"])
+    else:
+        params.update(weights=_weights(r), combine="disjoint_mean" if r.glob["normalize"] else "sum",
+                      sign_rule="weighted")
+    return name, params, None
+
+
+def _sce(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    k = _num(r, "select_topk", "sce")  # int8_mask only changes the mask's dtype in mergekit, not the values
+    return "sce", {"select_topk": min(1.0, max(0.0, k))}, None  # mergekit: <= 0 keeps nothing, >= 1 everything
+
+
+def _ram(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    return "ram", {"epsilon": _num(r, "epsilon", "ram", 0.0)}, None
+
+
 _GTA = {"int8_mask": False, "normalize": False, "rescale": False, "lambda": 1.0}
 _W = {"weight": REQUIRED, "density": 1.0}
 
@@ -135,21 +229,35 @@ METHOD_TABLE: dict[str, Row] = {r.mergekit: r for r in [
         note="p = 1 - density; rescale: true -> mergekit's L1 rescale where mmgrid has it, else 1/(1-p)"),
     Row("dare_ties", "ties_dare", {**_GTA, "rescale": True}, dict(_W), lambda r, f: _dare(r, f, "dare_ties"),
         random=True, note="p = 1 - density, TIES density 1 (no magnitude trim), scope=tensor, sign_rule=weighted"),
-    # methods being added to mmgrid (issue 18 item 2): known to the reader, enabled when a mapping is written
-    Row("slerp", "slerp", {"t": REQUIRED}, {}, None),
-    Row("nuslerp", "nuslerp", {}, {"weight": REQUIRED}, None),
-    Row("multislerp", "multislerp", {}, {"weight": REQUIRED}, None),
-    Row("karcher", "karcher", {}, {}, None),
-    Row("model_stock", "model_stock", {}, {}, None),
-    Row("nearswap", "nearswap", {"t": REQUIRED}, {}, None),
-    Row("passthrough", "passthrough", {}, {}, None),
-    Row("breadcrumbs", "breadcrumbs", dict(_GTA), {**_W, "gamma": 0.01}, None),
-    Row("breadcrumbs_ties", "breadcrumbs_ties", dict(_GTA), {**_W, "gamma": 0.01}, None),
-    Row("della", "della", {**_GTA, "normalize": True, "rescale": True}, {**_W, "epsilon": 0.15}, None, random=True),
-    Row("della_linear", "della_linear", {**_GTA, "rescale": True}, {**_W, "epsilon": 0.15}, None, random=True),
-    Row("sce", "sce", {}, {"weight": REQUIRED}, None),
-    Row("arcee_fusion", "", {}, {}, None),
-    Row("ram", "ram", {}, {}, None),
+    Row("slerp", "slerp", {"t": REQUIRED}, {}, _slerp, base_is_input=True, base_first=True,
+        note="inputs [base_model, the other model], t -> t"),
+    Row("nuslerp", "nuslerp", {"nuslerp_flatten": True, "nuslerp_row_wise": False}, {"weight": REQUIRED}, _nuslerp,
+        needs_base=False, note="weight -> weights, nuslerp_flatten -> flatten, nuslerp_row_wise -> row_wise; "
+                               "a base_model slerps the task vectors"),
+    Row("multislerp", "multislerp", {"normalize_weights": True, "eps": 1e-8}, {"weight": REQUIRED}, _multislerp,
+        needs_base=False, note="weight -> weights, normalize_weights -> normalize_weights; a base_model centres the sphere"),
+    Row("karcher", "karcher", {"max_iter": 10, "tol": 1e-5}, {}, _karcher, needs_base=False, base_is_input=True,
+        note="every model (base_model too) an input with equal weight; max_iter, tol"),
+    Row("model_stock", "model_stock", {"filter_wise": False}, {}, _model_stock,
+        note="filter_wise -> filter_wise, clamp_cos=false (mergekit's formula for any cosine)"),
+    Row("nearswap", "nearswap", {"t": REQUIRED}, {}, _nearswap, note="t -> t; the other model onto base_model"),
+    Row("passthrough", "passthrough", {}, {"scale": 1.0}, _passthrough, needs_base=False, base_is_input=True,
+        note="one model; scale -> scale (slices: not supported)"),
+    Row("breadcrumbs", "breadcrumbs", dict(_GTA), {**_W, "gamma": 0.01}, lambda r, f: _breadcrumbs(r, f, False),
+        note="density, gamma, rescale -> l1|none, lambda -> scale, normalize divides the weights by their sum"),
+    Row("breadcrumbs_ties", "breadcrumbs_ties", dict(_GTA), {**_W, "gamma": 0.01}, lambda r, f: _breadcrumbs(r, f, True),
+        note="as breadcrumbs; normalize -> combine disjoint_mean (else sum), sign_rule=weighted"),
+    Row("della", "della", {**_GTA, "normalize": True, "rescale": True}, {**_W, "epsilon": 0.15},
+        lambda r, f: _della(r, f, False), random=True,
+        note="density, epsilon (same half-width convention), rescale -> l1|none, normalize -> combine "
+             "disjoint_mean (else sum), lambda -> scale, sign_rule=weighted"),
+    Row("della_linear", "della_linear", {**_GTA, "rescale": True}, {**_W, "epsilon": 0.15},
+        lambda r, f: _della(r, f, True), random=True,
+        note="density, epsilon, rescale -> l1|none, lambda -> scale, normalize divides the weights by their sum"),
+    Row("sce", "sce", {"int8_mask": False, "select_topk": 1.0}, {}, _sce, note="select_topk -> select_topk; no weights"),
+    Row("ram", "ram", {"epsilon": 1e-5}, {}, _ram, note="epsilon -> epsilon"),
+    Row("ramplus_tl", "", {}, {}, None, note="RAM+ (rho / lambda rescaling of unique entries): not in mmgrid"),
+    Row("arcee_fusion", "", {}, {}, None, note="not in mmgrid"),
 ]}
 
 

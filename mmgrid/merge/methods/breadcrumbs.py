@@ -13,10 +13,11 @@ tau's L1 norm; see :func:`mmgrid.merge.ops.drop_rescale`).
 theta* = theta_0 + scale * sum_i w_i S(tau_i) (mergekit's breadcrumbs: no sign
 election, not normalized).
 
-Differences from mergekit, stated: where floor(gamma N) = 0 (gamma = 0, or a tensor of
-fewer than 1/gamma entries, e.g. a 64-entry norm with gamma = 0.01), mergekit's slice
-``indices[n_bot:-n_top]`` is ``indices[n_bot:0]``, empty, and drops the whole task vector;
-here the floor(density N) largest entries are kept, as the method says.
+Edge case: where floor(gamma N) = 0 (gamma = 0, or a tensor of fewer than 1/gamma
+entries, e.g. a 64-entry norm with gamma = 0.01) the floor(density N) largest entries are
+kept. A mergekit that slices ``indices[n_bot:-n_top]`` (empty when n_top = 0) drops the
+whole task vector there; mergekit 0.1.5 slices ``[n_bot:n_bot + target]`` and agrees with
+this rule (tests/merge/test_mergekit_oracle.py, 8-entry norms with gamma 0.1).
 
 Bound, per tensor: S only zeros entries, so ||theta* - theta_0|| <= c sum_i |w_i| max_i
 ||tau_i|| with c = |scale| (triangle inequality); with ``rescale="l1"`` c grows to
