@@ -224,3 +224,61 @@ def test_cli_mergekit(folders, tmp_path: Path, capsys):
     assert "--out DIR" in capsys.readouterr().err
     assert main(["merge", "--method", "ties", "--inputs", "a"]) == 2  # registry merges still need --registry
     assert "--registry" in capsys.readouterr().err
+
+
+def test_new_method_rows_hand_computed():
+    """The rows added for mmgrid's sphere and sparsifying methods: inputs, order and parameters."""
+    def spec_build(recipe, tensor="model.layers.0.mlp.up_proj.weight"):
+        spec = load(recipe)
+        return spec, spec.row.build(spec.resolve(tensor, 0.0), set())
+
+    # slerp: mergekit's v_0 is the base model, whatever the listing order
+    spec, b = spec_build({"merge_method": "slerp", "base_model": "B", "models": [{"model": "A"}, {"model": "B"}],
+                          "parameters": {"t": 0.25}})
+    assert spec.models == ["B", "A"] and b == ("slerp", {"t": 0.25}, "")
+    # karcher: the base model is one more equally weighted input, no base
+    spec, b = spec_build({"merge_method": "karcher", "base_model": "B", "models": [{"model": "A"}, {"model": "C"}],
+                          "parameters": {"max_iter": 7}})
+    assert spec.models == ["A", "C", "B"] and b == ("karcher", {"max_iter": 7, "tol": 1e-5}, "")
+    _, b = spec_build({"merge_method": "nuslerp", "models": [{"model": "A", "parameters": {"weight": 2.0}},
+                                                               {"model": "C", "parameters": {"weight": 1.0}}],
+                       "parameters": {"nuslerp_flatten": False}})
+    assert b == ("nuslerp", {"weights": [2.0, 1.0], "flatten": False, "row_wise": False}, None)
+    _, b = spec_build({"merge_method": "model_stock", "base_model": "B", "models": [{"model": "A"}, {"model": "C"}]})
+    assert b == ("model_stock", {"filter_wise": False, "clamp_cos": False}, None)
+    _, b = spec_build({"merge_method": "passthrough", "models": [{"model": "A", "parameters": {"scale": 0.5}}]})
+    assert b == ("passthrough", {"scale": 0.5}, "")
+    gta = {"base_model": "B", "models": [{"model": "A", "parameters": {"weight": 3.0, "density": 0.5}},
+                                         {"model": "C", "parameters": {"weight": 1.0, "density": 0.5}}]}
+    _, b = spec_build({"merge_method": "breadcrumbs", **gta, "parameters": {"normalize": True, "rescale": True}})
+    assert b[1] == {"density": 0.5, "gamma": 0.01, "scale": 1.0, "rescale": "l1", "weights": [0.75, 0.25]}
+    _, b = spec_build({"merge_method": "della", **gta})  # mergekit's della defaults: normalize, rescale, epsilon 0.15
+    assert b[1] == {"density": 0.5, "epsilon": 0.15, "scale": 1.0, "rescale": "l1", "weights": [3.0, 1.0],
+                    "combine": "disjoint_mean", "sign_rule": "weighted"}
+    _, b = spec_build({"merge_method": "sce", "base_model": "B", "models": [{"model": "A"}, {"model": "C"}],
+                       "parameters": {"select_topk": 1.5}})
+    assert b == ("sce", {"select_topk": 1.0}, None)  # mergekit: >= 1 keeps everything
+
+
+@pytest.mark.parametrize("recipe, err, match", [
+    ({"merge_method": "della", "base_model": "B", "models": [{"model": "A", "parameters": {"weight": 1, "density": 0.9}}]},
+     MergekitRecipeError, r"density \+/- epsilon = 0.9 \+/- 0.15 must lie inside \(0, 1\)"),
+    ({"merge_method": "slerp", "base_model": "B", "models": [{"model": "A"}], "parameters": {"t": "half"}},
+     MergekitRecipeError, "parameters.t: slerp needs a number, got 'half'"),
+    ({"merge_method": "multislerp", "models": [{"model": "A", "parameters": {"weight": 1}}], "parameters": {"eps": 1e-3}},
+     MergekitUnsupportedError, "eps is fixed at 1e-8"),
+    ({"merge_method": "karcher", "models": [{"model": "A"}], "parameters": {"max_iter": 2.5}},
+     MergekitRecipeError, "whole number of iterations"),
+    ({"merge_method": "breadcrumbs", "base_model": "B", "models": [
+        {"model": "A", "parameters": {"weight": 1, "gamma": 0.1}}, {"model": "C", "parameters": {"weight": 1, "gamma": 0.2}}]},
+     MergekitUnsupportedError, "the models' 'gamma' differ"),
+])
+def test_new_rows_refuse_bad_parameters_by_name(recipe, err, match):
+    spec = load(recipe)
+    with pytest.raises(err, match=match):
+        spec.row.build(spec.resolve("model.layers.0.mlp.up_proj.weight", 0.0), set())
+
+
+def test_ramplus_is_named_unsupported():
+    with pytest.raises(MergekitUnsupportedError, match="ramplus_tl.*not supported .*mmgrid has no such method"):
+        load({"merge_method": "ramplus_tl", "base_model": "B", "models": [{"model": "A"}]})
