@@ -5,6 +5,9 @@ transformers.Qwen3Config, nothing downloaded) in a temp dir under /tmp, then tim
 separate subprocesses (peak RSS from each child's getrusage):
 
 * TIES (density 0.2) and task arithmetic of the two fine-tunes onto the base;
+* slerp (ft1 -> ft2, t = 0.5), model_stock and DELLA (density 0.5, epsilon 0.1) with
+  mmgrid's parameters set to mergekit's rules (``FAMILY``: what the mergekit reader maps
+  the same recipe onto);
 * a 21-point temporal lambda sweep (lambda in [-0.5, 1.5]) between two checkpoints;
 * task arithmetic from the command line: ``mmgrid merge`` on registry ids (hash checks
   of the inputs and storing the result included) against ``mergekit-yaml``,
@@ -19,7 +22,7 @@ point (how a mergekit user produces 21 merges; the mean of ``--sweep-cli-points`
 times 21, each run being a separate process), and the stricter ``run_merge`` called 21
 times in one Python process (no repeated start-up).
 
-Usage: python bench/merge.py [--sweep-mergekit-points 21] [--sweep-cli-points 3] [--no-cli] [--keep]
+Usage: python bench/merge.py [--sweep-mergekit-points 21] [--sweep-cli-points 3] [--no-cli] [--only CASE ...] [--keep]
 """
 
 from __future__ import annotations
@@ -94,12 +97,29 @@ def child(code: str, python: str = sys.executable) -> dict:
     return json.loads(line[7:])
 
 
-def mmgrid_merge(method: str, p: dict[str, Path], out: Path, params: str) -> dict:
+def mmgrid_merge(method: str, p: dict[str, Path], out: Path, params: str, base: str | None = "base") -> dict:
+    base_arg = repr(str(p[base] / "model.safetensors")) if base else "None"
     return child(
         "import torch\ntorch.set_num_threads(2)\nfrom mmgrid.merge import merge_to_file\nt_ready = time.perf_counter()\n"
         f"merge_to_file({method!r}, [{str(p['ft1'] / 'model.safetensors')!r}, {str(p['ft2'] / 'model.safetensors')!r}], "
-        f"{str(out)!r}, base={str(p['base'] / 'model.safetensors')!r}, durable=False, {params})\n"
+        f"{str(out)!r}, base={base_arg}, durable=False, {params})\n"
     )
+
+
+# The methods added with mergekit's family, each as the same computation in both tools
+# (mmgrid's parameters are what its mergekit reader maps the recipe onto,
+# mmgrid.merge.mergekit.table): (mmgrid method, its parameters, base input or None,
+# mergekit recipe body). slerp interpolates ft1 -> ft2; model_stock and della merge ft1,
+# ft2 onto the base.
+FAMILY = {
+    "slerp": ("slerp", "t=0.5", None,
+              {"merge_method": "slerp", "base_model": "ft1", "models": ["ft1", "ft2"], "parameters": {"t": 0.5}}),
+    "model_stock": ("model_stock", "clamp_cos=False", "base",
+                    {"merge_method": "model_stock", "base_model": "base", "models": ["ft1", "ft2"]}),
+    "della": ("della", "density=0.5, epsilon=0.1, rescale='l1', combine='disjoint_mean', sign_rule='weighted'", "base",
+              {"merge_method": "della", "base_model": "base", "models": ["ft1", "ft2"],
+               "parameters": {"weight": 1.0, "density": 0.5, "epsilon": 0.1}}),
+}
 
 
 def mmgrid_sweep(p: dict[str, Path], out: Path) -> dict:
@@ -144,6 +164,11 @@ def mergekit_config(method: str, p: dict[str, Path], lam: float | None = None) -
     elif method == "task_arithmetic":
         models = [{"model": str(p[k]), "parameters": {"weight": 1.0}} for k in ("ft1", "ft2")]
         cfg = {"merge_method": "task_arithmetic", "base_model": str(p["base"]), "models": models, "dtype": "bfloat16"}
+    elif method in FAMILY:
+        body = json.loads(json.dumps(FAMILY[method][3]))
+        body["base_model"] = str(p[body["base_model"]])
+        body["models"] = [{"model": str(p[m])} for m in body["models"]]
+        cfg = {**body, "dtype": "bfloat16"}
     else:  # temporal point: t1 + lam (t2 - t1) = task arithmetic on base t1
         cfg = {"merge_method": "task_arithmetic", "base_model": str(p["ft1"]),
                "models": [{"model": str(p["ft2"]), "parameters": {"weight": lam}}], "dtype": "bfloat16"}
@@ -216,6 +241,10 @@ def best(run, n: int = 2, short_s: float = 15.0) -> dict:
     return min(runs, key=lambda r: r["wall_s"])
 
 
+class _SkipSweep(Exception):
+    """The sweep case was not asked for (--only)."""
+
+
 def find_mergekit() -> str | None:
     """mergekit's Python, where the oracle test looks too (mmgrid.merge.mergekit.oracle)."""
     return find_mergekit_python()
@@ -230,7 +259,12 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     ap.add_argument("--no-cli", action="store_true",
                     help="skip the command-line case (mmgrid merge on registry ids vs mergekit-yaml)")
+    ap.add_argument("--only", nargs="+", metavar="CASE",
+                    choices=["ties", "task_arithmetic", "sweep21", *FAMILY],
+                    help="time only these cases (default all: ties task_arithmetic sweep21 "
+                         f"{' '.join(FAMILY)}); the CLI case runs unless --no-cli")
     args = ap.parse_args()
+    want = set(args.only or ["ties", "task_arithmetic", "sweep21", *FAMILY])
     root = Path(tempfile.mkdtemp(prefix="mmgrid-bench-merge-", dir="/tmp"))
     try:
         t0 = time.perf_counter()
@@ -242,11 +276,17 @@ def main() -> None:
         out = root / "out.safetensors"
         mk_py = find_mergekit()
         rows = []
-        ours = {
-            "ties": best(lambda: mmgrid_merge("ties", p, out, "density=0.2")),
-            "task_arithmetic": best(lambda: mmgrid_merge("task_arithmetic", p, out, "")),
-            "sweep21": best(lambda: mmgrid_sweep(p, out)),
-        }
+        ours = {}
+        if "ties" in want:
+            ours["ties"] = best(lambda: mmgrid_merge("ties", p, out, "density=0.2"))
+        if "task_arithmetic" in want or not args.no_cli:  # the CLI row's library baseline
+            ours["task_arithmetic"] = best(lambda: mmgrid_merge("task_arithmetic", p, out, ""))
+        if "sweep21" in want:
+            ours["sweep21"] = best(lambda: mmgrid_sweep(p, out))
+        for case in FAMILY:
+            if case in want:
+                m, params, base, _ = FAMILY[case]
+                ours[case] = best(lambda m=m, params=params, base=base: mmgrid_merge(m, p, out, params, base))
         if not args.no_cli:
             ids = registry_import(p, root / "reg")
             runs = iter(range(100))
@@ -257,13 +297,15 @@ def main() -> None:
         if mk_py:
             mk_out = root / "mk_out"
             try:
-                theirs["ties"] = best(lambda: mergekit_run(mk_py, [mergekit_config("ties", p)], mk_out))
-                print(f"mergekit ties: {theirs['ties']['wall_s']:.1f} s", flush=True)
-                theirs["task_arithmetic"] = best(lambda: mergekit_run(mk_py, [mergekit_config("task_arithmetic", p)], mk_out))
+                for case in ("ties", "task_arithmetic", *FAMILY):
+                    if case in ours:
+                        theirs[case] = best(lambda case=case: mergekit_run(mk_py, [mergekit_config(case, p)], mk_out))
+                        print(f"mergekit {case}: {theirs[case]['wall_s']:.1f} s", flush=True)
                 if "task_arithmetic CLI" in ours:
                     theirs["task_arithmetic CLI"] = best(lambda: mergekit_cli(mk_py, mergekit_config("task_arithmetic", p), mk_out, root))
                     theirs["task_arithmetic CLI"]["peak_gb"] = float("nan")
-                print(f"mergekit task_arithmetic: {theirs['task_arithmetic']['wall_s']:.1f} s", flush=True)
+                if "sweep21" not in ours:
+                    raise _SkipSweep
                 k = max(1, args.sweep_mergekit_points)
                 r = best(lambda: mergekit_run(mk_py, [mergekit_config("temporal", p, lam) for lam in LAMBDAS[:k]], mk_out))
                 if k < len(LAMBDAS):
@@ -282,12 +324,15 @@ def main() -> None:
                 theirs["sweep21_cli"] = {"wall_s": sum(cli) / len(cli) * len(LAMBDAS), "peak_gb": float("nan"),
                                          "note": f"{kc} of 21 mergekit-yaml runs timed ({', '.join(f'{c:.1f}' for c in cli)} s), mean x 21"}
                 print(f"mergekit sweep: in one process {est:.1f} s; mergekit-yaml per point {theirs['sweep21_cli']['wall_s']:.1f} s", flush=True)
+            except _SkipSweep:
+                pass
             except RuntimeError as exc:  # report and keep mmgrid's numbers
                 print(f"mergekit failed: {exc}")
         else:
             print("mergekit not found (set MMGRID_MERGEKIT_PYTHON); no baseline ratios")
         limits = {"task_arithmetic": 3 * size / rbw + size / wbw, "task_arithmetic CLI": 3 * size / rbw + size / wbw,
-                  "ties": 3 * size / rbw + size / wbw,
+                  "ties": 3 * size / rbw + size / wbw, "slerp": 2 * size / rbw + size / wbw,
+                  "model_stock": 3 * size / rbw + size / wbw, "della": 3 * size / rbw + size / wbw,
                   "ties_tensor": 3 * size / rbw + size / wbw, "sweep21": 2 * size / rbw + 21 * size / wbw}
         print(f"\n{'case':<18}{'mmgrid s':>10}{'peak GB':>9}{'mergekit s':>12}{'peak GB':>9}{'speedup':>9}{'bw limit s':>12}{'x limit':>9}"
               f"{'after imports s':>17}{'x limit':>9}{'mergekit after imports s':>26}{'speedup':>9}")
@@ -309,6 +354,10 @@ def main() -> None:
             print(f"(mergekit sweep21: run_merge looped in one process, {theirs['sweep21']['note']}; "
                   f"sweep21 vs CLI: {theirs.get('sweep21_cli', {}).get('note', 'not run')})")
             print("(mmgrid's TIES takes the top-X% over the whole model, mergekit per tensor)")
+        if "task_arithmetic CLI" in ours:
+            r = ours["task_arithmetic CLI"]["wall_s"] / ours["task_arithmetic"]["wall_s"]
+            print(f"CLI vs library: `mmgrid merge` on registry ids / merge_to_file of the same task arithmetic = {r:.2f}x "
+                  "(goal <= 1.5x)")
         if "task_arithmetic CLI" in theirs:
             print("(task_arithmetic CLI: `mmgrid merge` on registry ids, which checks the inputs' hashes and stores the "
                   "result durably, vs `mergekit-yaml` on the folders; both processes timed from outside)")

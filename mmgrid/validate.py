@@ -21,7 +21,7 @@ from mmgrid.exec.validate import check_scale
 from mmgrid.merge.methods import validate_params
 from mmgrid.models import builder_names, parse_builder
 from mmgrid.paradigms import get_paradigm
-from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.params import check_knobs, resolve_params
 from mmgrid.train.regularizers import check_params
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -66,15 +66,18 @@ def validate_grid(cfg: GridConfig) -> list[str]:
 
 
 def _check_paradigm_params(name: str, params: dict | None) -> None:
-    """``paradigm_params.<name>``: known keys, the defaults' types, finite numbers."""
+    """``paradigm_params.<name>``: known keys, the defaults' types, finite numbers, and each
+    knob's range (:data:`mmgrid.paradigms.params.RANGES`)."""
     par = get_paradigm(name)
     defaults = getattr(par, "defaults", None)
     if defaults is None:  # a paradigm without a declared table checks its knobs when it builds
         return
     where = f"paradigm_params.{name}"
-    for key, value in resolve_params(params, defaults, where).items():
+    resolved = resolve_params(params, defaults, where)
+    for key, value in resolved.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where}.{key}: {value} is not a finite number; give a finite value in the grid YAML.")
+    check_knobs(name, resolved, where)
 
 
 def _check_base(model: str, warnings: list[str]) -> None:

@@ -86,3 +86,71 @@ def test_an_impossible_date_in_a_grid_file_is_named(tmp_path):
     f.write_text("name: g\ndata:\n  min_date: 2022-13-45\n")
     with pytest.raises(ConfigError, match="YYYY-MM-DD"):
         load_grid(f)
+
+
+def _paradigm_defaults() -> dict:
+    import importlib
+
+    from mmgrid.paradigms import get_paradigm, paradigm_names
+
+    return {n: importlib.import_module(type(get_paradigm(n)).__module__).DEFAULTS for n in paradigm_names()}
+
+
+def test_every_paradigm_knob_has_a_range_row_and_its_default_is_inside():
+    """Issue 19: the range table covers every knob of every paradigm's DEFAULTS (a new knob
+    gets its one-line row in mmgrid/paradigms/params.py), and no default is refused."""
+    from mmgrid.paradigms.params import CROSS_CHECKS, RANGES, accepts
+
+    defaults = _paradigm_defaults()
+    assert set(RANGES) == set(defaults)
+    for name, d in defaults.items():
+        assert set(RANGES[name]) == set(d), (name, set(d) ^ set(RANGES[name]))
+        for key, value in d.items():
+            assert accepts(RANGES[name][key], value), (name, key, value)
+        assert all(rule(d) for rule, _ in CROSS_CHECKS.get(name, []))
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("paradigm_params.text.num_beams=0", ["paradigm_params.text.num_beams: 0 is out of range", "an integer >= 1"]),
+    ("paradigm_params.semid.levels=-1", ["paradigm_params.semid.levels: -1", ">= 1"]),
+    ("paradigm_params.semid.codebook_size=1", ["paradigm_params.semid.codebook_size: 1", ">= 2"]),
+    ("paradigm_params.semid.align_ratio=-0.5", ["paradigm_params.semid.align_ratio: -0.5", ">= 0"]),
+    ("paradigm_params.emb.temperature=0", ["paradigm_params.emb.temperature: 0.0", "> 0"]),
+    ("paradigm_params.emb.n_negatives=-2", ["paradigm_params.emb.n_negatives: -2", ">= -1"]),
+    ("paradigm_params.sasrec.dropout=1", ["paradigm_params.sasrec.dropout: 1.0", ">= 0 and < 1"]),
+    ("paradigm_params.sasrec.heads=3", ["paradigm_params.sasrec: hidden=64 is not divisible by heads=3"]),
+    ("paradigm_params.text.beam_combine=mean", ["paradigm_params.text.beam_combine: 'mean' is not accepted",
+                                                "one of 'weighted', 'best'"]),
+    ("paradigm_params.semid.embed_cache=5", ["paradigm_params.semid.embed_cache: 5 is not accepted", "null or"]),
+    ("paradigm_params.text.embedder=", ["paradigm_params.text.embedder", "non-empty string"]),
+])
+def test_paradigm_knob_ranges_are_named_before_any_job(override, words):
+    from mmgrid.config import load_grid
+    from mmgrid.errors import ConfigError
+    from mmgrid.validate import validate_grid
+
+    with pytest.raises(ConfigError) as err:
+        validate_grid(load_grid("demo", [override]))
+    for w in words:
+        assert w in str(err.value)
+    assert "Fix the value" in str(err.value)
+
+
+def test_knob_ranges_accept_their_edges():
+    from mmgrid.config import load_grid
+    from mmgrid.validate import validate_grid
+
+    validate_grid(load_grid("demo", ["paradigm_params.emb.n_negatives=-1", "paradigm_params.sasrec.layers=0",
+                                     "paradigm_params.text.max_new_tokens=0", "paradigm_params.semid.codebook_size=2",
+                                     "paradigm_params.sasrec.dropout=0", "paradigm_params.semid.align_ratio=0"]))
+
+
+def test_resolve_params_checks_ranges_for_a_paradigm_built_directly():
+    """A paradigm built from Python (no validation pass) still refuses an out-of-range knob."""
+    from mmgrid.errors import ConfigError
+    from mmgrid.paradigms.params import resolve_params
+
+    d = _paradigm_defaults()["text"]
+    with pytest.raises(ConfigError, match="paradigm_params.text.num_beams: 0 is out of range"):
+        resolve_params({"num_beams": 0}, d, "paradigm_params.text")
+    assert resolve_params({"num_beams": 2}, d, "paradigm_params.text")["num_beams"] == 2
