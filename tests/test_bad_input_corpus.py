@@ -524,6 +524,22 @@ case("cli: registry alias with ../", "cli",
 case("cli: registry export-hf unknown id", "cli",
      _cli("registry", "export-hf", "{tmp}/reg", "0123456789abcdef", "{tmp}/out", reg=True), CLI,
      "0123456789abcdef", "no checkpoint", "query|list")
+case("cli: world --scale 0", "cli", _cli("world", "--out", "{tmp}/w", "--scale", "0"), CLI,
+     r"mmgrid world --scale", r"0\.0: out of range \(world\.scale\)", r"accepted: in \(0, 10000\]")
+case("cli: world --scale 1e9", "cli", _cli("world", "--out", "{tmp}/w", "--scale", "1e9"), CLI,
+     r"mmgrid world --scale", "out of range", r"Give --scale a value")
+case("cli: world --scale nan", "cli", _cli("world", "--out", "{tmp}/w", "--scale", "nan"), CLI,
+     r"mmgrid world --scale", "nan: out of range", r"accepted: in")
+case("cli: world --domains 0", "cli", _cli("world", "--out", "{tmp}/w", "--domains", "0"), CLI,
+     r"mmgrid world --domains", r"0: out of range \(world\.n_domains\)", r"accepted: in \[1, 1000\]")
+case("cli: world --domains 5000", "cli", _cli("world", "--out", "{tmp}/w", "--domains", "5000"), CLI,
+     r"mmgrid world --domains", "5000: out of range", r"Give --domains a value")
+case("cli: world --seed -1", "cli", _cli("world", "--out", "{tmp}/w", "--seed", "-1"), CLI,
+     r"mmgrid world --seed", r"-1: out of range \(world\.seed\)", "accepted: >= 0")
+case("cli: validate semid levels -1", "cli", _cli("validate", "demo", "paradigm_params.semid.levels=-1"), CLI,
+     r"paradigm_params\.semid\.levels", "-1 is out of range", "accepted: an integer >= 1")
+case("cli: build text num_beams 0", "cli", _cli("build", "demo", "paradigm_params.text.num_beams=0", *_OUT), CLI,
+     r"paradigm_params\.text\.num_beams", "0 is out of range", "accepted: an integer >= 1")
 case("cli: python -m mmgrid validate batch_size 0", "cli", _subprocess("validate", "demo", "train.batch_size=0"),
      CLI, r"train\.batch_size", "0 is out of range", "accepted: >= 1")
 case("cli: python -m mmgrid build lr 1e-4 with epochs -2", "cli",

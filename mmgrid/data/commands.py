@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from mmgrid.cli import add_overrides
 from mmgrid.config import WorldConfig
+from mmgrid.errors import ConfigError
+
+# `mmgrid world` flag -> WorldConfig field: the flags get the config's ranges (configtools.ranged)
+WORLD_FLAGS = {"--seed": "seed", "--scale": "scale", "--domains": "n_domains"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,11 +53,30 @@ class _OutThenOverrides(argparse.Action):
         namespace.late_overrides = list(getattr(namespace, "late_overrides", []) or []) + list(values[1:])
 
 
+def world_config(seed: int, scale: float, domains: int) -> WorldConfig:
+    """The WorldConfig of ``mmgrid world``'s flags, each checked against its config field's
+    range before anything is written.
+
+    Raises:
+        ConfigError: a flag out of range (the flag, the value, the accepted range).
+    """
+    values = {"--seed": seed, "--scale": scale, "--domains": domains}
+    fields = {f.name: f for f in dataclasses.fields(WorldConfig)}
+    for flag, name in WORLD_FLAGS.items():
+        rng = fields[name].metadata["range"]
+        v = values[flag]
+        if not rng.accepts(float(v)):
+            raise ConfigError(f"mmgrid world {flag} {v!r}: out of range (world.{name}); accepted: {rng.describe()}. "
+                              f"Give {flag} a value in that range.")
+    return WorldConfig(seed=seed, scale=scale, n_domains=domains)
+
+
 def _world(args: argparse.Namespace) -> int:
+    cfg = world_config(args.seed, args.scale, args.domains)  # checked before the lazy imports and any write
     # lazy: numpy and polars (~0.4 s of imports, measured with -X importtime) stay out of `mmgrid --help`
     from mmgrid.data.world_files import write_world
 
-    out = write_world(args.out, WorldConfig(seed=args.seed, scale=args.scale, n_domains=args.domains))
+    out = write_world(args.out, cfg)
     truth = json.loads((out / "truth.json").read_text())
     for name, d in truth["domains"].items():
         print(f"{name:>10}: {d['reviews']:>9,} reviews, {d['users_generated']:>7,} users, "
