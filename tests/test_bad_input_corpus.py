@@ -536,6 +536,10 @@ case("cli: world --domains 5000", "cli", _cli("world", "--out", "{tmp}/w", "--do
      r"mmgrid world --domains", "5000: out of range", r"Give --domains a value")
 case("cli: world --seed -1", "cli", _cli("world", "--out", "{tmp}/w", "--seed", "-1"), CLI,
      r"mmgrid world --seed", r"-1: out of range \(world\.seed\)", "accepted: >= 0")
+case("cli: merge --mergekit --max-shard-size nan", "cli",
+     lambda tmp: ((tmp / "mk.yml").write_text("merge_method: linear\nmodels: [{model: a}]\n"),
+                  _cli("merge", "--mergekit", "{tmp}/mk.yml", "--out", "{tmp}/o", "--max-shard-size", "nan")(tmp))[1],
+     CLI, "--max-shard-size", "nan", "positive size in GB")
 case("cli: validate semid levels -1", "cli", _cli("validate", "demo", "paradigm_params.semid.levels=-1"), CLI,
      r"paradigm_params\.semid\.levels", "-1 is out of range", "accepted: an integer >= 1")
 case("cli: build text num_beams 0", "cli", _cli("build", "demo", "paradigm_params.text.num_beams=0", *_OUT), CLI,

@@ -90,7 +90,7 @@ def _run_mergekit(args: argparse.Namespace) -> int:
         raise MergeParamError("--mergekit takes everything from the recipe; drop --recipe/--method/--inputs/--base/--set")
     if not args.out and not args.registry:
         raise MergeParamError("--mergekit needs --out DIR (an HF folder) or --registry ROOT (a registry checkpoint)")
-    if args.max_shard_size <= 0:
+    if not 0 < args.max_shard_size < float("inf"):  # NaN and inf too (int(nan * 1e9) was a raw ValueError)
         raise MergeParamError(f"--max-shard-size {args.max_shard_size}: give a positive size in GB")
     reg = Registry.open(args.registry) if args.registry else None
     coords = _parse_pairs(args.out_coords, "--out-coords") or None
