@@ -90,11 +90,21 @@ def child(code: str, python: str = sys.executable) -> dict:
     )
     env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     os.sync()  # no dirty pages of the previous case (or of building the models) are written back during this one
+    cpu0 = _children_cpu()
     out = subprocess.run([python, "-c", wrapper], capture_output=True, text=True, cwd=HERE.parent, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"child failed:\n{out.stderr[-3000:]}")
     line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    return json.loads(line[7:])
+    return {**json.loads(line[7:]), "cpu_s": _children_cpu() - cpu0}
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children: a child's CPU time
+    moves far less than its wall time when other jobs load the machine."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def mmgrid_merge(method: str, p: dict[str, Path], out: Path, params: str, base: str | None = "base") -> dict:
@@ -146,12 +156,13 @@ def mmgrid_cli(ids: dict[str, str], reg_root: Path, variant: str) -> dict:
     cmd = [exe, "merge", "--method", "task_arithmetic", "--base", ids["base"], "--inputs", ids["ft1"], ids["ft2"],
            "--registry", str(reg_root), "--out-coords", f"variant={variant}"]
     os.sync()
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise RuntimeError(f"mmgrid merge failed:\n{out.stderr[-3000:]}")
-    return {"wall_s": wall, "peak_gb": float("nan")}
+    return {"wall_s": wall, "peak_gb": float("nan"), "cpu_s": _children_cpu() - cpu0}
 
 
 def mergekit_config(method: str, p: dict[str, Path], lam: float | None = None) -> str:
@@ -236,13 +247,9 @@ def best(run, n: int = 2, short_s: float = 15.0) -> dict:
     every case of both tools: on the shared 2-core VM one run varies by up to 1.5x
     (page allocation after memory was handed back), and a 2 s case by up to 2x."""
     runs = [run()]
-    for _ in range(n - 1 + (runs[0]["wall_s"] < short_s)):
+    for _ in range(max(0, n - 1 + (runs[0]["wall_s"] < short_s))):
         runs.append(run())
     return min(runs, key=lambda r: r["wall_s"])
-
-
-class _SkipSweep(Exception):
-    """The sweep case was not asked for (--only)."""
 
 
 def find_mergekit() -> str | None:
@@ -263,49 +270,64 @@ def main() -> None:
                     choices=["ties", "task_arithmetic", "sweep21", *FAMILY],
                     help="time only these cases (default all: ties task_arithmetic sweep21 "
                          f"{' '.join(FAMILY)}); the CLI case runs unless --no-cli")
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="runs per case and tool, the fastest counts (default 2, 3 when the first is under 15 s)")
+    ap.add_argument("--models", metavar="DIR",
+                    help="reuse base/, ft1/, ft2/ built by an earlier run (--keep) instead of building them")
     args = ap.parse_args()
     want = set(args.only or ["ties", "task_arithmetic", "sweep21", *FAMILY])
     root = Path(tempfile.mkdtemp(prefix="mmgrid-bench-merge-", dir="/tmp"))
     try:
         t0 = time.perf_counter()
-        p = build_models(root)
+        p = {k: Path(args.models) / k for k in ("base", "ft1", "ft2")} if args.models else build_models(root)
         size = (p["base"] / "model.safetensors").stat().st_size
-        print(f"built 3 Qwen3-0.6B-shaped bf16 checkpoints ({size / 1e9:.2f} GB each) in {time.perf_counter() - t0:.0f} s")
+        print(f"{'reused' if args.models else 'built'} 3 Qwen3-0.6B-shaped bf16 checkpoints ({size / 1e9:.2f} GB each) "
+              f"in {time.perf_counter() - t0:.0f} s")
         rbw, wbw = bandwidth(p["base"] / "model.safetensors", root)
         print(f"bandwidth: read {rbw / 1e9:.2f} GB/s, write {wbw / 1e9:.2f} GB/s (page cache, same run); load average {os.getloadavg()}")
         out = root / "out.safetensors"
         mk_py = find_mergekit()
+        mk_out = root / "mk_out"
         rows = []
-        ours = {}
+        ours: dict[str, dict] = {}
+        theirs: dict[str, dict] = {}
+
+        def pair(case, ours_fn, theirs_fn) -> None:
+            """mmgrid's runs, then mergekit's, back to back: the pair sees the same load."""
+            ours[case] = best(ours_fn, n=args.repeat)
+            print(f"mmgrid {case}: {ours[case]['wall_s']:.1f} s, peak {ours[case]['peak_gb']:.2f} GB; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+            if mk_py and theirs_fn is not None:
+                try:
+                    theirs[case] = best(theirs_fn, n=args.repeat)
+                    theirs[case].setdefault("peak_gb", float("nan"))
+                    print(f"mergekit {case}: {theirs[case]['wall_s']:.1f} s; load average {os.getloadavg()[0]:.1f}",
+                          flush=True)
+                except RuntimeError as exc:  # report and keep mmgrid's numbers
+                    print(f"mergekit failed on {case}: {exc}")
+
         if "ties" in want:
-            ours["ties"] = best(lambda: mmgrid_merge("ties", p, out, "density=0.2"))
+            pair("ties", lambda: mmgrid_merge("ties", p, out, "density=0.2"),
+                 lambda: mergekit_run(mk_py, [mergekit_config("ties", p)], mk_out))
         if "task_arithmetic" in want or not args.no_cli:  # the CLI row's library baseline
-            ours["task_arithmetic"] = best(lambda: mmgrid_merge("task_arithmetic", p, out, ""))
-        if "sweep21" in want:
-            ours["sweep21"] = best(lambda: mmgrid_sweep(p, out))
-        for case in FAMILY:
-            if case in want:
-                m, params, base, _ = FAMILY[case]
-                ours[case] = best(lambda m=m, params=params, base=base: mmgrid_merge(m, p, out, params, base))
+            pair("task_arithmetic", lambda: mmgrid_merge("task_arithmetic", p, out, ""),
+                 lambda: mergekit_run(mk_py, [mergekit_config("task_arithmetic", p)], mk_out))
         if not args.no_cli:
             ids = registry_import(p, root / "reg")
             runs = iter(range(100))
-            ours["task_arithmetic CLI"] = best(lambda: mmgrid_cli(ids, root / "reg", f"cli{next(runs)}"))
-        theirs: dict[str, dict] = {}
-        for case, r in ours.items():
-            print(f"mmgrid {case}: {r['wall_s']:.1f} s, peak {r['peak_gb']:.2f} GB", flush=True)
-        if mk_py:
-            mk_out = root / "mk_out"
+            pair("task_arithmetic CLI", lambda: mmgrid_cli(ids, root / "reg", f"cli{next(runs)}"),
+                 lambda: mergekit_cli(mk_py, mergekit_config("task_arithmetic", p), mk_out, root))
+        for case in FAMILY:
+            if case in want:
+                m, params, base, _ = FAMILY[case]
+                pair(case, lambda m=m, params=params, base=base: mmgrid_merge(m, p, out, params, base),
+                     lambda case=case: mergekit_run(mk_py, [mergekit_config(case, p)], mk_out))
+        if "sweep21" in want:
+            pair("sweep21", lambda: mmgrid_sweep(p, out), None)
+        if not mk_py:
+            print("mergekit not found (set MMGRID_MERGEKIT_PYTHON); no baseline ratios")
+        if mk_py and "sweep21" in ours:
             try:
-                for case in ("ties", "task_arithmetic", *FAMILY):
-                    if case in ours:
-                        theirs[case] = best(lambda case=case: mergekit_run(mk_py, [mergekit_config(case, p)], mk_out))
-                        print(f"mergekit {case}: {theirs[case]['wall_s']:.1f} s", flush=True)
-                if "task_arithmetic CLI" in ours:
-                    theirs["task_arithmetic CLI"] = best(lambda: mergekit_cli(mk_py, mergekit_config("task_arithmetic", p), mk_out, root))
-                    theirs["task_arithmetic CLI"]["peak_gb"] = float("nan")
-                if "sweep21" not in ours:
-                    raise _SkipSweep
                 k = max(1, args.sweep_mergekit_points)
                 r = best(lambda: mergekit_run(mk_py, [mergekit_config("temporal", p, lam) for lam in LAMBDAS[:k]], mk_out))
                 if k < len(LAMBDAS):
@@ -324,12 +346,8 @@ def main() -> None:
                 theirs["sweep21_cli"] = {"wall_s": sum(cli) / len(cli) * len(LAMBDAS), "peak_gb": float("nan"),
                                          "note": f"{kc} of 21 mergekit-yaml runs timed ({', '.join(f'{c:.1f}' for c in cli)} s), mean x 21"}
                 print(f"mergekit sweep: in one process {est:.1f} s; mergekit-yaml per point {theirs['sweep21_cli']['wall_s']:.1f} s", flush=True)
-            except _SkipSweep:
-                pass
             except RuntimeError as exc:  # report and keep mmgrid's numbers
                 print(f"mergekit failed: {exc}")
-        else:
-            print("mergekit not found (set MMGRID_MERGEKIT_PYTHON); no baseline ratios")
         limits = {"task_arithmetic": 3 * size / rbw + size / wbw, "task_arithmetic CLI": 3 * size / rbw + size / wbw,
                   "ties": 3 * size / rbw + size / wbw, "slerp": 2 * size / rbw + size / wbw,
                   "model_stock": 3 * size / rbw + size / wbw, "della": 3 * size / rbw + size / wbw,
@@ -356,8 +374,10 @@ def main() -> None:
             print("(mmgrid's TIES takes the top-X% over the whole model, mergekit per tensor)")
         if "task_arithmetic CLI" in ours:
             r = ours["task_arithmetic CLI"]["wall_s"] / ours["task_arithmetic"]["wall_s"]
+            rc = ours["task_arithmetic CLI"]["cpu_s"] / ours["task_arithmetic"]["cpu_s"]
             print(f"CLI vs library: `mmgrid merge` on registry ids / merge_to_file of the same task arithmetic = {r:.2f}x "
-                  "(goal <= 1.5x)")
+                  f"wall, {rc:.2f}x CPU (user + system: {ours['task_arithmetic CLI']['cpu_s']:.1f} s / "
+                  f"{ours['task_arithmetic']['cpu_s']:.1f} s) (goal <= 1.5x)")
         if "task_arithmetic CLI" in theirs:
             print("(task_arithmetic CLI: `mmgrid merge` on registry ids, which checks the inputs' hashes and stores the "
                   "result durably, vs `mergekit-yaml` on the folders; both processes timed from outside)")
