@@ -43,7 +43,8 @@ def text_loss(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int 
     device = next(model.parameters()).device
     total, count = 0.0, 0
     for batch in _length_batches(tokenizer, texts, max_length, batch_size):
-        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+        logits = model(input_ids=batch["input_ids"].to(device),
+                       attention_mask=batch["attention_mask"].to(device)).logits
         labels = batch["labels"][:, 1:].to(device)
         mask = labels != -100
         # fused log-softmax + gather over the real tokens only (the same NLL as log_softmax().gather())

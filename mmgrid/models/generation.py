@@ -49,7 +49,7 @@ def prefilled_beam_generate(model: Any, input_ids: torch.Tensor, attention_mask:
 def _cache_kwarg(model: Any) -> str:
     """``cache`` (transformers >= 5.x names it so) or the older ``past_key_values``."""
     try:
-        from transformers.generation.utils import ALL_CACHE_NAMES
+        from transformers.generation.utils import ALL_CACHE_NAMES  # lazy: a version probe, once per call
     except ImportError:  # transformers 4.x: past_key_values only
         return "past_key_values"
     return "cache" if "cache" in ALL_CACHE_NAMES else "past_key_values"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
 from mmgrid.errors import ModelError
 
@@ -89,8 +90,6 @@ class SharedPrefixDecoder:
 
     def _layer(self, i: int, layer: Any, hidden: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor],
                origin: torch.Tensor, n: int, b: int) -> torch.Tensor:
-        from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
-
         attn = layer.self_attn
         residual = hidden
         x = layer.input_layernorm(hidden)

@@ -128,6 +128,7 @@ class MeanPoolEncoder:
         if modes != {"pooling_mode_mean_tokens"} or st_cfg.get("do_lower_case") or extra or \
                 pool.get("include_prompt", True) is not True:
             return None
+        # lazy: this module is imported by every paradigm; transformers' model classes only by an embedder load
         from transformers import AutoModel, AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
@@ -140,7 +141,7 @@ class MeanPoolEncoder:
 
     def encode(self, texts: list[str], batch_size: int = 32, convert_to_numpy: bool = True,
                normalize_embeddings: bool = False, show_progress_bar: bool = False) -> np.ndarray:
-        import torch
+        import torch  # lazy: as transformers above (a loaded encoder has imported it already)
 
         order = np.argsort([-len(t) for t in texts], kind="stable")  # as sentence-transformers: longest first
         out = np.zeros((len(texts), self.get_sentence_embedding_dimension()), dtype=np.float32)
