@@ -16,13 +16,15 @@ the spread (min..max, std) of the metrics over ``--seeds`` training seeds of the
 code, to judge "same within noise", and the wall time of the demo's whole build (the tiny
 base and every stage of every row) with both paths. Seed 0 of both paths runs ``--repeats``
 times, alternating, and the best rate of each is reported (the machine may be shared).
-Asserts nothing.
+A "goals" block compares the CPU-time ratios with issue 15's goals (>= 2x training
+examples/s, >= 3x warm evaluated users/s). Asserts nothing.
 
 Usage::
 
     python bench/train_eval.py --quick            # a few minutes on 2 cores
     python bench/train_eval.py                    # the full demo config (much longer)
     python bench/train_eval.py --quick --paradigms sasrec emb --seeds 1
+    python bench/train_eval.py --quick --from-json run.json   # re-print a run saved with --json
 """
 
 from __future__ import annotations
@@ -67,8 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-demo-build", dest="demo_build", action="store_false",
                     help="skip timing the demo's whole build with both paths")
     ap.add_argument("--json", default=None, help="also write all raw results to this file")
+    ap.add_argument("--from-json", default=None,
+                    help="print the report of an earlier run's --json file instead of running")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE config overrides for both paths")
     args = ap.parse_args(argv)
+    if args.from_json:
+        raw = json.loads(Path(args.from_json).read_text())
+        args.paradigms = [p for p in args.paradigms if p in raw["current"][0]["cells"]]
+        print(report(best(raw["baseline"]), [best(raw["current_seed0"])] + raw["current"][1:], args))
+        print(build_line(raw.get("demo_build", {}), args.baseline))
+        return 0
 
     tmp = Path(tempfile.mkdtemp(prefix="mmgrid-bench-"))
     base_tree = tmp / "baseline"
@@ -95,15 +105,21 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
                        capture_output=True)
     print(report(old, new, args))
-    if builds:
-        o, c = builds[args.baseline], builds["current"]
-        print(f"\ndemo build ({c['stages']} stages + the tiny base): wall {o['build_s']:.1f} s -> {c['build_s']:.1f} s "
-              f"({o['build_s'] / c['build_s']:.2f}x); CPU {o['build_cpu_s']:.1f} s -> {c['build_cpu_s']:.1f} s "
-              f"({o['build_cpu_s'] / c['build_cpu_s']:.2f}x)")
+    print(build_line(builds, args.baseline))
     if args.json:
         Path(args.json).write_text(json.dumps({"baseline": olds, "current_seed0": curs, "current": new,
                                                "demo_build": builds}, indent=1))
     return 0
+
+
+def build_line(builds: dict, baseline: str) -> str:
+    """The demo build's wall and CPU time with both paths (empty without them)."""
+    if not builds:
+        return ""
+    o, c = builds[baseline], builds["current"]
+    return (f"\ndemo build ({c['stages']} stages + the tiny base): wall {o['build_s']:.1f} s -> {c['build_s']:.1f} s "
+            f"({o['build_s'] / c['build_s']:.2f}x); CPU {o['build_cpu_s']:.1f} s -> {c['build_cpu_s']:.1f} s "
+            f"({o['build_cpu_s'] / c['build_cpu_s']:.2f}x)")
 
 
 def best(runs: list[dict]) -> dict:
@@ -123,6 +139,10 @@ def best(runs: list[dict]) -> dict:
         for k in ("imports_s", "base_s", "data_s"):
             out[k] = min(out[k], r[k])
     return out
+
+
+def _goal(ratio: float, goal: float) -> str:
+    return "met" if ratio >= goal else f"short: {ratio / goal:.0%} of {goal:g}x"
 
 
 def _f(x: float, w: int = 8, p: int = 1) -> str:
@@ -145,6 +165,12 @@ def report(old: dict, new: list[dict], args: argparse.Namespace) -> str:
                      f"({c['eval_users_per_cpu_s'] / o['eval_users_per_cpu_s']:4.2f}x) | "
                      f"{_f(o['eval_users_per_cpu_s_cold'], 6, 0)} -> {_f(c['eval_users_per_cpu_s_cold'], 6, 0)} "
                      f"({c['eval_users_per_cpu_s_cold'] / o['eval_users_per_cpu_s_cold']:4.2f}x)")
+    lines += ["", "goals (issue 15: training >= 2x examples/s, evaluation >= 3x users/s; CPU-time ratios, warm):"]
+    for p in args.paradigms:
+        o, c = old["cells"][p], cur["cells"][p]
+        rt = c["train_ex_per_cpu_s"] / o["train_ex_per_cpu_s"]
+        re_ = c["eval_users_per_cpu_s"] / o["eval_users_per_cpu_s"]
+        lines.append(f"{p:8s} | train {rt:4.2f}x {_goal(rt, 2.0)} | eval {re_:4.2f}x {_goal(re_, 3.0)}")
     lines += ["", "the same by wall-clock time (the machine's other load counts in):",
               "paradigm | train ex/s base -> cur (x) | eval users/s warm base -> cur (x) | cold base -> cur (x) | "
               "cell s base -> cur"]

@@ -17,13 +17,23 @@ import torch
 from mmgrid.models.base import lm_batch
 
 
+# tokenized held-out batches; the value keeps the tokenizer alive, so its id in the key is never reused
+_BATCHES: dict[tuple[Any, ...], tuple[Any, list[dict[str, torch.Tensor]]]] = {}
+_MAX_CACHED = 16
+
+
 @torch.no_grad()
 def text_loss(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int = 64,
               batch_size: int = 32) -> float:
     """Mean next-token negative log-likelihood per token (nats) of ``texts``.
 
+    The texts are tokenized once per tokenizer, text set and ``max_length`` (a grid
+    evaluation scores the same held-out text with every model) and batched in order of
+    length, so that a batch holds little padding. The mean over all tokens does not depend
+    on which texts share a batch (up to float rounding of the sums).
+
     Args:
-        model: a causal LM (``model(input_ids, attention_mask, labels).logits``).
+        model: a causal LM (``model(input_ids, attention_mask).logits``).
         tokenizer: its tokenizer.
         texts: the held-out text.
         max_length: tokens per text (``<bos> text <eos>``, truncated), as in base training.
@@ -32,16 +42,32 @@ def text_loss(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int 
     model.eval()
     device = next(model.parameters()).device
     total, count = 0.0, 0
-    for s in range(0, len(texts), batch_size):
-        batch = lm_batch(tokenizer, list(texts[s:s + batch_size]), max_length)
-        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+    for batch in _length_batches(tokenizer, texts, max_length, batch_size):
+        logits = model(input_ids=batch["input_ids"].to(device),
+                       attention_mask=batch["attention_mask"].to(device)).logits
         labels = batch["labels"][:, 1:].to(device)
-        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         mask = labels != -100
-        nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        total += float(nll[mask].sum())
+        # fused log-softmax + gather over the real tokens only (the same NLL as log_softmax().gather())
+        total += float(torch.nn.functional.cross_entropy(logits[:, :-1][mask].float(), labels[mask], reduction="sum"))
         count += int(mask.sum())
     return total / count if count else float("nan")
+
+
+def _length_batches(tokenizer: Any, texts: Sequence[str], max_length: int,
+                    batch_size: int) -> list[dict[str, torch.Tensor]]:
+    """:func:`mmgrid.models.base.lm_batch` batches of ``texts`` sorted by token length (cached)."""
+    texts = list(texts)
+    key = (id(tokenizer), len(tokenizer), tuple(texts), max_length, batch_size)
+    if key in _BATCHES:
+        return _BATCHES[key][1]
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    batches = [lm_batch(tokenizer, [texts[i] for i in order[s:s + batch_size]], max_length)
+               for s in range(0, len(order), batch_size)]
+    if len(_BATCHES) >= _MAX_CACHED:
+        _BATCHES.pop(next(iter(_BATCHES)))
+    _BATCHES[key] = (tokenizer, batches)
+    return batches
 
 
 def language_model(paradigm: Any, model: Any) -> tuple[Any, Any] | None:

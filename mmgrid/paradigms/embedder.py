@@ -70,10 +70,15 @@ def load_embedder(name: str | None = None, device: str = "cpu") -> "SentenceTran
     if key not in _MODELS:
         check_weights_safe(Path(path))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: never reach the hub
-        # lazy: sentence_transformers costs ~4 s to import (measured); only an embedder load needs it
-        from sentence_transformers import SentenceTransformer
-
         try:
+            lean = MeanPoolEncoder.load(Path(path), device)
+            if lean is not None:
+                _MODELS[key] = lean  # type: ignore[assignment]
+                return _MODELS[key]
+            # lazy: sentence_transformers costs 4 s (idle machine) to 37 s (loaded) to import;
+            # only folders MeanPoolEncoder does not cover need it
+            from sentence_transformers import SentenceTransformer
+
             _MODELS[key] = SentenceTransformer(
                 path, device=device, local_files_only=True, model_kwargs={"use_safetensors": True}
             )
@@ -83,6 +88,77 @@ def load_embedder(name: str | None = None, device: str = "cpu") -> "SentenceTran
                 f"sentence-transformers folder (modules.json, config, weights)."
             ) from exc
     return _MODELS[key]
+
+
+class MeanPoolEncoder:
+    """The sentence-transformers pipeline ``Transformer -> Pooling(mean) -> [Normalize]`` on plain transformers.
+
+    Importing ``sentence_transformers`` costs more than loading and running the embedder
+    (4 s on an idle 2-core machine, 37 s on a loaded one, against ~1.5 s for the weights);
+    most embedders (the default all-MiniLM-L6-v2 among them) are this three-module
+    pipeline, which is a tokenizer, an ``AutoModel`` and a masked mean. :meth:`load` returns
+    None for any other folder (other pooling, dense layers, prompts, lower-casing), which
+    then goes to sentence-transformers. :meth:`encode` computes what
+    ``SentenceTransformer.encode`` computes: texts sorted by length, batched, truncated to
+    ``max_seq_length``, mean of the token embeddings over the attention mask (clamped at
+    1e-9), then L2-normalised (the tests compare the two).
+    """
+
+    def __init__(self, tokenizer: Any, model: Any, max_seq_length: int | None, normalize: bool) -> None:
+        self.tokenizer, self.model, self.max_seq_length, self.normalize = tokenizer, model, max_seq_length, normalize
+
+    @classmethod
+    def load(cls, path: Path, device: str) -> "MeanPoolEncoder | None":
+        """The encoder of a folder whose modules are exactly Transformer (root), mean Pooling, optional Normalize."""
+        try:
+            modules = json.loads((path / "modules.json").read_text())
+            st_cfg = json.loads((path / "sentence_bert_config.json").read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
+        if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]) or \
+                str(modules[0].get("path", "")) != "":
+            return None
+        try:
+            pool = json.loads((path / str(modules[1].get("path", "")) / "config.json").read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        modes = {k for k, v in pool.items() if k.startswith("pooling_mode") and v}
+        extra = set(st_cfg) - {"max_seq_length", "do_lower_case"}
+        if modes != {"pooling_mode_mean_tokens"} or st_cfg.get("do_lower_case") or extra or \
+                pool.get("include_prompt", True) is not True:
+            return None
+        # lazy: this module is imported by every paradigm; transformers' model classes only by an embedder load
+        from transformers import AutoModel, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        model = AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True).to(device).eval()
+        max_len = st_cfg.get("max_seq_length")
+        return cls(tok, model, int(max_len) if max_len else None, len(kinds) == 3)
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    def encode(self, texts: list[str], batch_size: int = 32, convert_to_numpy: bool = True,
+               normalize_embeddings: bool = False, show_progress_bar: bool = False) -> np.ndarray:
+        import torch  # lazy: as transformers above (a loaded encoder has imported it already)
+
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # as sentence-transformers: longest first
+        out = np.zeros((len(texts), self.get_sentence_embedding_dimension()), dtype=np.float32)
+        dev = next(self.model.parameters()).device
+        with torch.no_grad():
+            for s in range(0, len(texts), batch_size):
+                idx = order[s:s + batch_size]
+                enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                     max_length=self.max_seq_length, return_tensors="pt")
+                enc = {k: v.to(dev) for k, v in enc.items()}
+                tokens = self.model(**enc).last_hidden_state
+                mask = enc["attention_mask"].unsqueeze(-1).to(tokens.dtype)
+                emb = (tokens * mask).sum(dim=1) / torch.clamp(mask.sum(dim=1), min=1e-9)
+                if self.normalize or normalize_embeddings:
+                    emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+                out[idx] = emb.float().cpu().numpy()
+        return out
 
 
 def check_weights_safe(path: Path) -> None:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from mmgrid.errors import ConfigError, ModelError
+from mmgrid.models.generation import prefilled_beam_generate
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, encode
 from mmgrid.paradigms.errors import CheckpointMismatchError
@@ -287,8 +288,8 @@ class TextParadigm:
         new = int(p["max_new_tokens"]) or min(max(len(t) for t in info.title_ids), int(p["max_title_tokens"])) + 1
         ids, mask, _ = left_pad([prompt_ids(info, h) for h in histories], tok.pad_token_id)
         dev = model_device(model)
-        out = model.generate(
-            input_ids=ids.to(dev), attention_mask=mask.to(dev), num_beams=beams, num_return_sequences=beams,
+        out = prefilled_beam_generate(  # the prompt encoded once per history, not once per beam
+            model, ids.to(dev), mask.to(dev), beams, num_return_sequences=beams,
             max_new_tokens=new, do_sample=False, early_stopping=True, use_cache=True,
             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             output_scores=True, return_dict_in_generate=True,

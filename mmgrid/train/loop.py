@@ -163,7 +163,9 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
         local_bs = local_batch_size(batch_size, dist)
 
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    # foreach: one multi-tensor kernel per AdamW operation instead of a Python loop over the
+    # parameters; the same arithmetic in the same order (bit-identical, tests/train), ~5 % of a tiny stage
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
     n_batches = math.ceil(math.ceil(len(examples) / world) / local_bs) if examples else 0
     show = progress and (dist is None or dist.is_main)
     bar = progress_bar(total=epochs * n_batches, desc=where or "train", unit="step", enabled=show)

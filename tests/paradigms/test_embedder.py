@@ -105,3 +105,39 @@ def test_packaged_minilm_ships_safetensors_only() -> None:
     E.check_weights_safe(path)
     suffixes = {p.suffix for p in path.rglob("*") if p.is_file()}
     assert ".safetensors" in suffixes and not suffixes & {".bin", ".pt", ".pth", ".pkl", ".ckpt"}
+
+
+TEXTS = ["red cotton shirt", "a red shirt made of cotton, machine washable, with two pockets", "kettle",
+         "steel kettle for tea", "", "Ünïcödé títle — with dashes"]
+
+
+def test_lean_encoder_equals_sentence_transformers_on_the_default_model() -> None:
+    from sentence_transformers import SentenceTransformer
+
+    path = E.resolve_embedder_path(None)
+    lean = E.MeanPoolEncoder.load(Path(path), "cpu")
+    assert lean is not None  # the default is Transformer -> mean Pooling -> Normalize
+    assert E.load_embedder(None).__class__ is E.MeanPoolEncoder  # and load_embedder uses it
+    ref = SentenceTransformer(path, device="cpu", local_files_only=True, model_kwargs={"use_safetensors": True})
+    want = ref.encode(TEXTS, batch_size=4, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+    got = lean.encode(TEXTS, batch_size=4, normalize_embeddings=True)
+    assert got.shape == (len(TEXTS), 384) and lean.get_sentence_embedding_dimension() == 384
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6)
+    # one text alone (no padding) and in a batch give the same vector
+    np.testing.assert_allclose(lean.encode([TEXTS[1]], normalize_embeddings=True)[0], got[1], rtol=1e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize("change", ["cls pooling", "dense module", "lower case"])
+def test_lean_encoder_declines_other_pipelines(tmp_path, change: str) -> None:
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    pool = {"word_embedding_dimension": 8, "pooling_mode_cls_token": change == "cls pooling",
+            "pooling_mode_mean_tokens": change != "cls pooling"}
+    st_cfg = {"max_seq_length": 16, "do_lower_case": change == "lower case"}
+    if change == "dense module":
+        modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps(st_cfg))
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pool))
+    assert E.MeanPoolEncoder.load(tmp_path, "cpu") is None  # decided from the JSON files: nothing loaded

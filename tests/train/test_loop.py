@@ -28,6 +28,26 @@ def test_loss_decreases_and_same_seed_is_bitwise_identical() -> None:
         assert torch.equal(a, b), k
 
 
+def test_foreach_adamw_is_bit_identical_to_the_per_parameter_loop() -> None:
+    # train_stage uses AdamW(foreach=True) for speed; it must compute exactly what the
+    # per-parameter implementation (foreach=False, the CPU default) computes
+    par, m1, ex = _setup()
+    train_stage(par, m1, ex, epochs=2, lr=0.02, batch_size=8, seed=5, weight_decay=0.01, progress=False)
+    par, m2, ex = _setup()
+    orig = torch.optim.AdamW
+    try:
+        torch.optim.AdamW = lambda *a, **k: orig(*a, **{**k, "foreach": False})  # type: ignore[misc]
+        train_stage(par, m2, ex, epochs=2, lr=0.02, batch_size=8, seed=5, weight_decay=0.01, progress=False)
+    finally:
+        torch.optim.AdamW = orig  # type: ignore[misc]
+    moved = 0
+    for (k, a), (_, b) in zip(m1.state_dict().items(), m2.state_dict().items()):
+        assert torch.equal(a, b), k
+        moved += 1
+    par, m0, _ = _setup()
+    assert moved and not torch.equal(m0.proj.weight, m1.proj.weight)  # training did change the weights
+
+
 def test_other_seed_differs_and_max_examples_caps() -> None:
     par, m1, ex = _setup()
     train_stage(par, m1, ex, epochs=1, lr=0.02, batch_size=8, seed=1, progress=False)

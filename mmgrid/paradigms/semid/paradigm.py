@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from mmgrid.errors import ConfigError, ModelError
+from mmgrid.models.prefix_decode import SharedPrefixDecoder
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, texts_key
 from mmgrid.paradigms.errors import CheckpointMismatchError
@@ -212,19 +213,14 @@ class SemIDParadigm:
         n, state = len(histories), {}
 
         def step(prefixes: torch.Tensor, level: int, origin: torch.Tensor | None) -> torch.Tensor:
+            # the prompt's keys/values are kept once per history and shared by its beams (no per-beam copy)
             if origin is None:
-                out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-                state.update(cache=out.past_key_values, mask=mask, pos=pos[:, -1])
+                state["dec"] = SharedPrefixDecoder(model, ids, mask, pos)
+                logits = state["dec"].logits
             else:
-                origin = origin.to(dev)
-                state["cache"].reorder_cache(origin)
-                m = torch.cat([state["mask"][origin], torch.ones_like(origin)[:, None]], dim=1)
-                p = state["pos"][origin] + 1
                 last = rows[level - 1][prefixes[:, :, -1].reshape(-1).to(dev)]
-                out = model(input_ids=last[:, None], attention_mask=m, position_ids=p[:, None],
-                            past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
-                state.update(mask=m, pos=p)
-            logp = out.logits[:, -1].float().log_softmax(-1)[:, rows[level]]
+                logits = state["dec"].step(last, origin.to(dev))
+            logp = logits.float().log_softmax(-1)[:, rows[level]]
             return logp.view(n, -1, rows[level].shape[0])
 
         codes, scores, _ = trie_beam_search_with_order(step, info.trie, n, beam)
