@@ -147,3 +147,20 @@ def test_bad_per_user_values_are_refused_before_writing(reg) -> None:
     with pytest.raises(RegistryError, match="clashes"):
         reg.put_per_user(users, active, {"active": metrics["recall@10"]})
     assert not (reg.root / "peruser").exists()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 57, 400])
+def test_intervals_are_exactly_mean_ci_of_each_metric(n) -> None:
+    from mmgrid.registry.peruser import intervals
+
+    rng = np.random.default_rng(n)
+    active = rng.random(n) < 0.5
+    metrics = {"recall@10": (rng.random(n) < 0.3).astype(float), "ndcg@10": rng.random(n) * 0.4,
+               "ndcg@20": rng.random(n)}
+    for group, mask in (("all", np.ones(n, bool)), ("active", active), ("non_active", ~active)):
+        got = intervals(active, metrics, group)
+        if not mask.any():
+            assert got == {}
+            continue
+        for k, v in metrics.items():
+            assert got[k] == list(mean_ci(v[mask], level=0.95, n_resamples=2000, seed=0)[1:])
