@@ -72,6 +72,7 @@ def test_seed_is_a_checkpoint_coordinate(reg, state) -> None:
     assert dict(zip(q["id"], q["seed"])) == {a: 0, b: 1}
     assert reg.query(seed=1)["id"].tolist() == [b]
     assert reg.resolve({**COORDS, "seed": 0}) == a
+    assert reg.grid("text", seed=0).loc["Books", "p0"] == a and reg.grid("text", seed=1).loc["Books", "p0"] == b
     reg.record_eval(b, "test", "all", {"recall@10": 0.5})
     reg.record_eval(None, "test", "all", {"recall@10": 0.25}, recipe={"method": "x"}, extra={"seed": 2})
     res = reg.results()
@@ -164,3 +165,19 @@ def test_intervals_are_exactly_mean_ci_of_each_metric(n) -> None:
             continue
         for k, v in metrics.items():
             assert got[k] == list(mean_ci(v[mask], level=0.95, n_resamples=2000, seed=0)[1:])
+
+
+def test_query_and_results_commands_filter_on_seed(reg, state, capsys) -> None:
+    from mmgrid.cli import main
+
+    a = reg.put(state(), COORDS, "trained", seed=0)
+    b = reg.put(state(1), COORDS, "trained", seed=1)
+    reg.record_eval(a, "test", "all", {"recall@10": 0.5})
+    reg.record_eval(b, "test", "all", {"recall@10": 0.25})
+    capsys.readouterr()
+    assert main(["query", str(reg.root), "--seed", "1", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert b in out and a not in out and "seed" in out.splitlines()[0]
+    assert main(["results", str(reg.root), "--seed", "0", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and a in lines[1] and "ci_low" in lines[0]
