@@ -6,11 +6,17 @@ seeds. With values ``[n_seeds, n_users]`` each replicate draws users with replac
 same draw for every seed, because the same users are evaluated on every replicate) and,
 independently, seeds with replacement, then averages (a two-stage, "cases" bootstrap; Davison
 & Hinkley 1997, sec. 3.8). With one seed this is the ordinary bootstrap over users.
+
+:func:`resample_weights` gives the same two-stage draw as weights (multinomial counts divided
+by the sample size), which lets statistics of whole curves be resampled by matrix products
+(:mod:`mmgrid.stats.lambda_star`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from mmgrid.stats.errors import StatsError
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_LEVEL = 0.95
@@ -21,8 +27,36 @@ def _as_matrix(values: np.ndarray) -> np.ndarray:
     if a.ndim == 1:
         a = a[None, :]
     if a.ndim != 2:
-        raise ValueError(f"per-user values must be [n_users] or [n_seeds, n_users], got shape {a.shape}")
+        raise StatsError(f"per-user values must be [n_users] or [n_seeds, n_users], got shape {a.shape}")
     return a
+
+
+def check_level(level: float) -> None:
+    """A coverage must lie strictly between 0 and 1."""
+    if not 0.0 < level < 1.0:
+        raise StatsError(f"level must be in (0, 1), got {level}")
+
+
+def percentile_interval(stats: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    """The ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of bootstrap replicates (NaNs dropped)."""
+    check_level(level)
+    s = np.asarray(stats, dtype=np.float64)
+    s = s[np.isfinite(s)]
+    if s.size == 0:
+        return float("nan"), float("nan")
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(s, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+def resample_weights(rng: np.random.Generator, n_resamples: int, n: int) -> np.ndarray:
+    """``[n_resamples, n]`` bootstrap weights: how often each case is drawn, divided by ``n``.
+
+    A weighted mean with one row of these weights is the mean of one bootstrap sample.
+    """
+    if n == 0:
+        return np.zeros((n_resamples, 0))
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples) / float(n)
 
 
 def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES,
@@ -39,14 +73,13 @@ def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int =
         ``(mean, ci_low, ci_high)``; ``(nan, nan, nan)`` for no users; a zero-width interval
         for a single user and seed.
     """
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+    check_level(level)
     a = _as_matrix(values)
     n_seeds, n_users = a.shape
     if n_users == 0 or n_seeds == 0:
         return float("nan"), float("nan"), float("nan")
     if not np.isfinite(a).all():
-        raise ValueError("per-user values contain NaN or Inf; drop the users without a value first")
+        raise StatsError("per-user values contain NaN or Inf; drop the users without a value first")
     mean = float(a.mean())
     if n_users * n_seeds == 1:
         return mean, mean, mean
@@ -60,6 +93,5 @@ def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int =
         seeds = rng.integers(0, n_seeds, size=(b, n_seeds))
         per_seed = a[:, users].mean(axis=2)           # [n_seeds, b]: each seed's mean over the drawn users
         stats[s:s + b] = np.take_along_axis(per_seed.T, seeds, axis=1).mean(axis=1)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
-    return mean, float(lo), float(hi)
+    lo, hi = percentile_interval(stats, level)
+    return mean, lo, hi
