@@ -11,7 +11,7 @@ from mmgrid.stats.association import (LooResult, SpearmanResult, loo_error_vs_de
                                       spearman_exact_p, spearman_rho, spearman_with_interval)
 from mmgrid.stats.bootstrap import mean_ci, percentile_interval, resample_weights
 from mmgrid.stats.errors import StatsError
-from mmgrid.stats.lambda_star import (LambdaStar, argmax_lambda, domains_lambda_star_replicates,
+from mmgrid.stats.lambda_star import (LambdaStar, argmax_lambda, curve_band, domains_lambda_star_replicates,
                                       lambda_star_replicates, robust_lambda_star, seed_averaged_curve, smooth_curve)
 from mmgrid.stats.multiple import benjamini_hochberg, holm
 from mmgrid.stats.paired import PairedResult, paired_difference
@@ -22,7 +22,7 @@ __all__ = [
     "PairedResult", "paired_difference",
     "holm", "benjamini_hochberg",
     "LambdaStar", "robust_lambda_star", "lambda_star_replicates", "domains_lambda_star_replicates",
-    "argmax_lambda", "seed_averaged_curve", "smooth_curve",
+    "argmax_lambda", "curve_band", "seed_averaged_curve", "smooth_curve",
     "SpearmanResult", "spearman_rho", "spearman_exact_p", "spearman_with_interval",
     "LooResult", "loo_predictions", "loo_error_vs_default",
     "verdict", "contains", "verdict_line", "HOLDS", "FAILS", "INCONCLUSIVE",

@@ -14,6 +14,8 @@ by the sample size), which lets statistics of whole curves be resampled by matri
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from mmgrid.stats.errors import StatsError
@@ -49,6 +51,31 @@ def percentile_interval(stats: np.ndarray, level: float = DEFAULT_LEVEL) -> tupl
     return float(lo), float(hi)
 
 
+def resample_counts(rng: np.random.Generator, n_resamples: int, n: int) -> np.ndarray:
+    """``[n_resamples, n]`` how often each of ``n`` cases is drawn in each bootstrap sample of size ``n``.
+
+    Cases are drawn uniformly with replacement (``rng.integers``) and counted, which is fast and
+    turns a resampled mean into a matrix product.
+    """
+    idx = rng.integers(0, n, size=(n_resamples, n))
+    flat = idx + (np.arange(n_resamples, dtype=np.int64) * n)[:, None]
+    return np.bincount(flat.ravel(), minlength=n_resamples * n).reshape(n_resamples, n)
+
+
+@lru_cache(maxsize=16)
+def _draws(seed: int, n_resamples: int, n_users: int, n_seeds: int, chunk: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """The (user counts, seed counts) chunks of :func:`mean_ci` for one seed and shape, cached: a report
+    bootstraps hundreds of cells over the same users, and the draw depends only on these numbers."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in range(0, n_resamples, chunk):
+        b = min(chunk, n_resamples - s)
+        cu, cs = resample_counts(rng, b, n_users).astype(np.float64), resample_counts(rng, b, n_seeds).astype(np.float64)
+        cu.flags.writeable = cs.flags.writeable = False
+        out.append((cu, cs))
+    return tuple(out)
+
+
 def resample_weights(rng: np.random.Generator, n_resamples: int, n: int) -> np.ndarray:
     """``[n_resamples, n]`` bootstrap weights: how often each case is drawn, divided by ``n``.
 
@@ -56,7 +83,7 @@ def resample_weights(rng: np.random.Generator, n_resamples: int, n: int) -> np.n
     """
     if n == 0:
         return np.zeros((n_resamples, 0))
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples) / float(n)
+    return resample_counts(rng, n_resamples, n) / float(n)
 
 
 def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES,
@@ -83,15 +110,14 @@ def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int =
     mean = float(a.mean())
     if n_users * n_seeds == 1:
         return mean, mean, mean
-    rng = np.random.default_rng(seed)
     stats = np.empty(n_resamples)
-    # chunks keep memory at a few MB for thousands of users
-    chunk = max(1, 4_000_000 // max(1, n_users * n_seeds))
-    for s in range(0, n_resamples, chunk):
-        b = min(chunk, n_resamples - s)
-        users = rng.integers(0, n_users, size=(b, n_users))
-        seeds = rng.integers(0, n_seeds, size=(b, n_seeds))
-        per_seed = a[:, users].mean(axis=2)           # [n_seeds, b]: each seed's mean over the drawn users
-        stats[s:s + b] = np.take_along_axis(per_seed.T, seeds, axis=1).mean(axis=1)
+    # chunks keep the count matrices at a few MB for thousands of users
+    chunk = max(1, 4_000_000 // max(1, n_users))
+    s = 0
+    for c_users, c_seeds in _draws(int(seed), int(n_resamples), n_users, n_seeds, chunk):
+        b = c_users.shape[0]                          # c_users [b, n_users]: one draw for every seed; c_seeds [b, n_seeds]
+        per_seed = (a @ c_users.T) / n_users          # [n_seeds, b]: each seed's mean over the drawn users
+        stats[s:s + b] = (per_seed.T * c_seeds).sum(axis=1) / n_seeds
+        s += b
     lo, hi = percentile_interval(stats, level)
     return mean, lo, hi

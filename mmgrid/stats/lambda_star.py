@@ -157,13 +157,27 @@ def lambda_star_replicates(lambdas, values: np.ndarray, smooth: int = 1, prefer:
     return argmax_lambda(np.asarray(lambdas, float), reps, prefer)
 
 
+def curve_band(values: np.ndarray, smooth: int = 1, level: float = DEFAULT_LEVEL,
+               n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The seed-averaged (smoothed) curve with a pointwise percentile-bootstrap band (users and seeds resampled).
+
+    Returns:
+        ``(curve, low, high)``, each ``[n_lambdas]``.
+    """
+    reps = smooth_curve(bootstrap_curves(values, n_resamples, np.random.default_rng(seed)), smooth)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(reps, [alpha, 1.0 - alpha], axis=1)
+    return seed_averaged_curve(values, smooth), lo, hi
+
+
 def domains_lambda_star_replicates(lambdas, per_domain: list[np.ndarray], smooth: int = 1, prefer: float = 1.0,
                                    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> np.ndarray:
     """``[n_resamples, n_domains]`` lambda* replicates of several domains resampled together.
 
     Users are resampled within each domain; the training seeds are drawn once per replicate and
     shared by all domains (seed s trained every domain's replicate s). Every domain's curves must
-    have the same seeds (axis 0) and lambdas (axis 1).
+    have the same seeds (axis 0). ``lambdas`` is one grid for every domain or a list with one grid
+    per domain (a grid extended at an edge differs).
     """
     curves = [as_curves(v) for v in per_domain]
     if not curves:
@@ -174,6 +188,10 @@ def domains_lambda_star_replicates(lambdas, per_domain: list[np.ndarray], smooth
     rng = np.random.default_rng(seed)
     w_seeds = resample_weights(rng, n_resamples, n_seeds)
     out = np.empty((n_resamples, len(curves)))
+    grids = (list(lambdas) if isinstance(lambdas, (list, tuple)) and len(lambdas) and np.ndim(lambdas[0]) == 1
+             else [lambdas] * len(curves))
+    if len(grids) != len(curves):
+        raise StatsError(f"{len(grids)} lambda grids for {len(curves)} domains")
     for j, c in enumerate(curves):
-        out[:, j] = lambda_star_replicates(lambdas, c, smooth, prefer, n_resamples, rng, w_seeds)
+        out[:, j] = lambda_star_replicates(grids[j], c, smooth, prefer, n_resamples, rng, w_seeds)
     return out

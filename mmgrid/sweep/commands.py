@@ -70,11 +70,14 @@ def _executor(args: argparse.Namespace, cfg: Any) -> Any:
 
 def _temporal(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.sweep.lambda_model import extend_temporal
     from mmgrid.sweep.selection import lambda_stars
-    from mmgrid.sweep.temporal import run_temporal
+    from mmgrid.sweep.temporal import run_temporal, temporal_results
 
     cfg, reg, prepared = _open(args)
     df = run_temporal(cfg, reg, prepared, executor=_executor(args, cfg))
+    if not extend_temporal(cfg, reg, prepared).empty:  # sweeps.temporal.extend_steps: lambda* on an edge
+        df = temporal_results(reg, paradigm=cfg.sweeps.temporal.paradigm, variant=cfg.sweeps.temporal.variant)
     stars = lambda_stars(df, cfg.sweeps.temporal.metric).pivot(index="domain", columns="group", values="lambda_star")
     print(f"temporal sweep: {df['lambda'].nunique()} lambdas x {df['domain'].nunique()} domains recorded in {reg.root}")
     print(f"lambda* ({cfg.sweeps.temporal.metric}):")

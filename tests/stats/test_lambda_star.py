@@ -86,3 +86,20 @@ def test_bad_curves_get_named_errors():
         c = _curves(0.5)
         c[0, 0, 0] = np.nan
         robust_lambda_star(LAMS, c)
+
+
+def test_curve_band_brackets_the_curve_and_shrinks_without_noise():
+    from mmgrid.stats import curve_band
+
+    rng = np.random.default_rng(4)
+    curve, lo, hi = curve_band(_curves(0.5, n_users=80, noise=0.5, rng=rng), n_resamples=300)
+    assert np.all(lo <= curve + 1e-12) and np.all(curve <= hi + 1e-12) and np.all(hi - lo > 0.01)
+    curve0, lo0, hi0 = curve_band(_curves(0.5), n_resamples=50)
+    assert lo0 == pytest.approx(curve0) and hi0 == pytest.approx(curve0)
+
+
+def test_domains_may_have_their_own_grids():
+    short = LAMS[:-3]
+    c_short = np.broadcast_to((1.0 - (short - 0.4) ** 2)[None, :, None], (1, short.size, 30)).copy()
+    reps = domains_lambda_star_replicates([LAMS, short], [_curves(1.5), c_short], n_resamples=20)
+    assert np.all(reps[:, 0] == pytest.approx(1.5)) and np.all(reps[:, 1] == pytest.approx(0.4))

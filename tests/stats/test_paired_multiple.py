@@ -15,7 +15,7 @@ def test_sign_flip_p_equals_hand_enumeration_of_all_16_flips():
     flips = [abs((d * np.array(s)).mean()) for s in itertools.product([1, -1], repeat=4)]
     hand = sum(f >= obs - 1e-12 for f in flips) / 16  # 6.5, 5.5, -5.5, -6.5 of the sums: 4 / 16
     assert hand == 0.25
-    res = paired_difference(d, np.zeros(4), test="randomization", n_resamples=1000)
+    res = paired_difference(d, np.zeros(4), test="randomization", n_flips=1000)
     assert res.pvalue == pytest.approx(hand, rel=1e-12)
     assert res.diff == pytest.approx(1.375, rel=1e-12)
 
@@ -78,3 +78,17 @@ def test_benjamini_hochberg_on_a_hand_case():
     # m p_(i) / i: 0.02, 0.02, 0.04, 0.04; running minimum from the top keeps them
     assert benjamini_hochberg([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.02, 0.04, 0.04, 0.02])
     assert benjamini_hochberg([0.01, 0.02, 0.5]) == pytest.approx([0.03, 0.03, 0.5])
+
+
+def test_sign_flip_agrees_with_scipy_permutation_test():
+    from mmgrid.stats.paired import sign_flip_p
+
+    rng = np.random.default_rng(8)
+    d = rng.normal(0.1, 1.0, 400)
+    ours = sign_flip_p(d, n_resamples=4000, seed=1)
+    ref = sps.permutation_test((d,), np.mean, permutation_type="samples", vectorized=True, n_resamples=4000,
+                               rng=np.random.default_rng(2)).pvalue
+    # two Monte-Carlo estimates of the same p: within 4 binomial s.d. of each other
+    sd = np.sqrt(ref * (1 - ref) / 4000)
+    assert abs(ours - ref) < 4 * sd + 0.005
+    assert sign_flip_p(np.full(50, 0.3), n_resamples=999) == pytest.approx(1 / 1000)  # no flip reaches it but itself
