@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mmgrid.configtools import ranged
+from mmgrid.errors import ConfigError
 
 
 @dataclass
@@ -15,11 +16,35 @@ class TrainConfig:
     lr: float = ranged(0, lo_open=True, default=1e-3)  # AdamW, fixed
     weight_decay: float = ranged(0, default=0.0)
     batch_size: int = ranged(1, default=32)
-    seed: int = ranged(0, default=0)
+    seed: int = ranged(0, default=0)  # one training seed (set to the first of ``seeds`` when those are given)
+    # training seeds as a grid coordinate: every stage is trained once per seed (replicates);
+    # None = [seed]. The tiny base, the evaluation's user sample and most-popular use the first.
+    # A train.seed other than 0 and seeds[0] (e.g. the override train.seed=1) makes a one-seed grid.
+    seeds: list[int] | None = None
     max_examples: int | None = ranged(1, default=None)  # cap per stage (quick runs); None = all
     device: str = "auto"  # auto | cpu | cuda
     threads: int | None = ranged(1, default=None)  # torch intra-op CPU threads (None = torch default; 1 is fastest for tiny models)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+
+    def __post_init__(self) -> None:
+        if self.seeds is None:
+            return
+        seeds = list(self.seeds)
+        if not seeds:
+            raise ConfigError("train.seeds is empty; give at least one seed (e.g. [0, 1, 2]) or leave it out.")
+        bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+        if bad:
+            raise ConfigError(f"train.seeds: {bad} are not integers >= 0; give e.g. [0, 1, 2].")
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"train.seeds {seeds} repeats a seed; each replicate needs its own seed.")
+        if self.seed not in (0, seeds[0]):
+            seeds = [self.seed]  # `train.seed=N` on a grid with seeds: that one seed
+        self.seeds, self.seed = seeds, seeds[0]
+
+    @property
+    def seed_list(self) -> list[int]:
+        """The training seeds of the grid's replicates: ``seeds``, else ``[seed]``."""
+        return list(self.seeds) if self.seeds is not None else [self.seed]
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from mmgrid.errors import ConfigError, MmgridError
@@ -90,7 +91,7 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     cfg = _config(args)
     reg = Registry.open(args.registry)
     man = reg.get(args.target)
-    prepared = _prepared(args, cfg)
+    prepared = _prepared(args, cfg, man)
     if man.coords.get("paradigm") == "base":
         return _eval_base(reg, man.id, prepared, cfg, args)
     domain = args.domain or man.coords.get("domain")
@@ -155,10 +156,26 @@ def _eval_base(reg: Any, cid: str, prepared: Any, cfg: Any, args: argparse.Names
     return 0
 
 
-def _prepared(args: argparse.Namespace, cfg: Any) -> Any:
+def _prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
+    """The prepared data: ``--prepared``, else the ``--config`` grid's, else (a checkpoint of a
+    registry, no config) the prepared folder beside the registry (``mmgrid demo`` and grids
+    write ``runs/NAME/prepared`` next to ``runs/NAME/registry``) when its fingerprint is the one
+    the checkpoint was trained on."""
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.runtime.context import open_prepared
 
+    if not args.prepared and not getattr(args, "config", None) and args.registry and man is not None:
+        beside = Path(args.registry).parent / "prepared"
+        want = getattr(man, "data_fingerprint", None)
+        try:
+            found = open_prepared(beside)
+        except MmgridError:
+            found = None
+        if found is not None and (want is None or found.fingerprint == want):
+            return found
+        where = f"{beside} holds data {found.fingerprint}" if found is not None else f"there is no prepared data at {beside}"
+        raise ConfigError(f"checkpoint {man.id[:12]} was trained on prepared data {want}, and {where}; pass "
+                          "--prepared DIR (the grid's `prepared:` folder) or --config CONFIG (the grid YAML).")
     path = args.prepared or cfg.prepared
     try:
         return open_prepared(path)

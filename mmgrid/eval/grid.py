@@ -1,6 +1,12 @@
 """Evaluate a built grid: final checkpoints on the test window (all / active / non-active),
 text retention against the base, the most-popular baseline, and the accuracy matrix R
-for the paradigms in ``eval.matrix_paradigms``. Everything is recorded in the registry.
+for the paradigms in ``eval.matrix_paradigms``. Everything is recorded in the registry,
+with the per-user values behind every number (``extra.per_user``) and their intervals.
+
+Training seeds: the final checkpoint of every replicate (every seed of ``train.seeds``) is
+evaluated on the same users (the sample is seeded with the first seed), so replicates pair
+user by user. Most-popular is deterministic and evaluated once; text retention and the
+accuracy matrix are measured on the first seed's replicate only.
 
 :func:`evaluate_and_tabulate` is the one "evaluate the grid, then the baseline table"
 that ``mmgrid build --eval``, ``mmgrid eval CONFIG`` and ``mmgrid demo`` call."""
@@ -31,8 +37,8 @@ RETENTION_SPLIT = "lm_heldout"
 
 @dataclass
 class EvalSummary:
-    # keyed by (variant, paradigm, domain): group -> metric -> value
-    results: dict[tuple[str, str, str], dict[str, dict[str, float]]] = field(default_factory=dict)
+    # keyed by (variant, paradigm, domain, seed): group -> metric -> value
+    results: dict[tuple[str, str, str, int], dict[str, dict[str, float]]] = field(default_factory=dict)
     popular: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     retention: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
     base_text_loss: float = float("nan")
@@ -42,7 +48,8 @@ class EvalSummary:
 
 def grid_evaluator(par: Any, dom: Any, cfg: Any, split: str | None = None, groups: Any = None) -> Evaluator:
     """The :class:`Evaluator` of the grid's ``eval:`` settings (split and groups overridable),
-    seeded with the grid seed: the one place that turns the settings into an evaluator."""
+    seeded with the grid seed (the first training seed, so every replicate is evaluated on the
+    same users): the one place that turns the settings into an evaluator."""
     e = cfg.eval
     return Evaluator(par, dom, split=split or e.split, ks=e.ks, groups=groups or e.groups,
                      activity_phase=e.activity_phase, max_users=e.max_users, seed=cfg.train.seed)
@@ -104,22 +111,25 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
              for domain in domains if all(("default", paradigm, domain, s) in ids for s in cfg.train.stages)]
     bar = progress_bar(total=len(todo) + len(domains) + len(cells), desc="evaluate", unit="eval",
                        enabled=progress, leave=True, min_interval=0.0)
-    for (variant, paradigm, domain), cid in todo.items():
+    first_seed = cfg.train.seed
+    for (seed, variant, paradigm, domain), cid in todo.items():
         par, dom = get_paradigm(paradigm), prepared.domain(domain)
         params = dict(cfg.paradigm_params.get(paradigm, {}))
         bar.set_postfix(model=f"{variant}/{paradigm}/{domain}")
         model = par.load(load_checkpoint(reg, cid), dom, params)
         res = grid_evaluator(par, dom, cfg).evaluate(model)
         record_results(reg, cid, cfg.eval.split, res, domain)
-        out.results[(variant, paradigm, domain)] = res
-        if cfg.eval.retention and texts:
+        out.results[(variant, paradigm, domain, seed)] = res
+        if cfg.eval.retention and texts and seed == first_seed:
             ret = retention_metrics(par, model, texts, out.base_text_loss, cfg.base.max_length)
             out.retention[(variant, paradigm, domain)] = ret
             clean = {k: v for k, v in ret.items() if v == v}
             if clean:
                 reg.record_eval(cid, RETENTION_SPLIT, "all", clean, extra={"eval_domain": domain})
         if progress:
-            print(f"eval {variant}/{paradigm}/{domain}: R@10={res['all'].get('recall@10', float('nan')):.4f}", flush=True)
+            tag = "" if len(cfg.train.seed_list) == 1 else f" seed={seed}"
+            print(f"eval {variant}/{paradigm}/{domain}{tag}: R@10={res['all'].get('recall@10', float('nan')):.4f}",
+                  flush=True)
         bar.update(1)
     for domain in domains:
         bar.set_postfix(model=f"popular/{domain}")
@@ -134,10 +144,11 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     return out
 
 
-def _finals(build: Any) -> dict[tuple[str, str, str], str]:
-    last: dict[tuple[str, str, str], str] = {}
+def _finals(build: Any) -> dict[tuple[int, str, str, str], str]:
+    """(seed, variant, paradigm, domain) -> id of the last stage built."""
+    last: dict[tuple[int, str, str, str], str] = {}
     for s in build.stages:
-        last[(s.variant, s.paradigm, s.domain)] = s.id
+        last[(getattr(s, "seed", 0), s.variant, s.paradigm, s.domain)] = s.id
     return last
 
 

@@ -29,26 +29,36 @@ def target_ranks(ranked: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return np.where(found, hits.argmax(axis=1), -1)
 
 
+def per_user_metrics(ranked: np.ndarray, targets: np.ndarray,
+                     ks: list[int] | tuple[int, ...] = (10, 20)) -> dict[str, np.ndarray]:
+    """Per-example ``{"recall@K": float64 [n], "ndcg@K": float64 [n]}`` for every K in ``ks``.
+
+    The mean of each array over any subset of examples is that subset's Recall@K / NDCG@K
+    (:func:`ranking_metrics` computes exactly that mean, with the same float operations).
+    """
+    ranked = np.asarray(ranked)
+    out: dict[str, np.ndarray] = {}
+    for k in ks:
+        ranks = target_ranks(ranked[:, :k], targets)
+        out[f"recall@{k}"] = (ranks >= 0).astype(np.float64)
+        out[f"ndcg@{k}"] = np.where(ranks >= 0, 1.0 / np.log2(np.maximum(ranks, 0) + 2.0), 0.0)
+    return out
+
+
 def recall_at_k(ranked: np.ndarray, targets: np.ndarray, k: int) -> float:
     """Mean Recall@K for one target per example (0.0 for no examples)."""
-    ranks = target_ranks(np.asarray(ranked)[:, :k], targets)
-    return float((ranks >= 0).mean()) if len(ranks) else 0.0
+    values = per_user_metrics(ranked, targets, (k,))[f"recall@{k}"]
+    return float(values.mean()) if len(values) else 0.0
 
 
 def ndcg_at_k(ranked: np.ndarray, targets: np.ndarray, k: int) -> float:
     """Mean NDCG@K for one target per example: ``1 / log2(rank + 2)`` inside the top K."""
-    ranks = target_ranks(np.asarray(ranked)[:, :k], targets)
-    if not len(ranks):
-        return 0.0
-    gains = np.where(ranks >= 0, 1.0 / np.log2(np.maximum(ranks, 0) + 2.0), 0.0)
-    return float(gains.mean())
+    values = per_user_metrics(ranked, targets, (k,))[f"ndcg@{k}"]
+    return float(values.mean()) if len(values) else 0.0
 
 
 def ranking_metrics(ranked: np.ndarray, targets: np.ndarray,
                     ks: list[int] | tuple[int, ...] = (10, 20)) -> dict[str, float]:
-    """``{"recall@K": ..., "ndcg@K": ...}`` for every K in ``ks``."""
-    out: dict[str, float] = {}
-    for k in ks:
-        out[f"recall@{k}"] = recall_at_k(ranked, targets, k)
-        out[f"ndcg@{k}"] = ndcg_at_k(ranked, targets, k)
-    return out
+    """``{"recall@K": ..., "ndcg@K": ...}`` for every K in ``ks``: the means of :func:`per_user_metrics`."""
+    per = per_user_metrics(ranked, targets, ks)
+    return {name: (float(v.mean()) if len(v) else 0.0) for name, v in per.items()}

@@ -5,20 +5,49 @@ targets, user groups) once, so that many models of the same paradigm and domain 
 lambda sweep, a merge grid) are evaluated by swapping weights and calling
 :meth:`Evaluator.evaluate` again. Groups: ``all``, ``active`` (the user has at least one
 interaction in ``activity_phase``, MMGRid section 4.3) and ``non_active``.
+
+An evaluation's answer (:class:`EvalResults`) is ``{group: {metric: mean}}`` and carries
+the per-user values behind the means (:class:`PerUser`); :func:`record_evaluation` stores
+them once per evaluation (``Registry.put_per_user``) and records each group's means with
+their 95% bootstrap intervals (``ci``) and a reference to that file (``extra.per_user``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from mmgrid.errors import DataError
-from mmgrid.eval.metrics import ranking_metrics
+from mmgrid.eval.metrics import per_user_metrics
+from mmgrid.registry.peruser import intervals
 from mmgrid.runtime.progress import progress
 
 GROUPS = ("all", "active", "non_active")
+
+
+@dataclass
+class PerUser:
+    """One evaluation's per-example values: ``users`` [n], ``active`` [n] (bool), ``metrics`` name -> [n]."""
+
+    users: np.ndarray
+    active: np.ndarray
+    metrics: dict[str, np.ndarray]
+
+    def mask(self, group: str) -> np.ndarray:
+        return {"all": np.ones(len(self.users), dtype=bool), "active": self.active,
+                "non_active": ~self.active}[group]
+
+
+class EvalResults(dict):
+    """``{group: {metric: value, "n": count}}`` (a plain dict to every reader) plus ``per_user``
+    (a :class:`PerUser`, or None where the values are not known)."""
+
+    def __init__(self, groups: Mapping[str, Mapping[str, float]] = (), per_user: PerUser | None = None) -> None:
+        super().__init__(groups)
+        self.per_user = per_user
 
 
 class Evaluator:
@@ -59,6 +88,7 @@ class Evaluator:
         self.targets = df.get_column("target").to_numpy().astype(np.int64)
         self.histories = [[int(i) for i in (h or [])] for h in df.get_column("history").to_list()]
         active = np.isin(self.users, np.fromiter(domain.active_users(activity_phase), dtype=np.int64))
+        self.active = active
         masks = {"all": np.ones(len(self.users), dtype=bool), "active": active, "non_active": ~active}
         self.masks = {g: masks[g] for g in groups}
 
@@ -83,37 +113,65 @@ class Evaluator:
         bar.close()
         return np.concatenate(parts, axis=0)
 
-    def evaluate_ranked(self, ranked: np.ndarray) -> dict[str, dict[str, float]]:
-        """Metrics per group from a precomputed ranking ([n, >= max K], or [L] shared by all)."""
+    def evaluate_ranked(self, ranked: np.ndarray) -> EvalResults:
+        """Metrics per group from a precomputed ranking ([n, >= max K], or [L] shared by all).
+
+        Each group's value is the mean of the per-user values over the group's users (the
+        same float operations as :func:`mmgrid.eval.metrics.ranking_metrics` on that group).
+        """
         ranked = np.asarray(ranked)
         if ranked.ndim == 1:
             ranked = np.broadcast_to(ranked, (self.n, ranked.shape[0]))
-        out = {}
+        per = per_user_metrics(ranked, self.targets, self.ks)
+        out = EvalResults(per_user=PerUser(self.users, self.active, per))
         for g, mask in self.masks.items():
-            metrics = ranking_metrics(ranked[mask], self.targets[mask], self.ks) if mask.any() else {
-                m: float("nan") for k in self.ks for m in (f"recall@{k}", f"ndcg@{k}")}
+            metrics = {m: float(v[mask].mean()) for m, v in per.items()} if mask.any() else {
+                m: float("nan") for m in per}
             metrics["n"] = float(mask.sum())
             out[g] = metrics
         return out
 
-    def evaluate(self, model: Any) -> dict[str, dict[str, float]]:
+    def evaluate(self, model: Any) -> EvalResults:
         """``{group: {"recall@10": ..., "ndcg@10": ..., ..., "n": count}}`` of ``model``."""
         model.eval()
         return self.evaluate_ranked(self.rank(model))
 
 
-def record_results(registry: Any, ref: Any, split: str, results: dict[str, dict[str, float]],
-                   eval_domain: str, recipe: dict | None = None, extra: dict | None = None) -> None:
-    """One ``record_eval`` per group (NaN metrics of an empty group are left out)."""
+def record_evaluation(registry: Any, ref: Any, split: str, results: Mapping[str, Mapping[str, float]],
+                      recipe: dict | None = None, extra: dict | None = None) -> dict[str, dict[str, float]]:
+    """One ``record_eval`` per group; NaN metrics are left out, and a group left with its count only
+    is not recorded. Where ``results`` carries per-user values (an :class:`EvalResults`), they are
+    stored once (``extra.per_user``) and each record gets ``ci``: the 95% percentile-bootstrap
+    interval over the group's users (``mmgrid.registry.peruser.intervals``).
+
+    Returns:
+        ``{group: metrics}`` as recorded.
+    """
+    per = getattr(results, "per_user", None)
+    extra = dict(extra or {})
+    if per is not None:
+        extra["per_user"] = registry.put_per_user(per.users, per.active, per.metrics)
+    out: dict[str, dict[str, float]] = {}
     for group, metrics in results.items():
-        clean = {k: v for k, v in metrics.items() if v == v}
-        if len(clean) > 1 or (clean and "n" not in clean):
-            registry.record_eval(ref, split, group, clean, recipe=recipe,
-                                 extra={"eval_domain": eval_domain, **(extra or {})})
+        clean = {k: float(v) for k, v in metrics.items() if v == v}
+        if not set(clean) - {"n"}:
+            continue
+        ci = None
+        if per is not None and group in GROUPS:
+            ci = {k: v for k, v in intervals(per.active, per.metrics, group).items() if k in clean}
+        registry.record_eval(ref, split, group, clean, recipe=recipe, extra=extra, ci=ci)
+        out[group] = clean
+    return out
+
+
+def record_results(registry: Any, ref: Any, split: str, results: Mapping[str, Mapping[str, float]],
+                   eval_domain: str, recipe: dict | None = None, extra: dict | None = None) -> None:
+    """:func:`record_evaluation` with ``extra.eval_domain`` (one record per group)."""
+    record_evaluation(registry, ref, split, results, recipe=recipe, extra={"eval_domain": eval_domain, **(extra or {})})
 
 
 def evaluate_state(paradigm: Any, ckpt: Any, domain: Any, params: dict[str, Any] | None = None,
-                   evaluator: Evaluator | None = None, **kwargs: Any) -> dict[str, dict[str, float]]:
+                   evaluator: Evaluator | None = None, **kwargs: Any) -> EvalResults:
     """Evaluate an in-memory checkpoint (e.g. a merged state) without storing it.
 
     Args:

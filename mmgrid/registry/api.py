@@ -26,6 +26,7 @@ import mmgrid.registry.aliases as alias_files
 import mmgrid.registry.hf as hf
 import mmgrid.registry.maintenance as maintenance
 import mmgrid.registry.names as names
+import mmgrid.registry.peruser as peruser
 import mmgrid.registry.writing as writing
 from mmgrid.registry.errors import AmbiguousCheckpointError, UnknownCheckpointError
 from mmgrid.registry.index import Index
@@ -74,7 +75,7 @@ class Registry:
         if root.exists() and not root.is_dir():
             raise RegistryError(f"registry root {root} is a file; give a folder (it is created if missing).")
         try:
-            for sub in ("blobs", "files", "manifests", "aliases", "results", "tmp"):
+            for sub in ("blobs", "files", "manifests", "aliases", "results", "tmp"):  # peruser/: on first use
                 (root / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RegistryError(f"cannot create the registry folders under {root} ({exc}); give a folder you can write to.") from exc
@@ -243,7 +244,7 @@ class Registry:
             return rows[0][0]
         if not rows:
             raise UnknownCheckpointError(f"no checkpoint has coords {filters} in {self.root}; check them with reg.query().")
-        cands = "; ".join(f"{r[0]} kind={r[5]} created={r[7]}" for r in rows[:20])
+        cands = "; ".join(f"{r[0]} kind={r[5]} seed={r[7]} created={r[8]}" for r in rows[:20])
         raise AmbiguousCheckpointError(f"coords {filters} match {len(rows)} checkpoints: {cands}. Add kind= or an extra coord, or use an id.")
 
     def get(self, ref: "str | Mapping[str, Any] | Manifest") -> Manifest:
@@ -309,21 +310,40 @@ class Registry:
         metrics: Mapping[str, float],
         recipe: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
+        ci: Mapping[str, Any] | None = None,
     ) -> str:
         """Record metrics of a checkpoint (or of a merge ``recipe`` never stored, with ref=None).
+
+        ``ci``: ``{metric: [low, high]}`` intervals; ``extra["per_user"]``: the path returned by
+        :meth:`put_per_user` (checked to be one).
 
         Returns:
             The record's key (one line in this process's results file, one row per metric).
         """
         cid = self.resolve(ref) if ref is not None else None
-        rec = make_record(cid, split, group, metrics, recipe, extra)
+        if extra and "per_user" in extra:
+            peruser.resolve(self.root, extra["per_user"])
+        rec = make_record(cid, split, group, metrics, recipe, extra, ci)
         self._log.append(rec)
         if self.indexed:
             self._index.write(lambda conn: Index.add_record(conn, rec))
         return rec["key"]
 
+    def put_per_user(self, users: Any, active: Any, metrics: Mapping[str, Any]) -> str:
+        """Store one evaluation's per-user values (``peruser.py``); returns the path to put in ``extra.per_user``."""
+        return peruser.write(self.root, self.store.tmp, peruser.to_parquet(*peruser.check_columns(users, active, metrics)),
+                             self.durable)
+
+    def per_user(self, row_or_key: Any) -> "pd.DataFrame":
+        """The per-user values behind one result row (a ``results()`` row or its ``key``): columns user_idx,
+        active and one per metric, the row's group only. Raises RegistryError (no per-user file) and the
+        errors of ``peruser.read`` (UnsafePathError, MissingBlobError, CorruptBlobError)."""
+        key = row_or_key if isinstance(row_or_key, str) else row_or_key["key"]
+        return peruser.of_record(self.root, self._reader().result_rows({"key": key}), key)
+
     def results(self, **filters: Any) -> "pd.DataFrame":
-        """Evaluation rows (id or recipe_hash, split, group, metric, value, coords, extra keys)."""
+        """Evaluation rows (id or recipe_hash, split, group, metric, value, ci_low, ci_high, coords, seed,
+        extra keys); see :func:`mmgrid.registry.frames.results_frame`."""
         from mmgrid.registry.frames import results_frame  # lazy: pandas (~0.5-1 s)
 
         return results_frame(self._reader().result_rows(filters))

@@ -53,7 +53,7 @@ def _emit(df, fmt: str) -> None:  # noqa: ANN001
 
 def cmd_query(args: argparse.Namespace) -> int:
     reg = _open(args.root)
-    filters = {k: getattr(args, k) for k in ("paradigm", "domain", "period", "kind", "variant")}
+    filters = {k: getattr(args, k) for k in ("paradigm", "domain", "period", "kind", "variant", "seed")}
     df = reg.query(**filters)
     if args.format == "table":
         df = df.drop(columns=["params"])
@@ -63,7 +63,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     reg = _open(args.root)
-    filters = {k: getattr(args, k) for k in ("id", "paradigm", "domain", "period", "split", "group", "metric")}
+    filters = {k: getattr(args, k) for k in ("id", "paradigm", "domain", "period", "split", "group", "metric", "seed")}
     df = reg.results(**filters)
     if args.format == "table":
         df = df.drop(columns=["recipe", "key"])
@@ -143,6 +143,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("root", metavar="ROOT", help="registry folder")
     for name in ("paradigm", "domain", "period", "kind", "variant"):
         q.add_argument(f"--{name}", default=None, help=f"only checkpoints with this {name}")
+    q.add_argument("--seed", type=int, default=None, help="only checkpoints of this training seed (replicate)")
     q.add_argument("--format", **fmt)
     q.set_defaults(func=cmd_query)
 
@@ -150,6 +151,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("root", metavar="ROOT", help="registry folder")
     for name in ("id", "paradigm", "domain", "period", "split", "group", "metric"):
         r.add_argument(f"--{name}", default=None, help=f"only rows with this {name}")
+    r.add_argument("--seed", type=int, default=None, help="only rows of this training seed (replicate)")
     r.add_argument("--format", **fmt)
     r.set_defaults(func=cmd_results)
 

@@ -12,8 +12,8 @@ from mmgrid.registry.index import CK_COLS, STD
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.registry.api import Registry
 
-CK_FRAME = ("id", "paradigm", "domain", "period", "variant", "kind", "method", "created", "n_tensors", "nbytes")
-RES_FRAME = ("id", "recipe_hash", "split", "group", "metric", "value", *STD, "kind")
+CK_FRAME = ("id", "paradigm", "domain", "period", "variant", "kind", "method", "seed", "created", "n_tensors", "nbytes")
+RES_FRAME = ("id", "recipe_hash", "split", "group", "metric", "value", "ci_low", "ci_high", *STD, "seed", "kind")
 
 
 def _frame(rows: list[tuple], names: list[str], json_col: str, skip: set[str], tail: list[str]) -> pd.DataFrame:
@@ -34,15 +34,22 @@ def _frame(rows: list[tuple], names: list[str], json_col: str, skip: set[str], t
 
 
 def checkpoints_frame(rows: list[tuple]) -> pd.DataFrame:
-    """Columns: id, paradigm, domain, period, variant, kind, method, created, n_tensors, nbytes,
-    extra coords (one column each), params (JSON text)."""
+    """Columns: id, paradigm, domain, period, variant, kind, method, seed (the training seed; None
+    where the checkpoint has none), created, n_tensors, nbytes, extra coords (one column each),
+    params (JSON text)."""
     return _frame(rows, list(CK_COLS), "coords", set(CK_FRAME), ["params"])
 
 
 def results_frame(rows: list[tuple]) -> pd.DataFrame:
-    """Columns: id, recipe_hash, split, group, metric, value, paradigm, domain, period, variant,
-    kind, one column per extra key, recipe (JSON text), created, key."""
-    return _frame(rows, [*RES_FRAME, "extra", "recipe", "created", "key"], "extra", set(RES_FRAME), ["recipe", "created", "key"])
+    """Columns: id, recipe_hash, split, group, metric, value, ci_low, ci_high (the stored 95%
+    interval; NaN where the record has none), paradigm, domain, period, variant, seed (the
+    checkpoint's training seed, or ``extra.seed`` of a recipe's evaluation), kind, one column
+    per extra key (``per_user``: the per-user file), recipe (JSON text), created, key."""
+    df = _frame(rows, [*RES_FRAME, "extra", "recipe", "created", "key"], "extra", set(RES_FRAME),
+                ["recipe", "created", "key"])
+    for col in ("value", "ci_low", "ci_high"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    return df
 
 
 def grid_frame(reg: "Registry", paradigm: str, variant: str, value: str, split: str | None,

@@ -30,12 +30,13 @@ T = TypeVar("T")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints(
   id TEXT PRIMARY KEY, paradigm TEXT NOT NULL, domain TEXT NOT NULL, period TEXT NOT NULL,
-  variant TEXT NOT NULL, kind TEXT NOT NULL, method TEXT, created TEXT, coords TEXT, params TEXT,
+  variant TEXT NOT NULL, kind TEXT NOT NULL, method TEXT, seed INTEGER, created TEXT, coords TEXT, params TEXT,
   n_tensors INTEGER, nbytes INTEGER);
 CREATE INDEX IF NOT EXISTS ck_coords ON checkpoints(paradigm, domain, period, variant);
 CREATE INDEX IF NOT EXISTS ck_domain ON checkpoints(domain, period);
 CREATE INDEX IF NOT EXISTS ck_period ON checkpoints(period);
 CREATE INDEX IF NOT EXISTS ck_kind ON checkpoints(kind);
+CREATE INDEX IF NOT EXISTS ck_seed ON checkpoints(seed);
 CREATE TABLE IF NOT EXISTS coord_kv(id TEXT NOT NULL, key TEXT NOT NULL, value, PRIMARY KEY(id, key));
 CREATE INDEX IF NOT EXISTS coord_kv_kv ON coord_kv(key, value);
 CREATE TABLE IF NOT EXISTS edges(
@@ -45,13 +46,15 @@ CREATE INDEX IF NOT EXISTS edges_parent ON edges(parent);
 CREATE TABLE IF NOT EXISTS aliases(name TEXT PRIMARY KEY, id TEXT NOT NULL, created TEXT);
 CREATE TABLE IF NOT EXISTS results(
   key TEXT NOT NULL, metric TEXT NOT NULL, id TEXT, recipe_hash TEXT, recipe TEXT,
-  split TEXT, grp TEXT, value REAL, extra TEXT, created TEXT, PRIMARY KEY(key, metric));
+  split TEXT, grp TEXT, value REAL, ci_low REAL, ci_high REAL, extra TEXT, created TEXT, PRIMARY KEY(key, metric));
 CREATE INDEX IF NOT EXISTS res_id ON results(id);
 CREATE INDEX IF NOT EXISTS res_metric ON results(metric, split, grp);
 CREATE TABLE IF NOT EXISTS sync_state(path TEXT PRIMARY KEY, stamp TEXT);
 """
-SCHEMA_VERSION = 3  # bump when the schema changes: older index files are rebuilt from the files
-CK_COLS = ("id", "paradigm", "domain", "period", "variant", "kind", "method", "created", "n_tensors", "nbytes", "coords", "params")
+SCHEMA_VERSION = 4  # bump when the schema changes: older index files are rebuilt from the files
+CK_COLS = ("id", "paradigm", "domain", "period", "variant", "kind", "method", "seed", "created", "n_tensors", "nbytes",
+           "coords", "params")
+CK_DIRECT = CK_COLS[:8]  # filters on a column of their own (the rest: coord_kv rows)
 STD = ("paradigm", "domain", "period", "variant")
 RECENT_NS = 2_000_000_000  # re-list folders touched in the last 2 s (coarse mtimes on network file systems)
 
@@ -127,8 +130,8 @@ class Index:
     def add_manifest(conn: sqlite3.Connection, m: Manifest) -> None:
         c = m.coords
         conn.execute(
-            "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (m.id, c["paradigm"], c["domain"], c["period"], c.get("variant", "default"), m.kind, _method(m),
+            "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (m.id, c["paradigm"], c["domain"], c["period"], c.get("variant", "default"), m.kind, _method(m), m.seed,
              m.created, json.dumps(c, sort_keys=True), json.dumps(m.params, sort_keys=True), len(m.blobs), m.nbytes),
         )
         conn.execute("DELETE FROM coord_kv WHERE id=?", (m.id,))
@@ -149,13 +152,15 @@ class Index:
     @staticmethod
     def add_record(conn: sqlite3.Connection, rec: Mapping[str, Any]) -> None:
         extra = json.dumps(rec.get("extra") or {}, sort_keys=True)
+        ci = rec.get("ci") or {}
         rows = [(rec["key"], name, rec.get("id"), rec.get("recipe_hash"), rec.get("recipe"), rec.get("split"),
-                 rec.get("group"), float(v), extra, rec.get("created")) for name, v in rec["metrics"].items()]
+                 rec.get("group"), float(v), *_bounds(ci.get(name)), extra, rec.get("created"))
+                for name, v in rec["metrics"].items()]
         for row in rows:  # all or nothing: refuse a record before any of its rows is inserted
             bad = [x for x in row if x is not None and not isinstance(x, (str, int, float))]
             if bad:
                 raise TypeError(f"values {bad!r} are not text or numbers")
-        conn.executemany("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+        conn.executemany("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
 
     # -- sync from files ---------------------------------------------------------------
     def _stamps(self, conn: sqlite3.Connection) -> dict[str, str]:
@@ -277,7 +282,7 @@ class Index:
         for key, value in filters.items():
             if value is None:
                 continue
-            if key in CK_COLS[:7]:
+            if key in CK_DIRECT:
                 _clause(where, args, key, value)
             else:  # extra coords (lambda, alpha...): indexed key/value rows
                 sub: list[str] = []
@@ -297,14 +302,14 @@ class Index:
                 continue
             if key in direct:
                 col = direct[key]
-            elif key in STD:
+            elif key in STD or key == "seed":
                 col = f"COALESCE(c.{key}, json_extract(r.extra, '$.{key}'))"
             else:
                 col = f"json_extract(r.extra, '$.{_safe_key(key)}')"
             _clause(where, args, col, value)
         sql = (
-            "SELECT r.id, r.recipe_hash, r.split, r.grp, r.metric, r.value, "
-            + ", ".join(f"COALESCE(c.{k}, json_extract(r.extra, '$.{k}'))" for k in STD)
+            "SELECT r.id, r.recipe_hash, r.split, r.grp, r.metric, r.value, r.ci_low, r.ci_high, "
+            + ", ".join(f"COALESCE(c.{k}, json_extract(r.extra, '$.{k}'))" for k in (*STD, "seed"))
             + ", c.kind, r.extra, r.recipe, r.created, r.key FROM results r LEFT JOIN checkpoints c ON c.id = r.id"
         )
         if where:
@@ -318,6 +323,14 @@ def _method(m: Manifest) -> str | None:
         return m.method
     method = m.coords.get("method")
     return str(method) if method is not None else None
+
+
+def _bounds(ci: Any) -> tuple[float | None, float | None]:
+    """(low, high) of one metric's stored interval; (None, None) where the record has none."""
+    if ci is None:
+        return None, None
+    lo, hi = ci
+    return float(lo), float(hi)
 
 
 def _safe_key(key: str) -> str:

@@ -33,7 +33,8 @@ def build(reg: "Registry", cid: str) -> nx.DiGraph:
     stack, seen = [root], {root.id}
     while stack:
         m = stack.pop()
-        g.add_node(m.id, coords=dict(m.coords), kind=m.kind, label=label(m), created=m.created, method=m.method)
+        g.add_node(m.id, coords=dict(m.coords), kind=m.kind, label=label(m), created=m.created, method=m.method,
+                   seed=m.seed)
         for p in m.parents:
             if g.has_edge(p.id, m.id):  # one model as two inputs (e.g. merge_input and merge_base)
                 g.edges[p.id, m.id]["roles"].append(p.role)
@@ -67,7 +68,8 @@ def text_tree(g: nx.DiGraph, cid: str) -> str:
 
     def node_text(n: str) -> str:
         a = g.nodes[n]
-        return f"{n}  {a.get('label', '')}  <{a.get('kind', '?')}>"
+        seed = f" seed={a['seed']}" if a.get("seed") is not None else ""  # the training seed (replicate)
+        return f"{n}  {a.get('label', '')}  <{a.get('kind', '?')}{seed}>"
 
     def walk(n: str, prefix: str) -> None:
         parents = list(g.predecessors(n))

@@ -12,7 +12,9 @@ gc rule:
 Unreferenced blobs younger than ``grace_s`` (default one hour) are spared, because a
 ``put`` running at the same time may be about to reference them (a put that reuses a
 blob touches it). Results files are never deleted: they are the history of what was
-measured. Run gc when no other process is writing, as with ``git gc``.
+measured. Per-user files (``peruser/``) that no result record names (a writer killed
+between the file and its record) go too, after the same grace period. Run gc when no
+other process is writing, as with ``git gc``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from mmgrid.errors import RegistryError
 import mmgrid.registry.aliases as alias_files
+import mmgrid.registry.peruser as peruser
 import mmgrid.registry.verified as verified
+from mmgrid.registry.errors import UnsafePathError
 from mmgrid.registry.index import Index
 from mmgrid.registry.manifest import Manifest, read_manifest
 
@@ -49,19 +53,27 @@ class VerifyReport:
     bad_aliases: list[str] = field(default_factory=list)  # alias files that are broken or point nowhere
     orphans: int = 0  # unreferenced blobs (harmless; gc removes them)
     temp_files: list[str] = field(default_factory=list)  # tmp/ files: writes in flight or a killed writer's litter
+    per_user_checked: int = 0  # per-user parquet files re-hashed (corrupt ones are listed in ``corrupt``)
+    per_user_missing: list[tuple[str, str]] = field(default_factory=list)  # (record key, per-user path) not on disk
+    bad_per_user_refs: list[tuple[str, str]] = field(default_factory=list)  # (record key, path) naming no per-user file
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.corrupt or self.bad_manifests or self.bad_aliases)
+        return not (self.missing or self.corrupt or self.bad_manifests or self.bad_aliases or self.per_user_missing
+                    or self.bad_per_user_refs)
 
     def summary(self) -> str:
         head = "OK" if self.ok else "PROBLEMS FOUND"
         lines = [f"{head}: {self.checkpoints} checkpoints, {self.blobs_checked} blobs re-hashed, {self.orphans} unreferenced, "
-                 f"{len(self.temp_files)} temporary files"]
+                 f"{len(self.temp_files)} temporary files, {self.per_user_checked} per-user files re-hashed"]
         lines += [f"missing: {sha} ({name} of {cid})" for cid, name, sha in self.missing]
         lines += [f"corrupt: {p}" for p in self.corrupt]
         lines += [f"bad manifest: {p}: {self.problems.get(p, '')}" for p in self.bad_manifests]
         lines += [f"bad alias: {p}: {self.problems.get(p, '')}" for p in self.bad_aliases]
+        lines += [f"missing per-user file: {rel} (result record {key}); evaluate again or restore it"
+                  for key, rel in self.per_user_missing]
+        lines += [f"bad per-user reference: {rel!r} (result record {key}) is not peruser/xx/<sha256>.parquet"
+                  for key, rel in self.bad_per_user_refs]
         if self.affected:
             lines.append(f"affected checkpoints: {', '.join(self.affected)}; restore the blobs from a backup or re-create them.")
         if self.temp_files:
@@ -80,13 +92,14 @@ class GcReport:
     removed_files: int = 0
     removed_temp: int = 0  # temporary files (a killed writer's litter)
     removed_records: int = 0  # verification records of blobs that are gone
+    removed_per_user: int = 0  # per-user files no result record names (a writer killed before its record)
     freed_bytes: int = 0
     dry_run: bool = False
 
     def summary(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
         return (f"{verb} {len(self.removed_checkpoints)} checkpoints, {self.removed_blobs} blobs, "
-                f"{self.removed_files} files, {self.removed_temp} temporary files, "
+                f"{self.removed_files} files, {self.removed_per_user} per-user files, {self.removed_temp} temporary files, "
                 f"{self.removed_records} stale verification records ({self.freed_bytes / 1e6:.1f} MB)")
 
 
@@ -151,7 +164,24 @@ def verify(reg: "Registry") -> VerifyReport:
             report.bad_aliases.append(path)
             report.problems[path] = f"points at {cid}, which has no (valid) manifest; re-point or delete the alias."
     report.temp_files = [str(p) for p in reg.store.temp_files()]
+    _verify_per_user(reg, report)
     return report
+
+
+def _verify_per_user(reg: "Registry", report: VerifyReport) -> None:
+    """Re-hash every per-user file; list records naming a missing file or a path that is not one."""
+    for path in peruser.iter_files(reg.root):
+        report.per_user_checked += 1
+        if not peruser.check(path):
+            report.corrupt.append(str(path))
+    for rel, keys in peruser.references(reg.root).items():
+        try:
+            path = peruser.resolve(reg.root, rel)
+        except UnsafePathError:
+            report.bad_per_user_refs.extend((k, rel) for k in keys)
+            continue
+        if not path.is_file():
+            report.per_user_missing.extend((k, rel) for k in keys)
 
 
 def _live(reg: "Registry", ms: dict[str, Manifest], keep: Iterable[Any]) -> set[str]:
@@ -205,6 +235,15 @@ def gc(reg: "Registry", keep: Iterable[Any] | None = None, dry_run: bool = False
             report.freed_bytes += st.st_size
             if not dry_run:
                 tmp.unlink(missing_ok=True)
+    referenced = set(peruser.references(reg.root))
+    for path in peruser.iter_files(reg.root):
+        st = path.stat()
+        if path.relative_to(reg.root).as_posix() in referenced or st.st_mtime > cutoff:
+            continue
+        report.removed_per_user += 1
+        report.freed_bytes += st.st_size
+        if not dry_run:
+            path.unlink(missing_ok=True)
     on_disk = {p.name.split(".")[0] for p in reg.store.iter_blobs()}
     for rec in reg.store.records.all():
         if rec.name not in on_disk:

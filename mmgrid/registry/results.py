@@ -26,8 +26,12 @@ def make_record(
     metrics: Mapping[str, float],
     recipe: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    ci: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One evaluation as a JSON-able record (one line of a results file)."""
+    """One evaluation as a JSON-able record (one line of a results file).
+
+    ``ci`` (optional): ``{metric: [low, high]}``, the interval of each metric's value (metrics
+    without one get NaN bounds in ``Registry.results()``)."""
     if cid is None and recipe is None:
         raise RegistryError("record_eval needs a checkpoint id or, for a merge that was never stored, recipe={...}.")
     if not metrics:
@@ -38,12 +42,23 @@ def make_record(
             clean[str(name)] = float(value)
         except (TypeError, ValueError):
             raise RegistryError(f"metric {name!r}={value!r} is not a number; record plain floats.") from None
+    ci_clean: dict[str, list[float]] = {}
+    for name, bounds in (ci or {}).items():
+        try:
+            lo, hi = (float(b) for b in bounds)
+        except (TypeError, ValueError):
+            raise RegistryError(f"ci[{name!r}]={bounds!r} is not a pair of numbers [low, high].") from None
+        if str(name) not in clean:
+            raise RegistryError(f"ci names metric {name!r}, which is not among the recorded metrics {sorted(clean)}.")
+        if not lo <= hi:
+            raise RegistryError(f"ci[{name!r}]: low {lo} is above high {hi}.")
+        ci_clean[str(name)] = [lo, hi]
     try:
         recipe_json = canonical_json(dict(recipe)) if recipe is not None else None
         extra_d = json.loads(canonical_json(dict(extra or {})))
     except (TypeError, ValueError) as exc:
         raise RegistryError(f"recipe and extra must be JSON-able: {exc}") from exc
-    return {
+    rec = {
         "key": uuid.uuid4().hex,
         "id": cid,
         "recipe_hash": hash_json(dict(recipe)) if recipe is not None else None,
@@ -54,6 +69,9 @@ def make_record(
         "extra": extra_d,
         "created": now_iso(),
     }
+    if ci_clean:
+        rec["ci"] = ci_clean
+    return rec
 
 
 class ResultsLog:

@@ -2,9 +2,16 @@
 
 A stage's id is ``Registry.make_id`` over its coordinates, its parent, its training
 parameters (:func:`stage_params`), a hash of the config parts it depends on
-(:func:`stage_config_hash`) and the grid seed. The build plans every id up front with
+(:func:`stage_config_hash`) and its training seed. The build plans every id up front with
 :func:`plan_stages` and the stage job stores its checkpoint under the same identity;
 evaluation finds a built grid's ids with :func:`plan_grid` without training anything.
+
+Training seeds (``train.seeds``, else ``[train.seed]``) are a grid coordinate: every stage
+of the ``default``-like rows (variants without a regularizer) is planned once per seed,
+each replicate with its own ids (the seed is part of the identity, so a one-seed grid keeps
+the ids it had before seeds existed). What is shared across seeds: the tiny base (trained
+with the first seed) and, for evaluation, the user sample (seeded with the first seed).
+Variants with a regularizer (the Orbit Pareto rows) train on the first seed only.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ class StagePlan:
     id: str
     parent_id: str
     first: bool
+    seed: int = 0  # the training seed of this replicate
 
 
 @dataclass
@@ -41,15 +49,27 @@ class BuildResult:
     seconds: float = 0.0
 
     @property
-    def ids(self) -> dict[tuple[str, str, str, str], str]:
-        """(variant, paradigm, domain, stage) -> id."""
-        return {(s.variant, s.paradigm, s.domain, s.stage): s.id for s in self.stages}
+    def seeds(self) -> list[int]:
+        """The training seeds planned, first seed first."""
+        return list(dict.fromkeys(s.seed for s in self.stages))
 
-    def final_ids(self, variant: str = "default") -> dict[tuple[str, str], str]:
-        """(paradigm, domain) -> id of the last stage of ``variant``."""
+    @property
+    def ids(self) -> dict[tuple[str, str, str, str], str]:
+        """(variant, paradigm, domain, stage) -> id of the first seed's replicate."""
+        first = self.seeds[:1]
+        return {(s.variant, s.paradigm, s.domain, s.stage): s.id for s in self.stages if s.seed in first}
+
+    @property
+    def seed_ids(self) -> dict[tuple[int, str, str, str, str], str]:
+        """(seed, variant, paradigm, domain, stage) -> id, every replicate."""
+        return {(s.seed, s.variant, s.paradigm, s.domain, s.stage): s.id for s in self.stages}
+
+    def final_ids(self, variant: str = "default", seed: int | None = None) -> dict[tuple[str, str], str]:
+        """(paradigm, domain) -> id of the last stage of ``variant`` (of ``seed``; default the first seed)."""
+        seed = self.seeds[0] if seed is None and self.stages else seed
         last: dict[tuple[str, str], str] = {}
         for s in self.stages:
-            if s.variant == variant:
+            if s.variant == variant and s.seed == seed:
                 last[(s.paradigm, s.domain)] = s.id
         return last
 
@@ -89,21 +109,32 @@ def stage_config_hash(cfg: Any, base_id: str, fingerprint: str) -> str:
 
 
 def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], fingerprint: str) -> list[StagePlan]:
-    """Every stage of the grid with its id, in an order where parents come first."""
+    """Every stage of the grid with its id, in an order where parents come first: the first
+    seed's whole grid, then each further seed's (variants with a regularizer: first seed only)."""
     chash = stage_config_hash(cfg, base_id, fingerprint)
     plans = []
-    for variant in cfg.variants:
-        for paradigm in variant.paradigms or cfg.paradigms:
-            for domain in domains:
-                parent, first = base_id, True
-                for stage in cfg.train.stages:
-                    coords = {"paradigm": paradigm, "domain": domain, "period": stage, "variant": variant.name}
-                    parents = [(parent, "init" if first else "previous_stage")]
-                    sid = registry.make_id(coords, "trained", parents, stage_params(cfg, variant, paradigm, stage),
-                                           chash, cfg.train.seed)
-                    plans.append(StagePlan(variant.name, paradigm, domain, stage, sid, parent, first))
-                    parent, first = sid, False
+    seeds = cfg.train.seed_list
+    for seed in seeds:
+        for variant in cfg.variants:
+            if seed != seeds[0] and not seeds_all(variant):
+                continue
+            for paradigm in variant.paradigms or cfg.paradigms:
+                for domain in domains:
+                    parent, first = base_id, True
+                    for stage in cfg.train.stages:
+                        coords = {"paradigm": paradigm, "domain": domain, "period": stage, "variant": variant.name}
+                        parents = [(parent, "init" if first else "previous_stage")]
+                        sid = registry.make_id(coords, "trained", parents, stage_params(cfg, variant, paradigm, stage),
+                                               chash, seed)
+                        plans.append(StagePlan(variant.name, paradigm, domain, stage, sid, parent, first, seed))
+                        parent, first = sid, False
     return plans
+
+
+def seeds_all(variant: Any) -> bool:
+    """Is this variant trained on every seed? Rows without a regularizer are; the regularizer rows
+    (the Orbit Pareto plot's) train on the first seed only, to keep the demo's budget."""
+    return variant.regularizer == "none"
 
 
 def grid_domains(cfg: Any, prepared: Any) -> list[str]:

@@ -14,6 +14,10 @@ against each domain's own t2 checkpoint (evaluated by the same evaluator) gives 
 paper's Figures 3 and 4. Semantic-ID merges keep both domains' token rows (the merge
 engine appends each input's added rows). Methods whose result does not depend on the
 base (weight averaging) run once, with base ``none``.
+
+Seeds: the study runs on the first training seed's replicate only (``train.seed``, the
+first of ``train.seeds``), to keep the demo's budget; every record says so in
+``extra.seed`` (the report states it). Each evaluation keeps its per-user values.
 """
 
 from __future__ import annotations
@@ -35,11 +39,11 @@ from mmgrid.merge.methods import eq7, get_method, identity, weighs
 from mmgrid.paradigms import get_paradigm
 from mmgrid.registry.names import hash_json
 from mmgrid.runtime.checkpoints import load_checkpoint
-from mmgrid.sweep.evaluation import (EvalFn, EvaluatorFactory, clean_metrics, default_evaluator_factory, eval_key,
-                                     paradigm_params)
+from mmgrid.eval.ranking import record_evaluation
+from mmgrid.sweep.evaluation import EvalFn, EvaluatorFactory, default_evaluator_factory, eval_key, paradigm_params
 from mmgrid.sweep.results import recorded, study_frame
 from mmgrid.sweep.start_models import start_model_id
-from mmgrid.sweep.temporal import periods
+from mmgrid.sweep.temporal import periods, seeded_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import PreparedDataset
@@ -143,9 +147,10 @@ class _Evaluators:
 
 
 def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridConfig) -> tuple[str, str]:
+    """Ids of the t1 and t2 checkpoints of the first training seed's replicate."""
     t1, t2 = periods(cfg)
     c = {"paradigm": paradigm, "domain": domain, "variant": variant, "kind": "trained"}
-    return registry.resolve({**c, "period": t1}), registry.resolve({**c, "period": t2})
+    return seeded_id(registry, {**c, "period": t1}, cfg.train.seed), seeded_id(registry, {**c, "period": t2}, cfg.train.seed)
 
 
 def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
@@ -190,7 +195,7 @@ def _baseline(cfg: GridConfig, registry: Any, evals: _Evaluators, paradigm: str,
     state = registry.load(p2)
     res = evals.evaluate_state(paradigm, domain, p2, state, {})
     extra = {"study": STUDY, "paradigm": paradigm, "variant": cfg.sweeps.cross_domain.variant, "domain": domain,
-             "eval_domain": domain, "method": "single", "base_kind": "none"}
+             "eval_domain": domain, "method": "single", "base_kind": "none", "seed": cfg.train.seed}
     # recorded as a recipe, not against p2's id, so the checkpoint's own evaluations stay untouched
     return _record(cfg, registry, None, rec, extra, res, hash_json(rec), pair=domain, di=domain, dj=domain,
                    base_id=None, alpha=None)
@@ -236,7 +241,7 @@ def _alphas(cfg: GridConfig, registry: Any, evals: _Evaluators, merge_fn: MergeF
             continue
         state, meta = merge_fn(method, [p2_i, p2_j], base=base_id, registry=registry, **params)
         extra = {"study": STUDY, "paradigm": paradigm, "variant": cd.variant, "domain": pair,
-                 "method": method, "base_kind": kind, "alpha": a}
+                 "method": method, "base_kind": kind, "alpha": a, "seed": cfg.train.seed}
         for ed, p2 in ((di, p2_i), (dj, p2_j)):
             res = evals.evaluate_state(paradigm, ed, p2, state, meta)
             rows += _record(cfg, registry, None, rec, {**extra, "eval_domain": ed}, res, hash_json(rec),
@@ -262,11 +267,7 @@ def _base(cfg: GridConfig, registry: Any, prepared: Any, kind: str, paradigm: st
 def _record(cfg: GridConfig, registry: Any, cid: str | None, rec: dict, extra: dict, res: dict[str, dict[str, float]],
             rhash: str, *, pair: str, di: str, dj: str, base_id: str | None, alpha: float | None) -> list[dict]:
     rows = []
-    for group, metrics in res.items():
-        metrics = clean_metrics(metrics)
-        if not metrics:
-            continue
-        registry.record_eval(cid, cfg.eval.split, group, metrics, recipe=rec, extra=extra)
+    for group, metrics in record_evaluation(registry, cid, cfg.eval.split, res, recipe=rec, extra=extra).items():
         for metric, value in metrics.items():
             rows.append({"study": STUDY, "paradigm": extra["paradigm"], "variant": extra["variant"], "pair": pair,
                          "domain_i": di, "domain_j": dj, "method": extra["method"], "base_kind": extra["base_kind"],

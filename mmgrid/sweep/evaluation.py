@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmgrid.config import GridConfig
 from mmgrid.eval.grid import grid_evaluator
+from mmgrid.eval.ranking import EvalResults
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -51,13 +52,15 @@ def clean_metrics(metrics: dict[str, float]) -> dict[str, float]:
     return out if set(out) - {"n"} else {}
 
 
-def _as_nested(result: Any) -> dict[str, dict[str, float]]:
-    """Normalise an evaluator's answer to {group: {metric: value}}."""
+def _as_nested(result: Any) -> EvalResults:
+    """Normalise an evaluator's answer to {group: {metric: value}}, keeping its per-user values
+    (``per_user``, see :class:`mmgrid.eval.ranking.EvalResults`) where it has them."""
+    per = getattr(result, "per_user", None)
     if hasattr(result, "by_group"):
         result = result.by_group
     if hasattr(result, "to_dict") and not isinstance(result, dict):
         result = result.to_dict()
-    return {str(g): {str(k): float(v) for k, v in ms.items()} for g, ms in dict(result).items()}
+    return EvalResults({str(g): {str(k): float(v) for k, v in ms.items()} for g, ms in dict(result).items()}, per)
 
 
 def eval_key(cfg: GridConfig) -> dict[str, Any]:

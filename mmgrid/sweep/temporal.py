@@ -9,7 +9,9 @@ Each domain's model is built once from the t2 checkpoint; every sweep point writ
 theta(lambda) into it in place (:class:`InPlaceInterpolator`) and is evaluated in memory
 by an evaluator that caches the weight-independent work. No point is written as a
 checkpoint; each evaluation is recorded with a recipe naming its input ids, so every
-number can be traced back to them.
+number can be traced back to them, with its per-user values (``extra.per_user``) and the
+replicate's training seed (``extra.seed``). The sweep runs on every training seed's
+replicate (``train.seeds``): the same users, each seed's own t1 and t2.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from mmgrid.errors import ConfigError, MmgridError
 from mmgrid.exec.base import Job
 from mmgrid.paradigms import get_paradigm
 from mmgrid.registry import Registry
+from mmgrid.registry.errors import UnknownCheckpointError
 from mmgrid.registry.names import hash_json
 from mmgrid.runtime.checkpoints import load_checkpoint
-from mmgrid.sweep.evaluation import (EvaluatorFactory, clean_metrics, default_evaluator_factory, eval_key,
-                                     paradigm_params)
+from mmgrid.eval.ranking import record_evaluation
+from mmgrid.sweep.evaluation import EvaluatorFactory, default_evaluator_factory, eval_key, paradigm_params
 from mmgrid.sweep.interpolate import InPlaceInterpolator, interpolate_state
 from mmgrid.sweep.results import recorded, study_frame
 from mmgrid.sweep.selection import lambda_grid
@@ -41,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STUDY = "temporal"
 COLUMNS = ["study", "paradigm", "variant", "domain", "eval_domain", "group", "lambda", "metric", "value",
-           "p1_id", "p2_id", "recipe_hash"]
+           "p1_id", "p2_id", "recipe_hash", "seed"]
 
 
 def periods(cfg: GridConfig) -> tuple[str, str]:
@@ -60,7 +63,8 @@ def recipe(p1: str, p2: str, lam: float, evaluation: dict[str, Any] | None = Non
 
 def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", domain: str,
                  evaluator_factory: EvaluatorFactory | None = None, lambdas: list[float] | None = None,
-                 study: str = STUDY, store: bool = False, redo: bool = False) -> list[dict[str, Any]]:
+                 study: str = STUDY, store: bool = False, redo: bool = False,
+                 seed: int | None = None) -> list[dict[str, Any]]:
     """Sweep lambda for one domain, record every evaluation, return long rows.
 
     Args:
@@ -75,13 +79,15 @@ def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", do
             handful of chosen lambdas, e.g. lambda_hat*; the sweep itself never stores).
         redo: evaluate again even when the registry already holds every point (a cache hit
             returns the stored rows without loading any model).
+        seed: the training seed of the replicate swept (default ``train.seed``, the first).
 
     Returns:
         One dict per (lambda, group, metric), columns :data:`COLUMNS`.
     """
     t = cfg.sweeps.temporal
     t1, t2 = periods(cfg)
-    p1, p2 = period_ids(registry, t.paradigm, t.variant, domain, (t1, t2))
+    seed = cfg.train.seed if seed is None else int(seed)
+    p1, p2 = period_ids(registry, t.paradigm, t.variant, domain, (t1, t2), seed)
     grid = [round(float(x), 9) for x in (lambdas if lambdas is not None else lambda_grid(t.start, t.stop, t.step))]
     ev = eval_key(cfg)
     hashes = [hash_json(recipe(p1, p2, lam, ev)) for lam in grid]
@@ -101,16 +107,14 @@ def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", do
             rec = recipe(p1, p2, lam, ev)
             cid = _store_point(registry, ck1.state, ck2, p1, p2, lam, t, domain, (t1, t2)) if store else None
             extra = {"study": study, "paradigm": t.paradigm, "variant": t.variant, "domain": domain,
-                     "eval_domain": domain, "period": f"{t1}-{t2}", "lambda": lam, "method": "temporal"}
-            for group, metrics in evaluate(model).items():
-                metrics = clean_metrics(metrics)
-                if not metrics:
-                    continue
-                registry.record_eval(cid, cfg.eval.split, group, metrics, recipe=rec, extra=extra)
+                     "eval_domain": domain, "period": f"{t1}-{t2}", "lambda": lam, "method": "temporal", "seed": seed}
+            recorded_groups = record_evaluation(registry, cid, cfg.eval.split, evaluate(model), recipe=rec, extra=extra)
+            for group, metrics in recorded_groups.items():
                 for metric, value in metrics.items():
                     rows.append({"study": study, "paradigm": t.paradigm, "variant": t.variant, "domain": domain,
                                  "eval_domain": domain, "group": group, "lambda": lam, "metric": metric,
-                                 "value": float(value), "p1_id": p1, "p2_id": p2, "recipe_hash": hash_json(rec)})
+                                 "value": float(value), "p1_id": p1, "p2_id": p2, "recipe_hash": hash_json(rec),
+                                 "seed": seed})
     return rows
 
 
@@ -124,10 +128,25 @@ def _stored_rows(registry: Any, study: str, hashes: list[str]) -> list[dict[str,
     return df[COLUMNS].to_dict("records")
 
 
-def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tuple[str, str]) -> tuple[str, str]:
-    """Ids of the trained t1 and t2 checkpoints of one grid cell row."""
+def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tuple[str, str],
+               seed: int | None = None) -> tuple[str, str]:
+    """Ids of the trained t1 and t2 checkpoints of one grid cell row (of one training seed's replicate)."""
     coords = {"paradigm": paradigm, "domain": domain, "variant": variant, "kind": "trained"}
-    return registry.resolve({**coords, "period": pers[0]}), registry.resolve({**coords, "period": pers[1]})
+    return seeded_id(registry, {**coords, "period": pers[0]}, seed), seeded_id(registry, {**coords, "period": pers[1]}, seed)
+
+
+def seeded_id(registry: Any, coords: dict[str, Any], seed: int | None) -> str:
+    """The checkpoint with these coords and training seed; one stored without a seed (imported,
+    or put by hand) answers for any seed when it is the only one with these coords."""
+    if seed is None:
+        return registry.resolve(coords)
+    try:
+        return registry.resolve({**coords, "seed": int(seed)})
+    except UnknownCheckpointError:
+        cid = registry.resolve(coords)
+        if registry.get(cid).seed is not None:
+            raise
+        return cid
 
 
 def _store_point(registry: Any, theta1: dict, ck2: Any, p1: str, p2: str, lam: float, t: Any, domain: str,
@@ -144,16 +163,17 @@ def _store_point(registry: Any, theta1: dict, ck2: Any, p1: str, p2: str, lam: f
     return registry.put(state, coords, "merged", parents=parents, params=params, files=ck2.files, meta=meta)
 
 
-def sweep_domain_job(grid: dict[str, Any], domain: str) -> list[dict[str, Any]]:
-    """Executor entry point (JSON in, JSON out): one domain's sweep in a worker process."""
+def sweep_domain_job(grid: dict[str, Any], domain: str, seed: int | None = None) -> list[dict[str, Any]]:
+    """Executor entry point (JSON in, JSON out): one domain's sweep (one seed's replicate) in a worker process."""
     cfg = grid_from_dict(grid)
     reg = Registry.open(cfg.registry, index=False)
-    return sweep_domain(cfg, reg, load_prepared(cfg.prepared), domain)
+    return sweep_domain(cfg, reg, load_prepared(cfg.prepared), domain, seed=seed)
 
 
 def run_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
                  evaluator_factory: EvaluatorFactory | None = None) -> pd.DataFrame:
-    """Run the temporal sweep on every configured domain (``sweeps.temporal.domains`` or all).
+    """Run the temporal sweep on every configured domain (``sweeps.temporal.domains`` or all) and
+    every training seed's replicate (``train.seeds``).
 
     Args:
         cfg: the grid.
@@ -170,13 +190,14 @@ def run_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ex
     if unknown:
         raise ConfigError(f"sweeps.temporal.domains: {unknown} not in the prepared dataset ({prepared.domains}).")
     rows: list[dict[str, Any]] = []
+    cells = [(seed, d) for seed in cfg.train.seed_list for d in domains]
     if executor is None or evaluator_factory is not None:
-        for d in _progress(domains, "temporal sweep"):
-            rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory)
+        for seed, d in _progress(cells, "temporal sweep"):
+            rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory, seed=seed)
     else:
         grid = cfg.to_dict()
-        futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job", {"grid": grid, "domain": d},
-                                    name=f"temporal:{d}")) for d in domains]
+        futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job", {"grid": grid, "domain": d, "seed": seed},
+                                    name=f"temporal:{d}:seed={seed}")) for seed, d in cells]
         for f in _progress(futs, "temporal sweep"):
             rows += f.result()
         if hasattr(registry, "sync"):
@@ -189,23 +210,32 @@ def _progress(items: list, desc: str) -> Any:
 
 
 def temporal_results(registry: Any, paradigm: str | None = None, variant: str | None = None,
-                     study: str = STUDY) -> pd.DataFrame:
+                     study: str = STUDY, seed: "int | str | None" = None) -> pd.DataFrame:
     """The temporal study's evaluations as stored in the registry, long format (:data:`COLUMNS`).
 
     Re-recorded points (a sweep run twice) keep the newest value. ``study="lambda_hat"``
     reads the evaluations at the predicted lambda_hat* instead.
+
+    ``seed``: the training seed's replicate to read; None (default) the lowest seed recorded
+    (the first seed of the demo's grid, 0); ``"all"`` every replicate (one row per seed).
     """
     df = study_frame(registry, study, paradigm=paradigm, variant=variant)
     if df.empty:
         return pd.DataFrame(columns=COLUMNS)
+    if "seed" not in df.columns:
+        df["seed"] = None
+    df["seed"] = pd.to_numeric(df["seed"], errors="coerce")
+    if seed != "all" and df["seed"].notna().any():
+        want = df["seed"].min() if seed is None else int(seed)
+        df = df[df["seed"] == want].copy()
     rec = df["recipe"].map(_inputs)
     df["p1_id"] = rec.map(lambda r: r[0])
     df["p2_id"] = rec.map(lambda r: r[1])
     df["lambda"] = df["lambda"].astype(float).round(9)
     df["study"] = study
-    keys = ["paradigm", "variant", "domain", "group", "lambda", "metric"]
+    keys = ["paradigm", "variant", "domain", "group", "lambda", "metric"] + (["seed"] if seed == "all" else [])
     if study != STUDY:  # one evaluation per domain: the newest lambda_hat* wins
-        df = df.drop_duplicates(["paradigm", "variant", "domain", "group", "metric"], keep="last")
+        df = df.drop_duplicates(["paradigm", "variant", "domain", "group", "metric", "seed"], keep="last")
     df = df.drop_duplicates(keys, keep="last")
     return df[COLUMNS].sort_values(keys).reset_index(drop=True)
 

@@ -2,7 +2,8 @@
 
 ``build_grid`` makes sure the base is in the registry, plans every stage's checkpoint id
 up front (:mod:`mmgrid.runtime.plan`: ``Registry.make_id`` over coords, parent, training
-params, a hash of the config parts that matter, seed), and submits one job per stage
+params, a hash of the config parts that matter, seed), for every training seed of
+``train.seeds`` (the base is shared: trained once, with the first seed), and submits one job per stage
 (:func:`mmgrid.train.stage.run_stage`) to an executor with the previous stage as its
 dependency. A job whose id is already stored returns at once, so a build that was killed
 restarts at the first unfinished stage and ends with exactly the checkpoints an
@@ -65,15 +66,16 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
     config = _absolute(cfg)
     futures: dict[str, Future] = {}
     # overall ETA: stages still to train, done / total with an elapsed-based ETA
+    several = len(cfg.train.seed_list) > 1
     overall = progress_bar(total=len(plans) - len(had), desc="build", unit="stage", enabled=progress, leave=True,
                            min_interval=0.0)
     try:
         for p in plans:
             job = Job(JOB_FN, {"config": config, "variant": p.variant, "paradigm": p.paradigm, "domain": p.domain,
                                "stage": p.stage, "parent_id": p.parent_id, "stage_id": p.id, "first": p.first,
-                               "progress": progress},
+                               "progress": progress, "seed": p.seed},
                       resources={"num_cpus": 1, "num_gpus": cfg.exec.num_gpus_per_train},
-                      name=f"{p.variant}/{p.paradigm}/{p.domain}/{p.stage}")
+                      name=f"{p.variant}/{p.paradigm}/{p.domain}/{p.stage}" + (f"/seed={p.seed}" if several else ""))
             deps = [] if p.first else [futures[p.parent_id]]
             futures[p.id] = executor.submit(job, deps)
             if p.id not in had:

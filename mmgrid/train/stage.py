@@ -29,8 +29,10 @@ from mmgrid.train.regularizers import make_regularizer
 
 
 def run_stage(config: dict[str, Any], variant: str, paradigm: str, domain: str, stage: str, parent_id: str,
-              stage_id: str, first: bool, progress: bool = True) -> str:
+              stage_id: str, first: bool, progress: bool = True, seed: int | None = None) -> str:
     """Train one stage and store it; a no-op when ``stage_id`` is already stored.
+
+    ``seed``: the replicate's training seed (default ``train.seed``, the first of ``train.seeds``).
 
     Runs as an executor job: every argument is JSON-able (``config`` is ``GridConfig.to_dict()``
     with absolute ``prepared`` and ``registry`` paths).
@@ -44,7 +46,7 @@ def run_stage(config: dict[str, Any], variant: str, paradigm: str, domain: str, 
     if registry.has(stage_id):
         return stage_id
     prepared = open_prepared(cfg.prepared)
-    cid = train_one_stage(cfg, registry, prepared, variant, paradigm, domain, stage, parent_id, first, progress)
+    cid = train_one_stage(cfg, registry, prepared, variant, paradigm, domain, stage, parent_id, first, progress, seed)
     if cid is not None and cid != stage_id:
         raise RegistryError(f"{paradigm}/{domain}/{stage}: stored as {cid} but planned as {stage_id}; "
                             "the identity used by the plan and by the job differ (a bug).")
@@ -52,8 +54,11 @@ def run_stage(config: dict[str, Any], variant: str, paradigm: str, domain: str, 
 
 
 def train_one_stage(cfg: GridConfig, registry: Any, prepared: Any, variant_name: str, paradigm: str, domain: str,
-                    stage: str, parent_id: str, first: bool, progress: bool = True) -> str:
+                    stage: str, parent_id: str, first: bool, progress: bool = True, seed: int | None = None) -> str:
     """Train stage ``stage`` from ``parent_id`` and put it into the registry.
+
+    ``seed`` (default ``train.seed``) seeds the build, the load and the training of this
+    replicate and is stored in its identity; the base is the grid's shared one (first seed).
 
     The first stage starts from ``paradigm.build(base)``; later ones from the parent
     checkpoint as stored. A regularizer's origin is the paradigm's initial model (built
@@ -68,25 +73,27 @@ def train_one_stage(cfg: GridConfig, registry: Any, prepared: Any, variant_name:
     par = get_paradigm(paradigm)
     params = dict(cfg.paradigm_params.get(paradigm, {}))
     dom = prepared.domain(domain)
-    base, base_id = ensure_base(cfg.base, prepared, registry, seed=cfg.train.seed)
-    build_seed = derive_seed(cfg.train.seed, paradigm, domain, "build")
+    seed = cfg.train.seed if seed is None else int(seed)
+    base, base_id = ensure_base(cfg.base, prepared, registry, seed=cfg.train.seed)  # shared by every seed
+    build_seed = derive_seed(seed, paradigm, domain, "build")
     if first:
         seed_everything(build_seed)
         model = par.build(base, dom, params, build_seed)
     else:
         # the RNG state a job sees must not depend on what ran before it in this process (resume)
-        seed_everything(derive_seed(cfg.train.seed, paradigm, domain, stage, "load"))
+        seed_everything(derive_seed(seed, paradigm, domain, stage, "load"))
         model = par.load(load_checkpoint(registry, parent_id), dom, params)
     examples = par.examples(model, dom, stage)
     if not examples:
         raise DataError(f"{paradigm}/{domain}: phase {stage!r} has no training examples; drop the domain, "
                         "widen data.phases or lower data.kcore.")
     regs = _regularizers(variant, par, model, base, dom, params, build_seed, first)
-    where = f"{paradigm}/{domain}/{stage}" + ("" if variant_name == "default" else f" [{variant_name}]")
+    where = f"{paradigm}/{domain}/{stage}" + ("" if variant_name == "default" else f" [{variant_name}]") \
+        + ("" if len(cfg.train.seed_list) == 1 else f" seed={seed}")
     t = cfg.train
     dist = dist_context(t.device)
     log = train_stage(par, model, examples, epochs=t.epochs[stage], lr=t.lr, batch_size=t.batch_size,
-                      seed=derive_seed(t.seed, paradigm, domain, stage), weight_decay=t.weight_decay,
+                      seed=derive_seed(seed, paradigm, domain, stage), weight_decay=t.weight_decay,
                       regularizers=regs, max_examples=t.max_examples, where=where, progress=progress,
                       device=t.device, dtype=t.dtype, dist=dist)
     if progress and (dist is None or dist.is_main):
@@ -95,16 +102,16 @@ def train_one_stage(cfg: GridConfig, registry: Any, prepared: Any, variant_name:
                    + (f", {log.n_events} back-merges" if log.n_events else ""))
     if dist is None or not dist.distributed:
         return _store(cfg, registry, prepared, par, model, variant, paradigm, domain, stage, parent_id, first,
-                      base_id, log)
+                      base_id, log, seed)
     cid = None
     if dist.is_main:
         cid = _store(cfg, registry, prepared, par, model, variant, paradigm, domain, stage, parent_id, first,
-                     base_id, log)
+                     base_id, log, seed)
     return broadcast_object(cid, dist)
 
 
 def _store(cfg: GridConfig, registry: Any, prepared: Any, par: Any, model: Any, variant: Any, paradigm: str,
-           domain: str, stage: str, parent_id: str, first: bool, base_id: str, log: Any) -> str:
+           domain: str, stage: str, parent_id: str, first: bool, base_id: str, log: Any, seed: int) -> str:
     model.to("cpu")
     ckpt = par.save(model)
     coords = {"paradigm": paradigm, "domain": domain, "period": stage, "variant": variant.name}
@@ -113,7 +120,7 @@ def _store(cfg: GridConfig, registry: Any, prepared: Any, par: Any, model: Any, 
         {k: v.detach().cpu().contiguous() for k, v in ckpt.state.items()}, coords, "trained", parents=parents,
         params=stage_params(cfg, variant, paradigm, stage), files=ckpt.files,
         meta=checkpoint_meta(ckpt, {"train_log": log.to_dict(), "base_id": base_id}),
-        seed=cfg.train.seed, config_hash=stage_config_hash(cfg, base_id, prepared.fingerprint),
+        seed=seed, config_hash=stage_config_hash(cfg, base_id, prepared.fingerprint),
         data_fingerprint=prepared.fingerprint,
     )
 
