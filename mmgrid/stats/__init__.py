@@ -5,25 +5,36 @@ values are arrays ``[n_users]`` (one evaluation) or ``[n_seeds, n_users]`` (the 
 evaluated on every training seed's replicate, aligned by column); per-user lambda curves are
 ``[n_seeds, n_lambdas, n_users]``. docs/studies.md ("Statistics") says what each function
 resamples and tests.
+
+The modules that need scipy load on first use of one of their names (PEP 562), so that importing
+``mmgrid.stats`` (the registry does, for ``mean_ci``) keeps ``mmgrid --help`` free of scipy.
 """
 
-from mmgrid.stats.association import (LooResult, SpearmanResult, loo_error_vs_default, loo_predictions,
-                                      spearman_exact_p, spearman_rho, spearman_with_interval)
-from mmgrid.stats.bootstrap import mean_ci, percentile_interval, resample_weights
+from importlib import import_module
+from typing import Any
+
+from mmgrid.stats.bootstrap import mean_ci, percentile_interval, resample_counts, resample_weights
 from mmgrid.stats.errors import StatsError
-from mmgrid.stats.lambda_star import (LambdaStar, argmax_lambda, curve_band, domains_lambda_star_replicates,
-                                      lambda_star_replicates, robust_lambda_star, seed_averaged_curve, smooth_curve)
-from mmgrid.stats.multiple import benjamini_hochberg, holm
-from mmgrid.stats.paired import PairedResult, paired_difference
 from mmgrid.stats.verdict import FAILS, HOLDS, INCONCLUSIVE, contains, verdict, verdict_line
 
-__all__ = [
-    "StatsError", "mean_ci", "percentile_interval", "resample_weights",
-    "PairedResult", "paired_difference",
-    "holm", "benjamini_hochberg",
-    "LambdaStar", "robust_lambda_star", "lambda_star_replicates", "domains_lambda_star_replicates",
-    "argmax_lambda", "curve_band", "seed_averaged_curve", "smooth_curve",
-    "SpearmanResult", "spearman_rho", "spearman_exact_p", "spearman_with_interval",
-    "LooResult", "loo_predictions", "loo_error_vs_default",
-    "verdict", "contains", "verdict_line", "HOLDS", "FAILS", "INCONCLUSIVE",
-]
+_LAZY = {
+    "mmgrid.stats.association": ("LooResult", "SpearmanResult", "loo_error_vs_default", "loo_predictions",
+                                 "rank_correlation", "spearman_exact_p", "spearman_rho", "spearman_with_interval"),
+    "mmgrid.stats.lambda_star": ("LambdaStar", "argmax_lambda", "curve_band", "domains_lambda_star_replicates",
+                                 "lambda_star_replicates", "robust_lambda_star", "seed_averaged_curve", "smooth_curve"),
+    "mmgrid.stats.multiple": ("benjamini_hochberg", "holm"),
+    "mmgrid.stats.paired": ("PairedResult", "paired_difference", "sign_flip_p"),
+}
+_WHERE = {name: mod for mod, names in _LAZY.items() for name in names}
+
+__all__ = ["StatsError", "mean_ci", "percentile_interval", "resample_counts", "resample_weights",
+           "verdict", "contains", "verdict_line", "HOLDS", "FAILS", "INCONCLUSIVE", *_WHERE]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'mmgrid.stats' has no attribute {name!r}")
+    value = getattr(import_module(mod), name)  # lazy: scipy (~0.3-1 s) only when a statistic is used
+    globals()[name] = value
+    return value

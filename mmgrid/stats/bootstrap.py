@@ -86,12 +86,32 @@ def resample_weights(rng: np.random.Generator, n_resamples: int, n: int) -> np.n
     return resample_counts(rng, n_resamples, n) / float(n)
 
 
+def cluster_index(clusters, n: int) -> tuple[np.ndarray, int]:
+    """(cluster number of each of ``n`` columns, number of clusters); every column its own cluster when None."""
+    if clusters is None:
+        return np.arange(n), n
+    c = np.asarray(clusters).reshape(-1)
+    if c.size != n:
+        raise StatsError(f"clusters: {c.size} labels for {n} columns; give one user id per column")
+    _, inv = np.unique(c, return_inverse=True)
+    return inv.reshape(-1), int(inv.max()) + 1 if inv.size else 0
+
+
+def column_weights(counts: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """Per-column weights ``[b, n]`` from per-cluster draw counts ``[b, n_clusters]``, each row summing to 1."""
+    w = counts[:, inv].astype(np.float64)
+    return w / w.sum(axis=1, keepdims=True)
+
+
 def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES,
-            seed: int = 0) -> tuple[float, float, float]:
+            seed: int = 0, clusters=None) -> tuple[float, float, float]:
     """Mean of per-user values with a percentile-bootstrap interval over users and seeds.
 
     Args:
         values: ``[n_users]`` or ``[n_seeds, n_users]`` (columns are the same users); NaN-free.
+            A column may be one test example: with ``clusters`` (the user of each column) whole
+            users are drawn with all their examples (a cluster bootstrap), so a user with several
+            test examples counts once in the draw.
         level: the interval's coverage (0.95: the 2.5 and 97.5 percentiles).
         n_resamples: bootstrap replicates.
         seed: the resampling generator's seed (results are reproducible).
@@ -111,12 +131,17 @@ def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int =
     if n_users * n_seeds == 1:
         return mean, mean, mean
     stats = np.empty(n_resamples)
+    inv, n_clusters = cluster_index(clusters, n_users)
+    plain = clusters is None
     # chunks keep the count matrices at a few MB for thousands of users
     chunk = max(1, 4_000_000 // max(1, n_users))
     s = 0
-    for c_users, c_seeds in _draws(int(seed), int(n_resamples), n_users, n_seeds, chunk):
-        b = c_users.shape[0]                          # c_users [b, n_users]: one draw for every seed; c_seeds [b, n_seeds]
-        per_seed = (a @ c_users.T) / n_users          # [n_seeds, b]: each seed's mean over the drawn users
+    for c_users, c_seeds in _draws(int(seed), int(n_resamples), n_clusters, n_seeds, chunk):
+        b = c_users.shape[0]                          # c_users [b, n_clusters]: one draw for every seed; c_seeds [b, n_seeds]
+        if plain:
+            per_seed = (a @ c_users.T) / n_users      # [n_seeds, b]: each seed's mean over the drawn users
+        else:
+            per_seed = a @ column_weights(c_users, inv).T
         stats[s:s + b] = (per_seed.T * c_seeds).sum(axis=1) / n_seeds
         s += b
     lo, hi = percentile_interval(stats, level)

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mmgrid.stats.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, percentile_interval, resample_weights
+from mmgrid.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, cluster_index, column_weights, percentile_interval,
+                                    resample_counts, resample_weights)
 from mmgrid.stats.errors import StatsError
 
 TIE_DECIMALS = 9
@@ -90,7 +91,7 @@ def seed_averaged_curve(values: np.ndarray, smooth: int = 1) -> np.ndarray:
 
 
 def bootstrap_curves(values: np.ndarray, n_resamples: int, rng: np.random.Generator,
-                     seed_weights: np.ndarray | None = None) -> np.ndarray:
+                     seed_weights: np.ndarray | None = None, clusters=None) -> np.ndarray:
     """``[n_lambdas, n_resamples]`` replicate curves: users and seeds drawn with replacement.
 
     Args:
@@ -99,10 +100,13 @@ def bootstrap_curves(values: np.ndarray, n_resamples: int, rng: np.random.Genera
         rng: the generator (users are drawn from it).
         seed_weights: ``[n_resamples, n_seeds]`` seed weights to share with other domains
             (the same training seeds trained every domain); drawn here when None.
+        clusters: the user of each column when a column is one test example (whole users are drawn).
     """
     a = as_curves(values)
     s, n_l, n_u = a.shape
-    w_users = resample_weights(rng, n_resamples, n_u)  # [B, U]
+    inv, n_c = cluster_index(clusters, n_u)
+    w_users = (resample_weights(rng, n_resamples, n_u) if clusters is None
+               else column_weights(resample_counts(rng, n_resamples, n_c), inv))  # [B, U]
     w_seeds = resample_weights(rng, n_resamples, s) if seed_weights is None else np.asarray(seed_weights)
     if w_seeds.shape != (n_resamples, s):
         raise StatsError(f"seed weights of shape {w_seeds.shape}, expected {(n_resamples, s)}")
@@ -112,7 +116,7 @@ def bootstrap_curves(values: np.ndarray, n_resamples: int, rng: np.random.Genera
 
 def robust_lambda_star(lambdas, values: np.ndarray, smooth: int = 1, prefer: float = 1.0,
                        level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                       seed_weights: np.ndarray | None = None) -> LambdaStar:
+                       seed_weights: np.ndarray | None = None, clusters=None) -> LambdaStar:
     """lambda* of the seed-averaged curve, its bootstrap interval and an edge flag (see module doc).
 
     Args:
@@ -124,6 +128,7 @@ def robust_lambda_star(lambdas, values: np.ndarray, smooth: int = 1, prefer: flo
         n_resamples: bootstrap replicates.
         seed: the generator's seed.
         seed_weights: shared seed weights (see :func:`bootstrap_curves`).
+        clusters: the user of each column (see :func:`bootstrap_curves`).
 
     Returns:
         A :class:`LambdaStar`.
@@ -138,7 +143,8 @@ def robust_lambda_star(lambdas, values: np.ndarray, smooth: int = 1, prefer: flo
         raise StatsError("lambda*: no users in the curves")
     curve = smooth_curve(a.mean(axis=(0, 2)), smooth)
     star = float(argmax_lambda(lam, curve, prefer))
-    reps = lambda_star_replicates(lam, a, smooth, prefer, n_resamples, np.random.default_rng(seed), seed_weights)
+    reps = lambda_star_replicates(lam, a, smooth, prefer, n_resamples, np.random.default_rng(seed), seed_weights,
+                                  clusters)
     lo, hi = percentile_interval(reps, level)
     edges = (lam[0], lam[-1])
     on_edge = lam.size > 1 and star in edges
@@ -150,28 +156,30 @@ def robust_lambda_star(lambdas, values: np.ndarray, smooth: int = 1, prefer: flo
 
 def lambda_star_replicates(lambdas, values: np.ndarray, smooth: int = 1, prefer: float = 1.0,
                            n_resamples: int = DEFAULT_RESAMPLES, rng: np.random.Generator | None = None,
-                           seed_weights: np.ndarray | None = None) -> np.ndarray:
+                           seed_weights: np.ndarray | None = None, clusters=None) -> np.ndarray:
     """``[n_resamples]`` bootstrap replicates of lambda* (users and seeds resampled, argmax recomputed)."""
     rng = rng if rng is not None else np.random.default_rng(0)
-    reps = smooth_curve(bootstrap_curves(values, n_resamples, rng, seed_weights), smooth)
+    reps = smooth_curve(bootstrap_curves(values, n_resamples, rng, seed_weights, clusters), smooth)
     return argmax_lambda(np.asarray(lambdas, float), reps, prefer)
 
 
 def curve_band(values: np.ndarray, smooth: int = 1, level: float = DEFAULT_LEVEL,
-               n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, clusters=None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The seed-averaged (smoothed) curve with a pointwise percentile-bootstrap band (users and seeds resampled).
 
     Returns:
         ``(curve, low, high)``, each ``[n_lambdas]``.
     """
-    reps = smooth_curve(bootstrap_curves(values, n_resamples, np.random.default_rng(seed)), smooth)
+    reps = smooth_curve(bootstrap_curves(values, n_resamples, np.random.default_rng(seed), clusters=clusters), smooth)
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(reps, [alpha, 1.0 - alpha], axis=1)
     return seed_averaged_curve(values, smooth), lo, hi
 
 
 def domains_lambda_star_replicates(lambdas, per_domain: list[np.ndarray], smooth: int = 1, prefer: float = 1.0,
-                                   n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> np.ndarray:
+                                   n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                                   clusters: list | None = None) -> np.ndarray:
     """``[n_resamples, n_domains]`` lambda* replicates of several domains resampled together.
 
     Users are resampled within each domain; the training seeds are drawn once per replicate and
@@ -193,5 +201,6 @@ def domains_lambda_star_replicates(lambdas, per_domain: list[np.ndarray], smooth
     if len(grids) != len(curves):
         raise StatsError(f"{len(grids)} lambda grids for {len(curves)} domains")
     for j, c in enumerate(curves):
-        out[:, j] = lambda_star_replicates(grids[j], c, smooth, prefer, n_resamples, rng, w_seeds)
+        out[:, j] = lambda_star_replicates(grids[j], c, smooth, prefer, n_resamples, rng, w_seeds,
+                                           None if clusters is None else clusters[j])
     return out

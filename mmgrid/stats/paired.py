@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from mmgrid.stats.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, _as_matrix, mean_ci
+from mmgrid.stats.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, _as_matrix, cluster_index, mean_ci
 from mmgrid.stats.errors import StatsError
 
 TESTS = ("randomization", "t")
@@ -57,7 +57,8 @@ DEFAULT_FLIPS = 10_000  # random sign assignments: p >= 1 / 10001, small enough 
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, test: str = "randomization", level: float = DEFAULT_LEVEL,
-                      n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, n_flips: int = DEFAULT_FLIPS) -> PairedResult:
+                      n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, n_flips: int = DEFAULT_FLIPS,
+                      clusters=None) -> PairedResult:
     """Mean difference A - B of per-user values, its bootstrap interval and a paired test's p.
 
     Args:
@@ -69,6 +70,9 @@ def paired_difference(a: np.ndarray, b: np.ndarray, test: str = "randomization",
         n_resamples: bootstrap replicates of the interval.
         seed: the generator's seed.
         n_flips: random sign assignments of the randomization test.
+        clusters: the user of each column when a column is one test example: the interval draws
+            whole users and the sign flips act on each user's summed differences (a user is the
+            unit of both); the t-test then uses each user's mean difference.
 
     Returns:
         A :class:`PairedResult`. With no users every number is NaN; when every difference is
@@ -91,8 +95,16 @@ def paired_difference(a: np.ndarray, b: np.ndarray, test: str = "randomization",
         nan = float("nan")
         return PairedResult(nan, nan, nan, nan, test, 0, n_seeds, nan, nan)
     d = x - y
-    diff, lo, hi = mean_ci(d, level=level, n_resamples=n_resamples, seed=seed)
+    diff, lo, hi = mean_ci(d, level=level, n_resamples=n_resamples, seed=seed, clusters=clusters)
     per_user = d.mean(axis=0)
+    scale = 1.0
+    if clusters is not None:
+        inv, n_c = cluster_index(clusters, n_users)
+        sizes = np.bincount(inv, minlength=n_c).astype(np.float64)
+        sums = np.bincount(inv, weights=per_user, minlength=n_c)
+        # sign flips on user sums: mean(signs * sums) * n_c / n_rows is the flipped mean of the rows
+        per_user = sums / sizes if test == "t" else sums
+        scale = n_c / n_users
     if not np.any(per_user != 0):
         p = 1.0
     elif n_users < 2:
@@ -100,7 +112,7 @@ def paired_difference(a: np.ndarray, b: np.ndarray, test: str = "randomization",
     elif test == "t":
         p = float(sps.ttest_1samp(per_user, 0.0).pvalue)
     else:
-        p = sign_flip_p(per_user, n_flips, seed)
+        p = sign_flip_p(per_user * scale, n_flips, seed)
     return PairedResult(float(diff), lo, hi, p, test, n_users, n_seeds, float(x.mean()), float(y.mean()))
 
 

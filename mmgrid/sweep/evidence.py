@@ -10,189 +10,27 @@ them into the arrays :mod:`mmgrid.stats` works on:
   the robust lambda* (seed-averaged curve, bootstrap interval, edge flag) and Figure 5's bands.
 
 A registry written before per-user values were kept has none: then every function falls back to
-the recorded means (no interval; the report says so).
+the recorded means (no interval; the report says so). The checkpoint-cell readers (``PerUser``,
+``CheckpointValues``, ``fmt_ci``) live in :mod:`mmgrid.eval.table`, which the console table shares.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from mmgrid.eval.table import (KEY_SPAN, LEVEL, N_RESAMPLES, Cell, CheckpointValues, PerUser,  # noqa: F401
+                               _newest, _seed_of, align, checkpoint_rows, fmt_ci, fmt_p, seed_ids)
+from mmgrid.stats.bootstrap import cluster_index, column_weights, resample_counts
 from mmgrid.stats import (LambdaStar, curve_band, domains_lambda_star_replicates, holm, mean_ci,
                           paired_difference, robust_lambda_star)
 
-N_RESAMPLES = 2000
-LEVEL = 0.95
-
-
-def _newest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    if df.empty:
-        return df
-    if "created" in df.columns:
-        df = df.sort_values("created", kind="stable")
-    return df.drop_duplicates(keys, keep="last")
-
-
-def _seed_of(v: Any) -> int:
-    try:
-        return int(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else -1
-    except (TypeError, ValueError):
-        return -1
-
-
-class PerUser:
-    """Per-user frames of result rows, read once (cached by record key)."""
-
-    def __init__(self, registry: Any) -> None:
-        self.registry = registry
-        self._cache: dict[str, pd.DataFrame | None] = {}
-
-    def frame(self, row: Any) -> pd.DataFrame | None:
-        """The per-user frame of one results row, or None when the record has none."""
-        ref = row.get("per_user") if hasattr(row, "get") else None
-        if ref is None or (isinstance(ref, float) and math.isnan(ref)) or not hasattr(self.registry, "per_user"):
-            return None
-        key = str(row.get("key", ref))
-        if key not in self._cache:
-            try:
-                self._cache[key] = self.registry.per_user(row)
-            except Exception:  # noqa: BLE001 - a missing file degrades to "no interval", reported as such
-                self._cache[key] = None
-        return self._cache[key]
-
-    def matrix(self, rows: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(user_idx, values [n_rows, n_users])`` of ``metric``, rows in the given order, users aligned.
-
-        Users missing from any row are dropped (the same users are evaluated on every replicate, so
-        normally none is). None when a row has no per-user values or lacks the metric.
-        """
-        frames = []
-        for _, r in rows.iterrows():
-            f = self.frame(r)
-            if f is None or metric not in f.columns:
-                return None
-            frames.append(f)
-        if not frames:
-            return None
-        first = frames[0]["user_idx"].to_numpy()
-        if all(len(f) == len(first) and np.array_equal(f["user_idx"].to_numpy(), first) for f in frames):
-            return first, np.stack([f[metric].to_numpy(dtype=float) for f in frames])
-        per = [f.groupby("user_idx")[metric].mean() for f in frames]
-        common = per[0].index
-        for s in per[1:]:
-            common = common.intersection(s.index)
-        common = common.sort_values()
-        return common.to_numpy(), np.stack([s.reindex(common).to_numpy(dtype=float) for s in per])
-
-
-@dataclass
-class Cell:
-    """One table cell: the mean over users and seeds with its interval."""
-
-    mean: float
-    low: float = float("nan")
-    high: float = float("nan")
-    n_users: int = 0
-    n_seeds: int = 0
-    ids: list[str] = field(default_factory=list)
-
-    @property
-    def has_interval(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high)
-
-
-def fmt_ci(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 2, sign: bool = False) -> str:
-    """``12.34 [11.02, 13.70]`` (or just the mean when there is no interval; ``-`` when NaN)."""
-    if mean is None or not math.isfinite(mean):
-        return "-"
-    f = f"{{:{'+' if sign else ''}.{digits}f}}"
-    text = f.format(mean * scale)
-    if math.isfinite(low) and math.isfinite(high):
-        text += f" [{f.format(low * scale)}, {f.format(high * scale)}]"
-    return text
-
-
-def fmt_p(p: float) -> str:
-    if p is None or not math.isfinite(p):
-        return "-"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
-# --------------------------------------------------------------------------- checkpoint cells (Table 2)
-
-
-def seed_ids(registry: Any, paradigm: str, period: str | None, variant: str = "default") -> dict[str, dict[int, str]]:
-    """Domain -> {training seed -> id} of the newest trained checkpoint of ``period`` per seed.
-
-    ``popular`` (no training) has one checkpoint per domain, under seed -1.
-    """
-    if paradigm == "popular":
-        ck = registry.query(paradigm="popular")
-    else:
-        ck = registry.query(paradigm=paradigm, variant=variant, kind="trained", period=period)
-    if ck.empty:
-        return {}
-    ck = ck.copy()
-    ck["seed_k"] = [_seed_of(v) for v in ck["seed"]] if "seed" in ck.columns and paradigm != "popular" else -1
-    ck = _newest(ck, ["domain", "seed_k"])
-    out: dict[str, dict[int, str]] = {}
-    for r in ck.itertuples():
-        out.setdefault(str(r.domain), {})[int(r.seed_k)] = str(r.id)
-    return {d: dict(sorted(v.items())) for d, v in out.items()}
-
-
-def checkpoint_rows(registry: Any, ids: list[str], split: str, group: str = "all") -> pd.DataFrame:
-    """Newest own evaluation (no study) of each checkpoint: one row per (id, metric)."""
-    if not ids:
-        return pd.DataFrame()
-    res = registry.results(id=list(ids), split=split, group=group)
-    if res.empty:
-        return res
-    if "study" in res.columns:
-        res = res[res["study"].isna()]
-    return _newest(res, ["id", "metric"])
-
-
-class CheckpointValues:
-    """Per-user values of checkpoint cells: ``values(paradigm, domain, metric) -> [n_seeds, n_users]``."""
-
-    def __init__(self, registry: Any, split: str, period: str | None, paradigms: list[str], variant: str = "default"):
-        self.pu = PerUser(registry)
-        self.ids = {p: seed_ids(registry, p, period, variant) for p in paradigms}
-        all_ids = [i for by in self.ids.values() for d in by.values() for i in d.values()]
-        self.rows = checkpoint_rows(registry, all_ids, split)
-        self._by = {(r["id"], r["metric"]): i for i, r in zip(self.rows.index, self.rows.to_dict("records"))} \
-            if not self.rows.empty else {}
-
-    def _rows(self, paradigm: str, domain: str, metric: str) -> pd.DataFrame:
-        """This cell's result rows, one per seed in seed order."""
-        ids = self.ids.get(paradigm, {}).get(domain, {})
-        at = [self._by[(cid, metric)] for _, cid in sorted(ids.items()) if (cid, metric) in self._by]
-        return self.rows.loc[at] if at else pd.DataFrame()
-
-    def values(self, paradigm: str, domain: str, metric: str) -> tuple[np.ndarray, np.ndarray] | None:
-        rows = self._rows(paradigm, domain, metric)
-        return self.pu.matrix(rows, metric) if not rows.empty else None
-
-    def cell(self, paradigm: str, domain: str, metric: str) -> Cell | None:
-        rows = self._rows(paradigm, domain, metric)
-        if rows.empty:
-            return None
-        ids = list(rows["id"])
-        m = self.pu.matrix(rows, metric)
-        if m is not None:
-            mean, lo, hi = mean_ci(m[1], level=LEVEL, n_resamples=N_RESAMPLES)
-            return Cell(mean, lo, hi, m[1].shape[1], m[1].shape[0], ids)
-        vals = rows["value"].astype(float).to_numpy()
-        lo = hi = float("nan")
-        if len(vals) == 1 and {"ci_low", "ci_high"} <= set(rows.columns):
-            lo, hi = float(rows["ci_low"].iloc[0]), float(rows["ci_high"].iloc[0])
-        return Cell(float(vals.mean()), lo, hi, 0, len(vals), ids)
 
 
 def paired_cells(cv: CheckpointValues, a: tuple[str, str], b: tuple[str, str], metric: str) -> dict[str, Any] | None:
@@ -201,14 +39,14 @@ def paired_cells(cv: CheckpointValues, a: tuple[str, str], b: tuple[str, str], m
     if ma is None or mb is None:
         return None
     (ua, va), (ub, vb) = ma, mb
-    common, ia, ib = np.intersect1d(ua, ub, return_indices=True)
-    if common.size == 0:
+    ia, ib = align(ua, ub)
+    if ia.size == 0:
         return None
     va, vb = va[:, ia], vb[:, ib]
     if va.shape[0] != vb.shape[0] and 1 not in (va.shape[0], vb.shape[0]):
         k = min(va.shape[0], vb.shape[0])
         va, vb = va[:k], vb[:k]
-    r = paired_difference(va, vb, level=LEVEL, n_resamples=N_RESAMPLES)
+    r = paired_difference(va, vb, level=LEVEL, n_resamples=N_RESAMPLES, clusters=ua[ia])
     return {"diff": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high, "p": r.pvalue, "n_users": r.n_users,
             "n_seeds": r.n_seeds, "mean_a": r.mean_a, "mean_b": r.mean_b}
 
@@ -284,10 +122,11 @@ def temporal_curves(registry: Any, paradigm: str, variant: str, metric: str, stu
                 return {}
             per_seed.append(m)
         common = per_seed[0][0]
+        cols = [np.arange(len(common))]
         for u, _ in per_seed[1:]:
-            common = np.intersect1d(common, u)
-        vals = np.stack([v[:, np.searchsorted(u, common)] if np.all(np.diff(u) > 0) else
-                         v[:, [int(np.where(u == c)[0][0]) for c in common]] for u, v in per_seed])
+            ia, ib = align(common, u)
+            common, cols = common[ia], [c[ia] for c in cols] + [ib]
+        vals = np.stack([v[:, c] for (_, v), c in zip(per_seed, cols)])
         out[(str(domain), str(group))] = Curves(str(domain), str(group), np.asarray(lams, float), seeds, common, vals,
                                                 list(dict.fromkeys(g["recipe_hash"].dropna())))
     return out
@@ -297,7 +136,8 @@ def robust_stars(curves: dict[tuple[str, str], Curves], smooth: int = 1) -> pd.D
     """One row per (domain, group): lambda*, its interval, the edge flag, users and seeds."""
     rows = []
     for (d, g), c in sorted(curves.items()):
-        r: LambdaStar = robust_lambda_star(c.lambdas, c.values, smooth=smooth, level=LEVEL, n_resamples=N_RESAMPLES)
+        r: LambdaStar = robust_lambda_star(c.lambdas, c.values, smooth=smooth, level=LEVEL, n_resamples=N_RESAMPLES,
+                                           clusters=c.users)
         rows.append({"domain": d, "group": g, "lambda_star": r.lambda_star, "ci_low": r.ci_low, "ci_high": r.ci_high,
                      "on_edge": r.on_edge, "edge_side": r.edge_side, "edge_share": r.edge_share, "best": r.best,
                      "n_users": r.n_users, "n_seeds": r.n_seeds, "grid_low": float(c.lambdas[0]),
@@ -312,14 +152,14 @@ def star_replicates(curves: dict[tuple[str, str], Curves], domains: list[str], g
     if any(c is None for c in cs) or len({c.values.shape[0] for c in cs}) != 1:
         return None
     return domains_lambda_star_replicates([c.lambdas for c in cs], [c.values for c in cs], smooth=smooth,
-                                          n_resamples=N_RESAMPLES)
+                                          n_resamples=N_RESAMPLES, clusters=[c.users for c in cs])
 
 
 def bands(curves: dict[tuple[str, str], Curves], smooth: int = 1) -> pd.DataFrame:
     """Figure 5's curves with pointwise bands: domain, group, lambda, value, low, high."""
     rows = []
     for (d, g), c in sorted(curves.items()):
-        mid, lo, hi = curve_band(c.values, smooth=smooth, level=LEVEL, n_resamples=500)
+        mid, lo, hi = curve_band(c.values, smooth=smooth, level=LEVEL, n_resamples=500, clusters=c.users)
         rows += [{"domain": d, "group": g, "lambda": float(lam), "value": float(m), "low": float(a), "high": float(b)}
                  for lam, m, a, b in zip(c.lambdas, mid, lo, hi)]
     return pd.DataFrame(rows)
@@ -343,7 +183,6 @@ def analytic_lambdas(data_root: Any, test_offset_days: float = 91.0) -> dict[str
     ``lambda = 1 + cos(2 pi 91 / P)`` (mmgrid/data/world_files.py; 91 days = one quarter from p2 to
     the test window). {} when the data is not a synthetic world.
     """
-    from pathlib import Path
 
     path = Path(str(data_root)) / "truth.json"
     try:
@@ -379,7 +218,7 @@ def _user_pairs(pu: PerUser, merged: Any, single: Any, metric: str) -> tuple[np.
     m = pu.matrix(pd.DataFrame([merged, single]), metric)
     if m is None:
         return None
-    return m[1][0], m[1][1]
+    return m[1][0], m[1][1], m[0]
 
 
 def joint_change_errors(cells: pd.DataFrame, pu: PerUser, metric: str, n_resamples: int = 1000, seed: int = 0
@@ -406,10 +245,11 @@ def joint_change_errors(cells: pd.DataFrame, pu: PerUser, metric: str, n_resampl
             if pair is None:
                 reps = []
                 break
-            x, b = pair
+            x, b, users = pair
             if b.mean() <= 0:
                 continue
-            w = rng.multinomial(len(x), np.full(len(x), 1.0 / len(x)), size=n_resamples) / len(x)
+            inv, n_c = cluster_index(users, len(x))
+            w = column_weights(resample_counts(rng, n_resamples, n_c), inv)  # whole users drawn
             with np.errstate(divide="ignore", invalid="ignore"):
                 reps.append((w @ x) / (w @ b) - 1.0)
             points.append(x.mean() / b.mean() - 1.0)
@@ -445,7 +285,7 @@ def base_orderings(cells: pd.DataFrame, pu: PerUser, metric: str) -> pd.DataFram
                 continue
             a_rows = g[g["base_kind"] == better].set_index(["domain", "eval_domain", "alpha_k"])
             b_rows = g[g["base_kind"] == worse].set_index(["domain", "eval_domain", "alpha_k"])
-            xs, ys, n_cells = [], [], 0
+            xs, ys, cl, n_cells = [], [], [], 0
             for k in a_rows.index.intersection(b_rows.index):
                 ra, rb = a_rows.loc[k], b_rows.loc[k]
                 ra = ra.iloc[-1] if isinstance(ra, pd.DataFrame) else ra
@@ -456,10 +296,12 @@ def base_orderings(cells: pd.DataFrame, pu: PerUser, metric: str) -> pd.DataFram
                     break
                 xs.append(pair[0])
                 ys.append(pair[1])
+                cl.append([f"{k[1]}:{u}" for u in pair[2]])  # the same users of an evaluated domain across cells
                 n_cells += 1
             if not xs:
                 continue
-            r = paired_difference(np.concatenate(xs), np.concatenate(ys), level=LEVEL, n_resamples=N_RESAMPLES)
+            r = paired_difference(np.concatenate(xs), np.concatenate(ys), level=LEVEL, n_resamples=N_RESAMPLES,
+                                  clusters=np.concatenate(cl))
             rows.append({"paradigm": p, "method": meth, "better": better, "worse": worse, "diff": r.diff,
                          "ci_low": r.ci_low, "ci_high": r.ci_high, "p": r.pvalue, "n_users": r.n_users,
                          "n_cells": n_cells})
@@ -468,13 +310,14 @@ def base_orderings(cells: pd.DataFrame, pu: PerUser, metric: str) -> pd.DataFram
 
 def pooled_pair(cv: CheckpointValues, pa: str, pb: str, domains: list[str], metric: str) -> dict[str, Any] | None:
     """paradigm A - paradigm B over the users of every domain pooled (seeds matched), with its interval and p."""
-    xs, ys, used = [], [], []
-    for d in domains:
+    xs, ys, used, cl = [], [], [], []
+    for i, d in enumerate(domains):
         ma, mb = cv.values(pa, d, metric), cv.values(pb, d, metric)
         if ma is None or mb is None:
             continue
-        common, ia, ib = np.intersect1d(ma[0], mb[0], return_indices=True)
+        ia, ib = align(ma[0], mb[0])
         va, vb = ma[1][:, ia], mb[1][:, ib]
+        cl.append(ma[0][ia].astype(np.int64) + i * 10**12)  # users of different domains are different people
         k = min(va.shape[0], vb.shape[0])
         xs.append(va[:k] if vb.shape[0] != 1 else va)
         ys.append(vb[:k] if va.shape[0] != 1 else vb)
@@ -482,7 +325,7 @@ def pooled_pair(cv: CheckpointValues, pa: str, pb: str, domains: list[str], metr
     if not xs or len({x.shape[0] for x in xs}) != 1 or len({y.shape[0] for y in ys}) != 1:
         return None
     r = paired_difference(np.concatenate(xs, axis=1), np.concatenate(ys, axis=1), level=LEVEL,
-                          n_resamples=N_RESAMPLES)
+                          n_resamples=N_RESAMPLES, clusters=np.concatenate(cl))
     return {"diff": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high, "p": r.pvalue, "n_users": r.n_users,
             "n_seeds": r.n_seeds, "domains": used}
 
@@ -493,15 +336,15 @@ def seed_matched(a: Curves, b: Curves) -> tuple[list[int], list[int]]:
     return [a.seeds.index(x) for x in both], [b.seeds.index(x) for x in both]
 
 
-def point_pair(a: Curves, lam_a: float, b: Curves, lam_b: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per-user values of curve ``a`` at ``lam_a`` and ``b`` at ``lam_b`` on common users and seeds."""
+def point_pair(a: Curves, lam_a: float, b: Curves, lam_b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per-user values of curve ``a`` at ``lam_a`` and ``b`` at ``lam_b`` on common users and seeds, and the users."""
     pa, pb = at_lambda(a, lam_a), at_lambda(b, lam_b)
     if pa is None or pb is None:
         return None
     ia_s, ib_s = seed_matched(a, b)
     if not ia_s:
         return None
-    common, iu, ju = np.intersect1d(pa[0], pb[0], return_indices=True)
-    if common.size == 0:
+    iu, ju = align(pa[0], pb[0])
+    if iu.size == 0:
         return None
-    return pa[1][ia_s][:, iu], pb[1][ib_s][:, ju]
+    return pa[1][ia_s][:, iu], pb[1][ib_s][:, ju], pa[0][iu]

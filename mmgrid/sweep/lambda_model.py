@@ -10,6 +10,7 @@ model's prediction interval.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -174,8 +175,6 @@ def extend_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
     Returns:
         The rows of the new evaluations (:data:`mmgrid.sweep.temporal.COLUMNS`); empty when off.
     """
-    import inspect
-
     t = cfg.sweeps.temporal
     rows: list[dict] = []
     if t.extend_steps <= 0:

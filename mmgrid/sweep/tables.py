@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.config import GridConfig
+from mmgrid.eval.table import baseline_cells
 from mmgrid.stats import FAILS, HOLDS, INCONCLUSIVE, verdict
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep.results import checkpoint_metrics
@@ -93,27 +94,15 @@ def table2_ci(cfg: GridConfig, registry: Any, domains: list[str]) -> tuple[pd.Da
 
     Rows: the grid's paradigms and ``popular``; columns domain x R@10 / N@10 / R@20 / N@20. Each
     cell pools the last-stage checkpoints of every training seed (the same users); most-popular
-    has one checkpoint per domain.
+    has one checkpoint per domain. The cells are the console's (:func:`mmgrid.eval.table.baseline_cells`).
 
     Returns:
         (table of strings, provenance, the per-user values for the paired comparisons).
     """
-    rows = list(dict.fromkeys([*cfg.paradigms, "popular"]))
-    cv = ev.CheckpointValues(registry, cfg.eval.split, cfg.train.stages[-1], rows)
-    cols = pd.MultiIndex.from_tuples([(d, short) for d in domains for _, short in METRICS])
-    out = pd.DataFrame(index=rows, columns=cols, dtype=object)
-    prov: Provenance = {}
-    for p in rows:
-        ids: list[str] = []
-        for d in domains:
-            for m, short in METRICS:
-                c = cv.cell(p, d, m)
-                if c is not None:
-                    out.loc[p, (d, short)] = ev.fmt_ci(c.mean, c.low, c.high)
-                    ids += c.ids
-        prov[p] = list(dict.fromkeys(ids))
-    out = out.dropna(how="all")
-    return out, {k: v for k, v in prov.items() if k in out.index}, cv
+    out, cv = baseline_cells(registry, cfg.paradigms, domains, period=cfg.train.stages[-1], split=cfg.eval.split)
+    prov: Provenance = {p: [i for d in domains for _, i in sorted(cv.ids.get(p, {}).get(d, {}).items())]
+                        for p in out.index}
+    return out, prov, cv
 
 
 def has_intervals(table: pd.DataFrame) -> bool:
@@ -231,7 +220,7 @@ def table3_ci(registry: Any, pu: Any, t: Any, stars: pd.DataFrame, domains: list
     for metric, short in METRICS:
         curves = ev.temporal_curves(registry, t.paradigm, t.variant, metric, pu=pu)
         hats = ev.temporal_curves(registry, t.paradigm, t.variant, metric, study="lambda_hat", pu=pu)
-        pooled: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"hat": [], "star": []}
+        pooled: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {"hat": [], "star": []}
         for d in domains:
             c = curves.get((d, "all"))
             if c is None:
@@ -248,7 +237,7 @@ def table3_ci(registry: Any, pu: Any, t: Any, stars: pd.DataFrame, domains: list
                 if v is None:
                     continue
                 found = True
-                mean, lo, hi = ev.mean_ci(v[1], level=ev.LEVEL, n_resamples=ev.N_RESAMPLES)
+                mean, lo, hi = ev.mean_ci(v[1], level=ev.LEVEL, n_resamples=ev.N_RESAMPLES, clusters=v[0])
                 out.loc[T3_ROWS[key], (d, short)] = ev.fmt_ci(mean, lo, hi)
                 if short == "R@10":
                     prov[T3_ROWS[key]].append(f"{d} at lambda {lam:.3f} (recipes of the temporal studies)")
@@ -259,16 +248,16 @@ def table3_ci(registry: Any, pu: Any, t: Any, stars: pd.DataFrame, domains: list
                 pair = ev.point_pair(cc, lam, c, 1.0) if cc is not None and lam is not None else None
                 if pair is None:
                     continue
-                pooled[key].append(pair)
-                r = ev.paired_difference(pair[0], pair[1], level=ev.LEVEL, n_resamples=ev.N_RESAMPLES)
+                pooled[key].append((pair[0], pair[1], pair[2].astype(np.int64) + domains.index(d) * 10**12))
+                r = ev.paired_difference(pair[0], pair[1], level=ev.LEVEL, n_resamples=ev.N_RESAMPLES, clusters=pair[2])
                 comp.append({"comparison": label, "domain": d, "metric": metric, "diff": r.diff, "ci_low": r.ci_low,
                              "ci_high": r.ci_high, "p": r.pvalue, "n_users": r.n_users, "n_seeds": r.n_seeds})
         for key, label in T3_COMPARISONS:
             ps = pooled[key]
-            if ps and len({a.shape[0] for a, _ in ps}) == 1:
-                r = ev.paired_difference(np.concatenate([a for a, _ in ps], axis=1),
-                                         np.concatenate([b for _, b in ps], axis=1), level=ev.LEVEL,
-                                         n_resamples=ev.N_RESAMPLES)
+            if ps and len({a.shape[0] for a, _, _ in ps}) == 1:
+                r = ev.paired_difference(np.concatenate([a for a, _, _ in ps], axis=1),
+                                         np.concatenate([b for _, b, _ in ps], axis=1), level=ev.LEVEL,
+                                         n_resamples=ev.N_RESAMPLES, clusters=np.concatenate([c for _, _, c in ps]))
                 comp.append({"comparison": label, "domain": "all domains", "metric": metric, "diff": r.diff,
                              "ci_low": r.ci_low, "ci_high": r.ci_high, "p": r.pvalue, "n_users": r.n_users,
                              "n_seeds": r.n_seeds})

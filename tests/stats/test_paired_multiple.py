@@ -92,3 +92,9 @@ def test_sign_flip_agrees_with_scipy_permutation_test():
     sd = np.sqrt(ref * (1 - ref) / 4000)
     assert abs(ours - ref) < 4 * sd + 0.005
     assert sign_flip_p(np.full(50, 0.3), n_resamples=999) == pytest.approx(1 / 1000)  # no flip reaches it but itself
+
+
+def test_clustered_sign_flip_flips_whole_users():
+    # user 1 has differences [1, 1], user 2 [2]: flips of user sums (2, 2): |mean| >= 4/3 only for (+,+) and (-,-)
+    res = paired_difference(np.array([1.0, 1.0, 2.0]), np.zeros(3), clusters=np.array([1, 1, 2]), n_flips=100)
+    assert res.diff == pytest.approx(4 / 3) and res.pvalue == pytest.approx(0.5)

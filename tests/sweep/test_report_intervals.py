@@ -201,3 +201,16 @@ def test_holm_groups_and_formatting():
     assert ev.fmt_ci(0.01, -0.002, 0.02, sign=True) == "+1.00 [-0.20, +2.00]"
     assert ev.fmt_ci(float("nan"), 0, 0) == "-" and ev.fmt_p(0.0001) == "<0.001"
     assert list(itertools.islice(ev.BASE_ORDER, 1)) == [("historical", "original")]
+
+
+def test_rows_pair_by_user_and_example_order_when_a_user_has_several_examples():
+    from mmgrid.eval.table import align, occurrence_keys
+
+    ua = np.array([5, 3, 5, 9])  # user 5 has two test examples
+    ub = np.array([3, 5, 9, 5, 4])
+    assert occurrence_keys(ua).tolist() == [5 * 4096, 3 * 4096, 5 * 4096 + 1, 9 * 4096]
+    ia, ib = align(ua, ub)
+    assert ua[ia].tolist() == ub[ib].tolist() == [5, 3, 5, 9]
+    assert ib.tolist() == [1, 0, 3, 2]  # the first 5 pairs with the first 5, the second with the second
+    same = np.array([1, 1, 2])
+    assert [x.tolist() for x in align(same, same)] == [[0, 1, 2], [0, 1, 2]]
