@@ -220,7 +220,7 @@ def _cross_domain(rep: Report, cfg: GridConfig, registry: Any, ctx: dict[str, An
         show = pd.DataFrame({f"{metric.upper()} difference (% points)": [ev.fmt_ci(r.diff, r.ci_low, r.ci_high, sign=True)
                                                                          for r in order.itertuples()],
                              "p (Holm)": [ev.fmt_p(v) for v in order["p_holm"]],
-                             "users x cells": [f"{r.n_users} / {r.n_cells}" for r in order.itertuples()]},
+                             "examples / cells": [f"{r.n_users} / {r.n_cells}" for r in order.itertuples()]},
                             index=show.index)
         rep.add("Base orderings of MMGRid Fig. 4, paired per user over every (pair, evaluated domain, alpha) "
                 "evaluated with both bases:", "")

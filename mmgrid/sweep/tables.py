@@ -151,7 +151,7 @@ def table2_findings(cv: ev.CheckpointValues, domains: list[str], pretty: dict[st
             return None
         return (verdict(r["ci_low"], r["ci_high"], "less" if a == "text" else "greater"),
                 f"{pretty.get(a, a)} - {pretty.get(b, b)} {short} {ev.fmt_ci(r['diff'], r['ci_low'], r['ci_high'], sign=True)}"
-                f" pts, p {ev.fmt_p(r['p'])}, {r['n_users']} users x {r['n_seeds']} seed(s)")
+                f" pts, p {ev.fmt_p(r['p'])}, {r['n_users']} test examples x {r['n_seeds']} seed(s)")
 
     text = [x for x in (line("text", "semid"), line("text", "emb")) if x is not None]
     if text:
