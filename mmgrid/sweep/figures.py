@@ -168,11 +168,18 @@ def figure4_alpha(rel: pd.DataFrame, path: Path, errors: pd.DataFrame | None = N
 
 def regression_plot(table: pd.DataFrame, feature: str, path: Path, loo: pd.DataFrame | None = None,
                     rho: float = float("nan")) -> Path:
-    """lambda* (non-active users) against a domain statistic, with the fitted line (Table 4)."""
+    """lambda* (non-active users) against a domain statistic, with the fitted line (Table 4).
+
+    ``table`` with ``ci_low`` / ``ci_high`` draws lambda*'s 95% interval as error bars.
+    """
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     x, y = table[feature].to_numpy(float), table["lambda_star"].to_numpy(float)
     ax.scatter(x, y, color="tab:red", zorder=3, label="lambda* (non-active)")
+    if {"ci_low", "ci_high"} <= set(table.columns) and table[["ci_low", "ci_high"]].notna().all().all():
+        lo, hi = table["ci_low"].to_numpy(float), table["ci_high"].to_numpy(float)
+        ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor="tab:red", capsize=3, lw=1,
+                    label="95% interval (users, seeds)")
     for d, xi, yi in zip(table["domain"], x, y):
         ax.annotate(str(d), (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if len(x) >= 2 and np.ptp(x) > 0:

@@ -156,7 +156,9 @@ def _prediction(rep: Any, cfg: GridConfig, registry: Any, prepared: Any, ctx: di
         rep.add(f"Spearman's rho is undefined here ({len(pred.table)} domain(s)).", "")
     for note in pred.notes:
         rep.add(f"_Note: {note}_", "")
-    rep.figure(fg.regression_plot(pred.table, feature, rep.out / "lambda_regression.png", pred.loo, pred.rho),
+    ci = stars[stars["group"] == pred.group][[c for c in ("domain", "ci_low", "ci_high") if c in stars.columns]]
+    plot_table = pred.table.merge(ci, on="domain", how="left") if "ci_low" in ci.columns else pred.table
+    rep.figure(fg.regression_plot(plot_table, feature, rep.out / "lambda_regression.png", pred.loo, pred.rho),
                f"lambda* of {grp} users against {feature}, with leave-one-out predictions")
     _table3(rep, cfg, registry, pred, ctx)
 

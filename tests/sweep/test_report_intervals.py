@@ -214,3 +214,18 @@ def test_rows_pair_by_user_and_example_order_when_a_user_has_several_examples():
     assert ib.tolist() == [1, 0, 3, 2]  # the first 5 pairs with the first 5, the second with the second
     same = np.array([1, 1, 2])
     assert [x.tolist() for x in align(same, same)] == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_extend_temporal_sweeps_past_an_edge_until_lambda_star_is_inside(grid, counter):
+    from mmgrid.sweep.lambda_model import extend_temporal
+    from mmgrid.sweep.temporal import run_temporal, temporal_results
+
+    cfg, reg, prep = grid
+    run_temporal(cfg, reg, prep, evaluator_factory=counter)
+    assert extend_temporal(cfg, reg, prep, evaluator_factory=counter).empty  # extend_steps 0: off
+    cfg.sweeps.temporal.extend_steps, cfg.sweeps.temporal.extend_max = 1, 2.0
+    new = extend_temporal(cfg, reg, prep, evaluator_factory=counter)
+    # only domain A's non-active lambda* (1.5 by construction) sat on the grid's last point
+    assert sorted(set(zip(new["domain"], new["lambda"]))) == [("A", 1.75)]
+    res = temporal_results(reg, paradigm="fakelin")
+    assert 1.75 in set(res.loc[res["domain"] == "A", "lambda"]) and 1.75 not in set(res.loc[res["domain"] == "B", "lambda"])
