@@ -19,7 +19,7 @@ from typing import Iterator
 
 from mmgrid.cli import add_overrides
 
-# --quick: fewer domains, fewer users, fewer steps; still every step of the study.
+# --quick: fewer domains, fewer users, fewer steps, two training seeds; still every step of the study.
 QUICK_OVERRIDES = [
     "world.n_domains=2",
     "world.scale=0.5",
@@ -27,6 +27,7 @@ QUICK_OVERRIDES = [
     "base.lm_epochs=1",
     "train.epochs={pretrain: 1, p1: 1, p2: 1}",
     "train.max_examples=256",
+    "train.seeds=[0, 1]",
     "eval.max_users=100",
     "sweeps.temporal.step=0.25",
     "sweeps.cross_domain.paradigms=[emb]",

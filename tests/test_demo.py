@@ -34,6 +34,23 @@ def test_quick_demo_writes_a_report_traceable_to_the_registry(tmp_path: Path) ->
     cited = re.findall(r"`([0-9a-f]{16})`", appendix)
     assert len(cited) >= 8
     assert all(reg.has(c) for c in cited)
+    # two training seeds for every cell Table 2 and the temporal study use; intervals beside every value
+    trained = reg.query(kind="trained", variant="default")
+    trained = trained[trained["paradigm"] != "popular"]  # most-popular: deterministic, stored once
+    seeds = trained.groupby(["paradigm", "domain", "period"])["seed"].apply(lambda s: sorted(set(s)))
+    assert len(seeds) == 4 * 2 * 3 and all(v == [0, 1] for v in seeds)
+    assert set(reg.query(kind="trained", variant="orbit-sd-0.007")["seed"]) == {0}  # regularizer rows: first seed
+    res = reg.results(split="test", group="all", metric="ndcg@10")
+    assert {"ci_low", "ci_high", "seed", "per_user"} <= set(res.columns)
+    assert (res["ci_low"] <= res["value"]).all() and (res["value"] <= res["ci_high"]).all()
+    assert set(reg.results(study="temporal")["seed"]) == {0, 1}
+    row = res[res["kind"] == "trained"].iloc[0]
+    assert reg.per_user(row)["ndcg@10"].mean() == row["value"]
+    # the README example right after the demo: one checkpoint on another domain
+    other = next(d for d in ("Books", "Phones") if d != row["domain"])
+    ev = subprocess.run([sys.executable, "-m", "mmgrid", "eval", "--registry", str(out / "registry"), row["id"],
+                         "--domain", other], capture_output=True, text=True, timeout=600)
+    assert ev.returncode == 0, ev.stderr[-3000:]
     # the baseline table printed by the demo shows every paradigm and the reference rows
     for row in ("Text (BIGRec)", "Semantic ID", "Semantic Emb (HLLM)", "SASRec", "MostPop"):
         assert row in proc.stdout

@@ -112,12 +112,15 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     bar = progress_bar(total=len(todo) + len(domains) + len(cells), desc="evaluate", unit="eval",
                        enabled=progress, leave=True, min_interval=0.0)
     first_seed = cfg.train.seed
+    evaluators: dict[tuple[str, str], Evaluator] = {}  # one per cell: every variant and seed reuses its examples
     for (seed, variant, paradigm, domain), cid in todo.items():
         par, dom = get_paradigm(paradigm), prepared.domain(domain)
         params = dict(cfg.paradigm_params.get(paradigm, {}))
         bar.set_postfix(model=f"{variant}/{paradigm}/{domain}")
         model = par.load(load_checkpoint(reg, cid), dom, params)
-        res = grid_evaluator(par, dom, cfg).evaluate(model)
+        if (paradigm, domain) not in evaluators:
+            evaluators[(paradigm, domain)] = grid_evaluator(par, dom, cfg)
+        res = evaluators[(paradigm, domain)].evaluate(model)
         record_results(reg, cid, cfg.eval.split, res, domain)
         out.results[(variant, paradigm, domain, seed)] = res
         if cfg.eval.retention and texts and seed == first_seed:

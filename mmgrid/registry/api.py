@@ -349,14 +349,13 @@ class Registry:
         return results_frame(self._reader().result_rows(filters))
 
     def grid(self, paradigm: str, variant: str = "default", value: str = "id", split: str | None = None,
-             group: str | None = None, kind: str | list[str] | None = None) -> "pd.DataFrame":
-        """A domain x period table of ids (``value="id"``) or of one metric's values.
-
-        Where a cell has several checkpoints (or several evaluations), the newest wins.
+             group: str | None = None, kind: str | list[str] | None = None, seed: int | None = None) -> "pd.DataFrame":
+        """A domain x period table of ids (``value="id"``) or of one metric's values (of one training
+        ``seed``'s replicate, if given). Where a cell has several checkpoints (or evaluations), the newest wins.
         """
         from mmgrid.registry.frames import grid_frame  # lazy: pandas (~0.5-1 s)
 
-        return grid_frame(self, paradigm, variant, value, split, group, kind)
+        return grid_frame(self, paradigm, variant, value, split, group, kind, seed)
 
     # -- aliases ------------------------------------------------------------------------
     def alias(self, name: str, ref: Any) -> str:

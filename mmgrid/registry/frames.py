@@ -53,9 +53,10 @@ def results_frame(rows: list[tuple]) -> pd.DataFrame:
 
 
 def grid_frame(reg: "Registry", paradigm: str, variant: str, value: str, split: str | None,
-               group: str | None, kind: Any) -> pd.DataFrame:
-    """Domain x period table; periods in order of first creation, newest checkpoint per cell."""
-    ck = reg.query(paradigm=paradigm, variant=variant, kind=kind)
+               group: str | None, kind: Any, seed: int | None = None) -> pd.DataFrame:
+    """Domain x period table; periods in order of first creation, newest checkpoint per cell
+    (of the training seed ``seed``, if given)."""
+    ck = reg.query(paradigm=paradigm, variant=variant, kind=kind, seed=seed)
     if ck.empty:
         return pd.DataFrame()
     periods = list(dict.fromkeys(ck.sort_values("created")["period"]))

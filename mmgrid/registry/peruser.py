@@ -153,15 +153,33 @@ def iter_files(root: Path) -> list[Path]:
 
 
 def intervals(active: np.ndarray, metrics: Mapping[str, np.ndarray], group: str) -> dict[str, list[float]]:
-    """``{metric: [ci_low, ci_high]}`` of a group's mean: :func:`mmgrid.stats.mean_ci` over its users."""
+    """``{metric: [ci_low, ci_high]}`` of a group's mean: :func:`mmgrid.stats.mean_ci` over its users
+    (95%, 2000 resamples, seed 0), for every metric at once.
+
+    The metrics of one group share their users, so one draw of resampled users serves all of
+    them: the same generator calls as ``mean_ci`` makes for one metric, hence each metric's
+    interval is exactly ``mean_ci(values)[1:]`` (tested), at about a quarter of the cost of one
+    ``mean_ci`` call per metric (the draw dominates: 10 of 47 ms for 100 users here).
+    """
     mask = group_mask(active, group)
-    out: dict[str, list[float]] = {}
-    if not mask.any():
-        return out
-    for name, values in metrics.items():
-        _, lo, hi = mean_ci(values[mask], level=CI_LEVEL, n_resamples=CI_RESAMPLES, seed=CI_SEED)
-        out[name] = [lo, hi]
-    return out
+    n = int(mask.sum())
+    if n == 0:
+        return {}
+    names = list(metrics)
+    values = np.stack([np.asarray(metrics[k], dtype=np.float64)[mask] for k in names])  # [metrics, users]
+    if n == 1 or not np.isfinite(values).all():  # mean_ci's own answer (zero width) or its error
+        return {k: list(mean_ci(values[i], CI_LEVEL, CI_RESAMPLES, CI_SEED)[1:]) for i, k in enumerate(names)}
+    rng = np.random.default_rng(CI_SEED)
+    stats = np.empty((len(names), CI_RESAMPLES))
+    chunk = max(1, 4_000_000 // n)  # mean_ci's chunking and calls, one seed row
+    for s in range(0, CI_RESAMPLES, chunk):
+        b = min(chunk, CI_RESAMPLES - s)
+        users = rng.integers(0, n, size=(b, n))
+        rng.integers(0, 1, size=(b, 1))  # mean_ci's seed draw (one seed)
+        for i in range(len(names)):
+            stats[i, s:s + b] = values[i][None, :][:, users].mean(axis=2)[0]
+    alpha = (1.0 - CI_LEVEL) / 2.0
+    return {k: [float(x) for x in np.quantile(stats[i], [alpha, 1.0 - alpha])] for i, k in enumerate(names)}
 
 
 def of_record(root: Path, rows: list[tuple], key: str) -> "pd.DataFrame":

@@ -72,6 +72,7 @@ def test_seed_is_a_checkpoint_coordinate(reg, state) -> None:
     assert dict(zip(q["id"], q["seed"])) == {a: 0, b: 1}
     assert reg.query(seed=1)["id"].tolist() == [b]
     assert reg.resolve({**COORDS, "seed": 0}) == a
+    assert reg.grid("text", seed=0).loc["Books", "p0"] == a and reg.grid("text", seed=1).loc["Books", "p0"] == b
     reg.record_eval(b, "test", "all", {"recall@10": 0.5})
     reg.record_eval(None, "test", "all", {"recall@10": 0.25}, recipe={"method": "x"}, extra={"seed": 2})
     res = reg.results()
@@ -147,3 +148,36 @@ def test_bad_per_user_values_are_refused_before_writing(reg) -> None:
     with pytest.raises(RegistryError, match="clashes"):
         reg.put_per_user(users, active, {"active": metrics["recall@10"]})
     assert not (reg.root / "peruser").exists()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 57, 400])
+def test_intervals_are_exactly_mean_ci_of_each_metric(n) -> None:
+    from mmgrid.registry.peruser import intervals
+
+    rng = np.random.default_rng(n)
+    active = rng.random(n) < 0.5
+    metrics = {"recall@10": (rng.random(n) < 0.3).astype(float), "ndcg@10": rng.random(n) * 0.4,
+               "ndcg@20": rng.random(n)}
+    for group, mask in (("all", np.ones(n, bool)), ("active", active), ("non_active", ~active)):
+        got = intervals(active, metrics, group)
+        if not mask.any():
+            assert got == {}
+            continue
+        for k, v in metrics.items():
+            assert got[k] == list(mean_ci(v[mask], level=0.95, n_resamples=2000, seed=0)[1:])
+
+
+def test_query_and_results_commands_filter_on_seed(reg, state, capsys) -> None:
+    from mmgrid.cli import main
+
+    a = reg.put(state(), COORDS, "trained", seed=0)
+    b = reg.put(state(1), COORDS, "trained", seed=1)
+    reg.record_eval(a, "test", "all", {"recall@10": 0.5})
+    reg.record_eval(b, "test", "all", {"recall@10": 0.25})
+    capsys.readouterr()
+    assert main(["query", str(reg.root), "--seed", "1", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert b in out and a not in out and "seed" in out.splitlines()[0]
+    assert main(["results", str(reg.root), "--seed", "0", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and a in lines[1] and "ci_low" in lines[0]
