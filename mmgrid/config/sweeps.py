@@ -18,8 +18,21 @@ class TemporalSweepConfig:
     step: float = ranged(0, lo_open=True, default=0.05)
     metric: str = "ndcg@10"  # lambda* = argmax of this; ties go to the value closest to 1
     domains: list[str] | None = None
+    # lambda* = argmax of the seed-averaged curve smoothed by a centred running mean over this many grid
+    # points (odd; 1 = no smoothing, today's behaviour); docs/studies.md, "Statistics"
+    smooth: int = ranged(1, default=1)
+    # when a domain's lambda* sits on the grid's first or last point, add this many points beyond that edge
+    # (same step) and sweep them, repeatedly, up to extend_min / extend_max; 0 = never extend (the default)
+    extend_steps: int = ranged(0, default=0)
+    extend_min: float = ranged(default=-1.0)  # the extended grid never goes below this lambda
+    extend_max: float = ranged(default=3.0)  # ... nor above this one
 
     def __post_init__(self) -> None:
+        if self.smooth % 2 == 0:
+            raise ConfigError(f"sweeps.temporal.smooth: {self.smooth} must be odd (1 = no smoothing, 3, 5, ...).")
+        if self.extend_min > self.start or self.extend_max < self.stop:
+            raise ConfigError(f"sweeps.temporal: extend_min {self.extend_min} / extend_max {self.extend_max} must lie "
+                              f"outside the grid [{self.start}, {self.stop}]; widen them or set extend_steps: 0.")
         if not self.step > 0:
             raise ConfigError(f"sweeps.temporal.step: {self.step} must be > 0 (for example 0.05).")
         if self.start > self.stop:

@@ -70,14 +70,26 @@ def _executor(args: argparse.Namespace, cfg: Any) -> Any:
 
 def _temporal(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.sweep.evidence import robust_stars, temporal_curves
+    from mmgrid.sweep.lambda_model import extend_temporal
+    from mmgrid.sweep.report_temporal import _lam
     from mmgrid.sweep.selection import lambda_stars
-    from mmgrid.sweep.temporal import run_temporal
+    from mmgrid.sweep.temporal import run_temporal, temporal_results
 
     cfg, reg, prepared = _open(args)
     df = run_temporal(cfg, reg, prepared, executor=_executor(args, cfg))
-    stars = lambda_stars(df, cfg.sweeps.temporal.metric).pivot(index="domain", columns="group", values="lambda_star")
+    if not extend_temporal(cfg, reg, prepared).empty:  # sweeps.temporal.extend_steps: lambda* on an edge
+        df = temporal_results(reg, paradigm=cfg.sweeps.temporal.paradigm, variant=cfg.sweeps.temporal.variant)
+    t = cfg.sweeps.temporal
+    curves = temporal_curves(reg, t.paradigm, t.variant, t.metric)
+    if curves:  # the report's lambda*: seed-averaged curve, 95% interval, (edge) flag
+        rs = robust_stars(curves, t.smooth)
+        rs["cell"] = [_lam(r.lambda_star, r.ci_low, r.ci_high, r.on_edge) for r in rs.itertuples()]
+        stars = rs.pivot(index="domain", columns="group", values="cell")
+    else:
+        stars = lambda_stars(df, t.metric).pivot(index="domain", columns="group", values="lambda_star")
     print(f"temporal sweep: {df['lambda'].nunique()} lambdas x {df['domain'].nunique()} domains recorded in {reg.root}")
-    print(f"lambda* ({cfg.sweeps.temporal.metric}):")
+    print(f"lambda* ({t.metric}, [95% interval], as in report.md):")
     print(stars.to_string(float_format=lambda v: f"{v:.2f}"))
     return 0
 

@@ -47,15 +47,20 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric: str = "ndcg@10") -> Path:
+def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric: str = "ndcg@10",
+                   bands: pd.DataFrame | None = None) -> Path:
     """MMGRid Figure 5: metric against lambda per domain, one line per user group, lambda* dashed.
 
     Args:
         curves: long temporal results (domain, group, lambda, metric, value).
-        stars: lambda* per (domain, group).
+        stars: lambda* per (domain, group) (with ``ci_low``/``ci_high``: a shaded span at the top).
         path: PNG path.
         metric: the metric drawn.
+        bands: seed-averaged curves with pointwise 95% bands (domain, group, lambda, value, low,
+            high; :func:`mmgrid.sweep.evidence.bands`); drawn instead of ``curves`` when given.
     """
+    if bands is not None and not bands.empty:
+        curves = bands.assign(metric=metric)
     sub = curves[curves["metric"] == metric]
     domains = sorted(sub["domain"].unique())
     fig, axes = _grid(len(domains))
@@ -64,6 +69,8 @@ def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric
             color, label = GROUP_STYLE.get(g, ("black", g))
             gdf = gdf.sort_values("lambda")
             ax.plot(gdf["lambda"], gdf["value"], color=color, label=label, marker=".", lw=1.2)
+            if {"low", "high"} <= set(gdf.columns):
+                ax.fill_between(gdf["lambda"], gdf["low"], gdf["high"], color=color, alpha=0.15, lw=0)
             st = stars[(stars["domain"] == d) & (stars["group"] == g)]
             if not st.empty:
                 # distinct dash patterns keep coinciding lambda* of several groups visible
@@ -74,7 +81,7 @@ def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric
         ax.set_xlabel("lambda_temp")
         ax.set_ylabel(metric.upper())
     axes[0].legend(fontsize=8)
-    fig.suptitle("theta_t1 + lambda (theta_t2 - theta_t1); dashed = lambda*", fontsize=10)
+    fig.suptitle("theta_t1 + lambda (theta_t2 - theta_t1); dashed = lambda*; bands = 95% (users, seeds)", fontsize=10)
     return _save(fig, path)
 
 
@@ -129,10 +136,11 @@ def figure3_heatmaps(rel: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def figure4_alpha(rel: pd.DataFrame, path: Path) -> Path:
+def figure4_alpha(rel: pd.DataFrame, path: Path, errors: pd.DataFrame | None = None) -> Path:
     """MMGRid Figure 4: joint relative change against alpha, one line per base, a panel per paradigm x method.
 
     Joint performance = mean over both evaluated domains and over pairs of the relative change.
+    ``errors`` (paradigm, method, base_kind, alpha, low, high in %) draws 95% error bars.
     """
     sub = rel.dropna(subset=["alpha"])
     panels = list(dict.fromkeys(zip(sub["paradigm"], sub["method"])))
@@ -143,6 +151,12 @@ def figure4_alpha(rel: pd.DataFrame, path: Path) -> Path:
             color, label = BASE_STYLE.get(kind, ("black", kind))
             curve = k.groupby("alpha")["rel_change"].mean() * 100
             ax.plot(curve.index, curve.to_numpy(), marker="o", color=color, label=label)
+            if errors is not None and not errors.empty:
+                e = errors[(errors["paradigm"] == p) & (errors["method"] == m) & (errors["base_kind"] == kind)]
+                e = e.set_index("alpha").reindex(curve.index)
+                if e[["low", "high"]].notna().all().all():
+                    ax.errorbar(curve.index, curve.to_numpy(), fmt="none", ecolor=color, capsize=3,
+                                yerr=[curve.to_numpy() - e["low"].to_numpy(), e["high"].to_numpy() - curve.to_numpy()])
         ax.axhline(0, color="0.6", lw=0.8)
         ax.set_title(f"{p} / {m}", fontsize=9)
         ax.set_xlabel("alpha (weight of the pair's first domain, Eq. 7)")
@@ -154,11 +168,18 @@ def figure4_alpha(rel: pd.DataFrame, path: Path) -> Path:
 
 def regression_plot(table: pd.DataFrame, feature: str, path: Path, loo: pd.DataFrame | None = None,
                     rho: float = float("nan")) -> Path:
-    """lambda* (non-active users) against a domain statistic, with the fitted line (Table 4)."""
+    """lambda* (non-active users) against a domain statistic, with the fitted line (Table 4).
+
+    ``table`` with ``ci_low`` / ``ci_high`` draws lambda*'s 95% interval as error bars.
+    """
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     x, y = table[feature].to_numpy(float), table["lambda_star"].to_numpy(float)
     ax.scatter(x, y, color="tab:red", zorder=3, label="lambda* (non-active)")
+    if {"ci_low", "ci_high"} <= set(table.columns) and table[["ci_low", "ci_high"]].notna().all().all():
+        lo, hi = table["ci_low"].to_numpy(float), table["ci_high"].to_numpy(float)
+        ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor="tab:red", capsize=3, lw=1,
+                    label="95% interval (users, seeds)")
     for d, xi, yi in zip(table["domain"], x, y):
         ax.annotate(str(d), (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if len(x) >= 2 and np.ptp(x) > 0:

@@ -10,6 +10,7 @@ model's prediction interval.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -138,4 +139,64 @@ def evaluate_lambda_hat(cfg: GridConfig, registry: Any, prepared: "PreparedDatas
     for domain, lam in pred.lambda_hat().items():
         rows += sweep_domain(cfg, registry, prepared, domain, evaluator_factory, lambdas=[float(lam)],
                              study="lambda_hat", store=store)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def extension_points(lambdas: list[float], star: float, step: float, n: int, lo: float, hi: float) -> list[float]:
+    """Up to ``n`` grid points beyond the edge where ``star`` sits (none when it is inside the grid).
+
+    Args:
+        lambdas: the evaluated grid.
+        star: lambda* on it.
+        step: spacing of the new points.
+        n: points to add.
+        lo, hi: the extended grid's bounds (``sweeps.temporal.extend_min`` / ``extend_max``).
+    """
+    lams = sorted(float(x) for x in lambdas)
+    if not lams or n <= 0:
+        return []
+    if np.isclose(star, lams[-1]):
+        pts = [lams[-1] + k * step for k in range(1, n + 1)]
+        return [round(x, 9) for x in pts if x <= hi + 1e-9]
+    if np.isclose(star, lams[0]):
+        pts = [lams[0] - k * step for k in range(1, n + 1)]
+        return sorted(round(x, 9) for x in pts if x >= lo - 1e-9)
+    return []
+
+
+def extend_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", evaluator_factory: Any = None,
+                    max_rounds: int = 20) -> pd.DataFrame:
+    """Extend each domain's lambda grid while its lambda* sits on an edge (``sweeps.temporal.extend_steps``).
+
+    A domain whose lambda* (seed-averaged, unsmoothed, any user group) is the grid's first or last point
+    gets ``extend_steps`` more points beyond that edge, evaluated on every training seed's replicate;
+    repeated until no lambda* sits on an edge or the bounds ``extend_min`` / ``extend_max`` are reached.
+
+    Returns:
+        The rows of the new evaluations (:data:`mmgrid.sweep.temporal.COLUMNS`); empty when off.
+    """
+    t = cfg.sweeps.temporal
+    rows: list[dict] = []
+    if t.extend_steps <= 0:
+        return pd.DataFrame(rows, columns=COLUMNS)
+    seeds = list(getattr(cfg.train, "seed_list", [cfg.train.seed]))
+    takes_seed = "seed" in inspect.signature(sweep_domain).parameters
+    for _ in range(max_rounds):
+        res = temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
+        if res.empty:
+            break
+        stars = lambda_stars(res, t.metric)
+        todo: dict[str, list[float]] = {}
+        for d, g in stars.groupby("domain"):
+            lams = sorted(res.loc[res["domain"] == d, "lambda"].astype(float).unique())
+            new = sorted({x for s in g["lambda_star"] for x in
+                          extension_points(lams, float(s), t.step, t.extend_steps, t.extend_min, t.extend_max)} - set(lams))
+            if new:
+                todo[str(d)] = new
+        if not todo:
+            break
+        for d, lams in todo.items():
+            for s in seeds:
+                kw = {"seed": s} if takes_seed else {}
+                rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory, lambdas=lams, **kw)
     return pd.DataFrame(rows, columns=COLUMNS)

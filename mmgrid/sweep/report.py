@@ -9,7 +9,6 @@ ids behind every table row.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 import traceback
@@ -21,20 +20,19 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.config import GridConfig
-from mmgrid.errors import MmgridError
+from mmgrid.eval.table import PRETTY as TABLE_NAMES
+from mmgrid.stats import verdict
+from mmgrid.sweep import evidence as ev
 from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
 from mmgrid.sweep.crossdomain import cross_domain_results, relative_change
 from mmgrid.sweep.diagnose import pairwise_diagnostics, task_vector_norms
-from mmgrid.sweep.lambda_model import predict_lambda
+from mmgrid.sweep.report_temporal import README_FIGURE, MissingInputs, _prediction, _temporal  # noqa: F401
 from mmgrid.sweep.results import checkpoint_metrics
-from mmgrid.sweep.selection import lambda_stars
-from mmgrid.sweep.temporal import temporal_results
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import PreparedDataset
 
-README_FIGURE = "figure5_lambda.png"
 
 
 @dataclass
@@ -72,10 +70,6 @@ def _section(rep: Report, title: str, fn: Callable[[], None]) -> None:
         rep.add(f"_This section could not be produced: {type(exc).__name__}: {exc}_", "")
 
 
-class MissingInputs(MmgridError):
-    """A report section's inputs are not in the registry yet."""
-
-
 def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", out_dir: str | Path,
                  diagnostics: bool = True) -> Path:
     """Write ``out_dir/report.md`` and its PNG figures from what the registry holds.
@@ -98,17 +92,25 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
     rep.add(f"# mmgrid report: grid `{cfg.name}`", "",
             f"Registry `{registry.root}`, prepared data fingerprint `{getattr(prepared, 'fingerprint', '?')}`, "
             f"grid hash `{cfg.hash()}`, written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-            f"Domains: {', '.join(domains)}. Metrics in % unless noted; test window `{cfg.eval.split}`.", "")
-    ctx: dict[str, Any] = {}
-    _section(rep, "Table 2: baselines (last-stage checkpoints, all users)", lambda: _table2(rep, cfg, registry, domains))
+            f"Domains: {', '.join(domains)}. Metrics in % unless noted; test window `{cfg.eval.split}`.", "",
+            f"Every metric is a mean over test users and training seeds ({_seeds_text(cfg)}) with its 95% "
+            "interval in brackets: a percentile bootstrap that resamples users and, independently, seeds "
+            "(docs/studies.md, *Statistics*). Paired comparisons give the mean per-user difference with its "
+            "interval and a two-sided sign-flip randomization p; corrected p-values are Holm's.", "")
+    ctx: dict[str, Any] = {"findings": [], "cfg": cfg}
+    rep.add("## Findings", "")
+    findings_at = len(rep.parts)
+    _section(rep, "Table 2: baselines (last-stage checkpoints, all users)",
+             lambda: _table2(rep, cfg, registry, domains, ctx))
     if diagnostics:
         _section(rep, "Figure 2: task-vector magnitude and domain conflict",
                  lambda: _diagnostics(rep, cfg, registry, prepared))
-    _section(rep, "Figures 3 and 4: cross-domain merging", lambda: _cross_domain(rep, cfg, registry))
+    _section(rep, "Figures 3 and 4: cross-domain merging", lambda: _cross_domain(rep, cfg, registry, ctx))
     _section(rep, "Figure 5: temporal lambda sweeps", lambda: _temporal(rep, cfg, registry, ctx))
     _section(rep, "Tables 3 and 4: predicting lambda* from domain statistics",
              lambda: _prediction(rep, cfg, registry, prepared, ctx))
     _section(rep, "Orbit: text retention against Recall@10", lambda: _pareto(rep, cfg, registry))
+    rep.parts[findings_at:findings_at] = _findings_lines(ctx)
     rep.add("## Appendix: provenance", "",
             "Each row's numbers were read from registry evaluations of these checkpoint ids or merge-recipe "
             "hashes (`mmgrid query`, `reg.results(recipe_hash=...)`, `reg.lineage(id)`).", "")
@@ -121,18 +123,39 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
 # --------------------------------------------------------------------------- sections
 
 
-def _table2(rep: Report, cfg: GridConfig, registry: Any, domains: list[str]) -> None:
-    t2, prov = tb.table2(cfg, registry, domains)
+def _seeds_text(cfg: GridConfig) -> str:
+    seeds = getattr(cfg.train, "seed_list", None) or [cfg.train.seed]
+    return f"training seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
+def _table2(rep: Report, cfg: GridConfig, registry: Any, domains: list[str], ctx: dict[str, Any]) -> None:
+    t2, prov, cv = tb.table2_ci(cfg, registry, domains)
     if t2.empty:
         raise MissingInputs("no evaluated last-stage checkpoints; run `mmgrid build` and `mmgrid eval`.")
     t2.index = [PRETTY.get(i, i) for i in t2.index]
     prov = {PRETTY.get(k, k): v for k, v in prov.items()}
-    rep.add("Rows: paradigms (SASRec and most-popular as references); R = Recall, N = NDCG, in %.", "")
+    rep.add("Rows: paradigms (SASRec and most-popular as references); R = Recall, N = NDCG, in %, "
+            "mean [95% interval] over test users and seeds.", "")
     rep.table(t2, "Table 2", prov)
+    if not tb.has_intervals(t2):
+        rep.add("_No per-user values in this registry: the cells are recorded means without intervals "
+                "(re-run `mmgrid eval` to record them)._", "")
+    comp = tb.table2_comparisons(cfg, cv, domains)
+    ctx["table2_cmp"] = comp
+    if comp.empty:
+        return
+    for metric, short in tb.PRIMARY:
+        sub = comp[comp["metric"] == metric]
+        if sub.empty:
+            continue
+        wide = tb.comparison_table(sub, domains, PRETTY)
+        rep.add(f"Paired per user, {short} (in % points): paradigm minus reference, mean [95% interval], "
+                "Holm-corrected p over the table's comparisons in parentheses.", "")
+        rep.table(wide, f"Table 2 comparisons ({short})")
+    ctx["findings"] += tb.table2_findings(cv, domains, PRETTY)
 
 
-PRETTY = {"text": "Text-grounded (BIGRec)", "semid": "SemID (LC-Rec)", "emb": "SemEmb (HLLM)", "sasrec": "SASRec",
-          "popular": "Most popular"}
+PRETTY = TABLE_NAMES  # one set of names for the console and the report
 
 
 def _diagnostics(rep: Report, cfg: GridConfig, registry: Any, prepared: Any) -> None:
@@ -159,7 +182,7 @@ def _diagnostics(rep: Report, cfg: GridConfig, registry: Any, prepared: Any) -> 
                   {i: [r.id_i, r.id_j, r.base_i, r.base_j] for i, r in zip(show.index, show.itertuples())})
 
 
-def _cross_domain(rep: Report, cfg: GridConfig, registry: Any) -> None:
+def _cross_domain(rep: Report, cfg: GridConfig, registry: Any, ctx: dict[str, Any]) -> None:
     df = cross_domain_results(registry)
     if df.empty:
         raise MissingInputs("no cross-domain results; run `mmgrid sweep cross-domain CONFIG`.")
@@ -167,72 +190,81 @@ def _cross_domain(rep: Report, cfg: GridConfig, registry: Any) -> None:
     rel = relative_change(df, metric=metric)
     if rel.empty:
         raise MissingInputs("cross-domain results hold no merged models with a baseline.")
+    cells, pu = ev.cross_domain_cells(registry, metric)
+    seeds = sorted({int(x) for x in cells["seed"].dropna()}) if "seed" in cells.columns else []
+    all_seeds = list(getattr(cfg.train, "seed_list", [cfg.train.seed]))
+    if seeds and len(seeds) < len(all_seeds):
+        rep.add(f"**This study ran on training seed {', '.join(map(str, seeds))} only** (of {len(all_seeds)}: "
+                f"{', '.join(map(str, all_seeds))}), to keep the budget: its intervals resample users only.", "")
+    ctx["cross_seeds"] = seeds
     rel["alpha"] = pd.to_numeric(rel["alpha"], errors="coerce")
     heat = rel[(rel["base_kind"].isin(["original", "none"])) & (rel["alpha"].isna() | np.isclose(rel["alpha"], 0.5))]
     if not heat.empty:
         rep.figure(fg.figure3_heatmaps(heat, rep.out / "figure3_heatmaps.png"),
                    f"Figure 3: % change of {metric.upper()} on the row domain after merging with the column domain "
                    "(original base, alpha = 0.5) against its own t2 checkpoint")
+    errors = ev.joint_change_errors(cells, pu, metric)
     if rel["alpha"].notna().any():
-        rep.figure(fg.figure4_alpha(rel, rep.out / "figure4_alpha.png"),
-                   "Figure 4: joint % change (mean over both domains and all pairs) against alpha, per base")
-    t, prov = tb.cross_domain_table(rel)
-    rep.add(f"Mean % change of {metric.upper()} (all users) over pairs, evaluated domains and alphas:", "")
+        rep.figure(fg.figure4_alpha(rel, rep.out / "figure4_alpha.png", errors),
+                   "Figure 4: joint % change (mean over both domains and all pairs) against alpha, per base; "
+                   "error bars: 95% bootstrap over users")
+    t, prov = tb.cross_domain_table(rel, errors)
+    rep.add(f"Mean % change of {metric.upper()} (all users) over pairs, evaluated domains and alphas "
+            "[95% interval over users]:", "")
     rep.table(t, "Cross-domain summary", prov, fmt="{:+.2f}")
+    order = ev.with_holm(ev.base_orderings(cells, pu, metric))
+    ctx["bases"] = order
+    if not order.empty:
+        show = order.set_index(order["paradigm"] + " / " + order["method"] + ": " + order["better"] + " - "
+                               + order["worse"])
+        show = pd.DataFrame({f"{metric.upper()} difference (% points)": [ev.fmt_ci(r.diff, r.ci_low, r.ci_high, sign=True)
+                                                                         for r in order.itertuples()],
+                             "p (Holm)": [ev.fmt_p(v) for v in order["p_holm"]],
+                             "examples / cells": [f"{r.n_users} / {r.n_cells}" for r in order.itertuples()]},
+                            index=show.index)
+        rep.add("Base orderings of MMGRid Fig. 4, paired per user over every (pair, evaluated domain, alpha) "
+                "evaluated with both bases:", "")
+        rep.table(show, "Base orderings")
+        for key, better, worse in (("f4_hist", "historical", "original"), ("f4_neutral", "neutral", "historical")):
+            sub = order[(order["better"] == better) & (order["worse"] == worse)]
+            if not sub.empty:
+                ctx["findings"].append({"key": key, "verdict": tb._combine(
+                    [verdict(r.ci_low, r.ci_high, "greater") for r in sub.itertuples()]),
+                    "evidence": "; ".join(f"{r.paradigm}/{r.method} {better} - {worse} "
+                                          f"{ev.fmt_ci(r.diff, r.ci_low, r.ci_high, sign=True)} pts, p {ev.fmt_p(r.p_holm)}"
+                                          for r in sub.itertuples())})
 
 
-def _temporal(rep: Report, cfg: GridConfig, registry: Any, ctx: dict[str, Any]) -> None:
-    t = cfg.sweeps.temporal
-    res = temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
-    if res.empty:
-        raise MissingInputs(f"no temporal results for paradigm {t.paradigm!r}; run `mmgrid sweep temporal CONFIG`.")
-    stars = lambda_stars(res, t.metric)
-    ctx["temporal"], ctx["stars"] = res, stars
-    rep.figure(fg.figure5_lambda(res, stars, rep.out / README_FIGURE, t.metric),
-               f"Figure 5: {t.metric.upper()} of theta_t1 + lambda (theta_t2 - theta_t1) ({t.paradigm}); "
-               "dashed lines mark lambda* per user group")
-    wide = stars.pivot(index="domain", columns="group", values="lambda_star")
-    wide = wide.reindex(columns=[g for g in ("all", "active", "non_active") if g in wide.columns])
-    prov = {d: list(dict.fromkeys(res.loc[res["domain"] == d, "recipe_hash"])) for d in wide.index}
-    rep.add(f"lambda* = argmax of {t.metric} (ties go to the lambda closest to 1):", "")
-    rep.table(wide, "lambda* per domain and group", prov, fmt="{:.2f}")
+FINDINGS = [
+    ("t2_text", "Table 2", "the text-grounded paradigm (BIGRec) underperforms the other GR paradigms (NDCG@10)"),
+    ("t2_emb", "Table 2", "SemEmb (HLLM) outperforms SemID (LC-Rec) (NDCG@10)"),
+    ("f4_hist", "Figure 4", "a historical checkpoint as base beats the original base"),
+    ("f4_neutral", "Figure 4", "a neutral (averaged) base beats the historical base"),
+    ("f5_not1", "Figure 5", "lambda = 1 is not the best lambda in every domain (all users)"),
+    ("f5_varies", "Figure 5", "the best lambda differs between domains (all users)"),
+    ("t4_rho", "Table 4", "the non-active users' lambda* falls as the average interaction time gap rises"),
+    ("t4_loo", "Table 4", "the leave-one-out prediction is closer to lambda* than the default lambda = 1"),
+    ("t3_hat", "Table 3", "lambda_hat* (Eq. 11) beats lambda = 1 for all users (NDCG@10)"),
+    ("world", "synthetic world", "each domain's non-active lambda* interval contains the world's own value"),
+]
 
 
-def _prediction(rep: Report, cfg: GridConfig, registry: Any, prepared: Any, ctx: dict[str, Any]) -> None:
-    if "temporal" not in ctx:
-        raise MissingInputs("no temporal results (see Figure 5).")
-    pred = predict_lambda(cfg, registry, prepared, results=ctx["temporal"], evaluate=False)
-    feature = pred.features[0]
-    t4, prov4 = tb.table4(pred)
-    rep.add("**Table 4** (layout of MMGRid Table 4): statistics of the training data, the non-active users' "
-            "lambda*, its leave-one-out prediction and the Eq. 11 blend "
-            "lambda_hat* = (1 - p_active) lambda*_pred + p_active.", "")
-    rep.table(t4, "Table 4", prov4)
-    rep.table(tb.regression_summary(pred), "Regression", None, fmt="{:.4g}")
-    if math.isfinite(pred.rho):
-        rep.add(f"**Spearman's rho** between {feature} and the {pred.group.replace('_', '-')} users' lambda* over "
-                f"{len(pred.table)} domains: **rho = {pred.rho:.3f}** (p = {pred.pvalue:.3g}): lambda* "
-                f"**{pred.direction}** as {feature} rises"
-                + (" (the direction of MMGRid Table 4)" if pred.direction == "falls" else
-                   "; MMGRid Table 4 shows it falling")
-                + (f"; weak evidence: not significant at the 0.05 level over {len(pred.table)} domains." if
-                   not pred.pvalue < 0.05 else "."), "")
-    else:
-        rep.add(f"Spearman's rho is undefined here ({len(pred.table)} domain(s) or constant values).", "")
-    for note in pred.notes:
-        rep.add(f"_Note: {note}_", "")
-    rep.figure(fg.regression_plot(pred.table, feature, rep.out / "lambda_regression.png", pred.loo, pred.rho),
-               f"lambda* of {pred.group.replace('_', '-')} users against {feature}, with leave-one-out predictions")
-    hat = temporal_results(registry, paradigm=pred.paradigm, variant=cfg.sweeps.temporal.variant, study="lambda_hat")
-    t3, prov3 = tb.table3(ctx["temporal"], hat, sorted(pred.table["domain"]))
-    rep.add("**Table 3** (layout of MMGRid Table 3): all users at lambda = 1 (the t2 checkpoint) and at the "
-            "leave-one-out lambda_hat*, in %.", "")
-    if hat.empty:
-        rep.add("_The lambda_hat* row is empty: run `mmgrid predict-lambda CONFIG` to evaluate it._", "")
-    else:
-        lams = hat.drop_duplicates("domain").set_index("domain")["lambda"]
-        rep.add("lambda_hat* used: " + ", ".join(f"{d} {v:.3f}" for d, v in lams.items()), "")
-    rep.table(t3, "Table 3", prov3)
+def _findings_lines(ctx: dict[str, Any]) -> list[str]:
+    """One verdict line per paper finding, in the order of :data:`FINDINGS` (missing inputs said so)."""
+    got = {f["key"]: f for f in ctx.get("findings", [])}
+    lines = ["Each of the papers' findings, judged from a 95% interval of its effect: **holds** (the interval "
+             "lies on the claimed side), **does not hold** (on the other side) or **inconclusive** (it "
+             "straddles no effect). Evidence in parentheses; the sections below give the tables.", ""]
+    for key, where, claim in FINDINGS:
+        f = got.get(key)
+        if f is None:
+            lines.append(f"- *not evaluated* at 95%: {where}: {claim} (its inputs are missing; see the section)")
+        else:
+            lines.append(f"- **{f['verdict']}** at 95%: {where}: {claim} ({f['evidence']})")
+    if ctx.get("cross_seeds"):
+        lines.append(f"- _The cross-domain study (Figure 4) ran on training seed(s) "
+                     f"{', '.join(map(str, ctx['cross_seeds']))} only._")
+    return [*lines, ""]
 
 
 def _pareto(rep: Report, cfg: GridConfig, registry: Any) -> None:

@@ -93,7 +93,7 @@ def test_baseline_table_layout() -> None:
     assert frame.loc["text", ("B", "R@20")] == 0.5 and np.isnan(frame.loc["popular", ("B", "R@10")])
     md = format_table(frame)
     assert md.splitlines()[0].startswith("| Paradigm | A R@10 | A N@10")
-    assert "| MostPop | 0.1000 |" in md and "**0.3000**" in md
+    assert "| Most popular | 10.00 |" in md and "**30.00**" in md  # in %, the report's names
 
 
 def test_text_loss_is_the_mean_token_nll() -> None:

@@ -35,3 +35,27 @@ def test_degenerate_inputs():
     assert m == lo == hi == pytest.approx(0.25)
     with pytest.raises(ValueError, match="NaN"):
         mean_ci(np.array([0.1, np.nan]))
+
+
+def test_cluster_bootstrap_draws_whole_users():
+    # 40 users with 5 identical examples each: the example-level draw thinks it has 200 independent
+    # values; drawing users gives the interval of 40 values, about sqrt(5) times wider
+    rng = np.random.default_rng(1)
+    per_user = rng.random(40)
+    rows = np.repeat(per_user, 5)
+    users = np.repeat(np.arange(40), 5)
+    m1, lo1, hi1 = mean_ci(rows)
+    m2, lo2, hi2 = mean_ci(rows, clusters=users)
+    m3, lo3, hi3 = mean_ci(per_user)
+    assert m1 == m2 == pytest.approx(m3)
+    assert (hi2 - lo2) == pytest.approx(hi3 - lo3, rel=0.15)
+    assert (hi2 - lo2) > 1.8 * (hi1 - lo1)
+
+
+def test_cluster_bootstrap_of_unequal_users_is_the_row_mean_of_the_drawn_users():
+    # two users: A with rows [0, 0, 0] and B with [1]: draws {A,A}, {A,B}, {B,B} give 0, 1/4, 1
+    vals, users = np.array([0.0, 0.0, 0.0, 1.0]), np.array([7, 7, 7, 9])
+    m, lo, hi = mean_ci(vals, clusters=users, n_resamples=4000, level=0.5)
+    assert m == pytest.approx(0.25)
+    assert lo == pytest.approx(0.0) or lo == pytest.approx(0.25)
+    assert hi in (pytest.approx(0.25), pytest.approx(1.0))

@@ -39,5 +39,6 @@ def test_world_prepare_build_eval(tmp_path, capsys) -> None:
     assert set(summary.matrices) == {("emb", d) for d in domains}
     assert summary.base_text_loss == summary.base_text_loss  # finite
     table = baseline_table(reg, cfg.paradigms, domains, period="p2")
-    for row in ("Text (BIGRec)", "Semantic ID", "Semantic Emb (HLLM)", "SASRec", "MostPop"):
-        assert f"| {row} |" in table
+    for row in ("Text-grounded (BIGRec)", "SemID (LC-Rec)", "SemEmb (HLLM)", "SASRec", "Most popular"):
+        assert f"  {row} " in table  # the console's Table 2: one line per domain and paradigm
+    assert max(map(len, table.splitlines())) <= 120

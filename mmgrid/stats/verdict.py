@@ -1,0 +1,48 @@
+"""A paper's claim as a verdict: "holds", "does not hold" or "inconclusive" at a given coverage.
+
+A directional claim ("A beats B": the effect A - B is > ``null``) holds when the whole interval
+lies on the claimed side of ``null``, does not hold when the whole interval lies on the other side,
+and is inconclusive when the interval contains ``null`` (or is undefined). A containment claim
+("the world's own value lies in lambda*'s interval") holds when the value is inside.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mmgrid.stats.errors import StatsError
+
+HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+DIRECTIONS = ("greater", "less")
+
+
+def verdict(ci_low: float, ci_high: float, direction: str = "greater", null: float = 0.0) -> str:
+    """The verdict of a directional claim from an interval of its effect.
+
+    Args:
+        ci_low, ci_high: the effect's interval.
+        direction: ``"greater"`` (claim: effect > ``null``) or ``"less"`` (effect < ``null``).
+        null: the value of no effect.
+    """
+    if direction not in DIRECTIONS:
+        raise StatsError(f"direction {direction!r} is not one of {DIRECTIONS}")
+    if any(not math.isfinite(float(v)) for v in (ci_low, ci_high)):
+        return INCONCLUSIVE
+    if ci_low > ci_high:
+        raise StatsError(f"interval [{ci_low}, {ci_high}] has low > high")
+    above, below = ci_low > null, ci_high < null
+    if direction == "greater":
+        return HOLDS if above else FAILS if below else INCONCLUSIVE
+    return HOLDS if below else FAILS if above else INCONCLUSIVE
+
+
+def contains(ci_low: float, ci_high: float, value: float) -> str:
+    """``holds`` when ``value`` lies in [ci_low, ci_high], ``does not hold`` outside, ``inconclusive`` if undefined."""
+    if any(not math.isfinite(float(v)) for v in (ci_low, ci_high, value)):
+        return INCONCLUSIVE
+    return HOLDS if ci_low <= value <= ci_high else FAILS
+
+
+def verdict_line(claim: str, result: str, evidence: str, level: float = 0.95) -> str:
+    """One Markdown line: ``- **holds** at 95%: claim (evidence)``."""
+    return f"- **{result}** at {level:.0%}: {claim} ({evidence})"
