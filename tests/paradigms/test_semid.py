@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from paradigm_helpers import make_tiny_domain  # noqa: E402
 
 P = get_paradigm("semid")
-PARAMS = {"levels": 3, "codebook_size": 8, "max_history": 4, "num_beams": 12}
+PARAMS = {"levels": 3, "codebook_size": 8, "max_history": 4, "num_beams": 12, "align_ratio": 0.5}
 
 
 @pytest.fixture(scope="module")
