@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--seed", type=int, default=0, help="the world is deterministic for a seed (default 0)")
     w.add_argument("--scale", type=float, default=1.0, help="multiplies users and items (~100: millions of reviews)")
     w.add_argument("--domains", type=int, default=5, help="number of domains (default 5)")
+    w.add_argument("--preset", default="default", choices=["default", "dense_short_text"],
+                   help="world preset: default, or dense_short_text (many interactions, short uninformative titles)")
     w.set_defaults(func=_world)
 
     p = sub.add_parser(
@@ -53,7 +55,7 @@ class _OutThenOverrides(argparse.Action):
         namespace.late_overrides = list(getattr(namespace, "late_overrides", []) or []) + list(values[1:])
 
 
-def world_config(seed: int, scale: float, domains: int) -> WorldConfig:
+def world_config(seed: int, scale: float, domains: int, preset: str = "default") -> WorldConfig:
     """The WorldConfig of ``mmgrid world``'s flags, each checked against its config field's
     range before anything is written.
 
@@ -68,11 +70,11 @@ def world_config(seed: int, scale: float, domains: int) -> WorldConfig:
         if not rng.accepts(float(v)):
             raise ConfigError(f"mmgrid world {flag} {v!r}: out of range (world.{name}); accepted: {rng.describe()}. "
                               f"Give {flag} a value in that range.")
-    return WorldConfig(seed=seed, scale=scale, n_domains=domains)
+    return WorldConfig(seed=seed, scale=scale, n_domains=domains, preset=preset)
 
 
 def _world(args: argparse.Namespace) -> int:
-    cfg = world_config(args.seed, args.scale, args.domains)  # checked before the lazy imports and any write
+    cfg = world_config(args.seed, args.scale, args.domains, args.preset)  # checked before the lazy imports and any write
     # lazy: numpy and polars (~0.4 s of imports, measured with -X importtime) stay out of `mmgrid --help`
     from mmgrid.data.world_files import write_world
 

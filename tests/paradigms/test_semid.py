@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from paradigm_helpers import make_tiny_domain  # noqa: E402
 
 P = get_paradigm("semid")
-PARAMS = {"levels": 3, "codebook_size": 8, "max_history": 4, "num_beams": 12}
+PARAMS = {"levels": 3, "codebook_size": 8, "max_history": 4, "num_beams": 12, "align_ratio": 0.5}
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +266,90 @@ def test_load_for_a_domain_without_tokens_is_a_mismatch(built: torch.nn.Module) 
 def test_token_names_carry_domain_and_level() -> None:
     assert code_token_names("Books", [2, 3]) == [["<Books_a_0>", "<Books_a_1>"],
                                                  ["<Books_b_0>", "<Books_b_1>", "<Books_b_2>"]]
+
+
+# --------------------------------------------------------------------------- collaborative codes (issue 16)
+
+
+def test_cooccurrence_and_ppmi_by_hand() -> None:
+    from mmgrid.paradigms.semid.collab import cooccurrence, ppmi
+
+    # user 0: items 0, 1, 2 in time order; user 1: items 2, 0. Window 1: pairs (0,1), (1,2) of user 0 and
+    # (2,0) of user 1, each counted both ways; user 0's last item and user 1's first are never paired.
+    c = cooccurrence(np.array([0, 0, 0, 1, 1]), np.array([0, 1, 2, 2, 0]), 4, window=1)
+    want = np.zeros((4, 4))
+    for a, b in ((0, 1), (1, 2), (2, 0)):
+        want[a, b] += 1
+        want[b, a] += 1
+    assert np.array_equal(c, want)
+    c2 = cooccurrence(np.array([0, 0, 0, 1, 1]), np.array([0, 1, 2, 2, 0]), 4, window=2)
+    assert c2[0, 2] == 2 and c2[2, 0] == 2  # window 2 adds user 0's (0, 2)
+    # PPMI: total 6, row sums 2 each for items 0-2: pmi = log(1 * 6 / 4) for every pair, item 3 stays zero
+    m = ppmi(c)
+    assert np.allclose(m[0, 1], np.log(1.5), rtol=1e-12) and m[3].sum() == 0 and m[0, 0] == 0
+
+
+def _two_group_domain(cold_text_like: int):
+    """A stand-in domain: 12 items in two groups (0-5, 6-11) that users consume only within a group; item 12
+    never occurs (cold). Texts: random unit vectors, the cold item's a near copy of item ``cold_text_like``."""
+    import polars as pl
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for u in range(40):
+        group = np.arange(6) + 6 * (u % 2)
+        for t, item in enumerate(rng.permutation(group)[:5]):
+            rows.append((u, int(item), 1000 * u + t, "pretrain" if t < 4 else "test"))
+    inter = pl.DataFrame(rows, schema=["user_idx", "item_idx", "timestamp", "phase"], orient="row")
+
+    class D:
+        name, n_items, interactions = "Two", 13, inter
+
+    text = rng.normal(size=(13, 8))
+    text[12] = text[cold_text_like] + 0.01 * rng.normal(size=8)
+    return D(), text / np.linalg.norm(text, axis=1, keepdims=True)
+
+
+def test_collab_embeddings_separate_co_consumed_groups_and_place_cold_items_by_text() -> None:
+    from mmgrid.paradigms.semid.collab import collab_embeddings, collab_phases
+
+    dom, text = _two_group_domain(cold_text_like=2)
+    assert collab_phases(dom.interactions, "train") == ["pretrain"]  # the latest phase (test) is left out
+    assert collab_phases(dom.interactions, "first") == ["pretrain"]
+    emb, warm = collab_embeddings(dom, ["pretrain"], dim=4, window=3, text=text)
+    assert warm[:12].all() and not warm[12]
+    assert np.allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-9)
+    cos = emb @ emb.T
+    same = [cos[i, j] for i in range(12) for j in range(12) if i != j and i // 6 == j // 6]
+    cross = [cos[i, j] for i in range(12) for j in range(12) if i // 6 != j // 6]
+    assert min(same) > max(cross)
+    # the cold item's text is item 2's: the ridge map from text puts it on item 2's side
+    assert cos[12, :6].mean() > cos[12, 6:12].mean()
+
+
+def test_code_sources_and_their_named_errors(tiny_domain: Any) -> None:
+    from mmgrid.errors import ConfigError
+    from mmgrid.paradigms.params import resolve_params
+    from mmgrid.paradigms.semid.collab import code_inputs
+    from mmgrid.paradigms.semid.paradigm import DEFAULTS, domain_codes
+
+    rng = np.random.default_rng(1)
+    t, c = rng.normal(size=(5, 6)), rng.normal(size=(5, 3))
+    assert np.array_equal(code_inputs("text", t, None), t)
+    fused = code_inputs("fused", t, c, collab_weight=0.75)
+    # each part unit length before weighting: squared norms split 0.25 / 0.75
+    assert np.allclose((fused[:, :6] ** 2).sum(1), 0.25, rtol=1e-9)
+    assert np.allclose((fused[:, 6:] ** 2).sum(1), 0.75, rtol=1e-9)
+    base = {"levels": 2, "codebook_size": 4}
+    for codes in ("text", "collab", "fused"):
+        sids = domain_codes(tiny_domain, resolve_params({**base, "codes": codes}, DEFAULTS, "semid"))
+        assert len({tuple(r) for r in sids.codes}) == tiny_domain.n_items
+    # collab codes follow what users consume together: the tiny domain's next item is of the same theme
+    sids = domain_codes(tiny_domain, resolve_params({**base, "codes": "collab", "codebook_size": 3}, DEFAULTS, "s"))
+    theme = np.arange(tiny_domain.n_items) // 10
+    purity = sum(np.bincount(theme[sids.codes[:, 0] == v]).max() for v in range(3)) / tiny_domain.n_items
+    assert purity > 0.8
+    for bad, match in (({"codes": "both"}, "codes"), ({"codes": "collab", "collab_phases": "all"}, "collab_phases"),
+                       ({"codes": "fused", "collab_weight": 1.5}, "collab_weight")):
+        with pytest.raises(ConfigError, match=match):
+            domain_codes(tiny_domain, resolve_params({**base, **bad}, DEFAULTS, "semid"))
