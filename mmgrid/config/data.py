@@ -50,6 +50,9 @@ class WorldConfig:
     n_domains: int = ranged(1, 1000, default=5)  # synthetic domains, each with its own item life-span and activity
     start: str = "2021-01-01"  # first day of generated interactions (UTC)
     end: str = "2023-04-01"  # day after the last generated interaction (UTC)
+    # default: the drift world whose item text reveals the category; dense_short_text: many interactions
+    # per user, short titles that do not reveal the (10) latent categories (docs/data.md)
+    preset: Literal["default", "dense_short_text"] = "default"
 
     def __post_init__(self) -> None:
         if parse_date_ms(self.start, "world.start") >= parse_date_ms(self.end, "world.end"):

@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--seed", type=int, default=0, help="the world is deterministic for a seed (default 0)")
     w.add_argument("--scale", type=float, default=1.0, help="multiplies users and items (~100: millions of reviews)")
     w.add_argument("--domains", type=int, default=5, help="number of domains (default 5)")
+    w.add_argument("--preset", default="default", choices=["default", "dense_short_text"],
+                   help="world preset: default, or dense_short_text (many interactions, short uninformative titles)")
     w.set_defaults(func=_world)
 
     p = sub.add_parser(
@@ -52,7 +54,8 @@ def _world(args: argparse.Namespace) -> int:
     # lazy: numpy and polars (~0.4 s of imports, measured with -X importtime) stay out of `mmgrid --help`
     from mmgrid.data.world_files import write_world
 
-    out = write_world(args.out, WorldConfig(seed=args.seed, scale=args.scale, n_domains=args.domains))
+    out = write_world(args.out, WorldConfig(seed=args.seed, scale=args.scale, n_domains=args.domains,
+                                                preset=args.preset))
     truth = json.loads((out / "truth.json").read_text())
     for name, d in truth["domains"].items():
         print(f"{name:>10}: {d['reviews']:>9,} reviews, {d['users_generated']:>7,} users, "

@@ -12,6 +12,14 @@ The default five domains span the item life-spans the paper's Table 4 discusses 
 section 4.2: cell phones turn over fast, books live long) and differ in per-period activity, so
 the average interaction time gap and the share of active users differ between domains, and in
 fast-turnover domains new items dominate the test window. Deterministic for a seed.
+
+``world.preset`` picks the generating knobs: ``default`` (the world above; its files and truth are
+unchanged by the existence of other presets) or ``dense_short_text`` (issue 16): many
+interactions per user, more latent categories than the text vocabulary has groups, and item
+text that is a short title only (a brand and one or two words drawn from the whole domain's
+vocabulary, independent of the latent category), so that text says little and the collaborative
+signal says a lot. Its truth.json also records ``preset``, ``n_categories`` and every item's
+latent category.
 """
 
 from __future__ import annotations
@@ -63,14 +71,40 @@ PRESETS: tuple[DomainKnobs, ...] = (
 )
 
 
-def domain_knobs(n_domains: int) -> list[DomainKnobs]:
-    """The knobs of ``n_domains`` domains: the presets, then jittered copies named ``<Preset>_<k>``."""
+# The dense, weak-text preset (issue 16): like a real public dataset kept aside, interactions are
+# dense (activity 0.3-0.45 per two weeks, bursts of 1 + Poisson(1.5-2): ~30-60 interactions per user
+# after dedupe) and the item text is a short title. Ten latent categories per domain (the text
+# vocabulary has six groups, and titles draw their words from all of them at random), focused users
+# (Dirichlet 0.2), so that which items go together is learnt from co-occurrence, not from text.
+# Life-spans keep the default world's order (Phones turn over fast, Books live long).
+DENSE_SHORT_TEXT: tuple[DomainKnobs, ...] = (
+    DomainKnobs("Phones", 420, 520, 60.0, 0.30, 0.35, 1.5, 0.3, 0.4, 0.5, 0.2, 0.8,
+                trend_period_days=1000.0, trend_amplitude=2.0),
+    DomainKnobs("Books", 420, 520, 900.0, 0.70, 0.30, 1.5, 0.2, 0.2, 0.6, 0.2, 0.8,
+                trend_period_days=182.0, trend_amplitude=1.5),
+    DomainKnobs("Games", 420, 520, 180.0, 0.40, 0.35, 1.5, 0.3, 0.3, 0.5, 0.2, 0.8,
+                trend_period_days=1000.0, trend_amplitude=2.0),
+    DomainKnobs("Health", 380, 520, 600.0, 0.50, 0.45, 2.0, 0.15, 0.3, 0.6, 0.2, 0.7,
+                trend_period_days=182.0, trend_amplitude=1.5),
+    DomainKnobs("Sports", 420, 520, 300.0, 0.40, 0.35, 1.5, 0.25, 0.3, 0.5, 0.2, 0.8,
+                trend_period_days=240.0, trend_amplitude=1.5),
+)
+DENSE_N_CATEGORIES = 10  # latent categories per domain of the dense preset (the text does not reveal them)
+
+WORLD_PRESETS: dict[str, tuple[DomainKnobs, ...]] = {"default": PRESETS, "dense_short_text": DENSE_SHORT_TEXT}
+
+
+def domain_knobs(n_domains: int, preset: str = "default") -> list[DomainKnobs]:
+    """The knobs of ``n_domains`` domains: the preset's, then jittered copies named ``<Preset>_<k>``."""
     if n_domains < 1:
         raise ConfigError(f"world.n_domains: {n_domains} is not a positive number of domains.")
+    if preset not in WORLD_PRESETS:
+        raise ConfigError(f"world.preset: {preset!r} is not a world preset; use one of {sorted(WORLD_PRESETS)}.")
+    presets = WORLD_PRESETS[preset]
     out = []
     for i in range(n_domains):
-        base = PRESETS[i % len(PRESETS)]
-        rep = i // len(PRESETS)
+        base = presets[i % len(presets)]
+        rep = i // len(presets)
         if rep == 0:
             out.append(base)
             continue
@@ -93,7 +127,7 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
 
     Args:
         out_dir: destination folder (its ``raw/`` and ``truth.json`` are replaced).
-        cfg: seed, scale, number of domains and time span.
+        cfg: seed, scale, number of domains, time span and preset.
 
     Returns:
         ``out_dir`` as a Path.
@@ -104,18 +138,27 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         raise ConfigError(f"world: start {cfg.start} is not before end {cfg.end}.")
     if cfg.scale <= 0:
         raise ConfigError(f"world.scale: {cfg.scale} must be positive.")
+    knobs_all = domain_knobs(cfg.n_domains, cfg.preset)  # an unknown preset fails before anything is written
+    dense = cfg.preset == "dense_short_text"
     tmp = out / ".raw.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "review_categories").mkdir(parents=True)
     (tmp / "meta_categories").mkdir(parents=True)
     truth: dict = {"seed": cfg.seed, "scale": cfg.scale, "start": cfg.start, "end": cfg.end,
                    "period_days": PERIOD_DAYS, "domains": {}}  # fmt: skip
-    for d_i, knobs in enumerate(domain_knobs(cfg.n_domains)):
+    if dense:  # only presets other than the default add keys, so the default truth.json stays byte for byte
+        truth |= {"preset": cfg.preset, "n_categories": DENSE_N_CATEGORIES,
+                  "item_text": "title only: a brand and 1-2 words drawn from the whole domain vocabulary, "
+                               "independent of the latent category"}  # fmt: skip
+    for d_i, knobs in enumerate(knobs_all):
         rng = np.random.default_rng([cfg.seed, d_i])
         words = vocab.CATEGORY_WORDS[knobs.name.split("_")[0]]
-        sim = simulate(knobs, len(words), start, end, PERIOD_DAYS, cfg.scale, rng)
-        items = _items(sim, words, rng)
-        _write_reviews(tmp / "review_categories" / f"{knobs.name}.jsonl.gz", sim, items, words, rng)
+        n_cats = DENSE_N_CATEGORIES if dense else len(words)
+        sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng)
+        items = _short_items(sim, words, rng) if dense else _items(sim, words, rng)
+        # the dense preset's reviews talk about words of a random group, so no text reveals the category
+        word_cat = rng.integers(0, len(words), sim.user.size) if dense else None
+        _write_reviews(tmp / "review_categories" / f"{knobs.name}.jsonl.gz", sim, items, words, rng, word_cat)
         _write_meta(tmp / "meta_categories" / f"meta_{knobs.name}.jsonl.gz", items, sim, knobs.name)
         truth["domains"][knobs.name] = knobs.to_dict() | {
             "categories": list(words),
@@ -123,6 +166,9 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
             "items_generated": int(sim.item_cat.size),
             "reviews": int(sim.user.size),
         }
+        if dense:
+            truth["domains"][knobs.name]["item_category"] = dict(
+                zip(items.get_column("parent_asin").to_list(), sim.item_cat.astype(int).tolist()))
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "raw", ignore_errors=True)
     tmp.rename(out / "raw")
@@ -178,10 +224,34 @@ def _items(sim: Simulated, words: dict[str, str], rng: np.random.Generator) -> p
     )  # fmt: skip
 
 
+def _short_items(sim: Simulated, words: dict[str, str], rng: np.random.Generator) -> pl.DataFrame:
+    """Items of the dense preset: a title of a brand and one or two words (a modifier, sometimes a noun)
+    drawn uniformly from the whole domain's vocabulary, independent of the latent category; no
+    description, no features."""
+    n = sim.item_cat.size
+    nouns = pl.Series([w for c in words for w in vocab.split_words(words[c])[0]])
+    mods = pl.Series([w for c in words for w in vocab.split_words(words[c])[1]])
+    brands = pl.Series([_pseudo_word(rng) for _ in range(12)])
+    df = pl.DataFrame({
+        "parent_asin": _ids("B0", n, 8, rng),
+        "store": brands.gather(rng.integers(0, brands.len(), n)),
+        "m": mods.gather(rng.integers(0, mods.len(), n)),
+        "n": nouns.gather(rng.integers(0, nouns.len(), n)),
+        "two": rng.random(n) < 0.5,
+    })  # fmt: skip
+    cap = {c: pl.col(c).str.slice(0, 1).str.to_uppercase() + pl.col(c).str.slice(1) for c in ("m", "n")}
+    title = pl.concat_str([pl.col("store"), pl.when(pl.col("two")).then(cap["m"]), cap["n"]], separator=" ",
+                          ignore_nulls=True)  # fmt: skip
+    empty = pl.lit([], pl.List(pl.String))
+    return df.select("parent_asin", title.alias("title"), empty.alias("description"), empty.alias("features"), "store")
+
+
 def _write_reviews(
-    path: Path, sim: Simulated, items: pl.DataFrame, words: dict[str, str], rng: np.random.Generator
+    path: Path, sim: Simulated, items: pl.DataFrame, words: dict[str, str], rng: np.random.Generator,
+    word_cat: np.ndarray | None = None,
 ) -> None:
-    """Reviews in the Amazon 2023 field layout; texts use the item's category words."""
+    """Reviews in the Amazon 2023 field layout; texts use the words of the item's category (or of
+    ``word_cat``, one word group per review)."""
     n = sim.user.size
     n_users = int(sim.user.max()) + 1 if n else 0
     user_ids = pl.Series(_ids("A", n_users, 27, rng))
@@ -190,7 +260,7 @@ def _write_reviews(
     nouns = pl.Series([w for c in cats for w in vocab.split_words(words[c])[0]])
     mods = pl.Series([w for c in cats for w in vocab.split_words(words[c])[1]])
     per = len(vocab.split_words(words[cats[0]])[0])
-    base = sim.item_cat[sim.item] * per
+    base = (sim.item_cat[sim.item] if word_cat is None else word_cat) * per
     noun = nouns.gather(base + rng.integers(0, per, n))
     mod = mods.gather(base + rng.integers(0, per, n))
     senti = np.where(rating >= 4, 0, np.where(rating == 3, 1, 2))

@@ -125,3 +125,105 @@ def test_category_trend_orders_the_temporal_ground_truth(seed: int) -> None:
     assert 0.15 < lam["Sports"] < 0.6, lam
     # Books' seasonal trend is weaker (weight 0.3, see world.PRESETS), so its pull back to p1's mix is too
     assert max(lam["Health"], lam["Books"]) < 0.3, lam
+
+
+# --- world presets (issue 16) ---------------------------------------------------------------------------------
+
+# sha256 of the quick world (2 domains, scale 0.5, seed 0) as written before presets existed: truth.json's
+# bytes, and per domain the CSV of reviews (user, item, time, rating) followed by the CSV of (item, title).
+_QUICK_DEFAULT = {
+    "truth": "98dbfaaf5f6ec69f994303912757dbe2091730faf5d9732d26c03600df68075a",
+    "Phones": "23f730ac7b5eead5202cddfbba3700dfa7e4c19e50d6c5b084fae9240cb5ef02",
+    "Books": "de7db67ebd8ab09d7bf4770f209a9409739617f562aaaa4258587a0be9a47c06",
+}
+
+
+def _digest(root: Path) -> dict[str, str]:
+    import hashlib
+
+    out = {"truth": hashlib.sha256((root / "truth.json").read_bytes()).hexdigest()}
+    for d in ("Phones", "Books"):
+        r = read_reviews(root / "raw" / "review_categories" / f"{d}.jsonl.gz")
+        m = read_meta(root / "raw" / "meta_categories" / f"meta_{d}.jsonl.gz")
+        body = r.select("user_id", "parent_asin", "timestamp", "rating").write_csv() + \
+            m.select("parent_asin", "title").write_csv()  # fmt: skip
+        out[d] = hashlib.sha256(body.encode()).hexdigest()
+    return out
+
+
+def test_default_preset_is_the_world_from_before_presets(tmp_path: Path) -> None:
+    plain = write_world(tmp_path / "plain", WorldConfig(n_domains=2, scale=0.5))
+    named = write_world(tmp_path / "named", WorldConfig(n_domains=2, scale=0.5, preset="default"))
+    assert _digest(plain) == _QUICK_DEFAULT
+    assert _contents(named) == _contents(plain)
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_world(tmp_path_factory.mktemp("d") / "world", WorldConfig(seed=1, n_domains=2,
+                                                                           preset="dense_short_text"))
+
+
+def _noun_accuracy(titles: list[str], cats: list[int]) -> float:
+    """Leave-one-out accuracy of guessing an item's category as the commonest category of the other items
+    whose title shares its last word (the noun; a trailing "Pro" is dropped); 0 for an item whose noun no
+    other item has, or a tie."""
+    from collections import Counter
+
+    def noun(title: str) -> str:
+        return title.removesuffix(" Pro").split()[-1].lower()
+
+    by_word: dict[str, Counter] = {}
+    for t, c in zip(titles, cats):
+        by_word.setdefault(noun(t), Counter())[c] += 1
+    hits = 0
+    for t, c in zip(titles, cats):
+        counts = by_word[noun(t)].copy()
+        counts[c] -= 1
+        best = max(counts.values())
+        hits += best > 0 and counts[c] == best and list(counts.values()).count(best) == 1
+    return hits / len(titles)
+
+
+def test_dense_short_text_truth_text_and_density(dense: Path, world: Path, world_stats, tmp_path: Path) -> None:
+    truth = json.loads((dense / "truth.json").read_text())
+    assert truth["preset"] == "dense_short_text" and truth["n_categories"] == 10
+    assert "preset" not in json.loads((world / "truth.json").read_text())  # the default truth has no new keys
+    for name in ("Phones", "Books"):
+        m = read_meta(dense / "raw" / "meta_categories" / f"meta_{name}.jsonl.gz")
+        cat_of = truth["domains"][name]["item_category"]
+        assert sorted(cat_of) == sorted(m.get_column("parent_asin")) and set(cat_of.values()) == set(range(10))
+        titles = m.get_column("title").to_list()
+        assert max(len(t.split()) for t in titles) <= 3 and min(len(t.split()) for t in titles) >= 2
+        assert m.get_column("description").list.len().max() == 0 and m.get_column("features").list.len().max() == 0
+        # the text does not reveal the latent category: a title's noun guesses it no better than chance
+        # (1/10), while the default world's nouns give it away (each noun belongs to one category)
+        acc = _noun_accuracy(titles, [cat_of[a] for a in m.get_column("parent_asin")])
+        assert acc < 0.25, (name, acc)
+    default_m = read_meta(world / "raw" / "meta_categories" / "meta_Phones.jsonl.gz")
+    default_truth = json.loads((world / "truth.json").read_text())
+    words = default_truth["domains"]["Phones"]["categories"]
+    from mmgrid.data import vocab
+
+    noun_cat = {n: i for i, c in enumerate(words) for n in vocab.split_words(vocab.CATEGORY_WORDS["Phones"][c])[0]}
+    default_titles = default_m.get_column("title").to_list()
+    default_cats = [noun_cat[t.removesuffix(" Pro").split()[-1].lower()] for t in default_titles]
+    assert _noun_accuracy(default_titles, default_cats) > 0.9
+    # dense: many interactions per user after prepare (the default world has 6-14 a user)
+    assert max(r["interactions"] / r["users"] for r in world_stats.iter_rows(named=True)) < 15
+    stats = prepare(load_grid(grid_yaml(tmp_path, {"root": str(dense)})), log=lambda m: None).stats()
+    for row in stats.iter_rows(named=True):
+        per_user = row["interactions"] / row["users"]
+        assert per_user > 25, row
+        assert row["n_test"] >= 1000 and row["items"] >= 300, row
+
+
+def test_unknown_preset_is_a_config_error(tmp_path: Path) -> None:
+    from mmgrid.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="preset"):
+        load_grid(grid_yaml(tmp_path, {"root": str(tmp_path)}, world={"seed": 0}), ["world.preset=sparse"])
+    from mmgrid.data.world_files import domain_knobs
+
+    with pytest.raises(ConfigError, match="dense_short_text"):
+        domain_knobs(2, "sparse")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+import polars as pl
 import torch
 
 from mmgrid.errors import ConfigError, ModelError
@@ -42,6 +43,7 @@ from mmgrid.paradigms.examples import load_examples
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
 from mmgrid.paradigms.params import resolve_params
 from mmgrid.paradigms.registration import register_paradigm
+from mmgrid.paradigms.semid.collab import CODE_SOURCES, PHASE_CHOICES, code_inputs, collab_embeddings, collab_phases
 from mmgrid.paradigms.semid.quantizer import SemanticIDs, SemIDError, semantic_ids
 from mmgrid.paradigms.semid.tokens import add_code_tokens, code_token_names, sync_tokenizer
 from mmgrid.paradigms.semid.trie import CodeTrie, decode_items, trie_beam_search_with_order
@@ -67,6 +69,13 @@ DEFAULTS: dict[str, Any] = {
     "num_beams": 20,  # beam width is max(num_beams, k + 10)
     "exclude_history": True,  # never recommend an item already in the history
     "rank_batch": 256,  # histories per beam search
+    # what the codes quantize (issue 16, collab.py): text (the item-text embedding), collab (item
+    # co-occurrence PPMI + SVD over the training interactions) or fused (both, normalised, side by side)
+    "codes": "text",
+    "collab_phases": "train",  # phases counted: train = every phase but the latest (the eval window); first
+    "collab_dim": 32,  # SVD dimensions of the collaborative embedding
+    "collab_window": 5,  # items within this many positions of a user's sequence co-occur
+    "collab_weight": 0.5,  # fused: share of the squared norm carried by the collaborative part
 }
 TEMPLATES = {"history": "History:", "next": " Next:", "item": "Item:", "code": " Code:", "code_first": "Code:",
              "item_after": " Item:"}
@@ -285,7 +294,7 @@ class SemIDParadigm:
                        list(entry["level_sizes"]), first, names)
 
 
-_CODES: dict[tuple[str, int, int, int, str], SemanticIDs] = {}
+_CODES: dict[tuple, SemanticIDs] = {}
 _MAX_CODES = 64
 
 
@@ -297,17 +306,43 @@ def domain_codes(domain: "DomainData", p: dict[str, Any]) -> SemanticIDs:
     accuracy-matrix start rows), and RQ-KMeans gives the same codes every time. Each call
     returns its own copy of the codes array.
     """
+    _check_code_params(p)
     texts = list(domain.item_texts)
-    key = (texts_key(texts, p["embedder"]), int(p["levels"]), int(p["codebook_size"]), int(p["quantizer_seed"]),
-           domain.name)
+    key: tuple = (texts_key(texts, p["embedder"]), int(p["levels"]), int(p["codebook_size"]),
+                  int(p["quantizer_seed"]), domain.name)
+    phases: list[str] = []
+    if p["codes"] != "text":
+        phases = collab_phases(domain.interactions, p["collab_phases"])
+        seen = domain.interactions.filter(pl.col("phase").is_in(phases))
+        data_key = zlib.crc32(seen.select("user_idx", "item_idx", "timestamp").to_numpy().tobytes())
+        key += (p["codes"], tuple(phases), int(p["collab_dim"]), int(p["collab_window"]),
+                float(p["collab_weight"]), data_key)
     if key not in _CODES:
         emb = embed_items(texts, p["embedder"], p["embedder_device"], p["embed_cache"])
+        collab = None
+        if p["codes"] != "text":
+            collab, _ = collab_embeddings(domain, phases, int(p["collab_dim"]), int(p["collab_window"]), emb)
+        x = code_inputs(p["codes"], emb, collab, float(p["collab_weight"]))
         if len(_CODES) >= _MAX_CODES:
             _CODES.pop(next(iter(_CODES)))
-        _CODES[key] = semantic_ids(emb, int(p["levels"]), int(p["codebook_size"]), seed=int(p["quantizer_seed"]),
+        _CODES[key] = semantic_ids(x, int(p["levels"]), int(p["codebook_size"]), seed=int(p["quantizer_seed"]),
                                    domain=domain.name)
     sids = _CODES[key]
     return SemanticIDs(codes=sids.codes.copy(), level_sizes=list(sids.level_sizes))
+
+
+def _check_code_params(p: dict[str, Any]) -> None:
+    """Named errors for the code-source knobs (before any embedding is computed)."""
+    where = "paradigm_params.semid"
+    if p["codes"] not in CODE_SOURCES:
+        raise ConfigError(f"{where}.codes: {p['codes']!r} is not one of {list(CODE_SOURCES)}.")
+    if p["collab_phases"] not in PHASE_CHOICES:
+        raise ConfigError(f"{where}.collab_phases: {p['collab_phases']!r} is not one of {list(PHASE_CHOICES)}.")
+    if int(p["collab_dim"]) < 1 or int(p["collab_window"]) < 1:
+        raise ConfigError(f"{where}: collab_dim ({p['collab_dim']}) and collab_window ({p['collab_window']}) "
+                          "must be at least 1.")
+    if not 0.0 <= float(p["collab_weight"]) <= 1.0:
+        raise ConfigError(f"{where}.collab_weight: {p['collab_weight']} must be in [0, 1].")
 
 
 def _domain_entry(meta: dict[str, Any], domain: "DomainData", p: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,235 @@
+"""Recall@10 / NDCG@10 of every paradigm beside most-popular and SASRec, per world preset (issue 16).
+
+For one world preset (``default`` or ``dense_short_text``) and one training budget
+(``train.max_examples``), builds the demo grid's default variant (tiny base, pretrain -> p1 -> p2 at
+the demo's 3 / 2 / 2 epochs) for each asked paradigm on the first ``--domains`` domains, once per
+training seed, through the library (``mmgrid.train.build.build_grid`` into a registry under
+``--out``), then ranks a fixed, seeded sample of the evaluation window's examples (the same sample
+for every seed and paradigm, so differences are paired) with each p2 checkpoint.
+
+Per paradigm it prints, pooled over the domains:
+
+- Recall@10 and NDCG@10: the mean over evaluated users (a user's value is the mean over their
+  sampled examples; a user of two domains counts twice) and seeds, with a 95% percentile-bootstrap
+  interval over users and seeds (``mmgrid.stats.mean_ci``);
+- the paired per-user difference in Recall@10 against most-popular (counts over the training
+  phases, as ``mmgrid eval``) with its 95% interval: issue 16's first target is its lower bound > 0;
+- the ratio of its mean Recall@10 to SASRec's, and the paired difference ``R@10 - 0.8 x SASRec``
+  with its interval (the second target: >= 0.8 x SASRec);
+- build seconds (every stage of every domain, summed over seeds; 0 when cached in the registry)
+  and evaluation seconds (ranking, summed over seeds and domains).
+
+``--valid`` carves a validation window out of the training phases: p2 ends at ``--valid-start``
+(default 2022-12-01) and ``valid`` is [valid-start, 2023-01-01); the test window is not even
+prepared, so tuning never looks at it. Without ``--valid`` the test window is evaluated.
+
+Results (the table, and every per-user value as JSON) are saved under ``--out`` (printed at the
+end). A paradigm's result is cached there by its checkpoint ids, so adding a paradigm or a seed
+re-runs only what is new; ``--fresh`` ignores the cache.
+
+Usage::
+
+    python bench/paradigms.py --preset dense_short_text --valid            # demo budget, seeds 0 1 2
+    python bench/paradigms.py --preset default --budget 6000 --paradigms semid sasrec
+    python bench/paradigms.py --preset dense_short_text --paradigms semid -- paradigm_params.semid.codes=fused
+
+Cost on 2 cores: ``--domains 2 --eval-users 300`` with the demo budget is about one to a few
+minutes per paradigm and seed (text, the slowest, generates titles); 4x the budget is ~4x the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+if sys.path and sys.path[0].rstrip("/").endswith("bench"):
+    sys.path.pop(0)  # bench/ holds merge.py, registry.py...: never shadow a module name
+
+import numpy as np
+
+PARADIGMS = ["text", "semid", "emb", "sasrec"]
+K = 10
+
+
+def grid_config(args: argparse.Namespace, seed: int, paradigm: str):
+    """The demo grid (default variant only) for this preset, budget, seed and paradigm."""
+    from mmgrid.demo import demo_config
+
+    mode = "valid" if args.valid else "test"
+    out = Path(args.out) / args.preset
+    over = [f"world.preset={args.preset}", f"world.n_domains={args.domains}", f"train.max_examples={args.budget}",
+            f"train.seed={seed}", "eval.retention=false", f"eval.ks=[{K}]", "eval.groups=[all]",
+            f"prepared={out / ('prepared-' + mode)}", f"registry={out / ('registry-' + mode)}", *args.overrides]
+    cfg, _ = demo_config(False, str(out), overrides=over)
+    cfg.variants = [v for v in cfg.variants if v.name == "default"]
+    cfg.paradigms = [paradigm]
+    if args.valid:
+        phases = dict(cfg.data.phases)
+        if "test" not in phases or "p2" not in phases:
+            raise SystemExit("--valid needs the demo's phases (p2 then test)")
+        p2_start, p2_end = phases["p2"]
+        cfg.data.phases = {k: v for k, v in phases.items() if k not in ("p2", "test")}
+        cfg.data.phases |= {"p2": [p2_start, args.valid_start], "valid": [args.valid_start, p2_end]}
+        cfg.eval.split = "valid"
+    return cfg
+
+
+def per_user(users: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Users in order of first appearance and each one's mean of ``hits``."""
+    uniq, inv = np.unique(users, return_inverse=True)
+    return uniq, np.bincount(inv, weights=hits) / np.bincount(inv)
+
+
+def evaluate_cell(cfg, paradigm: str, eval_users: int) -> dict:
+    """Build (or reuse) the grid of one paradigm and seed, then rank the sampled evaluation examples."""
+    from mmgrid.eval.metrics import target_ranks
+    from mmgrid.eval.popular import popular_ranking
+    from mmgrid.eval.ranking import Evaluator
+    from mmgrid.paradigms import get_paradigm
+    from mmgrid.runtime.checkpoints import load_checkpoint
+    from mmgrid.runtime.context import open_prepared, open_registry
+    from mmgrid.train.base_lm import ensure_base
+    from mmgrid.train.build import build_grid
+    from mmgrid.validate import validate_grid
+
+    validate_grid(cfg)
+    prepared, registry = open_prepared(cfg.prepared), open_registry(cfg.registry)
+    ensure_base(cfg.base, prepared, registry, seed=cfg.train.seed)  # not counted in the paradigm's build time
+    t0 = time.perf_counter()
+    res = build_grid(cfg, progress=False)
+    build_s = time.perf_counter() - t0 if res.trained else 0.0
+    par, params = get_paradigm(paradigm), dict(cfg.paradigm_params.get(paradigm, {}))
+    out = {"ids": {}, "build_s": build_s, "eval_s": 0.0, "domains": {}}
+    for (p, domain), cid in res.final_ids().items():
+        dom = prepared.domain(domain)
+        # seed 0 for the sample: every training seed and paradigm is evaluated on the same examples
+        ev = Evaluator(par, dom, split=cfg.eval.split, ks=[K], groups=["all"], max_users=eval_users, seed=0)
+        model = par.load(load_checkpoint(registry, cid), dom, params)
+        model.eval()
+        t0 = time.perf_counter()
+        ranked = ev.rank(model)
+        out["eval_s"] += time.perf_counter() - t0
+        pop = popular_ranking(dom.popularity(list(cfg.train.stages)), K)
+        d = {"users": ev.users.tolist()}
+        for name, rk in (("model", ranked), ("popular", np.broadcast_to(pop, (ev.n, len(pop))))):
+            r = target_ranks(rk[:, :K], ev.targets)
+            d[name] = {"recall": (r >= 0).astype(float).tolist(),
+                       "ndcg": np.where(r >= 0, 1.0 / np.log2(np.maximum(r, 0) + 2.0), 0.0).tolist()}
+        out["ids"][domain] = cid
+        out["domains"][domain] = d
+    return out
+
+
+def pooled(cells: list[dict], who: str, metric: str) -> np.ndarray:
+    """[n_seeds, n_users] per-user means of ``metric``, users of every domain side by side."""
+    rows = []
+    for cell in cells:
+        row = []
+        for domain in sorted(cell["domains"]):
+            d = cell["domains"][domain]
+            row.append(per_user(np.asarray(d["users"]), np.asarray(d[who][metric]))[1])
+        rows.append(np.concatenate(row))
+    return np.stack(rows)
+
+
+def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
+    from mmgrid.stats import mean_ci
+
+    def ci(a: np.ndarray) -> str:
+        m, lo, hi = mean_ci(a)
+        return f"{m:.4f} [{lo:.4f}, {hi:.4f}]"
+
+    first = next(iter(results.values()))
+    pop_r, pop_n = pooled(first, "popular", "recall")[:1], pooled(first, "popular", "ndcg")[:1]
+    sas = pooled(results["sasrec"], "model", "recall") if "sasrec" in results else None
+    n_users = pop_r.shape[1]
+    lines = [f"preset {args.preset}, {'valid' if args.valid else 'test'} window, budget train.max_examples="
+             f"{args.budget}, seeds {args.seeds}, {args.domains} domain(s), {n_users} evaluated users "
+             f"(<= {args.eval_users} examples a domain); 95% bootstrap intervals over users and seeds",
+             "", "| paradigm | R@10 | N@10 | R@10 - popular | ratio to SASRec | R@10 - 0.8 SASRec | build s | eval s |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| most-popular | {ci(pop_r)} | {ci(pop_n)} | | "
+             f"{pop_r.mean() / sas.mean():.2f} | | | |" if sas is not None else
+             f"| most-popular | {ci(pop_r)} | {ci(pop_n)} | | | | | |"]
+    for p, cells in results.items():
+        r, n = pooled(cells, "model", "recall"), pooled(cells, "model", "ndcg")
+        ratio = f"{r.mean() / sas.mean():.2f}" if sas is not None else "-"
+        vs08 = ci(r - 0.8 * sas) if sas is not None and p != "sasrec" else ""
+        lines.append(f"| {p} | {ci(r)} | {ci(n)} | {ci(r - pop_r)} | {ratio} | {vs08} | "
+                     f"{sum(c['build_s'] for c in cells):.0f} | {sum(c['eval_s'] for c in cells):.1f} |")
+    lines += ["", "R@10 per domain (mean over users and seeds): " + "; ".join(
+        f"{dom}: " + ", ".join(
+            [f"popular {np.mean(per_user(np.asarray(first[0]['domains'][dom]['users']), np.asarray(first[0]['domains'][dom]['popular']['recall']))[1]):.3f}"]
+            + [f"{p} {np.mean([per_user(np.asarray(c['domains'][dom]['users']), np.asarray(c['domains'][dom]['model']['recall']))[1].mean() for c in cells]):.3f}"
+               for p, cells in results.items()])
+        for dom in sorted(first[0]["domains"]))]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="default", choices=["default", "dense_short_text"], help="world preset")
+    ap.add_argument("--paradigms", nargs="+", default=PARADIGMS)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds (>= 3 for the targets)")
+    ap.add_argument("--budget", type=int, default=1500, help="train.max_examples (demo 1500; 4x: 6000)")
+    ap.add_argument("--domains", type=int, default=2, help="world.n_domains (the first N of the preset)")
+    ap.add_argument("--eval-users", type=int, default=300, help="evaluated examples per domain (seeded sample)")
+    ap.add_argument("--valid", action="store_true", help="evaluate on a window carved from p2, never on test")
+    ap.add_argument("--valid-start", default="2022-12-01", help="first day of the validation window (p2 ends there)")
+    ap.add_argument("--out", default="runs/bench-paradigms", help="world, registries and results go here")
+    ap.add_argument("--tag", default="", help="name of this run's results file (default: from the options)")
+    ap.add_argument("--fresh", action="store_true", help="ignore cached results (checkpoints are still reused)")
+    ap.add_argument("overrides", nargs="*", help="KEY=VALUE grid overrides (e.g. paradigm_params.semid.codes=fused)")
+    args = ap.parse_args(argv)
+
+    from mmgrid.data.pipeline import prepare
+    from mmgrid.data.world_files import write_world
+    from mmgrid.runtime.progress import set_quiet
+
+    set_quiet(True)
+    out = Path(args.out)
+    cache_dir = out / "cells"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[dict]] = {}
+    prepared_done = False
+    for p in args.paradigms:
+        for seed in args.seeds:
+            cfg = grid_config(args, seed, p)
+            if not prepared_done:
+                if not (Path(cfg.data.root) / "truth.json").exists():
+                    write_world(cfg.data.root, cfg.world)
+                prepare(cfg, log=lambda m: None)
+                prepared_done = True
+            key = _cell_key(cfg, p, args)
+            path = cache_dir / f"{key}.json"
+            if path.exists() and not args.fresh:
+                cell = json.loads(path.read_text())
+            else:
+                print(f"  {args.preset} {p} seed {seed} budget {args.budget} ...", file=sys.stderr, flush=True)
+                cell = evaluate_cell(cfg, p, args.eval_users)
+                path.write_text(json.dumps(cell))
+            results.setdefault(p, []).append(cell)
+    text = table(results, args)
+    print(text)
+    tag = args.tag or f"{args.preset}-{'valid' if args.valid else 'test'}-b{args.budget}-s{'_'.join(map(str, args.seeds))}"
+    (out / f"{tag}.md").write_text(f"$ python bench/paradigms.py {' '.join(sys.argv[1:])}\n\n{text}\n")
+    (out / f"{tag}.json").write_text(json.dumps({"args": vars(args), "results": results}))
+    print(f"\nsaved {out / (tag + '.md')} and {out / (tag + '.json')}")
+    return 0
+
+
+def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:
+    """The cache key of one cell: the checkpoint ids it depends on are not known before the build, so
+    the key hashes what decides them (the grid's config, the paradigm and the evaluation sample)."""
+    from mmgrid.configtools import stable_hash, to_dict
+    from mmgrid.runtime.plan import _train_version
+
+    return stable_hash({"cfg": to_dict(cfg), "paradigm": paradigm, "eval_users": args.eval_users, "k": K,
+                        **_train_version(paradigm)})[:16]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
