@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmgrid.errors import ModelError
+from mmgrid.errors import ConfigError, ModelError
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
@@ -191,6 +191,15 @@ class EmbModel(nn.Module):
         return emb
 
 
+def _check_params(p: dict[str, Any]) -> None:
+    """Named errors for knobs out of range, before a model is built."""
+    scale = float(p["id_scale"])
+    if not (np.isfinite(scale) and scale > 0):
+        raise ConfigError(f"paradigm_params.emb.id_scale={p['id_scale']!r}: must be a finite number > 0.")
+    if not (np.isfinite(float(p["temperature"])) and float(p["temperature"]) > 0):
+        raise ConfigError(f"paradigm_params.emb.temperature={p['temperature']!r}: must be a finite number > 0.")
+
+
 @register_paradigm("emb")
 class EmbParadigm:
     """SemEmb (HLLM) behind the Paradigm protocol."""
@@ -200,6 +209,7 @@ class EmbParadigm:
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> EmbModel:
         p = resolve_params(params, DEFAULTS, "paradigm_params.emb")
+        _check_params(p)
         lm = getattr(base, "model", None)
         if lm is None or not hasattr(lm, "model") or not hasattr(lm.model, "layers"):
             raise ModelError("emb: the base must be a causal LM with .model.layers (e.g. Qwen3ForCausalLM).")

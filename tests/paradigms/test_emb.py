@@ -184,3 +184,11 @@ def test_id_embeddings_train_and_round_trip(tiny_base, tiny_domain) -> None:
     np.testing.assert_array_equal(P.rank(m, tiny_domain, hists, 5), P.rank(again, tiny_domain, hists, 5))
     with pytest.raises(CheckpointMismatchError, match="id_embeddings"):
         P.load(ckpt, tiny_domain, {"id_embeddings": False})
+
+
+@pytest.mark.parametrize("bad", [{"id_scale": 0.0}, {"id_scale": float("inf")}, {"temperature": -0.1}])
+def test_bad_scale_or_temperature_is_a_config_error(tiny_base, tiny_domain, bad) -> None:
+    from mmgrid.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        P.build(tiny_base, tiny_domain, bad, seed=0)
