@@ -59,8 +59,12 @@ def main() -> int:
     ap.add_argument("--max-examples", type=int, default=1500)
     ap.add_argument("--max-users", type=int, default=None)
     ap.add_argument("--text-variants", default="[{}]", help="JSON list of grounding overlays for text")
+    ap.add_argument("--gen-beams", type=int, nargs="*", default=None,
+                    help="text: num_beams values, each generated once (default: the cell's num_beams)")
     ap.add_argument("--params", default="{}", help="JSON {paradigm: {knob: value}} for the trained cells")
     ap.add_argument("--tag", default="", help="suffix of result keys (several runs into one hits.npz)")
+    ap.add_argument("--rescore", action="store_true",
+                    help="text: ground the beams stored by an earlier run (OUT/gen) again, without training")
     ap.add_argument("--report", action="store_true", help="only print the table of OUT/hits.npz")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args()
@@ -122,6 +126,9 @@ def main() -> int:
                 model = par.build(base, dom, params, bseed)
                 c0 = time.perf_counter()
                 for stage in t.stages:
+                    if a.rescore and name == "text":  # the stored beams are ranked again: no training
+                        model.mmgrid_text.trained_phases.append(stage)
+                        continue
                     train_stage(par, model, par.examples(model, dom, stage), epochs=t.epochs[stage], lr=t.lr,
                                 batch_size=t.batch_size, seed=derive_seed(t.seed, name, domain, stage),
                                 weight_decay=t.weight_decay, max_examples=t.max_examples,
@@ -131,16 +138,27 @@ def main() -> int:
                 c0 = time.perf_counter()
                 with torch.no_grad():
                     if name == "text":
-                        gen = [par.generate(model, ev.histories[s:s + 128]) for s in range(0, ev.n, 128)]
-                        timing[f"{name}/{domain}/{seed}/gen_s"] = time.perf_counter() - c0
-                        for vi, var in enumerate(variants):
-                            ranked = np.concatenate([
-                                par.rank_generated(model, dom, ev.histories[s * 128:(s + 1) * 128], 10, texts, scores,
-                                                   overrides=var)
-                                for s, (texts, scores) in enumerate(gen)])
-                            h, n = per_user(ranked, ev.targets)
-                            key = f"text{a.tag}#{json.dumps(var, sort_keys=True)}/{domain}/{seed}"
-                            store[key + "/hit"], store[key + "/ndcg"] = h, n
+                        for beams in a.gen_beams or [None]:
+                            g0 = time.perf_counter()
+                            if beams is not None:
+                                model.mmgrid_text.params["num_beams"] = beams
+                            gfile = out / "gen" / f"{domain}-{seed}-{beams}{a.tag}.json"
+                            if a.rescore:
+                                gen = [(t, np.asarray(sc)) for t, sc in json.loads(gfile.read_text())]
+                            else:
+                                gen = [par.generate(model, ev.histories[s:s + 128]) for s in range(0, ev.n, 128)]
+                                gfile.parent.mkdir(exist_ok=True)
+                                gfile.write_text(json.dumps([(t, sc.tolist()) for t, sc in gen]))
+                            timing[f"{name}/{domain}/{seed}/gen{beams}_s"] = time.perf_counter() - g0
+                            for vi, var in enumerate(variants):
+                                ranked = np.concatenate([
+                                    par.rank_generated(model, dom, ev.histories[s * 128:(s + 1) * 128], 10, texts, scores,
+                                                       overrides=var)
+                                    for s, (texts, scores) in enumerate(gen)])
+                                h, n = per_user(ranked, ev.targets)
+                                v = dict(var, num_beams=beams) if beams is not None else var
+                                key = f"text{a.tag}#{json.dumps(v, sort_keys=True)}/{domain}/{seed}"
+                                store[key + "/hit"], store[key + "/ndcg"] = h, n
                     else:
                         ranked = ev.rank_with(par, model) if hasattr(ev, "rank_with") else _rank(ev, par, model)
                         h, n = per_user(ranked, ev.targets)

@@ -68,6 +68,8 @@ DEFAULTS: dict[str, Any] = {
     "history_weight": 0.0,  # + weight * recency-weighted cosine of an item's title to the history's titles (0 = off)
     "cooc_weight": 0.0,  # + weight * recency-weighted co-occurrence P(item | history item), row-max scaled (0 = off)
     "cooc_window": 3,  # an item co-occurs with the next cooc_window items of a user's training sequence
+    "collab_weight": 0.0,  # + weight * cosine of an item's collaborative embedding to the history's (0 = off)
+    "collab_dim": 32,  # size of the collaborative embeddings (PPMI + truncated SVD of co-occurrence)
     "history_decay": 0.8,  # weight of the j-th most recent history item in both history terms: decay^j
     "exclude_history": True,  # never recommend an item already in the history
     "rank_batch": 128,  # histories per generate() call
@@ -252,10 +254,11 @@ def _check_grounding(p: dict[str, Any]) -> None:
     where = "paradigm_params.text"
     if p["beam_combine"] not in ("best", "weighted", "max"):
         raise ModelError(f"{where}.beam_combine={p['beam_combine']!r}: use 'weighted', 'best' or 'max'.")
-    for key in ("beam_candidates", "cooc_window"):
-        if int(p[key]) < (1 if key == "cooc_window" else 0):
-            raise ConfigError(f"{where}.{key}={p[key]!r}: must be >= {1 if key == 'cooc_window' else 0}.")
-    for key in ("history_weight", "cooc_weight", "popularity_gamma"):
+    for key in ("beam_candidates", "cooc_window", "collab_dim"):
+        low = 0 if key == "beam_candidates" else 1
+        if int(p[key]) < low:
+            raise ConfigError(f"{where}.{key}={p[key]!r}: must be >= {low}.")
+    for key in ("history_weight", "cooc_weight", "collab_weight", "popularity_gamma"):
         if not np.isfinite(float(p[key])) or float(p[key]) < 0:
             raise ConfigError(f"{where}.{key}={p[key]!r}: must be a finite number >= 0 (0 turns it off).")
     if not 0.0 < float(p["history_decay"]) <= 1.0:
@@ -297,6 +300,22 @@ def _cooc(info: TextInfo, domain: "DomainData", window: int) -> torch.Tensor:
         cache.clear()
         cache[key] = cooc_matrix(inter.get_column("user_idx").to_numpy(), inter.get_column("item_idx").to_numpy(),
                                  domain.n_items, window)
+    return cache[key]
+
+
+def _collab(info: TextInfo, domain: "DomainData", items: torch.Tensor, window: int, dim: int) -> torch.Tensor:
+    """Unit collaborative item embeddings ``[n_items, dim]`` over every trained phase: PPMI of symmetric
+    co-occurrence within ``window`` and a truncated SVD (``semid.collab.collab_embeddings``, Levy &
+    Goldberg 2014); items never co-occurring get a ridge map from their title embedding. Cached on
+    the model per phases, window and size."""
+    from mmgrid.paradigms.semid.collab import collab_embeddings
+
+    key = (tuple(info.trained_phases), window, dim)
+    cache = info.__dict__.setdefault("_collab_cache", {})
+    if key not in cache:
+        cache.clear()
+        emb, _ = collab_embeddings(domain, list(info.trained_phases), dim, window, items.numpy())
+        cache[key] = torch.from_numpy(emb.astype(np.float32))
     return cache[key]
 
 
@@ -429,6 +448,11 @@ class TextParadigm:
             cooc = _cooc(info, domain, int(p["cooc_window"]))
         score = ground_scores(sims, counts, float(p["popularity_gamma"]), hist_w, items,
                               float(p["history_weight"]), cooc, float(p["cooc_weight"]))
+        if float(p["collab_weight"]) > 0 and info.trained_phases:
+            hist_c = history_weights(histories, domain.n_items, int(p["max_history"]), float(p["history_decay"]))
+            emb = _collab(info, domain, items, int(p["cooc_window"]), int(p["collab_dim"]))
+            user = torch.nn.functional.normalize(hist_c @ emb, dim=1)
+            score = score + float(p["collab_weight"]) * (user @ emb.T)
         return topk_items(score, k, histories if p["exclude_history"] else None)
 
     @staticmethod

@@ -231,3 +231,25 @@ def test_bad_grounding_knobs_are_config_errors(tiny_base_shared: Any, tiny_domai
 
     with pytest.raises(ConfigError, match=next(iter(bad))):
         P.build(tiny_base_shared, tiny_domain, bad, seed=0)
+
+
+def test_collab_term_prefers_items_consumed_with_the_history(tiny_base_shared: Any, tiny_domain: Any) -> None:
+    from mmgrid.paradigms.semid.collab import collab_embeddings
+    from mmgrid.paradigms.text import _collab
+
+    model = P.build(tiny_base_shared, tiny_domain, {"max_history": 3}, seed=0)
+    P.examples(model, tiny_domain, "pretrain")
+    hists = _histories(tiny_domain)[:6]
+    texts, scores = P.generate(model, hists)
+    base = P.rank_generated(model, tiny_domain, hists, 3, texts, scores)
+    ranked = P.rank_generated(model, tiny_domain, hists, 3, texts, scores,
+                              overrides={"collab_weight": 1000.0, "collab_dim": 4, "history_decay": 1.0})
+    items = torch.from_numpy(np.array(P.item_embeddings(model, tiny_domain)))
+    emb, _ = collab_embeddings(tiny_domain, ["pretrain"], 4, 3, items.numpy())
+    torch.testing.assert_close(_collab(model.mmgrid_text, tiny_domain, items, 3, 4), torch.from_numpy(emb).float())
+    for row, hist in zip(ranked, hists):
+        user = emb[hist[-3:]].mean(0)  # decay 1: the last three items weigh alike
+        cos = emb @ (user / np.linalg.norm(user))
+        cos[hist] = -np.inf
+        np.testing.assert_allclose(cos[row[0]], cos.max(), rtol=1e-4)  # the term dominates at this weight
+    assert not np.array_equal(base, ranked)
