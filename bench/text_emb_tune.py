@@ -65,13 +65,14 @@ def main() -> int:
     ap.add_argument("--tag", default="", help="suffix of result keys (several runs into one hits.npz)")
     ap.add_argument("--rescore", action="store_true",
                     help="text: ground the beams stored by an earlier run (OUT/gen) again, without training")
+    ap.add_argument("--hits", default="hits.npz", help="results file under OUT (runs sharing OUT use their own)")
     ap.add_argument("--report", action="store_true", help="only print the table of OUT/hits.npz")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args()
     if a.report:
         from mmgrid.stats import mean_ci
 
-        report(dict(np.load(Path(a.out) / "hits.npz")), mean_ci)
+        report(dict(np.load(Path(a.out) / a.hits)), mean_ci)
         return 0
 
     import torch
@@ -93,7 +94,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     variants = json.loads(a.text_variants)
     cell_params = json.loads(a.params)
-    hits_path = out / "hits.npz"
+    hits_path = out / a.hits
     store = dict(np.load(hits_path)) if hits_path.exists() else {}
     split = "valid" if a.valid else "test"
     timing: dict[str, float] = {}
@@ -180,30 +181,39 @@ def _rank(ev, par, model) -> np.ndarray:
 
 
 def report(store: dict, mean_ci) -> None:
-    """Mean R@10 / N@10 with intervals per (method, domain), paired diff vs popular, ratio to sasrec."""
-    keys = sorted({k.rsplit("/", 3)[0] + "|" + k.rsplit("/", 3)[1] for k in store if k.endswith("/hit")})
-    methods = sorted({k.split("|")[0] for k in keys})
-    domains = sorted({k.split("|")[1] for k in keys})
-    for dom in domains:
-        def mat(m, what="hit"):
-            seeds = sorted(int(k.rsplit("/", 2)[1]) for k in store if k.startswith(f"{m}/{dom}/") and k.endswith("/hit"))
-            return np.stack([store[f"{m}/{dom}/{s}/{what}"] for s in seeds]) if seeds else None, seeds
-        pop, _ = mat("popular")
-        sas, _ = mat("sasrec")
-        print(f"\n== {dom} (n={pop.shape[1] if pop is not None else '?'})")
-        for m in methods:
-            h, seeds = mat(m)
-            if h is None:
-                continue
-            nd, _ = mat(m, "ndcg")
-            r = mean_ci(h)
-            line = f"{m:70s} seeds {seeds} R@10 {r[0]:.4f} [{r[1]:.4f},{r[2]:.4f}] N@10 {nd.mean():.4f}"
-            if pop is not None and m != "popular":
-                d = mean_ci(h - pop[: len(seeds)] if pop.shape[0] >= len(seeds) else h - pop[:1])
-                line += f" | -pop {d[0]:+.4f} [{d[1]:+.4f},{d[2]:+.4f}]"
-            if sas is not None and m != "sasrec":
-                line += f" | /sasrec {h.mean() / max(sas.mean(), 1e-9):.2f}"
-            print(line)
+    """Per method, pooled over domains (users of every domain side by side) and the seeds all of
+    its domains have: mean R@10 with its interval, paired R@10 difference vs most-popular (interval),
+    ratio to SASRec's mean over the same seeds, N@10, per-domain R@10; best pooled R@10 first."""
+    runs: dict[str, dict[str, set[int]]] = {}
+    for k in store:
+        if k.endswith("/hit"):
+            m, dom, seed, _ = k.rsplit("/", 3)
+            runs.setdefault(m, {}).setdefault(dom, set()).add(int(seed))
+    domains = sorted(runs.get("popular", {}))
+    rows = []
+    for m, doms in runs.items():
+        if sorted(doms) != domains:
+            continue
+        seeds = sorted(set.intersection(*doms.values()))
+        if not seeds:
+            continue
+
+        def mat(name: str, what: str = "hit") -> np.ndarray | None:
+            try:
+                return np.concatenate([np.stack([store[f"{name}/{d}/{s}/{what}"] for s in seeds]) for d in domains], 1)
+            except KeyError:
+                return None
+        h, nd, pop, sas = mat(m), mat(m, "ndcg"), mat("popular"), mat("sasrec")
+        r = mean_ci(h)
+        d = mean_ci(h - pop)
+        per = " ".join(f"{dm}:{np.mean([store[f'{m}/{dm}/{s}/hit'].mean() for s in seeds]):.3f}" for dm in domains)
+        ratio = f"{h.mean() / sas.mean():.2f}" if sas is not None else "  - "
+        rows.append((r[0], f"{m[:78]:78s} s{seeds} R@10 {r[0]:.4f} [{r[1]:.4f},{r[2]:.4f}] -pop {d[0]:+.4f} "
+                           f"[{d[1]:+.4f},{d[2]:+.4f}] /sas {ratio} N@10 {nd.mean():.4f} | {per}"))
+    n = sum(len(store[f"targets/{d}"]) for d in domains if f"targets/{d}" in store)
+    print(f"domains {domains}, {n} evaluated examples per seed")
+    for _, line in sorted(rows, reverse=True):
+        print(line)
 
 
 if __name__ == "__main__":
