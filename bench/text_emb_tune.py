@@ -151,10 +151,10 @@ def main() -> int:
                                 gfile.parent.mkdir(exist_ok=True)
                                 gfile.write_text(json.dumps([(t, sc.tolist()) for t, sc in gen]))
                             timing[f"{name}/{domain}/{seed}/gen{beams}_s"] = time.perf_counter() - g0
-                            for vi, var in enumerate(variants):
+                            for var in variants:
                                 ranked = np.concatenate([
-                                    par.rank_generated(model, dom, ev.histories[s * 128:(s + 1) * 128], 10, texts, scores,
-                                                       overrides=var)
+                                    par.rank_generated(model, dom, ev.histories[s * 128:(s + 1) * 128], 10,
+                                                       texts, scores, overrides=var)
                                     for s, (texts, scores) in enumerate(gen)])
                                 h, n = per_user(ranked, ev.targets)
                                 v = dict(var, num_beams=beams) if beams is not None else var

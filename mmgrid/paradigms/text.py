@@ -21,6 +21,13 @@ world, weighted + gamma 1 was the best setting tried (docs/paradigms_text_semid.
 deduplicated per user and item). A generated text equal to an item title reuses that
 item's cached embedding, so only novel text is embedded.
 
+History-aware grounding (issue 16; every term off by default, see :func:`ground_scores`):
+``history_weight`` (title similarity to the history), ``cooc_weight`` (what followed the
+history's items in the training sequences), ``collab_weight`` (collaborative item
+embeddings), ``beam_candidates`` (ground each beam to its nearest items only) and
+``beam_combine: max``. On validation windows of both world presets none of them beat the
+defaults (docs/paradigms_text_semid.md).
+
 The model is the base ``Qwen3ForCausalLM`` itself (state dict with HF names, so a
 checkpoint exports to a plain HF folder); paradigm data hangs off ``model.mmgrid_text``.
 The causal-LM plumbing below (token examples, collate, save/load) is shared with semid.
