@@ -40,8 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmgrid.errors import ModelError
+from mmgrid.errors import ConfigError, ModelError
 from mmgrid.paradigms.base import Checkpoint
+from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
 from mmgrid.paradigms.hf_files import hf_config_file, hf_config_from_file, tokenizer_files, tokenizer_from_files
 from mmgrid.paradigms.item_tokens import ItemTokens, cached_item_tokens
@@ -62,6 +63,8 @@ DEFAULTS: dict[str, Any] = {
     "exclude_history": True,  # never recommend an item already in the history
     "item_batch": 512,  # items encoded per forward when ranking
     "user_batch": 1024,  # histories encoded per forward when ranking
+    "id_embeddings": False,  # add a learned per-item ID vector (zero-initialised) to each text embedding
+    "id_scale": 1.0,  # item = text embedding + id_scale * ID vector (a larger scale lets IDs move faster)
 }
 
 
@@ -126,6 +129,13 @@ class EmbModel(nn.Module):
         self.register_buffer("item_lengths", tokens.lengths, persistent=False)
         self.generator = torch.Generator().manual_seed(seed)
         self._emb_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Optional collaborative part of an item's embedding (HLLM's text-only item is the default):
+        # zero-initialised, so a new model starts as the text-only one.
+        self.item_id: nn.Embedding | None = None
+        if params.get("id_embeddings"):
+            hidden = int(item_llm.config.hidden_size)
+            self.item_id = nn.Embedding(n_items, hidden).to(next(item_llm.parameters()).dtype)
+            nn.init.zeros_(self.item_id.weight)
 
     @torch.no_grad()
     def weights_key(self) -> torch.Tensor:
@@ -135,7 +145,8 @@ class EmbModel(nn.Module):
         bump them, so the cache compares the weights' sums instead (cheap next to encoding
         the catalog).
         """
-        return torch.stack([p.detach().double().sum() for p in self.item_llm.parameters()]).cpu()
+        params = list(self.item_llm.parameters()) + ([self.item_id.weight] if self.item_id is not None else [])
+        return torch.stack([p.detach().double().sum() for p in params]).cpu()
 
     def encode_items(self, items: torch.Tensor) -> torch.Tensor:
         """Raw item embeddings ``[U, H]``: hidden state at each item text's last (EOS) token."""
@@ -144,7 +155,10 @@ class EmbModel(nn.Module):
         ids = self.item_ids[items, :width]
         mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
         hidden = self.item_llm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        return hidden[torch.arange(len(items), device=ids.device), last_index(lengths)]
+        emb = hidden[torch.arange(len(items), device=ids.device), last_index(lengths)]
+        if self.item_id is not None:
+            emb = emb + float(self.params["id_scale"]) * self.item_id(items)
+        return emb
 
     def encode_users(self, seq: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Predicted next-item embeddings ``[B, H]`` from right-padded item-embedding sequences ``[B, L, H]``."""
@@ -177,6 +191,15 @@ class EmbModel(nn.Module):
         return emb
 
 
+def _check_params(p: dict[str, Any]) -> None:
+    """Named errors for knobs out of range, before a model is built."""
+    scale = float(p["id_scale"])
+    if not (np.isfinite(scale) and scale > 0):
+        raise ConfigError(f"paradigm_params.emb.id_scale={p['id_scale']!r}: must be a finite number > 0.")
+    if not (np.isfinite(float(p["temperature"])) and float(p["temperature"]) > 0):
+        raise ConfigError(f"paradigm_params.emb.temperature={p['temperature']!r}: must be a finite number > 0.")
+
+
 @register_paradigm("emb")
 class EmbParadigm:
     """SemEmb (HLLM) behind the Paradigm protocol."""
@@ -186,6 +209,7 @@ class EmbParadigm:
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> EmbModel:
         p = resolve_params(params, DEFAULTS, "paradigm_params.emb")
+        _check_params(p)
         lm = getattr(base, "model", None)
         if lm is None or not hasattr(lm, "model") or not hasattr(lm.model, "layers"):
             raise ModelError("emb: the base must be a causal LM with .model.layers (e.g. Qwen3ForCausalLM).")
@@ -278,6 +302,8 @@ class EmbParadigm:
         tied = bool(getattr(model.item_llm.config, "tie_word_embeddings", False))
         state = module_state(model.item_llm, "item_llm.", skip=("lm_head.weight",) if tied else ())
         state.update(module_state(model.user_llm, "user_llm."))
+        if model.item_id is not None:
+            state.update(module_state(model.item_id, "item_id."))
         files = {"config.json": hf_config_file(model.item_llm.config), **tokenizer_files(model.tokenizer)}
         meta = {
             "paradigm": "emb",
@@ -312,4 +338,10 @@ class EmbParadigm:
         user_llm.to(next(item_llm.parameters()).dtype)
         tokens = cached_item_tokens(tokenizer, domain, p["max_item_tokens"])
         seed = int(ckpt.meta.get("seed", 0))
-        return EmbModel(item_llm, user_llm, tokenizer, domain.name, domain.n_items, tokens, p, seed).eval()
+        model = EmbModel(item_llm, user_llm, tokenizer, domain.name, domain.n_items, tokens, p, seed)
+        if model.item_id is not None:
+            load_module_state(model.item_id, sub_state(ckpt.state, "item_id."), "emb item_id")
+        elif "item_id.weight" in ckpt.state:
+            raise CheckpointMismatchError("emb checkpoint has item_id.weight but paradigm_params.emb.id_embeddings is "
+                                          "false; load it with id_embeddings: true.")
+        return model.eval()

@@ -21,6 +21,13 @@ world, weighted + gamma 1 was the best setting tried (docs/paradigms_text_semid.
 deduplicated per user and item). A generated text equal to an item title reuses that
 item's cached embedding, so only novel text is embedded.
 
+History-aware grounding (issue 16; every term off by default, see :func:`ground_scores`):
+``history_weight`` (title similarity to the history), ``cooc_weight`` (what followed the
+history's items in the training sequences), ``collab_weight`` (collaborative item
+embeddings), ``beam_candidates`` (ground each beam to its nearest items only) and
+``beam_combine: max``. On validation windows of both world presets none of them beat the
+defaults (docs/paradigms_text_semid.md).
+
 The model is the base ``Qwen3ForCausalLM`` itself (state dict with HF names, so a
 checkpoint exports to a plain HF folder); paradigm data hangs off ``model.mmgrid_text``.
 The causal-LM plumbing below (token examples, collate, save/load) is shared with semid.
@@ -33,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+import polars as pl
 import torch
 
 from mmgrid.errors import ConfigError, ModelError
@@ -64,6 +72,13 @@ DEFAULTS: dict[str, Any] = {
     "beam_combine": "weighted",  # weighted | best (see module docstring)
     "popularity_gamma": 1.0,  # BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)
     "popularity_phases": "last",  # popularity counted over: last = the latest trained phase, all = every trained phase
+    "beam_candidates": 0,  # items per beam that keep their grounding similarity (0 = every item; others get -1)
+    "history_weight": 0.0,  # + weight * recency-weighted cosine of an item's title to the history's titles (0 = off)
+    "cooc_weight": 0.0,  # + weight * recency-weighted co-occurrence P(item | history item), row-max scaled (0 = off)
+    "cooc_window": 3,  # an item co-occurs with the next cooc_window items of a user's training sequence
+    "collab_weight": 0.0,  # + weight * cosine of an item's collaborative embedding to the history's (0 = off)
+    "collab_dim": 32,  # size of the collaborative embeddings (PPMI + truncated SVD of co-occurrence)
+    "history_decay": 0.8,  # weight of the j-th most recent history item in both history terms: decay^j
     "exclude_history": True,  # never recommend an item already in the history
     "rank_batch": 128,  # histories per generate() call
 }
@@ -234,6 +249,108 @@ def _pop_phases(trained: list[str], params: dict[str, Any]) -> list[str]:
     return trained[-1:] if mode == "last" else list(trained)
 
 
+def _check_domain(info: TextInfo, domain: "DomainData") -> None:
+    if info.n_items != domain.n_items:
+        raise CheckpointMismatchError(
+            f"text: model of domain {info.domain!r} ({info.n_items} items) asked to rank domain "
+            f"{domain.name!r} ({domain.n_items} items); load the checkpoint with its own domain."
+        )
+
+
+def _check_grounding(p: dict[str, Any]) -> None:
+    """Named errors for grounding knobs out of range (before any model is built or ranked)."""
+    where = "paradigm_params.text"
+    if p["beam_combine"] not in ("best", "weighted", "max"):
+        raise ModelError(f"{where}.beam_combine={p['beam_combine']!r}: use 'weighted', 'best' or 'max'.")
+    for key in ("beam_candidates", "cooc_window", "collab_dim"):
+        low = 0 if key == "beam_candidates" else 1
+        if int(p[key]) < low:
+            raise ConfigError(f"{where}.{key}={p[key]!r}: must be >= {low}.")
+    for key in ("history_weight", "cooc_weight", "collab_weight", "popularity_gamma"):
+        if not np.isfinite(float(p[key])) or float(p[key]) < 0:
+            raise ConfigError(f"{where}.{key}={p[key]!r}: must be a finite number >= 0 (0 turns it off).")
+    if not 0.0 < float(p["history_decay"]) <= 1.0:
+        raise ConfigError(f"{where}.history_decay={p['history_decay']!r}: must be in (0, 1] (1 = every item alike).")
+
+
+def history_weights(histories: Sequence[Sequence[int]], n_items: int, max_history: int, decay: float) -> torch.Tensor:
+    """``[n, n_items]`` recency weights of each history's items: the j-th most recent (j = 0, 1, ...)
+    of the last ``max_history`` gets ``decay^j``; rows sum to 1 (an empty history: all zero)."""
+    w = torch.zeros(len(histories), n_items)
+    for r, h in enumerate(histories):
+        hist = list(h)[-max_history:] if max_history > 0 else []
+        for j, item in enumerate(reversed(hist)):
+            w[r, item] += decay ** j
+    total = w.sum(1, keepdim=True)
+    return torch.where(total > 0, w / total.clamp(min=1e-12), w)
+
+
+def cooc_matrix(users: np.ndarray, items: np.ndarray, n_items: int, window: int) -> torch.Tensor:
+    """``P[j, i]``: of the items that follow ``j`` within ``window`` steps of a user's sequence, the
+    share that is ``i`` (rows sum to 1; an item never followed has a zero row). ``users`` and
+    ``items`` are interactions sorted by user, then time."""
+    counts = np.zeros((n_items, n_items), dtype=np.float64)
+    for d in range(1, window + 1):
+        if len(items) <= d:
+            break
+        same = users[:-d] == users[d:]
+        np.add.at(counts, (items[:-d][same], items[d:][same]), 1.0)
+    total = counts.sum(1, keepdims=True)
+    return torch.from_numpy((counts / np.maximum(total, 1.0)).astype(np.float32))
+
+
+def _cooc(info: TextInfo, domain: "DomainData", window: int) -> torch.Tensor:
+    """The co-occurrence matrix over every trained phase (cached on the model per phases and window)."""
+    key = (tuple(info.trained_phases), window)
+    cache = info.__dict__.setdefault("_cooc_cache", {})
+    if key not in cache:
+        inter = domain.interactions.filter(pl.col("phase").is_in(list(info.trained_phases)))
+        cache.clear()
+        cache[key] = cooc_matrix(inter.get_column("user_idx").to_numpy(), inter.get_column("item_idx").to_numpy(),
+                                 domain.n_items, window)
+    return cache[key]
+
+
+def _collab(info: TextInfo, domain: "DomainData", items: torch.Tensor, window: int, dim: int) -> torch.Tensor:
+    """Unit collaborative item embeddings ``[n_items, dim]`` over every trained phase: PPMI of symmetric
+    co-occurrence within ``window`` and a truncated SVD (``semid.collab.collab_embeddings``, Levy &
+    Goldberg 2014); items never co-occurring get a ridge map from their title embedding. Cached on
+    the model per phases, window and size."""
+    from mmgrid.paradigms.semid.collab import collab_embeddings
+
+    key = (tuple(info.trained_phases), window, dim)
+    cache = info.__dict__.setdefault("_collab_cache", {})
+    if key not in cache:
+        cache.clear()
+        emb, _ = collab_embeddings(domain, list(info.trained_phases), dim, window, items.numpy())
+        cache[key] = torch.from_numpy(emb.astype(np.float32))
+    return cache[key]
+
+
+def ground_scores(sims: torch.Tensor, counts: np.ndarray | None, gamma: float, hist_w: torch.Tensor | None,
+                  items: torch.Tensor, history_weight: float, cooc: torch.Tensor | None,
+                  cooc_weight: float) -> torch.Tensor:
+    """The grounding score of every item (higher is better), ``[n, n_items]``.
+
+    ``G`` = the beams' similarity (:meth:`TextParadigm._ground`). With popularity
+    (``counts`` given, gamma > 0) the base is BIGRec's ``-D / (1 + pop)^gamma``
+    (:func:`popularity_adjust`), else ``G`` itself. Then, when their weights are > 0:
+
+        + history_weight * sum_j w_j cos(title_j, title_i)        (content similarity to the history)
+        + cooc_weight * C_i / max_i C_i,  C_i = sum_j w_j P(i | j)  (what followed the history's items)
+
+    with ``w_j`` the recency weights of :func:`history_weights` and ``P`` of :func:`cooc_matrix`.
+    Both weights 0 and no popularity give exactly the similarities (today's behaviour).
+    """
+    score = popularity_adjust(sims, counts, gamma) if counts is not None else sims.float()
+    if hist_w is not None and history_weight > 0:
+        score = score + history_weight * (hist_w @ items.float()) @ items.float().T
+    if hist_w is not None and cooc is not None and cooc_weight > 0:
+        c = hist_w @ cooc
+        score = score + cooc_weight * c / c.max(1, keepdim=True).values.clamp(min=1e-12)
+    return score
+
+
 @register_paradigm("text")
 class TextParadigm:
     """BIGRec-style text-grounded generative recommender (see the module docstring)."""
@@ -250,8 +367,7 @@ class TextParadigm:
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> torch.nn.Module:
         p = resolve_params(params, DEFAULTS, "paradigm_params.text")
-        if p["beam_combine"] not in ("best", "weighted"):
-            raise ModelError(f"paradigm_params.text.beam_combine={p['beam_combine']!r}: use 'best' or 'weighted'.")
+        _check_grounding(p)
         return _attach(copy.deepcopy(base.model), base.tokenizer, domain, p, seed)
 
     def examples(self, model: torch.nn.Module, domain: "DomainData", phase: str) -> list[TokenExample]:
@@ -302,34 +418,62 @@ class TextParadigm:
 
     def rank(self, model: torch.nn.Module, domain: "DomainData", histories: list[list[int]], k: int) -> np.ndarray:
         info = _info(model)
-        p = info.params
-        if info.n_items != domain.n_items:
-            raise CheckpointMismatchError(
-                f"text: model of domain {info.domain!r} ({info.n_items} items) asked to rank domain "
-                f"{domain.name!r} ({domain.n_items} items); load the checkpoint with its own domain."
-            )
+        _check_domain(info, domain)
         was_training = model.training
         model.eval()
-        items = torch.from_numpy(np.array(self.item_embeddings(model, domain)))  # a copy: the cache is read-only
-        title_row = {t.strip(): i for i, t in reversed(list(enumerate(domain.item_titles)))}
         out = []
-        bs = int(p["rank_batch"])
+        bs = int(info.params["rank_batch"])
         for start in range(0, len(histories), bs):
             chunk = histories[start:start + bs]
             texts, scores = self.generate(model, chunk)
-            sims = self._ground(texts, scores, items, title_row, p)
-            if float(p["popularity_gamma"]) > 0 and info.trained_phases:
-                sims = popularity_adjust(sims, domain.popularity(_pop_phases(info.trained_phases, p)),
-                                         float(p["popularity_gamma"]))
-            exclude = chunk if p["exclude_history"] else None
-            out.append(topk_items(sims, k, exclude))
+            out.append(self.rank_generated(model, domain, chunk, k, texts, scores))
         model.train(was_training)
         return np.concatenate(out, axis=0) if out else np.zeros((0, k), dtype=np.int64)
+
+    def rank_generated(self, model: torch.nn.Module, domain: "DomainData", histories: list[list[int]], k: int,
+                       texts: list[list[str]], scores: np.ndarray,
+                       overrides: dict[str, Any] | None = None) -> np.ndarray:
+        """Ground already generated beams (:meth:`generate`) to the top-``k`` items of each history.
+
+        ``overrides`` replaces grounding knobs (beam_combine, beam_candidates, popularity_*,
+        history_*, cooc_*) for this call only, so one generation serves a sweep of grounding
+        settings (bench/text_emb_tune.py). See :func:`ground_scores` for the score.
+        """
+        info = _info(model)
+        _check_domain(info, domain)
+        p = resolve_params({**info.params, **(overrides or {})}, DEFAULTS, "paradigm_params.text")
+        _check_grounding(p)
+        items = torch.from_numpy(np.array(self.item_embeddings(model, domain)))  # a copy: the cache is read-only
+        title_row = {t.strip(): i for i, t in reversed(list(enumerate(domain.item_titles)))}
+        sims = self._ground(texts, scores, items, title_row, p)
+        counts = None
+        if float(p["popularity_gamma"]) > 0 and info.trained_phases:
+            counts = domain.popularity(_pop_phases(info.trained_phases, p))
+        hist_w = cooc = None
+        if float(p["history_weight"]) > 0 or float(p["cooc_weight"]) > 0:
+            hist_w = history_weights(histories, domain.n_items, int(p["max_history"]), float(p["history_decay"]))
+        if float(p["cooc_weight"]) > 0 and info.trained_phases:
+            cooc = _cooc(info, domain, int(p["cooc_window"]))
+        score = ground_scores(sims, counts, float(p["popularity_gamma"]), hist_w, items,
+                              float(p["history_weight"]), cooc, float(p["cooc_weight"]))
+        if float(p["collab_weight"]) > 0 and info.trained_phases:
+            hist_c = history_weights(histories, domain.n_items, int(p["max_history"]), float(p["history_decay"]))
+            emb = _collab(info, domain, items, int(p["cooc_window"]), int(p["collab_dim"]))
+            user = torch.nn.functional.normalize(hist_c @ emb, dim=1)
+            score = score + float(p["collab_weight"]) * (user @ emb.T)
+        return topk_items(score, k, histories if p["exclude_history"] else None)
 
     @staticmethod
     def _ground(texts: list[list[str]], scores: np.ndarray, items: torch.Tensor, title_row: dict[str, int],
                 p: dict[str, Any]) -> torch.Tensor:
-        """Similarity [n, n_items] of each history's generated text(s) to every item."""
+        """Similarity [n, n_items] of each history's generated text(s) to every item.
+
+        ``best``: cosine to the best beam; ``weighted``: ``sum_b softmax(beam scores)_b *
+        cos(beam_b, item)``; ``max``: the largest cosine over beams. With ``beam_candidates``
+        c > 0 only the union of each beam's c nearest items keeps its similarity; every other
+        item gets -1 (the least a cosine can be), as in BIGRec, where a beam grounds to its
+        nearest items only.
+        """
         use = [row[:1] for row in texts] if p["beam_combine"] == "best" else texts
         flat = [t for row in use for t in row]
         novel = sorted({t for t in flat if t not in title_row})
@@ -340,10 +484,20 @@ class TextParadigm:
             for t in flat
         ])
         sims = (vecs @ items.T).view(len(use), -1, items.shape[0])
+        c = int(p.get("beam_candidates", 0))
+        keep = None
+        if 0 < c < items.shape[0]:
+            top = sims.topk(c, dim=2).indices  # [n, beams, c]
+            keep = torch.zeros(sims.shape[0], items.shape[0], dtype=torch.bool)
+            keep.scatter_(1, top.reshape(sims.shape[0], -1), True)
         if p["beam_combine"] == "best":
-            return sims[:, 0]
-        w = torch.softmax(torch.from_numpy(np.asarray(scores, dtype=np.float32)), dim=1)
-        return (w[..., None] * sims).sum(1)
+            out = sims[:, 0]
+        elif p["beam_combine"] == "max":
+            out = sims.max(1).values
+        else:
+            w = torch.softmax(torch.from_numpy(np.asarray(scores, dtype=np.float32)), dim=1)
+            out = (w[..., None] * sims).sum(1)
+        return out if keep is None else out.masked_fill(~keep, -1.0)
 
     def save(self, model: torch.nn.Module) -> Checkpoint:
         info = _info(model)

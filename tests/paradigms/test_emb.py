@@ -153,3 +153,42 @@ def test_negatives_covering_the_catalog_give_an_exact_softmax(tiny_base, tiny_do
     m = P.build(tiny_base, tiny_domain, {"n_negatives": -1}, seed=0)
     b = P.collate(m, P.examples(m, tiny_domain, "p1")[:4])
     assert sorted(b["items"][b["cand_pos"]].tolist()) == list(range(tiny_domain.n_items))
+
+
+# --------------------------------------------------------------------------- item-ID embeddings (issue 16)
+
+
+def test_id_embeddings_start_at_zero_and_add_to_the_text_embedding(tiny_base, tiny_domain) -> None:
+    plain = P.build(tiny_base, tiny_domain, {"n_negatives": 8}, seed=0)
+    with_id = P.build(tiny_base, tiny_domain, {"n_negatives": 8, "id_embeddings": True, "id_scale": 2.0}, seed=0)
+    items = torch.arange(5)
+    with torch.no_grad():
+        torch.testing.assert_close(with_id.encode_items(items), plain.encode_items(items))  # zero-initialised
+        with_id.item_id.weight[3] = torch.ones(with_id.item_id.weight.shape[1])
+        diff = with_id.encode_items(items) - plain.encode_items(items)
+    want = torch.zeros_like(diff)
+    want[3] = 2.0  # id_scale * the ID vector
+    torch.testing.assert_close(diff, want, rtol=1e-5, atol=1e-5)
+    assert "item_id.weight" not in P.save(plain).state
+
+
+def test_id_embeddings_train_and_round_trip(tiny_base, tiny_domain) -> None:
+    m = P.build(tiny_base, tiny_domain, {"n_negatives": 8, "id_embeddings": True, "id_scale": 4.0}, seed=0)
+    batch = P.collate(m, P.examples(m, tiny_domain, "pretrain")[:16])
+    fit_batch(P, m, batch, steps=3, lr=1e-2)
+    assert float(m.item_id.weight.abs().sum()) > 0  # the ID vectors get gradients
+    ckpt = P.save(m)
+    assert ckpt.state["item_id.weight"].shape == (tiny_domain.n_items, m.item_llm.config.hidden_size)
+    again = P.load(ckpt, tiny_domain, {})
+    hists = [list(h) for h in tiny_domain.examples("test")["history"].to_list()][:8]
+    np.testing.assert_array_equal(P.rank(m, tiny_domain, hists, 5), P.rank(again, tiny_domain, hists, 5))
+    with pytest.raises(CheckpointMismatchError, match="id_embeddings"):
+        P.load(ckpt, tiny_domain, {"id_embeddings": False})
+
+
+@pytest.mark.parametrize("bad", [{"id_scale": 0.0}, {"id_scale": float("inf")}, {"temperature": -0.1}])
+def test_bad_scale_or_temperature_is_a_config_error(tiny_base, tiny_domain, bad) -> None:
+    from mmgrid.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        P.build(tiny_base, tiny_domain, bad, seed=0)

@@ -148,3 +148,108 @@ def test_popularity_phases_choose_the_latest_or_every_trained_phase() -> None:
     assert _pop_phases(trained, {"popularity_phases": "all"}) == trained
     with pytest.raises(ConfigError, match="popularity_phases"):
         _pop_phases(trained, {"popularity_phases": "recent"})
+
+
+# --------------------------------------------------------------------------- history-aware grounding (issue 16)
+
+
+def test_history_weights_decay_with_recency_and_sum_to_one() -> None:
+    from mmgrid.paradigms.text import history_weights
+
+    w = history_weights([[1, 2, 3], []], n_items=5, max_history=2, decay=0.5)
+    # the last two items: 3 (most recent, weight 1) and 2 (weight 0.5), normalised to 2/3 and 1/3
+    np.testing.assert_allclose(w.numpy(), [[0, 0, 1 / 3, 2 / 3, 0], [0, 0, 0, 0, 0]], rtol=1e-6)
+
+
+def test_cooc_matrix_counts_followers_within_the_window_per_user() -> None:
+    from mmgrid.paradigms.text import cooc_matrix
+
+    users = np.array([0, 0, 0, 1, 1])
+    items = np.array([0, 1, 2, 1, 0])
+    one = cooc_matrix(users, items, 3, window=1).numpy()
+    # transitions 0->1, 1->2 (user 0) and 1->0 (user 1); 2->1 crosses users and never counts
+    np.testing.assert_allclose(one, [[0, 1, 0], [0.5, 0, 0.5], [0, 0, 0]], rtol=1e-6)
+    two = cooc_matrix(users, items, 3, window=2).numpy()  # adds 0->2 (two steps later)
+    np.testing.assert_allclose(two[0], [0, 0.5, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(two.sum(1), [1, 1, 0], rtol=1e-6)
+
+
+def test_ground_scores_mix_history_and_cooccurrence_terms() -> None:
+    from mmgrid.paradigms.text import ground_scores
+
+    items = torch.eye(3)
+    sims = torch.tensor([[0.2, 0.1, 0.0]])
+    hist_w = torch.tensor([[0.0, 1.0, 0.0]])  # the history is item 1
+    cooc = torch.tensor([[0, 0, 0], [0.0, 0.25, 0.5], [0, 0, 0]])  # item 1 is followed by 2 (twice as often as 1)
+    assert torch.equal(ground_scores(sims, None, 0.0, None, items, 0.0, None, 0.0), sims)  # all off: today's score
+    h = ground_scores(sims, None, 0.0, hist_w, items, 0.5, None, 0.0)
+    np.testing.assert_allclose(h.numpy(), [[0.2, 0.6, 0.0]], rtol=1e-6)  # cos(title_1, title_i) = e_1
+    c = ground_scores(sims, None, 0.0, hist_w, items, 0.0, cooc, 1.0)
+    np.testing.assert_allclose(c.numpy(), [[0.2, 0.6, 1.0]], rtol=1e-6)  # C / max C = [0, 0.5, 1]
+    pop = ground_scores(sims, np.array([0, 0, 0]), 1.0, None, items, 0.0, None, 0.0)
+    np.testing.assert_allclose(pop.numpy(), -np.sqrt(2 - 2 * sims.numpy()), rtol=1e-6)  # -L2 distance
+
+
+def test_ground_max_and_beam_candidates() -> None:
+    items = torch.eye(4)
+    title_row = {"a": 0, "b": 1, "c": 2, "d": 3}
+    p = {"beam_combine": "max", "beam_candidates": 0}
+    m = TextParadigm._ground([["b", "c"]], np.array([[0.0, -1.0]]), items, title_row, p)
+    assert m.tolist() == [[0.0, 1.0, 1.0, 0.0]]
+    # one candidate per beam: the beams' own items keep their similarity, the rest drop to -1
+    cands = TextParadigm._ground([["b", "c"]], np.array([[0.0, -1.0]]), items, title_row,
+                                 {"beam_combine": "weighted", "beam_candidates": 1})
+    w = 1 / (1 + np.exp(-1.0))
+    np.testing.assert_allclose(cands.numpy(), [[-1.0, w, 1 - w, -1.0]], atol=1e-6)
+
+
+def test_rank_generated_defaults_equal_rank_and_cooc_follows_the_history(tiny_base_shared: Any,
+                                                                         tiny_domain: Any) -> None:
+    model = P.build(tiny_base_shared, tiny_domain, {"max_history": 3}, seed=0)
+    hists = _histories(tiny_domain)[:6]
+    texts, scores = P.generate(model, hists)
+    np.testing.assert_array_equal(P.rank(model, tiny_domain, hists, 5),
+                                  P.rank_generated(model, tiny_domain, hists, 5, texts, scores))
+    P.examples(model, tiny_domain, "pretrain")  # trained phases now give co-occurrence counts
+    ranked = P.rank_generated(model, tiny_domain, hists, 1, texts, scores,
+                              overrides={"cooc_weight": 100.0, "cooc_window": 1, "history_decay": 0.01})
+    from mmgrid.paradigms.text import cooc_matrix
+
+    inter = tiny_domain.interactions.filter(tiny_domain.interactions["phase"] == "pretrain")
+    p = cooc_matrix(inter["user_idx"].to_numpy(), inter["item_idx"].to_numpy(), tiny_domain.n_items, 1).numpy()
+    for row, hist in zip(ranked, hists):
+        follow = p[hist[-1]].copy()
+        follow[hist] = -1  # history items are never returned
+        if follow.max() > 0:
+            assert follow[row[0]] == follow.max()
+
+
+@pytest.mark.parametrize("bad", [{"beam_candidates": -1}, {"cooc_window": 0}, {"cooc_weight": -0.1},
+                                 {"history_weight": float("nan")}, {"history_decay": 0.0}])
+def test_bad_grounding_knobs_are_config_errors(tiny_base_shared: Any, tiny_domain: Any, bad: dict) -> None:
+    from mmgrid.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        P.build(tiny_base_shared, tiny_domain, bad, seed=0)
+
+
+def test_collab_term_prefers_items_consumed_with_the_history(tiny_base_shared: Any, tiny_domain: Any) -> None:
+    from mmgrid.paradigms.semid.collab import collab_embeddings
+    from mmgrid.paradigms.text import _collab
+
+    model = P.build(tiny_base_shared, tiny_domain, {"max_history": 3}, seed=0)
+    P.examples(model, tiny_domain, "pretrain")
+    hists = _histories(tiny_domain)[:6]
+    texts, scores = P.generate(model, hists)
+    base = P.rank_generated(model, tiny_domain, hists, 3, texts, scores)
+    ranked = P.rank_generated(model, tiny_domain, hists, 3, texts, scores,
+                              overrides={"collab_weight": 1000.0, "collab_dim": 4, "history_decay": 1.0})
+    items = torch.from_numpy(np.array(P.item_embeddings(model, tiny_domain)))
+    emb, _ = collab_embeddings(tiny_domain, ["pretrain"], 4, 3, items.numpy())
+    torch.testing.assert_close(_collab(model.mmgrid_text, tiny_domain, items, 3, 4), torch.from_numpy(emb).float())
+    for row, hist in zip(ranked, hists):
+        user = emb[hist[-3:]].mean(0)  # decay 1: the last three items weigh alike
+        cos = emb @ (user / np.linalg.norm(user))
+        cos[hist] = -np.inf
+        np.testing.assert_allclose(cos[row[0]], cos.max(), rtol=1e-4)  # the term dominates at this weight
+    assert not np.array_equal(base, ranked)
