@@ -131,18 +131,27 @@ def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int =
     if n_users * n_seeds == 1:
         return mean, mean, mean
     stats = np.empty(n_resamples)
-    inv, n_clusters = cluster_index(clusters, n_users)
-    plain = clusters is None
-    # chunks keep the count matrices at a few MB for thousands of users
-    chunk = max(1, 4_000_000 // max(1, n_users))
-    s = 0
-    for c_users, c_seeds in _draws(int(seed), int(n_resamples), n_clusters, n_seeds, chunk):
-        b = c_users.shape[0]                          # c_users [b, n_clusters]: one draw for every seed; c_seeds [b, n_seeds]
-        if plain:
-            per_seed = (a @ c_users.T) / n_users      # [n_seeds, b]: each seed's mean over the drawn users
-        else:
-            per_seed = a @ column_weights(c_users, inv).T
-        stats[s:s + b] = (per_seed.T * c_seeds).sum(axis=1) / n_seeds
-        s += b
+    if clusters is None:
+        # the original draw and arithmetic, kept bit for bit: the registry's stored intervals
+        # (mmgrid.registry.peruser.intervals) reproduce exactly these generator calls
+        rng = np.random.default_rng(seed)
+        chunk = max(1, 4_000_000 // max(1, n_users * n_seeds))
+        for s in range(0, n_resamples, chunk):
+            b = min(chunk, n_resamples - s)
+            users = rng.integers(0, n_users, size=(b, n_users))
+            seeds = rng.integers(0, n_seeds, size=(b, n_seeds))
+            per_seed = a[:, users].mean(axis=2)           # [n_seeds, b]: each seed's mean over the drawn users
+            stats[s:s + b] = np.take_along_axis(per_seed.T, seeds, axis=1).mean(axis=1)
+    else:
+        # users as clusters: counts of drawn users (cached per shape and seed) turn every
+        # resampled mean into one matrix product; a report bootstraps hundreds of cells this way
+        inv, n_clusters = cluster_index(clusters, n_users)
+        chunk = max(1, 4_000_000 // max(1, n_users))
+        s = 0
+        for c_users, c_seeds in _draws(int(seed), int(n_resamples), n_clusters, n_seeds, chunk):
+            b = c_users.shape[0]                          # c_users [b, n_clusters]: one draw for every seed
+            per_seed = a @ column_weights(c_users, inv).T  # [n_seeds, b]: each seed's mean over the drawn users' rows
+            stats[s:s + b] = (per_seed.T * c_seeds).sum(axis=1) / n_seeds
+            s += b
     lo, hi = percentile_interval(stats, level)
     return mean, lo, hi
