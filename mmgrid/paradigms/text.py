@@ -45,6 +45,7 @@ import torch
 
 from mmgrid.errors import ConfigError, ModelError
 from mmgrid.models.generation import prefilled_beam_generate
+from mmgrid.paradigms.collab import collab_embeddings
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, encode
 from mmgrid.paradigms.errors import CheckpointMismatchError
@@ -313,11 +314,9 @@ def _cooc(info: TextInfo, domain: "DomainData", window: int) -> torch.Tensor:
 
 def _collab(info: TextInfo, domain: "DomainData", items: torch.Tensor, window: int, dim: int) -> torch.Tensor:
     """Unit collaborative item embeddings ``[n_items, dim]`` over every trained phase: PPMI of symmetric
-    co-occurrence within ``window`` and a truncated SVD (``semid.collab.collab_embeddings``, Levy &
+    co-occurrence within ``window`` and a truncated SVD (``mmgrid.paradigms.collab.collab_embeddings``, Levy &
     Goldberg 2014); items never co-occurring get a ridge map from their title embedding. Cached on
     the model per phases, window and size."""
-    from mmgrid.paradigms.semid.collab import collab_embeddings
-
     key = (tuple(info.trained_phases), window, dim)
     cache = info.__dict__.setdefault("_collab_cache", {})
     if key not in cache:

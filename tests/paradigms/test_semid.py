@@ -272,7 +272,7 @@ def test_token_names_carry_domain_and_level() -> None:
 
 
 def test_cooccurrence_and_ppmi_by_hand() -> None:
-    from mmgrid.paradigms.semid.collab import cooccurrence, ppmi
+    from mmgrid.paradigms.collab import cooccurrence, ppmi
 
     # user 0: items 0, 1, 2 in time order; user 1: items 2, 0. Window 1: pairs (0,1), (1,2) of user 0 and
     # (2,0) of user 1, each counted both ways; user 0's last item and user 1's first are never paired.
@@ -311,7 +311,7 @@ def _two_group_domain(cold_text_like: int):
 
 
 def test_collab_embeddings_separate_co_consumed_groups_and_place_cold_items_by_text() -> None:
-    from mmgrid.paradigms.semid.collab import collab_embeddings, collab_phases
+    from mmgrid.paradigms.collab import collab_embeddings, collab_phases
 
     dom, text = _two_group_domain(cold_text_like=2)
     assert collab_phases(dom.interactions, "train") == ["pretrain"]  # the latest phase (test) is left out
@@ -330,7 +330,7 @@ def test_collab_embeddings_separate_co_consumed_groups_and_place_cold_items_by_t
 def test_code_sources_and_their_named_errors(tiny_domain: Any) -> None:
     from mmgrid.errors import ConfigError
     from mmgrid.paradigms.params import resolve_params
-    from mmgrid.paradigms.semid.collab import code_inputs
+    from mmgrid.paradigms.collab import code_inputs
     from mmgrid.paradigms.semid.paradigm import DEFAULTS, domain_codes
 
     rng = np.random.default_rng(1)

@@ -234,7 +234,7 @@ def test_bad_grounding_knobs_are_config_errors(tiny_base_shared: Any, tiny_domai
 
 
 def test_collab_term_prefers_items_consumed_with_the_history(tiny_base_shared: Any, tiny_domain: Any) -> None:
-    from mmgrid.paradigms.semid.collab import collab_embeddings
+    from mmgrid.paradigms.collab import collab_embeddings
     from mmgrid.paradigms.text import _collab
 
     model = P.build(tiny_base_shared, tiny_domain, {"max_history": 3}, seed=0)

@@ -44,7 +44,7 @@ from mmgrid.paradigms.examples import load_examples
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
 from mmgrid.paradigms.params import resolve_params
 from mmgrid.paradigms.registration import register_paradigm
-from mmgrid.paradigms.semid.collab import CODE_SOURCES, PHASE_CHOICES, code_inputs, collab_embeddings, collab_phases
+from mmgrid.paradigms.collab import CODE_SOURCES, PHASE_CHOICES, code_inputs, collab_embeddings, collab_phases
 from mmgrid.paradigms.semid.quantizer import SemanticIDs, SemIDError, semantic_ids
 from mmgrid.paradigms.semid.tokens import add_code_tokens, code_token_names, sync_tokenizer
 from mmgrid.paradigms.semid.trie import CodeTrie, decode_items, trie_beam_search_with_order
