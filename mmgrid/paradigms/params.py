@@ -38,7 +38,14 @@ RANGES: dict[str, dict[str, Knob]] = {
         "max_title_tokens": (1, None, "int"),  # tokens per title
         "num_beams": (1, None, "int"),  # beam width of title generation
         "max_new_tokens": (0, None, "int"),  # 0 = the domain's longest title + 1
-        "beam_combine": (("weighted", "best"), None, "choice"),
+        "beam_combine": (("weighted", "best", "max"), None, "choice"),
+        "beam_candidates": (0, None, "int"),  # nearest items kept per beam (0 = every item)
+        "history_weight": (0, None, "float"),  # title similarity to the history
+        "cooc_weight": (0, None, "float"),  # items that followed the history's items in training
+        "cooc_window": (1, None, "int"),
+        "collab_weight": (0, None, "float"),  # collaborative item embeddings vs the history
+        "collab_dim": (1, None, "int"),
+        "history_decay": (0, 1, "float>"),  # recency weight of the history terms, in (0, 1]
         "popularity_gamma": (0, None, "float"),  # 0 = no popularity injection
         "popularity_phases": (("last", "all"), None, "choice"),
         "exclude_history": (None, None, "bool"),
@@ -67,6 +74,8 @@ RANGES: dict[str, dict[str, Knob]] = {
         "exclude_history": (None, None, "bool"),
         "item_batch": (1, None, "int"),
         "user_batch": (1, None, "int"),
+        "id_embeddings": (None, None, "bool"),  # a learned per-item vector added to the text embedding
+        "id_scale": (0, None, "float>"),
     },
     "sasrec": {
         "hidden": (1, None, "int"),
