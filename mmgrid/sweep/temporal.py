@@ -29,7 +29,7 @@ from mmgrid.errors import ConfigError, MmgridError
 from mmgrid.exec.base import Job
 from mmgrid.paradigms import get_paradigm
 from mmgrid.registry import Registry
-from mmgrid.registry.errors import UnknownCheckpointError
+from mmgrid.registry.errors import AmbiguousCheckpointError, UnknownCheckpointError
 from mmgrid.registry.names import hash_json
 from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.eval.ranking import record_evaluation
@@ -137,9 +137,16 @@ def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tu
 
 def seeded_id(registry: Any, coords: dict[str, Any], seed: int | None) -> str:
     """The checkpoint with these coords and training seed; one stored without a seed (imported,
-    or put by hand) answers for any seed when it is the only one with these coords."""
+    or put by hand) answers for any seed when it is the only one with these coords. ``seed=None``:
+    the only checkpoint with these coords, else the lowest seed's replicate."""
     if seed is None:
-        return registry.resolve(coords)
+        try:
+            return registry.resolve(coords)
+        except AmbiguousCheckpointError:
+            seeds = registry.query(**coords)["seed"].dropna()
+            if seeds.empty:
+                raise
+            return registry.resolve({**coords, "seed": int(seeds.min())})
     try:
         return registry.resolve({**coords, "seed": int(seed)})
     except UnknownCheckpointError:

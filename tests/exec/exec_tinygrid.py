@@ -19,6 +19,7 @@ OVERRIDES = [
     "base.lm_epochs=0",
     "base.vocab_size=512",
     "train.max_examples=128",
+    "train.seeds=[0]",  # one replicate (the demo grid has three)
     "train.device=cpu",
     "eval.max_users=50",
     "eval.retention=false",

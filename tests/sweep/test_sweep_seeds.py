@@ -95,3 +95,12 @@ def test_cross_domain_runs_on_the_first_seed_only(two_seeds) -> None:
     p2_seed1 = reg.resolve({"paradigm": "fakelin", "domain": "A", "period": "p2", "seed": 1})
     assert not any(p2_seed1 in r for r in recipe_inputs)
     assert res["per_user"].notna().all()
+
+
+def test_period_ids_pick_the_asked_seed_else_the_lowest(two_seeds) -> None:
+    from mmgrid.sweep.temporal import period_ids
+
+    _, reg, _ = two_seeds
+    ids = {s: period_ids(reg, "fakelin", "default", "A", ("p1", "p2"), s) for s in (0, 1)}
+    assert ids[0] != ids[1] and all(reg.get(i).seed == s for s, pair in ids.items() for i in pair)
+    assert period_ids(reg, "fakelin", "default", "A", ("p1", "p2")) == ids[0]  # no seed: the lowest

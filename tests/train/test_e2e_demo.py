@@ -23,7 +23,7 @@ def test_world_prepare_build_eval(tmp_path, capsys) -> None:
     cfg = load_grid("demo", [
         f"prepared={prep}", f"registry={reg_root}", f"data.root={world}", "train.threads=1",
         "train.epochs={pretrain: 1, p1: 1, p2: 1}", "train.max_examples=96", "base.lm_epochs=1",
-        "eval.max_users=40", "eval.retention_docs=20",
+        "eval.max_users=40", "eval.retention_docs=20", "train.seeds=[0]",  # one replicate (tests/train/test_seeds.py: several)
         "variants=[{name: default}, {name: orbit-sd-0.01, regularizer: orbit, "
         "params: {distance: sign, epsilon: 0.01}, paradigms: [semid]}]",
     ])

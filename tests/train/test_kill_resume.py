@@ -46,7 +46,7 @@ OVERRIDES = [
     "world.n_domains=1", "world.scale=0.3", "paradigms=[text, sasrec]", "variants=[{name: default}]",
     "base.lm_epochs=1", "base.vocab_size=300", "base.max_length=24", "data.lm_text_docs=40",
     "train.max_examples=16", "train.batch_size=8", "train.device=cpu", "train.threads=1",
-    "train.epochs={pretrain: 1, p1: 1, p2: 1}",
+    "train.epochs={pretrain: 1, p1: 1, p2: 1}", "train.seeds=[0]",  # one replicate (the demo grid has three)
 ]  # fmt: skip
 VOLATILE = ("created", "meta.train_log.seconds")  # manifest fields that differ between two runs
 KILL_POINTS = [("blob_tmp_written", 0), ("manifest_tmp_written", 1), ("blob_tmp_written", 4)]
