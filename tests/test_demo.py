@@ -52,8 +52,8 @@ def test_quick_demo_writes_a_report_traceable_to_the_registry(tmp_path: Path) ->
                          "--domain", other], capture_output=True, text=True, timeout=600)
     assert ev.returncode == 0, ev.stderr[-3000:]
     # the baseline table printed by the demo shows every paradigm and the reference rows
-    for row in ("Text (BIGRec)", "Semantic ID", "Semantic Emb (HLLM)", "SASRec", "MostPop"):
-        assert row in proc.stdout
+    for row in ("Text-grounded (BIGRec)", "SemID (LC-Rec)", "SemEmb (HLLM)", "SASRec", "Most popular"):
+        assert row in proc.stdout  # the names of report.md's Table 2
     # a rerun is a cache hit: nothing is trained again
     again = subprocess.run(
         [sys.executable, "-m", "mmgrid", "build", "demo", "--no-progress", *_paths(out)],

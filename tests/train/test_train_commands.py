@@ -22,7 +22,7 @@ def test_build_then_eval_grid_checkpoint_and_recipe(tmp_path, capsys) -> None:
     cfg = _write_cfg(tmp_path)
     assert main(["build", cfg, "--no-progress", "--eval"]) == 0
     out = capsys.readouterr().out
-    assert "3 stages (3 trained, 0 cached)" in out and "| toy |" in out and "| MostPop |" in out
+    assert "3 stages (3 trained, 0 cached)" in out and "  toy  " in out and "  Most popular  " in out
     reg = open_registry(tmp_path / "reg")
     p1, p2 = (reg.query(paradigm="toy", period=p)["id"].iloc[0] for p in ("p1", "p2"))
 
@@ -42,7 +42,7 @@ def test_build_then_eval_grid_checkpoint_and_recipe(tmp_path, capsys) -> None:
     assert res["recipe_hash"].notna().any()
 
     assert main(["eval", cfg]) == 0
-    assert "| toy |" in capsys.readouterr().out
+    assert "  toy  " in capsys.readouterr().out  # the console Table 2 (one line per domain and paradigm)
 
 
 def test_eval_errors_are_one_line_named_errors(tmp_path, capsys) -> None:
@@ -61,6 +61,8 @@ def test_evaluate_and_tabulate_evaluates_then_formats(tmp_path) -> None:
                      train={"epochs": {"pretrain": 1, "p1": 1, "p2": 1}, "batch_size": 8, "lr": 0.01})
     build_grid(cfg, progress=False)
     table = evaluate_and_tabulate(cfg, progress=False)
-    assert table.splitlines()[0] == "| Paradigm | A R@10 | A N@10 | A R@20 | A N@20 |"
-    assert "| toy |" in table and "| MostPop |" in table
+    head = table.splitlines()[1].split()
+    assert head == ["Domain", "Paradigm", "R@10", "N@10", "R@20", "N@20"]  # report.md's column order
+    assert any(ln.startswith("A ") and "  toy  " in ln for ln in table.splitlines())
+    assert "  Most popular  " in table and max(map(len, table.splitlines())) <= 120
     assert get_regularizer_class("orbit").name == "orbit"
