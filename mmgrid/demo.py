@@ -105,7 +105,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     from mmgrid.eval.grid import evaluate_and_tabulate
     from mmgrid.registry.api import Registry
     from mmgrid.sweep.crossdomain import run_cross_domain
-    from mmgrid.sweep.lambda_model import predict_lambda
+    from mmgrid.sweep.lambda_model import extend_temporal, predict_lambda
     from mmgrid.sweep.report import write_report
     from mmgrid.sweep.temporal import run_temporal
     from mmgrid.train.build import build_grid
@@ -129,6 +129,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
         print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared))
     with _step("temporal sweep", timings):
         run_temporal(cfg, reg, prepared)
+        extend_temporal(cfg, reg, prepared)  # sweeps.temporal.extend_steps: grow the grid past an edge lambda*
     with _step("cross-domain sweep", timings):
         run_cross_domain(cfg, reg, prepared)
     with _step("lambda* prediction", timings):

@@ -142,7 +142,7 @@ def record_evaluation(registry: Any, ref: Any, split: str, results: Mapping[str,
     """One ``record_eval`` per group; NaN metrics are left out, and a group left with its count only
     is not recorded. Where ``results`` carries per-user values (an :class:`EvalResults`), they are
     stored once (``extra.per_user``) and each record gets ``ci``: the 95% percentile-bootstrap
-    interval over the group's users (``mmgrid.registry.peruser.intervals``).
+    interval over the group's users, drawn as whole users (``mmgrid.registry.peruser.intervals``).
 
     Returns:
         ``{group: metrics}`` as recorded.
@@ -158,7 +158,7 @@ def record_evaluation(registry: Any, ref: Any, split: str, results: Mapping[str,
             continue
         ci = None
         if per is not None and group in GROUPS:
-            ci = {k: v for k, v in intervals(per.active, per.metrics, group).items() if k in clean}
+            ci = {k: v for k, v in intervals(per.active, per.metrics, group, per.users).items() if k in clean}
         registry.record_eval(ref, split, group, clean, recipe=recipe, extra=extra, ci=ci)
         out[group] = clean
     return out

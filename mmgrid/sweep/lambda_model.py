@@ -10,7 +10,6 @@ model's prediction interval.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -179,8 +178,7 @@ def extend_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
     rows: list[dict] = []
     if t.extend_steps <= 0:
         return pd.DataFrame(rows, columns=COLUMNS)
-    seeds = list(getattr(cfg.train, "seed_list", [cfg.train.seed]))
-    takes_seed = "seed" in inspect.signature(sweep_domain).parameters
+    seeds = cfg.train.seed_list
     for _ in range(max_rounds):
         res = temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
         if res.empty:
@@ -197,6 +195,5 @@ def extend_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
             break
         for d, lams in todo.items():
             for s in seeds:
-                kw = {"seed": s} if takes_seed else {}
-                rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory, lambdas=lams, **kw)
+                rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory, lambdas=lams, seed=s)
     return pd.DataFrame(rows, columns=COLUMNS)

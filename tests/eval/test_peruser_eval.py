@@ -64,7 +64,7 @@ def test_record_results_stores_per_user_values_and_intervals(tmp_path) -> None:
         assert len(df) == int(res[row["group"]]["n"])
         values = df[row["metric"]].to_numpy()
         assert values.mean() == row["value"]  # the per-user file reproduces the stored number exactly
-        _, lo, hi = mean_ci(values, n_resamples=2000, seed=0)
+        _, lo, hi = mean_ci(values, n_resamples=2000, seed=0, clusters=df["user_idx"].to_numpy())  # whole users
         assert (row["ci_low"], row["ci_high"]) == (lo, hi)
         assert row["ci_low"] <= row["value"] <= row["ci_high"]
         assert row["seed"] == 0

@@ -181,3 +181,17 @@ def test_query_and_results_commands_filter_on_seed(reg, state, capsys) -> None:
     assert main(["results", str(reg.root), "--seed", "0", "--format", "csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and a in lines[1] and "ci_low" in lines[0]
+
+
+def test_intervals_draw_whole_users_as_the_report_does() -> None:
+    from mmgrid.registry.peruser import intervals
+
+    rng = np.random.default_rng(3)
+    users = np.repeat(np.arange(40), 3)  # every user has three test examples
+    active = np.repeat(rng.random(40) < 0.5, 3)
+    metrics = {"recall@10": (rng.random(120) < 0.3).astype(float)}
+    got = intervals(active, metrics, "all", users)["recall@10"]
+    want = list(mean_ci(metrics["recall@10"], level=0.95, n_resamples=2000, seed=0, clusters=users)[1:])
+    assert got == want
+    # resampling examples as if independent gives a different (narrower on average) interval
+    assert got != intervals(active, metrics, "all")["recall@10"]
