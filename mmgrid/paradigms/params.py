@@ -62,6 +62,11 @@ RANGES: dict[str, dict[str, Knob]] = {
         "max_text_tokens": (1, None, "int"),
         "max_title_tokens": (1, None, "int"),
         "align_ratio": (0, None, "float"),  # alignment examples per seqrec example (0 = none)
+        "codes": (("text", "collab", "fused"), None, "choice"),  # what the RQ codes quantize
+        "collab_phases": (("first", "train"), None, "choice"),  # phases counted for co-occurrence
+        "collab_dim": (1, None, "int"),  # SVD dimensions of the collaborative embedding
+        "collab_window": (1, None, "int"),  # co-occurrence window (positions)
+        "collab_weight": (0, 1, "float"),  # fused: the collaborative part's share of the squared norm
         "num_beams": (1, None, "int"),
         "exclude_history": (None, None, "bool"),
         "rank_batch": (1, None, "int"),
