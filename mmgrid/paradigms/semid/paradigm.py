@@ -1,9 +1,12 @@
 """SemID paradigm, LC-Rec-style: items as semantic-ID token sequences, trie-constrained decoding.
 
-MMGRid (paper 004, section 3.2, "SemID (LC-Rec)", ref. [41]): item text embeddings are
+MMGRid (paper 004, section 3.2, "SemID (LC-Rec)", ref. [41]): item embeddings are
 quantized into ``levels`` codes (RQ-KMeans here, see quantizer.py; paper 4 x 256, tiny
-default 3 x 16); each (level, code) is a new vocabulary token. Training mixes, in every
-stage, next-item code generation with LC-Rec's alignment tasks:
+default 3 x 16); each (level, code) is a new vocabulary token. The embeddings are chosen by
+``codes`` (collab.py): the item text's, collaborative ones from item co-occurrence in the
+training phases (default since train_version 3), or both. Training mixes, in every
+stage, next-item code generation with LC-Rec's alignment tasks (``align_ratio``, default 0
+since train_version 3):
 
 - seqrec: ``<bos> History: <codes of h_1> ... <codes of h_n> Next: -> <codes of target>``
 - text → code: ``<bos> Item: <item text> Code: -> <codes of item>``
