@@ -30,7 +30,8 @@ defaults (docs/paradigms_text_semid.md).
 
 The model is the base ``Qwen3ForCausalLM`` itself (state dict with HF names, so a
 checkpoint exports to a plain HF folder); paradigm data hangs off ``model.mmgrid_text``.
-The causal-LM plumbing below (token examples, collate, save/load) is shared with semid.
+The causal-LM plumbing (token examples, collate, save/load) lives in ``mmgrid.paradigms.lm``, shared with
+semid; the grounding scores in ``mmgrid.paradigms.grounding``.
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, encode
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import load_examples
-from mmgrid.paradigms.hf_files import hf_config_file, hf_config_from_file, tokenizer_files, tokenizer_from_files
+from mmgrid.paradigms.lm import (TokenExample, collate_lm, left_pad, lm_from_checkpoint, lm_loss, lm_state,  # noqa: F401
+                                 model_device)
+from mmgrid.paradigms.grounding import cooc_matrix, ground_scores, history_weights, popularity_adjust  # noqa: F401
+from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
 from mmgrid.paradigms.params import resolve_params
 from mmgrid.paradigms.ranking import topk_items
 from mmgrid.paradigms.registration import register_paradigm
-from mmgrid.paradigms.state import load_module_state, module_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -87,101 +90,6 @@ PROMPT, SEP, ANSWER = "Items:", " |", " Next:"
 
 
 # --------------------------------------------------------------------------- causal-LM plumbing
-
-
-@dataclass(frozen=True)
-class TokenExample:
-    """A causal-LM training example: token ids whose last ``n_target`` tokens carry the loss."""
-
-    ids: tuple[int, ...]
-    n_target: int
-
-
-def collate_lm(examples: Sequence[TokenExample], pad: int, max_len: int) -> dict[str, torch.Tensor]:
-    """Left-padded batch (targets end every row at the same column); labels are -100 except on targets.
-
-    Left padding lets :func:`lm_loss` compute logits for the last few columns only (the
-    LM head over the whole vocabulary is most of a tiny model's cost). A prompt longer
-    than ``max_len`` loses its oldest tokens (the target is always kept).
-    """
-    rows = [list(e.ids)[-max_len:] if len(e.ids) > max_len else list(e.ids) for e in examples]
-    ids, mask, pos = left_pad(rows, pad)
-    labels = torch.full(ids.shape, -100, dtype=torch.long)
-    for i, e in enumerate(examples):
-        t = min(e.n_target, len(rows[i]))
-        if t:
-            labels[i, -t:] = ids[i, -t:]
-    return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "labels": labels}
-
-
-def lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean next-token cross-entropy over the target tokens of a :func:`collate_lm` batch.
-
-    Only the last ``max(n_target) + 1`` columns get logits (``logits_to_keep``); column
-    ``j`` predicts token ``j + 1``, as in HF's own shifted loss.
-    """
-    labels = batch["labels"]
-    width = labels.shape[1]
-    keep = min(int((labels != -100).sum(1).max()) + 1, width)
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], logits_to_keep=keep)
-    logits = out.logits[:, :-1]
-    target = labels[:, width - keep + 1:]
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1),
-                                             ignore_index=-100)
-
-
-def left_pad(seqs: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded ``(ids, attention_mask, position_ids)``; positions start at 0 on real tokens."""
-    width = max(1, max(len(s) for s in seqs))
-    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
-    return ids, mask, pos
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def is_tied(lm: "PreTrainedModel") -> bool:
-    return bool(getattr(lm.config, "tie_word_embeddings", False))
-
-
-def lm_state(lm: "PreTrainedModel") -> dict[str, torch.Tensor]:
-    """The LM's tensors with HF names (a tied ``lm_head.weight`` is left out, as HF saves it)."""
-    return module_state(lm, "", skip=("lm_head.weight",) if is_tied(lm) else ())
-
-
-def lm_from_checkpoint(ckpt: Checkpoint, where: str) -> "PreTrainedModel":
-    """Rebuild the causal LM from ``config.json`` and the state (vocab rows taken from the state).
-
-    A merged checkpoint may carry more embedding rows than its config says (the union of
-    two models' added tokens), so the vocabulary size follows the state.
-    """
-    # lazy: transformers' model classes cost ~1.2 s to import (measured); sasrec never needs them
-    from transformers import AutoModelForCausalLM
-
-    if "config.json" not in ckpt.files:
-        raise CheckpointMismatchError(f"{where}: checkpoint has no config.json; it was not saved by an LLM paradigm.")
-    config = hf_config_from_file(ckpt.files["config.json"])
-    emb = ckpt.state.get("model.embed_tokens.weight")
-    if emb is None:
-        raise CheckpointMismatchError(f"{where}: checkpoint has no model.embed_tokens.weight; not a causal LM state.")
-    config.vocab_size = int(emb.shape[0])
-    lm = AutoModelForCausalLM.from_config(config)
-    tied = is_tied(lm)
-    load_module_state(lm, ckpt.state, where, allow_missing=("lm_head.weight",) if tied else ())
-    if tied:
-        lm.tie_weights()
-    return lm.eval()
-
-
-# --------------------------------------------------------------------------- the paradigm
 
 
 @dataclass
@@ -228,19 +136,6 @@ def prompt_ids(info: TextInfo, history: Sequence[int]) -> list[int]:
     return ids + list(answer)
 
 
-def popularity_adjust(sims: torch.Tensor, counts: np.ndarray, gamma: float) -> torch.Tensor:
-    """BIGRec's statistics injection (Bao et al., step 2): rank by ``D_i / (1 + N_i)^gamma``.
-
-    ``D_i`` is the L2 distance of unit embeddings, ``sqrt(2 - 2 cos)``, and ``N_i`` the
-    item's training popularity scaled to [0, 1] by the most popular item. Returns a score
-    (higher is better): the negated adjusted distance.
-    """
-    dist = (2 - 2 * sims.float()).clamp(min=0).sqrt()
-    pop = torch.as_tensor(np.asarray(counts, dtype=np.float32))
-    pop = pop / pop.max().clamp(min=1.0)
-    return -dist / (1 + pop)[None, :] ** gamma
-
-
 def _pop_phases(trained: list[str], params: dict[str, Any]) -> list[str]:
     """Phases whose interactions count as popularity: the latest trained one (the stage's own
     data, which follows item turnover) or all trained ones."""
@@ -274,32 +169,6 @@ def _check_grounding(p: dict[str, Any]) -> None:
         raise ConfigError(f"{where}.history_decay={p['history_decay']!r}: must be in (0, 1] (1 = every item alike).")
 
 
-def history_weights(histories: Sequence[Sequence[int]], n_items: int, max_history: int, decay: float) -> torch.Tensor:
-    """``[n, n_items]`` recency weights of each history's items: the j-th most recent (j = 0, 1, ...)
-    of the last ``max_history`` gets ``decay^j``; rows sum to 1 (an empty history: all zero)."""
-    w = torch.zeros(len(histories), n_items)
-    for r, h in enumerate(histories):
-        hist = list(h)[-max_history:] if max_history > 0 else []
-        for j, item in enumerate(reversed(hist)):
-            w[r, item] += decay ** j
-    total = w.sum(1, keepdim=True)
-    return torch.where(total > 0, w / total.clamp(min=1e-12), w)
-
-
-def cooc_matrix(users: np.ndarray, items: np.ndarray, n_items: int, window: int) -> torch.Tensor:
-    """``P[j, i]``: of the items that follow ``j`` within ``window`` steps of a user's sequence, the
-    share that is ``i`` (rows sum to 1; an item never followed has a zero row). ``users`` and
-    ``items`` are interactions sorted by user, then time."""
-    counts = np.zeros((n_items, n_items), dtype=np.float64)
-    for d in range(1, window + 1):
-        if len(items) <= d:
-            break
-        same = users[:-d] == users[d:]
-        np.add.at(counts, (items[:-d][same], items[d:][same]), 1.0)
-    total = counts.sum(1, keepdims=True)
-    return torch.from_numpy((counts / np.maximum(total, 1.0)).astype(np.float32))
-
-
 def _cooc(info: TextInfo, domain: "DomainData", window: int) -> torch.Tensor:
     """The co-occurrence matrix over every trained phase (cached on the model per phases and window)."""
     key = (tuple(info.trained_phases), window)
@@ -324,30 +193,6 @@ def _collab(info: TextInfo, domain: "DomainData", items: torch.Tensor, window: i
         emb, _ = collab_embeddings(domain, list(info.trained_phases), dim, window, items.numpy())
         cache[key] = torch.from_numpy(emb.astype(np.float32))
     return cache[key]
-
-
-def ground_scores(sims: torch.Tensor, counts: np.ndarray | None, gamma: float, hist_w: torch.Tensor | None,
-                  items: torch.Tensor, history_weight: float, cooc: torch.Tensor | None,
-                  cooc_weight: float) -> torch.Tensor:
-    """The grounding score of every item (higher is better), ``[n, n_items]``.
-
-    ``G`` = the beams' similarity (:meth:`TextParadigm._ground`). With popularity
-    (``counts`` given, gamma > 0) the base is BIGRec's ``-D / (1 + pop)^gamma``
-    (:func:`popularity_adjust`), else ``G`` itself. Then, when their weights are > 0:
-
-        + history_weight * sum_j w_j cos(title_j, title_i)        (content similarity to the history)
-        + cooc_weight * C_i / max_i C_i,  C_i = sum_j w_j P(i | j)  (what followed the history's items)
-
-    with ``w_j`` the recency weights of :func:`history_weights` and ``P`` of :func:`cooc_matrix`.
-    Both weights 0 and no popularity give exactly the similarities (today's behaviour).
-    """
-    score = popularity_adjust(sims, counts, gamma) if counts is not None else sims.float()
-    if hist_w is not None and history_weight > 0:
-        score = score + history_weight * (hist_w @ items.float()) @ items.float().T
-    if hist_w is not None and cooc is not None and cooc_weight > 0:
-        c = hist_w @ cooc
-        score = score + cooc_weight * c / c.max(1, keepdim=True).values.clamp(min=1e-12)
-    return score
 
 
 @register_paradigm("text")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from paradigm_helpers import fit_batch
-from mmgrid.errors import ModelError
+from mmgrid.errors import ConfigError, ModelError
 from mmgrid.paradigms import get_paradigm
 from mmgrid.paradigms.text import TextParadigm, TokenExample, collate_lm, left_pad, lm_loss
 
@@ -113,8 +113,9 @@ def test_save_load_round_trip_gives_identical_rankings(built: torch.nn.Module, t
     np.testing.assert_array_equal(P.rank(built, tiny_domain, hists, 5), P.rank(again, tiny_domain, hists, 5))
 
 
-def test_bad_beam_combine_is_a_model_error(tiny_base_shared: Any, tiny_domain: Any) -> None:
-    with pytest.raises(ModelError, match="beam_combine"):
+def test_bad_beam_combine_is_a_named_config_error(tiny_base_shared: Any, tiny_domain: Any) -> None:
+    # the knob ranges (mmgrid.paradigms.params.RANGES) refuse it before anything is built
+    with pytest.raises(ConfigError, match="beam_combine.*'weighted', 'best', 'max'"):
         P.build(tiny_base_shared, tiny_domain, {"beam_combine": "mean"}, seed=0)
 
 

@@ -51,7 +51,7 @@ from mmgrid.paradigms.collab import CODE_SOURCES, PHASE_CHOICES, code_inputs, co
 from mmgrid.paradigms.semid.quantizer import SemanticIDs, SemIDError, semantic_ids
 from mmgrid.paradigms.semid.tokens import add_code_tokens, code_token_names, sync_tokenizer
 from mmgrid.paradigms.semid.trie import CodeTrie, decode_items, trie_beam_search_with_order
-from mmgrid.paradigms.text import TokenExample, collate_lm, is_tied, left_pad, lm_from_checkpoint, lm_loss, lm_state
+from mmgrid.paradigms.lm import TokenExample, collate_lm, is_tied, left_pad, lm_from_checkpoint, lm_loss, lm_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
