@@ -97,6 +97,22 @@ def check_range(f: dataclasses.Field, value: Any, where: str) -> None:
             )
 
 
+def check_flag(flag: str, value: Any, cls: type, name: str, where: str) -> None:
+    """Check a command-line flag against the range of the config field it stands for (``cls.name``,
+    the same range a grid YAML gets); None (flag not given) passes.
+
+    Raises:
+        ConfigError: naming the flag, its value, the field, the accepted range and the fix.
+    """
+    if value is None:
+        return
+    f = {x.name: x for x in dataclasses.fields(cls)}[name]
+    rng = f.metadata.get("range") if f.metadata else None
+    if rng is not None and not rng.accepts(float(value)):
+        raise ConfigError(f"{flag} {value!r}: out of range ({where}); accepted: {rng.describe()}. "
+                          f"Give {flag} a value in that range.")
+
+
 def check_ranges(obj: Any, where: str = "") -> None:
     """Check the ranges of every ``ranged`` field of dataclass ``obj`` and of the dataclasses
     inside it (recursively): the check :func:`build` makes, for a config built in code."""

@@ -144,7 +144,7 @@ CONFIG_CASES = [
     ("world ends before start", "world.end=2020-01-01", r"world", r"start 2021-01-01 is not before end 2020-01-01",
      "earlier start"),
     ("world start not a date", "world.start=soon", r"world\.start", r"'soon' is not a date", "YYYY-MM-DD"),
-    ("exec num_cpus 0", "exec.num_cpus=0", r"exec\.num_cpus", r"0 must be at least 1", "or null for all CPUs"),
+    ("exec num_cpus 0", "exec.num_cpus=0", r"exec\.num_cpus", r"0 is out of range", "accepted: >= 1"),
     ("exec gpus negative", "exec.num_gpus_per_train=-1", r"exec\.num_gpus_per_train", r"-1\.0 is negative",
      "use 0 or more"),
     ("override YAML syntax", "train.lr=[", r"override 'train\.lr=\['", r"'\[' is not valid YAML", "quote it"),
@@ -562,6 +562,14 @@ def snapshot(root: Path) -> list[tuple[str, int]]:
 
 
 COUNTS = {"cases": 0, "named": 0, "wrote_nothing": 0}
+
+
+case("cli: predict-lambda --level 0", "cli",
+     _cli("predict-lambda", "demo", "--level", "0", *_OUT), CLI,
+     r"--level", r"0\.0: out of range \(sweeps\.predict_lambda\.level\)", r"Give --level a value")
+case("cli: build --num-cpus 0", "cli",
+     _cli("build", "demo", "--executor", "ray", "--num-cpus", "0", *_OUT), CLI,
+     r"--num-cpus", r"0: out of range \(exec\.num_cpus\)", r"Give --num-cpus a value")
 
 
 @pytest.fixture(scope="module", autouse=True)

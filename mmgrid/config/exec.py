@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mmgrid.configtools import ranged
 from mmgrid.errors import ConfigError
 
 
@@ -16,7 +17,7 @@ from mmgrid.errors import ConfigError
 class ExecConfig:
     executor: Literal["local", "ray"] = "local"  # `--executor` on the command line wins
     address: str | None = None  # Ray cluster address (auto, ray://head:10001); None starts a local Ray
-    num_cpus: int | None = None  # CPUs of a local Ray started by mmgrid (None: all of this machine)
+    num_cpus: int | None = ranged(1, default=None)  # CPUs of a local Ray started by mmgrid (None: all of this machine)
     num_cpus_per_job: float = 1.0  # Ray resources asked for every job
     num_gpus_per_train: float = 0.0  # Ray GPUs asked for each training stage (1 at paper scale)
     num_gpus_per_eval: float = 0.0  # Ray GPUs asked for each evaluation / sweep point
@@ -25,5 +26,3 @@ class ExecConfig:
         for name in ("num_cpus_per_job", "num_gpus_per_train", "num_gpus_per_eval"):
             if not getattr(self, name) >= 0:  # NaN fails too
                 raise ConfigError(f"exec.{name}: {getattr(self, name)} is negative; use 0 or more.")
-        if self.num_cpus is not None and self.num_cpus < 1:
-            raise ConfigError(f"exec.num_cpus: {self.num_cpus} must be at least 1 (or null for all CPUs).")

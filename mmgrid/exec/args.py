@@ -58,13 +58,19 @@ def executor_from_config(
     cfg: "GridConfig", kind: str | None = None, address: str | None = None, num_cpus: int | None = None
 ) -> Executor:
     """The executor of ``cfg.exec``, with any of its settings overridden (None keeps the file's)."""
+    # lazy: mmgrid.config imports yaml (~0.05 s, -X importtime), which the command-line parser that imports
+    # this module must not load
+    from mmgrid.config import ExecConfig
+    from mmgrid.configtools import check_flag
+
+    check_flag("--num-cpus", num_cpus, ExecConfig, "num_cpus", "exec.num_cpus")
     kind = kind or cfg.exec.executor
     if kind == "local":
         return LocalExecutor()
     return get_executor(
         kind,
         address or cfg.exec.address,
-        num_cpus=num_cpus or cfg.exec.num_cpus,
+        num_cpus=num_cpus if num_cpus is not None else cfg.exec.num_cpus,
         registry_root=cfg.registry,
     )
 

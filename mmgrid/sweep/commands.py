@@ -129,6 +129,11 @@ def _predict(args: argparse.Namespace) -> int:
     from mmgrid.sweep.lambda_model import answer_new_domain, predict_lambda
     from mmgrid.sweep.tables import regression_summary, table4
 
+    # lazy: as the imports above (mmgrid.config loads yaml)
+    from mmgrid.config.sweeps import PredictLambdaConfig
+    from mmgrid.configtools import check_flag
+
+    check_flag("--level", args.level, PredictLambdaConfig, "level", "sweeps.predict_lambda.level")
     cfg, reg, prepared = _open(args)
     new = _parse_stats(args.stats)
     pred = predict_lambda(cfg, reg, prepared, evaluate=not args.no_eval and not new)
@@ -139,7 +144,7 @@ def _predict(args: argparse.Namespace) -> int:
     for note in pred.notes:
         print(f"note: {note}")
     if new:
-        ans = answer_new_domain(pred, new, args.level or cfg.sweeps.predict_lambda.level)
+        ans = answer_new_domain(pred, new, args.level if args.level is not None else cfg.sweeps.predict_lambda.level)
         print(f"new domain: lambda*_pred = {ans.lambda_pred:.3f}; use lambda_hat* = {ans.lambda_hat:.3f} "
               f"({ans.level:.0%} prediction interval {ans.low:.3f} .. {ans.high:.3f}, s.e. {ans.se:.3f}, "
               f"fitted on {ans.n_domains} domains)")
