@@ -86,19 +86,73 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     return np.where(n > 0, x / np.where(n > 0, n, 1.0), 0.0)
 
 
+#: Catalogs up to this many co-occurring items take the dense, exact path (a full symmetric SVD:
+#: O(n^3), n^2 float64); larger ones (paper scale: tens of thousands of items) a sparse count matrix
+#: and the top ``dim`` eigenpairs of the sparse PPMI matrix (scipy.sparse.linalg.eigsh).
+DENSE_MAX_ITEMS = 4096
+
+
+def sparse_cooccurrence(users: np.ndarray, items: np.ndarray, n_items: int, window: int) -> "Any":
+    """:func:`cooccurrence` as a scipy CSR matrix (memory in the number of co-occurring pairs)."""
+    from scipy import sparse  # lazy: scipy.sparse ~0.2 s, only for large catalogs
+
+    users, items = np.asarray(users), np.asarray(items, dtype=np.int64)
+    rows, cols = [], []
+    for d in range(1, max(1, int(window)) + 1):
+        same = users[d:] == users[:-d]
+        a, b = items[:-d][same], items[d:][same]
+        keep = a != b
+        rows += [a[keep], b[keep]]
+        cols += [b[keep], a[keep]]
+    r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+    m = sparse.coo_matrix((np.ones(len(r)), (r, c)), shape=(n_items, n_items)).tocsr()
+    m.sum_duplicates()
+    return m
+
+
+def sparse_ppmi_embeddings(counts: "Any", dim: int) -> np.ndarray:
+    """:func:`ppmi` then :func:`svd_embeddings` on a sparse symmetric count matrix: PPMI on the stored
+    entries only, then the ``dim`` eigenpairs of largest magnitude (eigsh, which for a symmetric matrix
+    gives the singular values as |eigenvalue|), signs fixed and rows normalised as in the dense path."""
+    from scipy.sparse.linalg import eigsh  # lazy: only for large catalogs
+
+    m = counts.tocoo()
+    total = m.data.sum()
+    row = np.asarray(counts.sum(axis=1)).reshape(-1)
+    pmi = np.log(m.data * total / (row[m.row] * row[m.col]))
+    keep = pmi > 0
+    p = type(counts)((pmi[keep], (m.row[keep], m.col[keep])), shape=counts.shape)
+    k = min(dim, counts.shape[0] - 1)
+    vals, vecs = eigsh(p, k=k, which="LM", v0=np.ones(counts.shape[0]))
+    order = np.argsort(-np.abs(vals), kind="stable")
+    u, s = vecs[:, order], np.abs(vals[order])
+    sign = np.sign(u[np.abs(u).argmax(axis=0), np.arange(u.shape[1])])
+    return _normalise(u * np.where(sign == 0, 1.0, sign) * np.sqrt(s))
+
+
 def collab_embeddings(domain: Any, phases: list[str], dim: int, window: int,
                       text: np.ndarray, ridge: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Collaborative embeddings ``[n_items, dim]`` (rows unit length) from ``phases``' interactions,
     and the mask of items that had co-occurrences; the others are predicted from ``text`` by ridge
-    regression fitted on the former (zero rows if no item has any)."""
+    regression fitted on the former (zero rows if no item has any). Catalogs above
+    :data:`DENSE_MAX_ITEMS` items take the sparse path (same quantities, iterative eigensolver)."""
     inter = domain.interactions.filter(pl.col("phase").is_in(phases)).sort("user_idx", "timestamp", "item_idx")
-    counts = cooccurrence(inter.get_column("user_idx").to_numpy(), inter.get_column("item_idx").to_numpy(),
-                          domain.n_items, window)
-    warm = counts.sum(axis=1) > 0
+    users, items = inter.get_column("user_idx").to_numpy(), inter.get_column("item_idx").to_numpy()
     emb = np.zeros((domain.n_items, dim), dtype=np.float64)
-    if warm.sum() < 2:
-        return emb, warm
-    e = svd_embeddings(ppmi(counts[np.ix_(warm, warm)]), dim)
+    if domain.n_items <= DENSE_MAX_ITEMS:
+        counts = cooccurrence(users, items, domain.n_items, window)
+        warm = counts.sum(axis=1) > 0
+        if warm.sum() < 2:
+            return emb, warm
+        e = svd_embeddings(ppmi(counts[np.ix_(warm, warm)]), dim)
+    else:
+        sc = sparse_cooccurrence(users, items, domain.n_items, window)
+        warm = np.asarray(sc.sum(axis=1)).reshape(-1) > 0
+        if warm.sum() < 2:
+            return emb, warm
+        idx = np.flatnonzero(warm)
+        e = sparse_ppmi_embeddings(sc[idx][:, idx], dim)
     emb[warm, : e.shape[1]] = e
     if (~warm).any():
         t = np.asarray(text, dtype=np.float64)
