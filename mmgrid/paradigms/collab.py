@@ -45,16 +45,25 @@ def collab_phases(interactions: pl.DataFrame, which: str) -> list[str]:
     return phases[:-1] if len(phases) > 1 else phases
 
 
-def cooccurrence(users: np.ndarray, items: np.ndarray, n_items: int, window: int) -> np.ndarray:
-    """Symmetric counts ``[n_items, n_items]`` of item pairs within ``window`` positions in a user's
-    sequence. ``users`` / ``items`` are the interactions sorted by user, then time."""
+def following_pairs(users: np.ndarray, items: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(a, b)``: every item ``a`` and each item ``b`` that follows it within ``window`` positions of
+    the same user's sequence. ``users`` / ``items`` are the interactions sorted by user, then time."""
     users, items = np.asarray(users), np.asarray(items, dtype=np.int64)
-    c = np.zeros((n_items, n_items), dtype=np.float64)
+    firsts, seconds = [], []
     for d in range(1, max(1, int(window)) + 1):
         same = users[d:] == users[:-d]
-        a, b = items[:-d][same], items[d:][same]
-        np.add.at(c, (a, b), 1.0)
-        np.add.at(c, (b, a), 1.0)
+        firsts.append(items[:-d][same])
+        seconds.append(items[d:][same])
+    return np.concatenate(firsts), np.concatenate(seconds)
+
+
+def cooccurrence(users: np.ndarray, items: np.ndarray, n_items: int, window: int) -> np.ndarray:
+    """Symmetric counts ``[n_items, n_items]`` of item pairs within ``window`` positions in a user's
+    sequence (:func:`following_pairs` in both directions, zero diagonal)."""
+    a, b = following_pairs(users, items, window)
+    c = np.zeros((n_items, n_items), dtype=np.float64)
+    np.add.at(c, (a, b), 1.0)
+    np.add.at(c, (b, a), 1.0)
     np.fill_diagonal(c, 0.0)
     return c
 
@@ -96,16 +105,10 @@ def sparse_cooccurrence(users: np.ndarray, items: np.ndarray, n_items: int, wind
     """:func:`cooccurrence` as a scipy CSR matrix (memory in the number of co-occurring pairs)."""
     from scipy import sparse  # lazy: scipy.sparse ~0.2 s, only for large catalogs
 
-    users, items = np.asarray(users), np.asarray(items, dtype=np.int64)
-    rows, cols = [], []
-    for d in range(1, max(1, int(window)) + 1):
-        same = users[d:] == users[:-d]
-        a, b = items[:-d][same], items[d:][same]
-        keep = a != b
-        rows += [a[keep], b[keep]]
-        cols += [b[keep], a[keep]]
-    r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+    a, b = following_pairs(users, items, window)
+    keep = a != b
+    r = np.concatenate([a[keep], b[keep]])
+    c = np.concatenate([b[keep], a[keep]])
     m = sparse.coo_matrix((np.ones(len(r)), (r, c)), shape=(n_items, n_items)).tocsr()
     m.sum_duplicates()
     return m

@@ -15,6 +15,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from mmgrid.paradigms.collab import following_pairs
+
 
 def popularity_adjust(sims: torch.Tensor, counts: np.ndarray, gamma: float) -> torch.Tensor:
     """BIGRec's statistics injection (Bao et al., step 2): rank by ``D_i / (1 + N_i)^gamma``.
@@ -45,12 +47,9 @@ def cooc_matrix(users: np.ndarray, items: np.ndarray, n_items: int, window: int)
     """``P[j, i]``: of the items that follow ``j`` within ``window`` steps of a user's sequence, the
     share that is ``i`` (rows sum to 1; an item never followed has a zero row). ``users`` and
     ``items`` are interactions sorted by user, then time."""
+    a, b = following_pairs(users, items, window)
     counts = np.zeros((n_items, n_items), dtype=np.float64)
-    for d in range(1, window + 1):
-        if len(items) <= d:
-            break
-        same = users[:-d] == users[d:]
-        np.add.at(counts, (items[:-d][same], items[d:][same]), 1.0)
+    np.add.at(counts, (a, b), 1.0)
     total = counts.sum(1, keepdims=True)
     return torch.from_numpy((counts / np.maximum(total, 1.0)).astype(np.float32))
 
