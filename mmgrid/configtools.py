@@ -97,9 +97,10 @@ def check_range(f: dataclasses.Field, value: Any, where: str) -> None:
             )
 
 
-def check_flag(flag: str, value: Any, cls: type, name: str, where: str) -> None:
+def check_flag(flag: str, value: Any, cls: type, name: str, where: str, command: str = "") -> None:
     """Check a command-line flag against the range of the config field it stands for (``cls.name``,
-    the same range a grid YAML gets); None (flag not given) passes.
+    the same range a grid YAML gets); None (flag not given) passes. ``command`` (e.g. ``mmgrid world``)
+    starts the message.
 
     Raises:
         ConfigError: naming the flag, its value, the field, the accepted range and the fix.
@@ -109,7 +110,8 @@ def check_flag(flag: str, value: Any, cls: type, name: str, where: str) -> None:
     f = {x.name: x for x in dataclasses.fields(cls)}[name]
     rng = f.metadata.get("range") if f.metadata else None
     if rng is not None and not rng.accepts(float(value)):
-        raise ConfigError(f"{flag} {value!r}: out of range ({where}); accepted: {rng.describe()}. "
+        raise ConfigError(f"{command + ' ' if command else ''}{flag} {value!r}: out of range ({where}); "
+                          f"accepted: {rng.describe()}. "
                           f"Give {flag} a value in that range.")
 
 

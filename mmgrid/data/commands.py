@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 from mmgrid.cli import add_overrides
 from mmgrid.config import WorldConfig
-from mmgrid.errors import ConfigError
+from mmgrid.configtools import check_flag
 
 # `mmgrid world` flag -> WorldConfig field: the flags get the config's ranges (configtools.ranged)
 WORLD_FLAGS = {"--seed": "seed", "--scale": "scale", "--domains": "n_domains"}
@@ -63,13 +62,8 @@ def world_config(seed: int, scale: float, domains: int, preset: str = "default")
         ConfigError: a flag out of range (the flag, the value, the accepted range).
     """
     values = {"--seed": seed, "--scale": scale, "--domains": domains}
-    fields = {f.name: f for f in dataclasses.fields(WorldConfig)}
     for flag, name in WORLD_FLAGS.items():
-        rng = fields[name].metadata["range"]
-        v = values[flag]
-        if not rng.accepts(float(v)):
-            raise ConfigError(f"mmgrid world {flag} {v!r}: out of range (world.{name}); accepted: {rng.describe()}. "
-                              f"Give {flag} a value in that range.")
+        check_flag(flag, values[flag], WorldConfig, name, f"world.{name}", command="mmgrid world")
     return WorldConfig(seed=seed, scale=scale, n_domains=domains, preset=preset)
 
 
