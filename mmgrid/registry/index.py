@@ -78,9 +78,29 @@ class Index:
             if self.path != ":memory:":
                 self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
                 conn.execute("PRAGMA synchronous=NORMAL")
+            self._retry(lambda: self._drop_other_schema(conn))
             self._retry(lambda: conn.executescript(SCHEMA))
             self._conn, self._pid = conn, os.getpid()
         return self._conn
+
+    @staticmethod
+    def _drop_other_schema(conn: sqlite3.Connection) -> None:
+        """Drop the tables of an index file written by another schema version. The index is a cache
+        of the registry's files, so its rows are rebuilt by the next sync (``_sync`` sees the
+        version); ``CREATE TABLE IF NOT EXISTS`` alone would keep the old tables' columns."""
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                 "AND name NOT LIKE 'sqlite_%'")]
+            if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:  # not migrated meanwhile
+                for table in tables:
+                    conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         if self._conn is not None and self._pid == os.getpid():

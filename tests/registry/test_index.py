@@ -159,3 +159,24 @@ def test_old_index_file_is_rebuilt_and_extra_coords_stay_queryable(reg: Registry
     assert list(fresh.query(lam=1)["id"]) == [b]  # 1 == 1.0, as in Python
     assert list(fresh.query(alpha=1, lam=[0.5, 1.0])["id"]) == [a]
     assert set(fresh.query(method=["ties", "dare"])["id"]) == {a, b}
+
+
+def test_an_index_file_of_an_older_schema_is_rebuilt_with_the_new_columns(tmp_path) -> None:
+    """An index.sqlite written by an older mmgrid (schema version 3: no ``seed`` column) is dropped
+    and rebuilt from the registry's files on open, instead of failing on the missing column."""
+    import sqlite3
+
+    import torch
+
+    from mmgrid.registry import Registry
+
+    reg = Registry.open(tmp_path / "reg")
+    cid = reg.put({"w": torch.ones(2)}, {"paradigm": "p", "domain": "A", "period": "p1"}, "trained", seed=1)
+    reg.close()
+    conn = sqlite3.connect(tmp_path / "reg" / "index.sqlite")
+    conn.executescript("DROP TABLE checkpoints; CREATE TABLE checkpoints(id TEXT PRIMARY KEY, paradigm TEXT); "
+                       "PRAGMA user_version=3;")
+    conn.close()
+    again = Registry.open(tmp_path / "reg")
+    rows = again.query(seed=1)
+    assert list(rows["id"]) == [cid]
