@@ -103,6 +103,29 @@ def column_weights(counts: np.ndarray, inv: np.ndarray) -> np.ndarray:
     return w / w.sum(axis=1, keepdims=True)
 
 
+_WEIGHTS: dict[tuple, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}  # the last few (draw, clusters) -> weight chunks
+_WEIGHTS_KEEP = 4
+
+
+def _cached_column_weights(draw_key: tuple, chunks: tuple, inv: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:func:`column_weights` of every chunk of one draw, kept for the last few cluster layouts.
+
+    Recording one evaluation bootstraps every metric (R@K, N@K for each K) of a group over the same
+    users; the weights depend only on the draw and the users, so they are built once for all of them
+    (the same arrays, so every interval is bit for bit what it was when each built its own)."""
+    key = (draw_key, inv.shape[0], hash(inv.tobytes()))
+    hit = _WEIGHTS.get(key)
+    if hit is not None and np.array_equal(hit[0], inv):  # the hash only picks the entry; the layout must match
+        return hit[1]
+    weights = tuple(column_weights(c_users, inv) for c_users, _ in chunks)
+    for w in weights:
+        w.flags.writeable = False
+    if len(_WEIGHTS) >= _WEIGHTS_KEEP:
+        _WEIGHTS.pop(next(iter(_WEIGHTS)))
+    _WEIGHTS[key] = (inv.copy(), weights)
+    return weights
+
+
 def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES,
             seed: int = 0, clusters=None) -> tuple[float, float, float]:
     """Mean of per-user values with a percentile-bootstrap interval over users and seeds.
@@ -148,9 +171,11 @@ def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int =
         inv, n_clusters = cluster_index(clusters, n_users)
         chunk = max(1, 4_000_000 // max(1, n_users))
         s = 0
-        for c_users, c_seeds in _draws(int(seed), int(n_resamples), n_clusters, n_seeds, chunk):
+        draw_key = (int(seed), int(n_resamples), n_clusters, n_seeds, chunk)
+        chunks = _draws(*draw_key)
+        for (c_users, c_seeds), w in zip(chunks, _cached_column_weights(draw_key, chunks, inv)):
             b = c_users.shape[0]                          # c_users [b, n_clusters]: one draw for every seed
-            per_seed = a @ column_weights(c_users, inv).T  # [n_seeds, b]: each seed's mean over the drawn users' rows
+            per_seed = a @ w.T                            # [n_seeds, b]: each seed's mean over the drawn users' rows
             stats[s:s + b] = (per_seed.T * c_seeds).sum(axis=1) / n_seeds
             s += b
     lo, hi = percentile_interval(stats, level)

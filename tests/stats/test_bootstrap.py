@@ -59,3 +59,22 @@ def test_cluster_bootstrap_of_unequal_users_is_the_row_mean_of_the_drawn_users()
     assert m == pytest.approx(0.25)
     assert lo == pytest.approx(0.0) or lo == pytest.approx(0.25)
     assert hi in (pytest.approx(0.25), pytest.approx(1.0))
+
+
+def test_cached_cluster_weights_never_serve_another_layout():
+    """The weights of one cluster layout are reused by the next metric of the same users; a second
+    layout of the same length (same hash bucket or not) gets its own, and each interval equals the one
+    computed with an empty cache."""
+    from mmgrid.stats import bootstrap
+
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 20, 60), rng.permutation(np.repeat(np.arange(30), 2))
+    values = [rng.random(60) for _ in range(3)]
+    calls = [(v, c) for v in values for c in (a, b, a)]
+    cached = [bootstrap.mean_ci(v, n_resamples=300, clusters=c) for v, c in calls]
+    fresh = []
+    for v, c in calls:
+        bootstrap._WEIGHTS.clear()
+        fresh.append(bootstrap.mean_ci(v, n_resamples=300, clusters=c))
+    assert cached == fresh
+    assert cached[0] != cached[1]  # the two layouts do give different intervals
