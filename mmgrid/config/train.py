@@ -21,12 +21,22 @@ class TrainConfig:
     # None = [seed]. The tiny base, the evaluation's user sample and most-popular use the first.
     # A train.seed other than 0 and seeds[0] (e.g. the override train.seed=1) makes a one-seed grid.
     seeds: list[int] | None = None
+    # leading stages trained once, on the first seed, and shared by every replicate (e.g. [pretrain]):
+    # the replicates differ from the first shared-stage checkpoint on. [] = every stage per seed.
+    shared_stages: list[str] = field(default_factory=list)
     max_examples: int | None = ranged(1, default=None)  # cap per stage (quick runs); None = all
     device: str = "auto"  # auto | cpu | cuda
     threads: int | None = ranged(1, default=None)  # torch intra-op CPU threads (None = torch default; 1 is fastest for tiny models)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
 
     def __post_init__(self) -> None:
+        shared = list(self.shared_stages or [])
+        if shared and (shared != list(self.stages)[: len(shared)] or len(shared) >= len(self.stages)):
+            raise ConfigError(
+                f"train.shared_stages {shared}: must be the first stages of train.stages {list(self.stages)} "
+                "(a leading run, e.g. [pretrain]) and leave at least one stage for each seed's replicate."
+            )
+        self.shared_stages = shared
         if self.seeds is None:
             return
         seeds = list(self.seeds)

@@ -10,7 +10,9 @@ Training seeds (``train.seeds``, else ``[train.seed]``) are a grid coordinate: e
 of the ``default``-like rows (variants without a regularizer) is planned once per seed,
 each replicate with its own ids (the seed is part of the identity, so a one-seed grid keeps
 the ids it had before seeds existed). What is shared across seeds: the tiny base (trained
-with the first seed) and, for evaluation, the user sample (seeded with the first seed).
+with the first seed), the stages of ``train.shared_stages`` (e.g. pretrain: trained with the
+first seed, every replicate continues from that checkpoint, so its later ids name it as
+parent) and, for evaluation, the user sample (seeded with the first seed).
 Variants with a regularizer (the Orbit Pareto rows) train on the first seed only.
 """
 
@@ -110,10 +112,14 @@ def stage_config_hash(cfg: Any, base_id: str, fingerprint: str) -> str:
 
 def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], fingerprint: str) -> list[StagePlan]:
     """Every stage of the grid with its id, in an order where parents come first: the first
-    seed's whole grid, then each further seed's (variants with a regularizer: first seed only)."""
+    seed's whole grid, then each further seed's (variants with a regularizer: first seed only).
+    A further seed's chain starts from the first seed's checkpoint of the last stage in
+    ``train.shared_stages`` (none of its own is planned for those stages)."""
     chash = stage_config_hash(cfg, base_id, fingerprint)
     plans = []
     seeds = cfg.train.seed_list
+    shared = set(getattr(cfg.train, "shared_stages", None) or [])
+    first_seed: dict[tuple[str, str, str, str], str] = {}  # (variant, paradigm, domain, stage) -> first seed's id
     for seed in seeds:
         for variant in cfg.variants:
             if seed != seeds[0] and not seeds_all(variant):
@@ -122,11 +128,17 @@ def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], finge
                 for domain in domains:
                     parent, first = base_id, True
                     for stage in cfg.train.stages:
+                        key = (variant.name, paradigm, domain, stage)
+                        if seed != seeds[0] and stage in shared:  # train.shared_stages: the first seed's checkpoint
+                            parent, first = first_seed[key], False
+                            continue
                         coords = {"paradigm": paradigm, "domain": domain, "period": stage, "variant": variant.name}
                         parents = [(parent, "init" if first else "previous_stage")]
                         sid = registry.make_id(coords, "trained", parents, stage_params(cfg, variant, paradigm, stage),
                                                chash, seed)
                         plans.append(StagePlan(variant.name, paradigm, domain, stage, sid, parent, first, seed))
+                        if seed == seeds[0]:
+                            first_seed[key] = sid
                         parent, first = sid, False
     return plans
 

@@ -25,10 +25,14 @@ PAIR_COLUMNS = ["paradigm", "domain_i", "domain_j", "cosine", "sign_dissimilarit
                 "id_i", "id_j", "base_i", "base_j"]
 
 
-def _trained(registry: Any, paradigm: str, variant: str) -> pd.DataFrame:
+def _trained(registry: Any, paradigm: str, variant: str, seed: int | None = None) -> pd.DataFrame:
+    """The trained checkpoints of a row, one per (domain, period): the first training seed's
+    replicate (with ``train.shared_stages`` its shared stages carry that seed too), else the newest."""
     ck = registry.query(paradigm=paradigm, variant=variant, kind="trained")
     if ck.empty:
         return ck
+    if seed is not None and "seed" in ck.columns and (ck["seed"] == seed).any():
+        ck = ck[ck["seed"] == seed]
     return ck.sort_values("created").drop_duplicates(["domain", "period"], keep="last")
 
 
@@ -37,7 +41,7 @@ def task_vector_norms(cfg: GridConfig, registry: Any, prepared: "PreparedDataset
     """L1 (and L2, mean |.|) of every trained checkpoint's task vector (Figure 2)."""
     rows = []
     for paradigm in paradigms or list(cfg.paradigms):
-        ck = _trained(registry, paradigm, variant)
+        ck = _trained(registry, paradigm, variant, cfg.train.seed)
         bases: dict[str, tuple[str, dict]] = {}
         for _, r in ck.iterrows():
             if r["domain"] not in bases:
@@ -56,7 +60,7 @@ def pairwise_diagnostics(cfg: GridConfig, registry: Any, prepared: "PreparedData
     last = cfg.train.stages[-1]
     rows = []
     for paradigm in paradigms or list(cfg.paradigms):
-        ck = _trained(registry, paradigm, variant)
+        ck = _trained(registry, paradigm, variant, cfg.train.seed)
         ck = ck[ck["period"] == last].set_index("domain")["id"].to_dict()
         tvs, base_ids = {}, {}
         for d, cid in ck.items():

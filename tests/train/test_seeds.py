@@ -109,3 +109,44 @@ def test_every_replicate_is_evaluated_on_the_same_users(built) -> None:
     pop = reg.results(paradigm="popular", split=cfg.eval.split, group="all", metric="recall@10")
     assert len(pop) == 2  # most-popular: once per domain
     assert (rows["ci_low"] <= rows["value"]).all() and (rows["value"] <= rows["ci_high"]).all()
+
+
+def test_shared_stages_config() -> None:
+    t = build(TrainConfig, {"seeds": [0, 1], "shared_stages": ["pretrain"]})
+    assert t.shared_stages == ["pretrain"]
+    for bad in (["p1"], ["pretrain", "p2"], ["pretrain", "p1", "p2"]):  # not leading, or nothing left per seed
+        with pytest.raises(ConfigError, match="shared_stages"):
+            build(TrainConfig, {"seeds": [0, 1], "shared_stages": bad})
+
+
+def test_shared_pretrain_is_planned_once_and_every_replicate_continues_from_it(tmp_path) -> None:
+    plain = F.make_cfg(tmp_path / "a", train={**TRAIN, "seeds": [0, 1]}, variants=[{"name": "default"}, ORBIT])
+    shared = F.make_cfg(tmp_path / "a", train={**TRAIN, "seeds": [0, 1], "shared_stages": ["pretrain"]},
+                        variants=[{"name": "default"}, ORBIT])
+    reg = open_registry(plain.registry)
+    p_plain = plan_stages(plain, reg, "b" * 64, ["A", "B"], "fp")
+    p_shared = plan_stages(shared, reg, "b" * 64, ["A", "B"], "fp")
+    key = lambda s: (s.seed, s.variant, s.paradigm, s.domain, s.stage)  # noqa: E731
+    seed0 = {key(s): s.id for s in p_plain if s.seed == 0}
+    assert {key(s): s.id for s in p_shared if s.seed == 0} == seed0  # the first replicate is unchanged
+    ones = [s for s in p_shared if s.seed == 1]
+    assert {s.stage for s in ones} == {"p1", "p2"}  # no pretrain of its own
+    for s in ones:
+        if s.stage == "p1":  # continues from the first seed's pretrain of the same cell
+            assert not s.first and s.parent_id == seed0[(0, s.variant, s.paradigm, s.domain, "pretrain")]
+    plain_ones = {key(s): s.id for s in p_plain if s.seed == 1}
+    assert not {s.id for s in ones} & set(plain_ones.values())  # other lineage, other ids
+    assert len(p_shared) == len(p_plain) - 2  # one pretrain per domain less (default row, seed 1)
+
+
+def test_a_build_with_shared_pretrain_trains_it_once(tmp_path) -> None:
+    cfg = F.make_cfg(tmp_path, train={**TRAIN, "seeds": [0, 1], "shared_stages": ["pretrain"]})
+    res = build_grid(cfg, progress=False)
+    reg = open_registry(cfg.registry)
+    trained = reg.query(kind="trained")
+    assert len(trained[trained["period"] == "pretrain"]) == 2 and set(trained[trained["period"] == "pretrain"]["seed"]) == {0}
+    assert len(trained[(trained["seed"] == 1)]) == 2 * 2  # p1 and p2 of domains A and B
+    a, b = reg.load(res.final_ids(seed=0)[("toy", "A")]), reg.load(res.final_ids(seed=1)[("toy", "A")])
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # the replicates still differ after p1 and p2
+    p1 = res.seed_ids[(1, "default", "toy", "A", "p1")]
+    assert [p[0] for p in reg.get(p1).parents] == [res.seed_ids[(0, "default", "toy", "A", "pretrain")]]
