@@ -66,7 +66,7 @@ class PerUser:
                 self._cache[key] = None
         return self._cache[key]
 
-    def matrix(self, rows: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def matrix(self, rows: "pd.DataFrame | list[Any]", metric: str) -> tuple[np.ndarray, np.ndarray] | None:
         """``(user_idx, values [n_rows, n_columns])`` of ``metric``, rows in the given order, columns aligned.
 
         A column is one evaluated example (a user may have several, see :func:`occurrence_keys`);
@@ -74,7 +74,7 @@ class PerUser:
         so normally none is). None when a row has no per-user values or lacks the metric.
         """
         frames = []
-        for _, r in rows.iterrows():
+        for r in (rows.to_dict("records") if isinstance(rows, pd.DataFrame) else rows):
             f = self.frame(r)
             if f is None or metric not in f.columns:
                 return None

@@ -215,7 +215,7 @@ def cross_domain_cells(registry: Any, metric: str, group: str = "all") -> tuple[
 
 
 def _user_pairs(pu: PerUser, merged: Any, single: Any, metric: str) -> tuple[np.ndarray, np.ndarray] | None:
-    m = pu.matrix(pd.DataFrame([merged, single]), metric)
+    m = pu.matrix([merged, single], metric)
     if m is None:
         return None
     return m[1][0], m[1][1], m[0]
