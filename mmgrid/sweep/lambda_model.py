@@ -20,7 +20,7 @@ from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError
 from mmgrid.sweep.regression import LinearFit, NewDomainAnswer, fit_linear, leave_one_out, predict_new_domain, spearman
 from mmgrid.sweep.selection import lambda_stars
-from mmgrid.sweep.temporal import COLUMNS, sweep_domain, temporal_results
+from mmgrid.sweep.temporal import COLUMNS, run_cells, sweep_domain, temporal_results
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import PreparedDataset
@@ -164,12 +164,13 @@ def extension_points(lambdas: list[float], star: float, step: float, n: int, lo:
 
 
 def extend_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", evaluator_factory: Any = None,
-                    max_rounds: int = 20) -> pd.DataFrame:
+                    max_rounds: int = 20, executor: Any = None) -> pd.DataFrame:
     """Extend each domain's lambda grid while its lambda* sits on an edge (``sweeps.temporal.extend_steps``).
 
     A domain whose lambda* (seed-averaged, unsmoothed, any user group) is the grid's first or last point
     gets ``extend_steps`` more points beyond that edge, evaluated on every training seed's replicate;
     repeated until no lambda* sits on an edge or the bounds ``extend_min`` / ``extend_max`` are reached.
+    With an ``executor``, each round's (domain, seed) cells run as jobs (as in :func:`run_temporal`).
 
     Returns:
         The rows of the new evaluations (:data:`mmgrid.sweep.temporal.COLUMNS`); empty when off.
@@ -193,7 +194,7 @@ def extend_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
                 todo[str(d)] = new
         if not todo:
             break
-        for d, lams in todo.items():
-            for s in seeds:
-                rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory, lambdas=lams, seed=s)
+        cells = [(s, d) for d in todo for s in seeds]
+        rows += run_cells(cfg, registry, prepared, cells, executor, evaluator_factory, lambdas=todo,
+                          desc="temporal sweep: extending past an edge")
     return pd.DataFrame(rows, columns=COLUMNS)

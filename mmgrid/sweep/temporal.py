@@ -17,6 +17,7 @@ replicate (``train.seeds``): the same users, each seed's own t1 and t2.
 from __future__ import annotations
 
 import json
+from concurrent.futures import wait
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -170,11 +171,41 @@ def _store_point(registry: Any, theta1: dict, ck2: Any, p1: str, p2: str, lam: f
     return registry.put(state, coords, "merged", parents=parents, params=params, files=ck2.files, meta=meta)
 
 
-def sweep_domain_job(grid: dict[str, Any], domain: str, seed: int | None = None) -> list[dict[str, Any]]:
-    """Executor entry point (JSON in, JSON out): one domain's sweep (one seed's replicate) in a worker process."""
+def sweep_domain_job(grid: dict[str, Any], domain: str, seed: int | None = None,
+                     lambdas: list[float] | None = None) -> list[dict[str, Any]]:
+    """Executor entry point (JSON in, JSON out): one domain's sweep (one seed's replicate; ``lambdas``
+    instead of the configured grid, e.g. an extension past an edge) in a worker process."""
     cfg = grid_from_dict(grid)
     reg = Registry.open(cfg.registry, index=False)
-    return sweep_domain(cfg, reg, load_prepared(cfg.prepared), domain, seed=seed)
+    return sweep_domain(cfg, reg, load_prepared(cfg.prepared), domain, lambdas=lambdas, seed=seed)
+
+
+def run_cells(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", cells: list[tuple[int, str]],
+              executor: "Executor | None" = None, evaluator_factory: EvaluatorFactory | None = None,
+              lambdas: dict[str, list[float]] | None = None, desc: str = "temporal sweep") -> list[dict[str, Any]]:
+    """Sweep every (seed, domain) cell, here in order or as one executor job each; rows in cell order.
+
+    ``lambdas``: per domain, the points to evaluate instead of the configured grid. With an executor the
+    driver indexes what the jobs recorded (``registry.sync()``) before returning; the rows and records
+    do not depend on where the jobs ran."""
+    rows: list[dict[str, Any]] = []
+    lams = lambdas or {}
+    if executor is None or evaluator_factory is not None:
+        for seed, d in _progress(cells, desc):
+            rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory, lambdas=lams.get(d), seed=seed)
+        return rows
+    grid = cfg.to_dict()
+    futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job",
+                                {"grid": grid, "domain": d, "seed": seed, "lambdas": lams.get(d)},
+                                name=f"temporal:{d}:seed={seed}")) for seed, d in cells]
+    try:
+        for f in _progress(futs, desc):
+            rows += f.result()
+    finally:
+        wait(futs)  # index what finished even when a job failed
+        if hasattr(registry, "sync"):
+            registry.sync()
+    return rows
 
 
 def run_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
@@ -196,19 +227,8 @@ def run_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ex
     unknown = [d for d in domains if d not in prepared.domains]
     if unknown:
         raise ConfigError(f"sweeps.temporal.domains: {unknown} not in the prepared dataset ({prepared.domains}).")
-    rows: list[dict[str, Any]] = []
     cells = [(seed, d) for seed in cfg.train.seed_list for d in domains]
-    if executor is None or evaluator_factory is not None:
-        for seed, d in _progress(cells, "temporal sweep"):
-            rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory, seed=seed)
-    else:
-        grid = cfg.to_dict()
-        futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job", {"grid": grid, "domain": d, "seed": seed},
-                                    name=f"temporal:{d}:seed={seed}")) for seed, d in cells]
-        for f in _progress(futs, "temporal sweep"):
-            rows += f.result()
-        if hasattr(registry, "sync"):
-            registry.sync()
+    rows = run_cells(cfg, registry, prepared, cells, executor, evaluator_factory)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
