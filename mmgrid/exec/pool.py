@@ -37,8 +37,10 @@ the jobs still waiting, and nothing hangs.
 
 from __future__ import annotations
 
+import copyreg
 import multiprocessing
 import os
+import pickle
 import queue
 import sys
 import threading
@@ -69,7 +71,7 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _init_worker(env: dict[str, str], quiet: bool | None) -> None:
+def _init_worker(env: dict[str, str]) -> None:
     """Set up one worker process before its first job (see the module docstring)."""
     unset = [k for k in _THREAD_ENV if k not in os.environ]
     for k in unset:
@@ -78,10 +80,35 @@ def _init_worker(env: dict[str, str], quiet: bool | None) -> None:
     torch = sys.modules.get("torch")  # imported already (by the driver's __main__ script): env came too late
     if torch is not None and "OMP_NUM_THREADS" in unset:
         torch.set_num_threads(1)
-    if quiet is not None:  # the driver's set_quiet() override
-        from mmgrid.runtime.progress import set_quiet
 
-        set_quiet(quiet)
+
+def _rebuild_exception(cls: type, args: tuple, state: dict[str, Any]) -> BaseException:
+    """An exception of ``cls`` with ``args`` and attributes ``state``, without calling its ``__init__``."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+def _reduce_exception(exc: BaseException) -> tuple:
+    return _rebuild_exception, (type(exc), exc.args, dict(exc.__dict__))
+
+
+def _run_pooled(job_json: str, cwd: str, *dep_results: Any) -> Any:
+    """Body of every pool job: :func:`run_in_worker`, with its error made to reach the driver.
+
+    An exception whose ``__init__`` takes other arguments than its message (most of
+    mmgrid's named errors) does not unpickle in the driver, and the pool would take that
+    for a dead worker; such a type is pickled by its args and attributes instead.
+    """
+    try:
+        return run_in_worker(job_json, cwd, *dep_results)
+    except BaseException as exc:
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:  # noqa: BLE001 - any failure to round-trip: pickle it field by field
+            copyreg.pickle(type(exc), _reduce_exception)
+        raise
 
 
 @dataclass(eq=False)
@@ -120,12 +147,10 @@ class ProcessExecutor:
         self._pool_broken = False  # a worker of self._pool died: the next job gets a fresh pool
         self._thread: threading.Thread | None = None
         self._closed = False
-        from mmgrid.runtime.progress import quiet_override
-
+        # MMGRID_QUIET (set by `mmgrid --quiet`) comes with the environment; a set_quiet() call does not
         self._worker_env = {PROGRESS_ENV: os.environ.get(PROGRESS_ENV, "lines")}
         if "MMGRID_QUIET" in os.environ:
             self._worker_env["MMGRID_QUIET"] = os.environ["MMGRID_QUIET"]
-        self._quiet = quiet_override()  # the driver's set_quiet(), if any
 
     # ---- the driver's side -------------------------------------------------------------
 
@@ -201,12 +226,19 @@ class ProcessExecutor:
                     items.append(self._events.get_nowait())
                 except queue.Empty:
                     break
-            for item in items:
-                if item is _STOP:
-                    stop = True
-                elif item is not None:
-                    self._finish(*item)
-            self._dispatch()
+            try:
+                for item in items:
+                    if item is _STOP:
+                        stop = True
+                    elif item is not None:
+                        self._finish(*item)
+                self._dispatch()
+            except BaseException as exc:  # noqa: BLE001 - a fault here must fail the waiting jobs, not hang them
+                with self._lock:
+                    waiting, self._waiting = self._waiting, []
+                for e in waiting:
+                    if e.future.set_running_or_notify_cancel():
+                        e.future.set_exception(exc)
             if stop:
                 with self._lock:
                     idle = not self._waiting
@@ -261,7 +293,7 @@ class ProcessExecutor:
             self._start(e)
 
     def _start(self, e: _Entry) -> None:
-        args = (run_in_worker, e.job_json, e.cwd, *[d.result() for d in e.deps])
+        args = (_run_pooled, e.job_json, e.cwd, *[d.result() for d in e.deps])
         try:
             try:
                 pool = self._ensure_pool()
@@ -285,7 +317,7 @@ class ProcessExecutor:
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(self._worker_env, self._quiet),
+                initargs=(self._worker_env,),
             )
         return self._pool
 

@@ -36,11 +36,6 @@ def set_quiet(quiet: bool | None) -> None:
     _OVERRIDE = quiet
 
 
-def quiet_override() -> bool | None:
-    """The value given to :func:`set_quiet` (None: the environment decides)."""
-    return _OVERRIDE
-
-
 def plain_lines() -> bool:
     """Whether ``MMGRID_PROGRESS=lines`` asks for plain lines even on a terminal."""
     return os.environ.get("MMGRID_PROGRESS", "").strip().lower() == "lines"

@@ -72,3 +72,10 @@ def die() -> None:
     import signal
 
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def unknown_name(name: str) -> None:
+    """Raise a named error whose __init__ takes other arguments than its message."""
+    from mmgrid.errors import UnknownNameError
+
+    raise UnknownNameError("paradigm", name, ["emb", "semid", "text"])

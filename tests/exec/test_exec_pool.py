@@ -247,3 +247,42 @@ def test_build_with_two_workers_equals_in_process(
     (r1, b1), (r2, b2) = out[1], out[2]
     assert r2.base_id == r1.base_id and r2.ids == r1.ids
     assert b2 == b1 and all(b1.values())
+
+
+def test_progress_lines_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MMGRID_PROGRESS=lines (set in pool workers) gives plain lines even on a terminal."""
+    import io
+
+    from mmgrid.runtime import progress as P
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    P.set_quiet(False)
+    try:
+        monkeypatch.delenv("MMGRID_PROGRESS", raising=False)
+        assert not isinstance(P.progress(total=4, file=Terminal()), P.PlainProgress)  # a tqdm bar
+        monkeypatch.setenv("MMGRID_PROGRESS", "lines")
+        out = Terminal()
+        bar = P.progress(total=4, desc="emb/Books/p1", unit="step", file=out, min_interval=0.0)
+        assert isinstance(bar, P.PlainProgress)
+        for _ in range(4):
+            bar.update(1)
+        lines = out.getvalue().splitlines()
+        assert [line.split("%")[0].split()[-1] for line in lines] == ["25", "50", "75", "100"]
+        assert all(line.startswith("emb/Books/p1:") for line in lines)
+    finally:
+        P.set_quiet(None)
+
+
+def test_named_errors_reach_the_driver_intact(pool: ProcessExecutor) -> None:
+    """An error whose __init__ takes more than a message (UnknownNameError(kind, name, known))
+    arrives as itself, and does not break the pool (other jobs are unaffected)."""
+    from mmgrid.errors import UnknownNameError
+
+    slow = pool.submit(Job(f"{T}:stamp", {"delay": 1.0}))
+    err = pool.submit(Job(f"{T}:unknown_name", {"name": "emd"})).exception(timeout=WAIT)
+    assert type(err) is UnknownNameError and (err.kind, err.name, err.known) == ("paradigm", "emd", ("emb", "semid", "text"))
+    assert str(err) == str(UnknownNameError("paradigm", "emd", ["emb", "semid", "text"]))  # as raised here
+    assert slow.result(timeout=WAIT)["end"] > 0
