@@ -286,3 +286,15 @@ def test_named_errors_reach_the_driver_intact(pool: ProcessExecutor) -> None:
     assert type(err) is UnknownNameError and (err.kind, err.name, err.known) == ("paradigm", "emd", ("emb", "semid", "text"))
     assert str(err) == str(UnknownNameError("paradigm", "emd", ["emb", "semid", "text"]))  # as raised here
     assert slow.result(timeout=WAIT)["end"] > 0
+
+
+def test_validate_warns_where_workers_do_not_apply() -> None:
+    from mmgrid.config import load_grid
+    from mmgrid.exec.validate import check_scale
+
+    def warned(*overrides: str) -> list[str]:
+        return [w for w in check_scale(load_grid("demo", list(overrides))) if "exec.workers" in w]
+
+    assert warned("exec.workers=4") == []  # local, cpu: what it is for
+    assert any("local executor only" in w for w in warned("exec.workers=4", "exec.executor=ray"))
+    assert any("share the GPU" in w for w in warned("exec.workers=2", "train.device=cuda"))
