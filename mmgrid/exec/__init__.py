@@ -2,9 +2,10 @@
 
 - :mod:`mmgrid.exec.base`: ``Job`` (a function's dotted path, kwargs, resources),
   ``Executor.submit(job, deps) -> Future``, ``LocalExecutor``, ``get_executor``.
+- :mod:`mmgrid.exec.pool`: ``ProcessExecutor`` (a pool of local worker processes, ``exec.workers``).
 - :mod:`mmgrid.exec.ray`: ``RayExecutor`` (extra ``mmgrid[ray]``).
 - :mod:`mmgrid.exec.dag`: ``Dag`` and ``run_dag`` (submits in order, syncs the registry).
-- :mod:`mmgrid.exec.args`: ``--executor`` / ``--address`` for commands.
+- :mod:`mmgrid.exec.args`: ``--executor`` / ``--workers`` / ``--address`` for commands.
 - :mod:`mmgrid.exec.ddp`: torchrun helpers for one training job (rank seeding, sharding).
 
 Importing this package imports neither torch nor ray.
@@ -13,6 +14,7 @@ Importing this package imports neither torch nor ray.
 from mmgrid.exec.args import add_executor_args, executor_from_args, executor_from_config, job_resources
 from mmgrid.exec.base import Executor, Job, LocalExecutor, get_executor, release_gpu_memory, run_job
 from mmgrid.exec.dag import Dag, JobFailedError, Node, run_dag, submit_dag, sync_registry
+from mmgrid.exec.pool import ProcessExecutor, WorkerDiedError
 
 __all__ = [
     "Dag",
@@ -21,6 +23,8 @@ __all__ = [
     "JobFailedError",
     "LocalExecutor",
     "Node",
+    "ProcessExecutor",
+    "WorkerDiedError",
     "add_executor_args",
     "executor_from_args",
     "executor_from_config",

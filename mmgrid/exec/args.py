@@ -1,4 +1,4 @@
-"""Command-line helpers: ``--executor`` / ``--address`` for any command that runs jobs.
+"""Command-line helpers: ``--executor`` / ``--workers`` / ``--address`` for any command that runs jobs.
 
 In a command's ``register``::
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any, Literal
 
-from mmgrid.exec.base import Executor, LocalExecutor, get_executor
+from mmgrid.exec.base import Executor, get_executor
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.config import GridConfig
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def add_executor_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--executor {local,ray}``, ``--address ADDR`` and ``--num-cpus N`` to ``parser``."""
+    """Add ``--executor {local,ray}``, ``--workers N``, ``--address ADDR`` and ``--num-cpus N`` to ``parser``."""
     g = parser.add_argument_group("execution")
     g.add_argument(
         "--executor",
@@ -30,6 +30,15 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="where jobs run: local (this process, the default) or ray (needs mmgrid[ray]); "
         "overrides the grid's exec.executor",
+    )
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="local executor: run N jobs side by side in N worker processes (0: one per CPU; 1: one at a time "
+        "in this process). Pays for many single-threaded jobs; every worker loads its own data, so memory grows "
+        "with N. Results and checkpoint ids do not depend on it. Overrides the grid's exec.workers",
     )
     g.add_argument(
         "--address",
@@ -43,30 +52,41 @@ def add_executor_args(parser: argparse.ArgumentParser) -> None:
 def executor_from_args(args: argparse.Namespace, cfg: "GridConfig") -> Executor:
     """The executor the command line and the grid's ``exec:`` section ask for.
 
-    Command-line flags win over the grid file. A Ray executor is told the grid's registry
-    so that :func:`mmgrid.exec.dag.run_dag` syncs its index on the driver.
+    Command-line flags win over the grid file. A Ray executor or a local process pool is told
+    the grid's registry so that :func:`mmgrid.exec.dag.run_dag` syncs its index on the driver.
     """
     return executor_from_config(
         cfg,
         kind=getattr(args, "executor", None),
         address=getattr(args, "address", None),
         num_cpus=getattr(args, "num_cpus", None),
+        workers=getattr(args, "workers", None),
     )
 
 
 def executor_from_config(
-    cfg: "GridConfig", kind: str | None = None, address: str | None = None, num_cpus: int | None = None
+    cfg: "GridConfig",
+    kind: str | None = None,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    workers: int | None = None,
 ) -> Executor:
-    """The executor of ``cfg.exec``, with any of its settings overridden (None keeps the file's)."""
+    """The executor of ``cfg.exec``, with any of its settings overridden (None keeps the file's).
+
+    Local: ``exec.workers`` 1 gives a :class:`LocalExecutor`, more a
+    :class:`~mmgrid.exec.pool.ProcessExecutor` (0: one process per usable CPU).
+    """
     # lazy: mmgrid.config imports yaml (~0.05 s, -X importtime), which the command-line parser that imports
     # this module must not load
     from mmgrid.config import ExecConfig
     from mmgrid.configtools import check_flag
 
     check_flag("--num-cpus", num_cpus, ExecConfig, "num_cpus", "exec.num_cpus")
+    check_flag("--workers", workers, ExecConfig, "workers", "exec.workers")
     kind = kind or cfg.exec.executor
     if kind == "local":
-        return LocalExecutor()
+        return get_executor("local", workers=workers if workers is not None else cfg.exec.workers,
+                            registry_root=cfg.registry)
     return get_executor(
         kind,
         address or cfg.exec.address,

@@ -19,9 +19,11 @@ from typing import Any, Protocol, Sequence
 
 from mmgrid.errors import ConfigError
 from mmgrid.exec.job import Job, release_gpu_memory, resolve, run_job
+from mmgrid.exec.pool import ProcessExecutor, default_workers
 from mmgrid.exec.ray import RayExecutor  # imports no ray until a RayExecutor is made
 
-__all__ = ["Executor", "Job", "LocalExecutor", "RayExecutor", "get_executor", "release_gpu_memory", "resolve", "run_job"]
+__all__ = ["Executor", "Job", "LocalExecutor", "ProcessExecutor", "RayExecutor", "get_executor", "release_gpu_memory",
+           "resolve", "run_job"]
 
 
 class Executor(Protocol):
@@ -60,16 +62,25 @@ class LocalExecutor:
         self.shutdown()
 
 
-def get_executor(kind: str = "local", address: str | None = None, **kwargs: Any) -> Executor:
+def get_executor(kind: str = "local", address: str | None = None, workers: int = 1, **kwargs: Any) -> Executor:
     """``local`` (default) or ``ray`` (needs the ``mmgrid[ray]`` extra).
 
     Args:
         kind: ``local`` or ``ray``.
         address: Ray cluster address (``auto``, ``ray://host:10001``); None starts a local Ray.
-        **kwargs: passed to :class:`mmgrid.exec.ray.RayExecutor` (``num_cpus``, ``registry_root``).
+        workers: local only (``exec.workers``): 1 runs jobs in this process
+            (:class:`LocalExecutor`), N > 1 in a pool of N processes
+            (:class:`~mmgrid.exec.pool.ProcessExecutor`), 0 in one process per usable CPU.
+        **kwargs: passed to :class:`mmgrid.exec.ray.RayExecutor` (``num_cpus``, ``registry_root``);
+            a process pool takes ``registry_root`` only.
     """
     if kind == "local":
-        return LocalExecutor()
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ConfigError(f"exec.workers: {workers!r}; use 1 (this process), N > 1 processes or 0 (one per CPU).")
+        n = workers or default_workers()
+        if n == 1:
+            return LocalExecutor()
+        return ProcessExecutor(n, registry_root=kwargs.get("registry_root"))
     if kind == "ray":
         return RayExecutor(address=address, **kwargs)
     raise ConfigError(f"unknown executor {kind!r}; use local or ray.")

@@ -1,18 +1,27 @@
 """A job as data: a function's dotted path, JSON-able kwargs and the resources it needs.
 
 :func:`run_job` runs one in this process; the executors (:mod:`mmgrid.exec.base`,
-:mod:`mmgrid.exec.ray`) decide where and when.
+:mod:`mmgrid.exec.pool`, :mod:`mmgrid.exec.ray`) decide where and when. A job that runs in
+another process (a Ray task, a process-pool worker) travels as JSON (:func:`job_to_json`)
+and runs through :func:`run_in_worker`: in worker mode (``MMGRID_REGISTRY_WORKER=1``, so
+``Registry.open`` never touches the SQLite index; the driver syncs it afterwards), in the
+driver's working folder, with its result checked to be JSON-able.
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
+import json
+import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from mmgrid.errors import ConfigError
+
+WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1" inside worker jobs: Registry.open(root) must not touch SQLite
 
 
 @dataclass(frozen=True)
@@ -72,3 +81,52 @@ def release_gpu_memory() -> None:
         return
     gc.collect()  # drop unreachable tensors first so their blocks can be released
     torch.cuda.empty_cache()
+
+
+def job_to_json(job: Job) -> str:
+    """Encode a job for a worker; fails early if its kwargs are not JSON-able."""
+    data = {"fn": job.fn, "kwargs": job.kwargs, "resources": job.resources, "name": job.name, "deps_as": job.deps_as}
+    try:
+        return json.dumps(data)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"job {job.label!r}: kwargs must be JSON-able to run in a worker (Ray, a process pool) ({exc}); pass registry ids, "
+            "paths as strings and plain config dicts, never tensors or objects."
+        ) from exc
+
+
+def job_from_json(text: str) -> Job:
+    """Inverse of :func:`job_to_json`."""
+    return Job(**json.loads(text))
+
+
+@contextmanager
+def _worker_scope(cwd: str) -> Iterator[None]:
+    """Worker-mode registry and the driver's working folder for the duration of one job."""
+    old_env, old_cwd = os.environ.get(WORKER_ENV), os.getcwd()
+    os.environ[WORKER_ENV] = "1"
+    if cwd != old_cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(old_cwd)
+        if old_env is None:
+            os.environ.pop(WORKER_ENV, None)
+        else:
+            os.environ[WORKER_ENV] = old_env
+
+
+def run_in_worker(job_json: str, cwd: str, *dep_results: Any) -> Any:
+    """Body of every Ray task and process-pool job: decode the job, run it in worker mode, check the result."""
+    job = job_from_json(job_json)
+    with _worker_scope(cwd):
+        result = run_job(job, dep_results)
+    try:
+        json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"job {job.label!r} returned a {type(result).__name__}, which is not JSON-able ({exc}); "
+            "jobs return registry ids or small JSON values, never tensors."
+        ) from exc
+    return result

@@ -24,17 +24,16 @@ Inside a task:
 
 from __future__ import annotations
 
-import json
 import os
 import weakref
 from concurrent.futures import Future
-from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from mmgrid.errors import ConfigError
-from mmgrid.exec.job import Job, run_job
+from mmgrid.exec.job import WORKER_ENV, Job, job_from_json, job_to_json, run_in_worker
 
-WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1" inside Ray tasks: Registry.open(root) must not touch SQLite
+# WORKER_ENV, job_to_json, job_from_json and run_in_worker live in mmgrid.exec.job (shared with the process pool)
+__all__ = ["WORKER_ENV", "RayExecutor", "job_from_json", "job_to_json", "run_in_worker"]
 
 
 def _import_ray() -> Any:
@@ -46,55 +45,6 @@ def _import_ray() -> Any:
             "or use --executor local."
         ) from exc
     return ray
-
-
-def job_to_json(job: Job) -> str:
-    """Encode a job for a worker; fails early if its kwargs are not JSON-able."""
-    data = {"fn": job.fn, "kwargs": job.kwargs, "resources": job.resources, "name": job.name, "deps_as": job.deps_as}
-    try:
-        return json.dumps(data)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"job {job.label!r}: kwargs must be JSON-able to run on Ray ({exc}); pass registry ids, "
-            "paths as strings and plain config dicts, never tensors or objects."
-        ) from exc
-
-
-def job_from_json(text: str) -> Job:
-    """Inverse of :func:`job_to_json`."""
-    return Job(**json.loads(text))
-
-
-@contextmanager
-def _worker_scope(cwd: str) -> Iterator[None]:
-    """Worker-mode registry and the driver's working folder for the duration of one job."""
-    old_env, old_cwd = os.environ.get(WORKER_ENV), os.getcwd()
-    os.environ[WORKER_ENV] = "1"
-    if cwd != old_cwd and os.path.isdir(cwd):
-        os.chdir(cwd)
-    try:
-        yield
-    finally:
-        os.chdir(old_cwd)
-        if old_env is None:
-            os.environ.pop(WORKER_ENV, None)
-        else:
-            os.environ[WORKER_ENV] = old_env
-
-
-def run_in_worker(job_json: str, cwd: str, *dep_results: Any) -> Any:
-    """Body of every Ray task: decode the job, run it in worker mode, check the result."""
-    job = job_from_json(job_json)
-    with _worker_scope(cwd):
-        result = run_job(job, dep_results)
-    try:
-        json.dumps(result)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"job {job.label!r} returned a {type(result).__name__}, which is not JSON-able ({exc}); "
-            "jobs return registry ids or small JSON values, never tensors."
-        ) from exc
-    return result
 
 
 class RayExecutor:

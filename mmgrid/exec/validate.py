@@ -81,6 +81,12 @@ def _check_exec(cfg: "GridConfig") -> list[str]:
     ex, out = cfg.exec, []
     if ex.executor == "ray" and importlib.util.find_spec("ray") is None:
         out.append("exec.executor is ray but Ray is not installed: pip install 'mmgrid[ray]'.")
+    if ex.workers != 1 and ex.executor != "local":
+        out.append(f"exec.workers is {ex.workers} but exec.executor is {ex.executor}: workers apply to the local "
+                   "executor only (Ray schedules by exec.num_cpus_per_job).")
+    if ex.executor == "local" and ex.workers > 1 and cfg.train.device == "cuda":
+        out.append(f"exec.workers is {ex.workers} with train.device cuda: the local workers would share the GPU, "
+                   "each with its own CUDA context; use 1, or Ray with exec.num_gpus_per_train.")
     gpus = max(ex.num_gpus_per_train, ex.num_gpus_per_eval)
     if gpus > 0 and cfg.train.device == "cpu":
         out.append("exec asks for GPUs per job but train.device is cpu: the GPUs would sit idle.")

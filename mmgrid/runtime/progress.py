@@ -8,6 +8,10 @@ One helper, :func:`progress`, used everywhere: it returns a bar with ``update``,
   25 / 50 / 75 % (each at least ``min_interval`` seconds after the previous line) and one
   at the end, each with the count, the rate, the elapsed time and the ETA
   (``elapsed * (total - done) / done``); nothing is printed between them.
+* ``MMGRID_PROGRESS=lines``: the plain lines even on a terminal. The local process pool
+  (:class:`mmgrid.exec.pool.ProcessExecutor`) sets it in its workers, whose jobs share the
+  driver's terminal: the driver's overall bar plus a few lines per job, no bars drawn over
+  each other. Unset (or any other value): chosen by the terminal as above.
 * quiet: nothing at all. Quiet is on under ``mmgrid --quiet`` (which sets ``MMGRID_QUIET=1``,
   so executor workers inherit it), when ``MMGRID_QUIET`` is set to a true value, and in tests
   (pytest sets ``PYTEST_CURRENT_TEST``); :func:`set_quiet` overrides all three.
@@ -30,6 +34,11 @@ def set_quiet(quiet: bool | None) -> None:
     """Force quiet on (True) or off (False); None goes back to the environment's choice."""
     global _OVERRIDE
     _OVERRIDE = quiet
+
+
+def plain_lines() -> bool:
+    """Whether ``MMGRID_PROGRESS=lines`` asks for plain lines even on a terminal."""
+    return os.environ.get("MMGRID_PROGRESS", "").strip().lower() == "lines"
 
 
 def is_quiet() -> bool:
@@ -166,7 +175,7 @@ def progress(iterable: Iterable[Any] | None = None, *, total: int | None = None,
     if not enabled or is_quiet():
         return _Silent(iterable)
     out = file or sys.stderr
-    if getattr(out, "isatty", lambda: False)():
+    if getattr(out, "isatty", lambda: False)() and not plain_lines():
         return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave, file=out, dynamic_ncols=True)
     return PlainProgress(iterable, total=total, desc=desc, unit=unit, min_interval=min_interval, file=file)
 
@@ -175,7 +184,7 @@ def note(msg: str, enabled: bool = True) -> None:
     """A one-line message that keeps terminal bars intact (tqdm.write); silent when quiet."""
     if not enabled or is_quiet():
         return
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and not plain_lines():
         tqdm.write(msg, file=sys.stderr)
     else:
         print(msg, file=sys.stderr, flush=True)

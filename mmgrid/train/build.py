@@ -16,6 +16,7 @@ before this is called: every command does that; a script calling ``build_grid`` 
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -24,7 +25,8 @@ from typing import Any
 from mmgrid.config import GridConfig
 from mmgrid.configtools import to_dict
 from mmgrid.errors import DataError
-from mmgrid.exec.base import Job, get_executor
+from mmgrid.exec.args import executor_from_config
+from mmgrid.exec.base import Job
 from mmgrid.runtime.context import open_prepared, open_registry
 from mmgrid.runtime.device import set_threads
 from mmgrid.runtime.plan import BuildResult, StagePlan, grid_domains, plan_stages
@@ -41,7 +43,9 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
 
     Args:
         cfg: a ``GridConfig`` that passed :func:`mmgrid.validate.validate_grid`.
-        executor: an ``mmgrid.exec`` executor (default: ``get_executor(cfg.exec.executor)``).
+        executor: an ``mmgrid.exec`` executor (default: the grid's ``exec:`` section,
+            :func:`mmgrid.exec.args.executor_from_config`: in this process, a local pool of
+            ``exec.workers`` processes, or Ray).
         progress: show progress bars.
 
     Returns:
@@ -62,13 +66,22 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
     result = BuildResult(base_id, plans)
     had = {p.id for p in plans if registry.has(p.id)}
     owned = executor is None
-    executor = executor or get_executor(cfg.exec.executor, cfg.exec.address)
+    executor = executor or executor_from_config(cfg)
     config = _absolute(cfg)
     futures: dict[str, Future] = {}
     # overall ETA: stages still to train, done / total with an elapsed-based ETA
     several = len(cfg.train.seed_list) > 1
     overall = progress_bar(total=len(plans) - len(had), desc="build", unit="stage", enabled=progress, leave=True,
                            min_interval=0.0)
+    ticked: set[str] = set()
+    lock = threading.Lock()
+
+    def tick(stage_id: str) -> None:  # one bar step per stage, whichever thread gets there first
+        with lock:
+            if stage_id not in ticked:
+                ticked.add(stage_id)
+                overall.update(1)
+
     try:
         for p in plans:
             job = Job(JOB_FN, {"config": config, "variant": p.variant, "paradigm": p.paradigm, "domain": p.domain,
@@ -78,14 +91,22 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
                       name=f"{p.variant}/{p.paradigm}/{p.domain}/{p.stage}" + (f"/seed={p.seed}" if several else ""))
             deps = [] if p.first else [futures[p.parent_id]]
             futures[p.id] = executor.submit(job, deps)
-            if p.id not in had:
-                futures[p.id].add_done_callback(lambda _f: overall.update(1))
+            if p.id not in had:  # runs on the executor's thread (pool, Ray) or here (local)
+                futures[p.id].add_done_callback(lambda _f, pid=p.id: tick(pid))
         errors = [f.exception() for f in futures.values() if f.exception() is not None]
+        for p in plans:  # a future is done before its callbacks have run: count what they have not yet
+            if p.id not in had:
+                tick(p.id)
+    except BaseException:  # Ctrl-C: drop the jobs that have not started (pool, Ray) before shutting down
+        cancel = getattr(executor, "cancel", None)
+        if cancel is not None:
+            cancel()
+        raise
     finally:
         overall.close()
         if owned:
             executor.shutdown()
-        registry.sync()  # workers (Ray) write manifests only; the driver indexes them
+        registry.sync()  # workers (Ray, a process pool) write manifests only; the driver indexes them
     if errors:
         raise errors[0]
     result.cached = [p.id for p in plans if p.id in had]

@@ -50,3 +50,32 @@ def put_checkpoint(root: str, domain: str, value: float) -> dict[str, Any]:
     coords = {"paradigm": "toy", "domain": domain, "period": "p1", "variant": "default"}
     cid = reg.put({"w": torch.full((2, 2), value)}, coords, "trained", seed=0, config_hash="toy")
     return {"id": cid, "indexed": reg.indexed, "sqlite": (Path(root) / "index.sqlite").exists()}
+
+
+def stamp(delay: float, marker: str = "") -> dict[str, Any]:
+    """Sleep ``delay`` seconds; return when this ran (wall clock) and where (pid); write ``marker`` if given."""
+    start = time.time()
+    time.sleep(delay)
+    if marker:
+        Path(marker).write_text("ran")
+    return {"start": start, "end": time.time(), "pid": os.getpid()}
+
+
+def worker_env() -> dict[str, Any]:
+    """What a process-pool worker sets up around a job (see mmgrid.exec.pool)."""
+    keys = ("MMGRID_REGISTRY_WORKER", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MMGRID_PROGRESS", "MMGRID_QUIET")
+    return {k: os.environ.get(k) for k in keys} | {"cwd": os.getcwd(), "pid": os.getpid()}
+
+
+def die() -> None:
+    """The worker process is killed (SIGKILL), as by the out-of-memory killer."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def unknown_name(name: str) -> None:
+    """Raise a named error whose __init__ takes other arguments than its message."""
+    from mmgrid.errors import UnknownNameError
+
+    raise UnknownNameError("paradigm", name, ["emb", "semid", "text"])
