@@ -103,6 +103,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     from mmgrid.data.stats import format_stats
     from mmgrid.data.world_files import write_world
     from mmgrid.eval.grid import evaluate_and_tabulate
+    from mmgrid.exec.args import executor_from_config
     from mmgrid.registry.api import Registry
     from mmgrid.sweep.crossdomain import run_cross_domain
     from mmgrid.sweep.lambda_model import extend_temporal, predict_lambda
@@ -122,16 +123,23 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     with _step("prepare", timings):
         prepared = prepare(cfg)
         print(format_stats(prepared.stats()))
-    with _step("build", timings):
-        build_grid(cfg)
-    reg = Registry.open(cfg.registry)
-    with _step("baselines (Table 2)", timings):
-        print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared))
-    with _step("temporal sweep", timings):
-        run_temporal(cfg, reg, prepared)
-        extend_temporal(cfg, reg, prepared)  # sweeps.temporal.extend_steps: grow the grid past an edge lambda*
-    with _step("cross-domain sweep", timings):
-        run_cross_domain(cfg, reg, prepared)
+    # one executor for every step (exec.workers: the demo grid uses one worker process per CPU),
+    # so the workers start once and keep their loaded data between steps
+    executor = executor_from_config(cfg)
+    try:
+        with _step("build", timings):
+            build_grid(cfg, executor=executor)
+        reg = Registry.open(cfg.registry)
+        with _step("baselines (Table 2)", timings):
+            print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared, executor=executor))
+        with _step("temporal sweep", timings):
+            run_temporal(cfg, reg, prepared, executor=executor)
+            # sweeps.temporal.extend_steps: grow the grid past an edge lambda*
+            extend_temporal(cfg, reg, prepared, executor=executor)
+        with _step("cross-domain sweep", timings):
+            run_cross_domain(cfg, reg, prepared, executor=executor)
+    finally:
+        executor.shutdown()
     with _step("lambda* prediction", timings):
         predict_lambda(cfg, reg, prepared)
     with _step("report", timings):

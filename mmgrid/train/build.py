@@ -89,6 +89,10 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
                                "progress": progress, "seed": p.seed},
                       resources={"num_cpus": 1, "num_gpus": cfg.exec.num_gpus_per_train},
                       name=f"{p.variant}/{p.paradigm}/{p.domain}/{p.stage}" + (f"/seed={p.seed}" if several else ""))
+            if p.id in had:  # stored: no job (a pool or Ray would start workers just to answer a cache hit)
+                futures[p.id] = Future()
+                futures[p.id].set_result(p.id)
+                continue
             deps = [] if p.first else [futures[p.parent_id]]
             futures[p.id] = executor.submit(job, deps)
             if p.id not in had:  # runs on the executor's thread (pool, Ray) or here (local)
