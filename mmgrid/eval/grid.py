@@ -221,28 +221,35 @@ def run_eval_jobs(cfg: Any, reg: Any, executor: Any, todo: dict[tuple[int, str, 
     bar = progress_bar(total=len(jobs), desc="evaluate", unit="job", enabled=progress, leave=True, min_interval=0.0)
     results: dict[tuple[str, str, str, int], Any] = {}
     retention: dict[tuple[str, str, str], Any] = {}
-    for job, fut in zip(jobs, futures):
-        got = fut.result()
-        if job.fn == POPULAR_JOB:
-            out.popular[job.kwargs["domain"]] = got
-        else:
-            for seed, variant, paradigm, domain, res in got["results"]:
-                results[(variant, paradigm, domain, int(seed))] = res
-                if progress:
-                    print(eval_line(cfg, (int(seed), variant, paradigm, domain), res), flush=True)
-            retention.update({(v, p, d): ret for v, p, d, ret in got["retention"]})
-            if got["matrix"] is not None:
-                out.matrices[(job.kwargs["paradigm"], job.kwargs["domain"])] = got["matrix"]
-        bar.update(1)
-    bar.close()
-    if hasattr(reg, "sync"):
-        reg.sync()
+    try:
+        for job, fut in zip(jobs, futures):
+            _collect(cfg, job, fut.result(), out, results, retention, progress)
+            bar.update(1)
+    finally:  # what finished jobs recorded is indexed even when one failed
+        bar.close()
+        if hasattr(reg, "sync"):
+            reg.sync()
     for seed, variant, paradigm, domain in todo:  # the in-process loop's order
         out.results[(variant, paradigm, domain, seed)] = results[(variant, paradigm, domain, seed)]
         if (variant, paradigm, domain) in retention:
             out.retention[(variant, paradigm, domain)] = retention.pop((variant, paradigm, domain))
     out.popular = {d: out.popular[d] for d in domains}
     out.matrices = {c: out.matrices[c] for c in cells}
+
+
+def _collect(cfg: Any, job: Job, got: Any, out: EvalSummary, results: dict, retention: dict, progress: bool) -> None:
+    """Take one job's answer into ``out`` (popular, matrices) and ``results`` / ``retention``
+    (ordered later); print its models' lines."""
+    if job.fn == POPULAR_JOB:
+        out.popular[job.kwargs["domain"]] = got
+        return
+    for seed, variant, paradigm, domain, res in got["results"]:
+        results[(variant, paradigm, domain, int(seed))] = res
+        if progress:
+            print(eval_line(cfg, (int(seed), variant, paradigm, domain), res), flush=True)
+    retention.update({(v, p, d): ret for v, p, d, ret in got["retention"]})
+    if got["matrix"] is not None:
+        out.matrices[(job.kwargs["paradigm"], job.kwargs["domain"])] = got["matrix"]
 
 
 def _finals(build: Any) -> dict[tuple[int, str, str, str], str]:

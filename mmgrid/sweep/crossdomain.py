@@ -228,10 +228,12 @@ def run_cross_domain_jobs(cfg: Any, registry: Any, prepared: Any, pairs: list[tu
                       "bases": pair_bases(cfg, registry, prepared, paradigm, di, dj, ids), "redo": redo}
             futures.append(executor.submit(Job(PAIR_JOB, kwargs, name=f"cross-domain:{paradigm}:{di}+{dj}")))
     rows: list[dict[str, Any]] = []
-    for fut in progress_bar(futures, desc="cross-domain", unit="job", leave=True):
-        rows += fut.result()
-    if hasattr(registry, "sync"):
-        registry.sync()
+    try:
+        for fut in progress_bar(futures, desc="cross-domain", unit="job", leave=True):
+            rows += fut.result()
+    finally:  # what finished jobs recorded is indexed even when one failed
+        if hasattr(registry, "sync"):
+            registry.sync()
     return rows
 
 

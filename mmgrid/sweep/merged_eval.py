@@ -34,7 +34,8 @@ class MergedEvaluators:
             self._cache[key] = (par, self.factory(self.cfg, paradigm, par, data, self.prepared))
         return self._cache[key]
 
-    def evaluate_state(self, paradigm: str, domain: str, p2_id: str, state: dict, meta: dict) -> dict[str, dict[str, float]]:
+    def evaluate_state(self, paradigm: str, domain: str, p2_id: str, state: dict,
+                       meta: dict) -> dict[str, dict[str, float]]:
         """Evaluate ``state`` as a model of ``domain`` (files and meta of its t2 checkpoint).
 
         The domain's model is built once; a merged state with the same tensor shapes is
