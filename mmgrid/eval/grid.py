@@ -9,10 +9,18 @@ user by user. Most-popular is deterministic and evaluated once; text retention a
 accuracy matrix are measured on the first seed's replicate only.
 
 :func:`evaluate_and_tabulate` is the one "evaluate the grid, then the baseline table"
-that ``mmgrid build --eval``, ``mmgrid eval CONFIG`` and ``mmgrid demo`` call."""
+that ``mmgrid build --eval``, ``mmgrid eval CONFIG`` and ``mmgrid demo`` call.
+
+Execution: without an executor everything runs here, one model at a time. Given one
+(:mod:`mmgrid.exec`), the work is split into independent jobs (:mod:`mmgrid.eval.jobs`):
+one per (paradigm, domain) cell - every seed's and variant's final checkpoint of the cell,
+then the cell's accuracy matrix - and one per domain for most-popular. The jobs record
+exactly what the loop here records; the driver indexes their records (``registry.sync()``)
+and rebuilds the :class:`EvalSummary`. Results do not depend on the executor."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +32,7 @@ from mmgrid.eval.popular import popular_ranking, put_popular
 from mmgrid.eval.ranking import Evaluator, record_results
 from mmgrid.eval.retention import retention_metrics, text_loss
 from mmgrid.eval.table import baseline_table
+from mmgrid.exec.base import Job
 from mmgrid.models.base import bundle_from_registry, load_base
 from mmgrid.paradigms import get_paradigm
 from mmgrid.runtime.checkpoints import load_checkpoint
@@ -33,6 +42,8 @@ from mmgrid.runtime.plan import BuildResult, plan_grid
 from mmgrid.runtime.progress import progress as progress_bar
 
 RETENTION_SPLIT = "lm_heldout"
+CELL_JOB = "mmgrid.eval.jobs:evaluate_cell_job"  # the jobs of an evaluation on an executor (mmgrid.eval.jobs)
+POPULAR_JOB = "mmgrid.eval.jobs:popular_job"
 
 
 @dataclass
@@ -61,7 +72,7 @@ def _done(registry: Any, cid: str, split: str) -> bool:
 
 
 def evaluate_and_tabulate(cfg: Any, plan: BuildResult | None = None, *, registry: Any = None, prepared: Any = None,
-                          redo: bool = False, progress: bool = True) -> str:
+                          redo: bool = False, progress: bool = True, executor: Any = None) -> str:
     """Evaluate what is not evaluated yet (everything with ``redo``), then the Table-2-style
     Markdown baseline table.
 
@@ -74,17 +85,18 @@ def evaluate_and_tabulate(cfg: Any, plan: BuildResult | None = None, *, registry
         registry, prepared: already open handles (default: opened from ``cfg``).
         redo: evaluate again even where results are already recorded.
         progress: print one line per evaluated model.
+        executor: run the evaluation as jobs on it (see :func:`evaluate_grid`); None runs here.
     """
     registry = registry if registry is not None else open_registry(cfg.registry)
     plan = plan if plan is not None else plan_grid(cfg, registry, prepared)
-    evaluate_grid(cfg, plan, progress=progress, redo=redo, registry=registry, prepared=prepared)
+    evaluate_grid(cfg, plan, progress=progress, redo=redo, registry=registry, prepared=prepared, executor=executor)
     domains = list(dict.fromkeys(s.domain for s in plan.stages))
     return baseline_table(registry, cfg.paradigms, domains, ks=cfg.eval.ks, split=cfg.eval.split,
                           period=cfg.train.stages[-1])
 
 
 def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = False, registry: Any = None,
-                  prepared: Any = None) -> EvalSummary:
+                  prepared: Any = None, executor: Any = None) -> EvalSummary:
     """Evaluate the grid built by ``build_grid`` (a ``BuildResult``) and record the results.
 
     Args:
@@ -93,13 +105,17 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
         progress: print one line per evaluated model and show progress (rate, ETA).
         redo: evaluate again even where results are already recorded.
         registry, prepared: already open handles (default: opened from ``cfg``).
+        executor: None evaluates here, one model at a time. Given an executor, one job per
+            (paradigm, domain) cell and one per domain for most-popular
+            (:func:`run_eval_jobs`, :mod:`mmgrid.eval.jobs`); the base text loss is computed here first.
+            The results do not depend on the executor.
     """
     t0 = time.perf_counter()
     set_threads(cfg.train.threads)
     reg = registry if registry is not None else open_registry(cfg.registry)
     prepared = prepared if prepared is not None else open_prepared(cfg.prepared)
     out = EvalSummary()
-    texts = _heldout(prepared, cfg)
+    texts = heldout_texts(prepared, cfg)
     if cfg.eval.retention and texts:
         base = bundle_from_registry(reg, build.base_id)
         out.base_text_loss = text_loss(base.model, base.tokenizer, texts, cfg.base.max_length)
@@ -109,30 +125,22 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     todo = {key: cid for key, cid in _finals(build).items() if redo or not _done(reg, cid, cfg.eval.split)}
     cells = [(paradigm, domain) for paradigm in cfg.eval.matrix_paradigms if paradigm in cfg.paradigms
              for domain in domains if all(("default", paradigm, domain, s) in ids for s in cfg.train.stages)]
+    if executor is not None:
+        run_eval_jobs(cfg, reg, executor, todo, cells, domains, build.ids, out, progress=progress, redo=redo)
+        out.seconds = time.perf_counter() - t0
+        return out
     bar = progress_bar(total=len(todo) + len(domains) + len(cells), desc="evaluate", unit="eval",
                        enabled=progress, leave=True, min_interval=0.0)
-    first_seed = cfg.train.seed
     evaluators: dict[tuple[str, str], Evaluator] = {}  # one per cell: every variant and seed reuses its examples
-    for (seed, variant, paradigm, domain), cid in todo.items():
-        par, dom = get_paradigm(paradigm), prepared.domain(domain)
-        params = dict(cfg.paradigm_params.get(paradigm, {}))
+    for key, cid in todo.items():
+        seed, variant, paradigm, domain = key
         bar.set_postfix(model=f"{variant}/{paradigm}/{domain}")
-        model = par.load(load_checkpoint(reg, cid), dom, params)
-        if (paradigm, domain) not in evaluators:
-            evaluators[(paradigm, domain)] = grid_evaluator(par, dom, cfg)
-        res = evaluators[(paradigm, domain)].evaluate(model)
-        record_results(reg, cid, cfg.eval.split, res, domain)
+        res, ret = evaluate_final(cfg, reg, prepared, key, cid, evaluators, texts, out.base_text_loss)
         out.results[(variant, paradigm, domain, seed)] = res
-        if cfg.eval.retention and texts and seed == first_seed:
-            ret = retention_metrics(par, model, texts, out.base_text_loss, cfg.base.max_length)
+        if ret is not None:
             out.retention[(variant, paradigm, domain)] = ret
-            clean = {k: v for k, v in ret.items() if v == v}
-            if clean:
-                reg.record_eval(cid, RETENTION_SPLIT, "all", clean, extra={"eval_domain": domain})
         if progress:
-            tag = "" if len(cfg.train.seed_list) == 1 else f" seed={seed}"
-            print(f"eval {variant}/{paradigm}/{domain}{tag}: R@10={res['all'].get('recall@10', float('nan')):.4f}",
-                  flush=True)
+            print(eval_line(cfg, key, res), flush=True)
         bar.update(1)
     for domain in domains:
         bar.set_postfix(model=f"popular/{domain}")
@@ -147,6 +155,103 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     return out
 
 
+def evaluate_final(cfg: Any, reg: Any, prepared: Any, key: tuple[int, str, str, str], cid: str,
+                   evaluators: dict[tuple[str, str], Evaluator], texts: list[str],
+                   base_text_loss: float) -> tuple[Any, dict[str, float] | None]:
+    """Evaluate and record one final checkpoint ``cid`` (``key`` = (seed, variant, paradigm, domain)):
+    its ranking results, and its text retention when it is the first seed's replicate.
+
+    ``evaluators`` caches one :class:`Evaluator` per (paradigm, domain) (filled here).
+
+    Returns:
+        (ranking results, retention metrics or None when retention is not measured).
+    """
+    seed, variant, paradigm, domain = key
+    par, dom = get_paradigm(paradigm), prepared.domain(domain)
+    params = dict(cfg.paradigm_params.get(paradigm, {}))
+    model = par.load(load_checkpoint(reg, cid), dom, params)
+    if (paradigm, domain) not in evaluators:
+        evaluators[(paradigm, domain)] = grid_evaluator(par, dom, cfg)
+    res = evaluators[(paradigm, domain)].evaluate(model)
+    record_results(reg, cid, cfg.eval.split, res, domain)
+    if not (cfg.eval.retention and texts and seed == cfg.train.seed):
+        return res, None
+    ret = retention_metrics(par, model, texts, base_text_loss, cfg.base.max_length)
+    clean = {k: v for k, v in ret.items() if v == v}
+    if clean:
+        reg.record_eval(cid, RETENTION_SPLIT, "all", clean, extra={"eval_domain": domain})
+    return res, ret
+
+
+def eval_line(cfg: Any, key: tuple[int, str, str, str], res: Any) -> str:
+    """The progress line of one evaluated model: ``eval VARIANT/PARADIGM/DOMAIN[ seed=S]: R@10=...``."""
+    seed, variant, paradigm, domain = key
+    tag = "" if len(cfg.train.seed_list) == 1 else f" seed={seed}"
+    return f"eval {variant}/{paradigm}/{domain}{tag}: R@10={res['all'].get('recall@10', float('nan')):.4f}"
+
+
+def eval_jobs(cfg: Any, todo: dict[tuple[int, str, str, str], str], cells: list[tuple[str, str]],
+              domains: list[str], ids: dict[tuple[str, str, str, str], str], base_text_loss: float,
+              redo: bool = False) -> list[Job]:
+    """The jobs of one grid evaluation: a cell job for every cell with a model to evaluate or a
+    matrix to compute (in the order of ``todo``, then ``cells``), then a popular job per domain."""
+    grid = cfg.to_dict()
+    models: dict[tuple[str, str], list[list[Any]]] = {}
+    for (seed, variant, paradigm, domain), cid in todo.items():
+        models.setdefault((paradigm, domain), []).append([seed, variant, paradigm, domain, cid])
+    loss = None if math.isnan(base_text_loss) else float(base_text_loss)
+    jobs = []
+    for paradigm, domain in dict.fromkeys([*models, *cells]):
+        matrix = ({s: ids[("default", paradigm, domain, s)] for s in cfg.train.stages}
+                  if (paradigm, domain) in cells else None)
+        kwargs = {"grid": grid, "paradigm": paradigm, "domain": domain, "models": models.get((paradigm, domain), []),
+                  "matrix_ids": matrix, "base_text_loss": loss}
+        jobs.append(Job(CELL_JOB, kwargs, name=f"eval:{paradigm}:{domain}"))
+    jobs += [Job(POPULAR_JOB, {"grid": grid, "domain": d, "redo": redo}, name=f"eval:popular:{d}") for d in domains]
+    return jobs
+
+
+def run_eval_jobs(cfg: Any, reg: Any, executor: Any, todo: dict[tuple[int, str, str, str], str],
+                  cells: list[tuple[str, str]], domains: list[str], ids: dict[tuple[str, str, str, str], str],
+                  out: EvalSummary, progress: bool = True, redo: bool = False) -> None:
+    """Submit :func:`eval_jobs`, wait for them (a progress bar over jobs), print each evaluated
+    model's line, index the jobs' records and fill ``out`` in the in-process loop's key order."""
+    jobs = eval_jobs(cfg, todo, cells, domains, ids, out.base_text_loss, redo)
+    futures = [executor.submit(job) for job in jobs]
+    bar = progress_bar(total=len(jobs), desc="evaluate", unit="job", enabled=progress, leave=True, min_interval=0.0)
+    results: dict[tuple[str, str, str, int], Any] = {}
+    retention: dict[tuple[str, str, str], Any] = {}
+    try:
+        for job, fut in zip(jobs, futures):
+            _collect(cfg, job, fut.result(), out, results, retention, progress)
+            bar.update(1)
+    finally:  # what finished jobs recorded is indexed even when one failed
+        bar.close()
+        if hasattr(reg, "sync"):
+            reg.sync()
+    for seed, variant, paradigm, domain in todo:  # the in-process loop's order
+        out.results[(variant, paradigm, domain, seed)] = results[(variant, paradigm, domain, seed)]
+        if (variant, paradigm, domain) in retention:
+            out.retention[(variant, paradigm, domain)] = retention.pop((variant, paradigm, domain))
+    out.popular = {d: out.popular[d] for d in domains}
+    out.matrices = {c: out.matrices[c] for c in cells}
+
+
+def _collect(cfg: Any, job: Job, got: Any, out: EvalSummary, results: dict, retention: dict, progress: bool) -> None:
+    """Take one job's answer into ``out`` (popular, matrices) and ``results`` / ``retention``
+    (ordered later); print its models' lines."""
+    if job.fn == POPULAR_JOB:
+        out.popular[job.kwargs["domain"]] = got
+        return
+    for seed, variant, paradigm, domain, res in got["results"]:
+        results[(variant, paradigm, domain, int(seed))] = res
+        if progress:
+            print(eval_line(cfg, (int(seed), variant, paradigm, domain), res), flush=True)
+    retention.update({(v, p, d): ret for v, p, d, ret in got["retention"]})
+    if got["matrix"] is not None:
+        out.matrices[(job.kwargs["paradigm"], job.kwargs["domain"])] = got["matrix"]
+
+
 def _finals(build: Any) -> dict[tuple[int, str, str, str], str]:
     """(seed, variant, paradigm, domain) -> id of the last stage built."""
     last: dict[tuple[int, str, str, str], str] = {}
@@ -155,7 +260,8 @@ def _finals(build: Any) -> dict[tuple[int, str, str, str], str]:
     return last
 
 
-def _heldout(prepared: Any, cfg: Any) -> list[str]:
+def heldout_texts(prepared: Any, cfg: Any) -> list[str]:
+    """The held-out base texts of the retention measure (the first ``eval.retention_docs``)."""
     texts = list(prepared.lm_text("heldout"))
     n = cfg.eval.retention_docs
     return texts[:n] if n is not None else texts

@@ -99,7 +99,7 @@ def _cross_domain(args: argparse.Namespace) -> int:
     from mmgrid.sweep.crossdomain import relative_change, run_cross_domain
 
     cfg, reg, prepared = _open(args)
-    df = run_cross_domain(cfg, reg, prepared)
+    df = run_cross_domain(cfg, reg, prepared, executor=_executor(args, cfg))
     metric = cfg.sweeps.cross_domain.metric
     rel = relative_change(df, metric=metric)
     n = rel["recipe_hash"].nunique() if not rel.empty else 0

@@ -18,6 +18,13 @@ base (weight averaging) run once, with base ``none``.
 Seeds: the study runs on the first training seed's replicate only (``train.seed``, the
 first of ``train.seeds``), to keep the demo's budget; every record says so in
 ``extra.seed`` (the report states it). Each evaluation keeps its per-user values.
+
+Execution: without an executor everything runs here, in order. Given one (:mod:`mmgrid.exec`),
+each (paradigm, domain) baseline and each (paradigm, pair) - every method x base x alpha of
+the pair, evaluated on both domains - is one job (:mod:`mmgrid.sweep.crossdomain_jobs`); the
+stored bases (start models, neutral bases) are made here first, so no two jobs ever create
+the same checkpoint. Rows come back in the in-process order; results do not depend on the
+executor.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pandas as pd
 import torch
@@ -34,26 +41,30 @@ from mmgrid.runtime.progress import progress as progress_bar
 from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError, MergeError
 from mmgrid.merge import merge_with_info
-from mmgrid.merge.inplace import apply_if_fits
 from mmgrid.merge.methods import eq7, get_method, identity, weighs
-from mmgrid.paradigms import get_paradigm
+from mmgrid.exec.base import Job
 from mmgrid.registry.names import hash_json
-from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.eval.ranking import record_evaluation
-from mmgrid.sweep.evaluation import EvalFn, EvaluatorFactory, default_evaluator_factory, eval_key, paradigm_params
+from mmgrid.sweep.evaluation import EvaluatorFactory, default_evaluator_factory, eval_key
+from mmgrid.sweep.merged_eval import MergedEvaluators
 from mmgrid.sweep.results import recorded, study_frame
 from mmgrid.sweep.start_models import start_model_id
 from mmgrid.sweep.temporal import periods, seeded_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.exec.base import Executor
 
 STUDY = "cross_domain"
+BASELINE_JOB = "mmgrid.sweep.crossdomain_jobs:baseline_job"  # the jobs of a run on an executor
+PAIR_JOB = "mmgrid.sweep.crossdomain_jobs:pair_job"
 BASE_KINDS = ("original", "historical", "neutral")
 COLUMNS = ["study", "paradigm", "variant", "pair", "domain_i", "domain_j", "method", "base_kind", "base_id", "alpha",
            "eval_domain", "group", "metric", "value", "recipe_hash"]
 # merge(method, [id_i, id_j], base=id|None, registry=..., **params) -> (state, meta)
 MergeFn = Callable[..., "tuple[dict[str, torch.Tensor], dict[str, Any]]"]
+# base kind -> id of the base (None: no base); raises MergeError where it cannot be made
+BaseOf = Callable[[str], Optional[str]]
 
 
 def domain_pairs(domains: list[str], pairs: list[list[str]] | None) -> list[tuple[str, str]]:
@@ -106,46 +117,6 @@ def default_merge_fn(method: str, models: list[Any], base: Any = None, registry:
     return state, meta
 
 
-class _Evaluators:
-    """One evaluator and one loaded t2 model per (paradigm, domain), built on first use."""
-
-    def __init__(self, cfg: GridConfig, registry: Any, prepared: "PreparedDataset", factory: EvaluatorFactory,
-                 redo: bool = False) -> None:
-        self.cfg, self.registry, self.prepared, self.factory, self.redo = cfg, registry, prepared, factory, redo
-        self._cache: dict[tuple[str, str], tuple[Any, EvalFn]] = {}
-        self._models: dict[tuple[str, str], Any] = {}
-
-    def get(self, paradigm: str, domain: str) -> tuple[Any, EvalFn]:
-        key = (paradigm, domain)
-        if key not in self._cache:
-            par = get_paradigm(paradigm)
-            data = self.prepared.domain(domain)
-            self._cache[key] = (par, self.factory(self.cfg, paradigm, par, data, self.prepared))
-        return self._cache[key]
-
-    def evaluate_state(self, paradigm: str, domain: str, p2_id: str, state: dict, meta: dict) -> dict[str, dict[str, float]]:
-        """Evaluate ``state`` as a model of ``domain`` (files and meta of its t2 checkpoint).
-
-        The domain's model is built once; a merged state with the same tensor shapes is
-        copied into it in place, one with other shapes (added token rows of the other
-        domain) is loaded afresh by the paradigm.
-        """
-        par, evaluate = self.get(paradigm, domain)
-        key = (paradigm, domain)
-        model = self._models.get(key)
-        if model is None or meta.get("added_rows") or not apply_if_fits(model, state):
-            ck = load_checkpoint(self.registry, p2_id, state=state)
-            if meta.get("added_rows"):
-                ck.meta = {**ck.meta, "added_rows": meta["added_rows"]}
-                ck.added_rows = {k: (int(v[0]), list(v[1])) for k, v in meta["added_rows"].items()}
-            model = par.load(ck, self.prepared.domain(domain), paradigm_params(self.cfg, paradigm))
-            if not meta.get("added_rows"):
-                self._models[key] = model
-        model.eval()
-        with torch.no_grad():
-            return evaluate(model)
-
-
 def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridConfig) -> tuple[str, str]:
     """Ids of the t1 and t2 checkpoints of the first training seed's replicate."""
     t1, t2 = periods(cfg)
@@ -155,7 +126,7 @@ def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridCo
 
 def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
                      evaluator_factory: EvaluatorFactory | None = None, merge_fn: MergeFn | None = None,
-                     redo: bool = False) -> pd.DataFrame:
+                     redo: bool = False, executor: "Executor | None" = None) -> pd.DataFrame:
     """Run the configured pairs x methods x bases x alphas; record and return every evaluation.
 
     Args:
@@ -166,6 +137,11 @@ def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset"
         merge_fn: override the merge call (tests).
         redo: merge and evaluate again even where the registry holds the recipe's results
             (by default a recorded recipe is a cache hit: nothing is merged or loaded).
+        executor: None runs here, in order. Given an executor, one job per (paradigm, domain)
+            baseline and per (paradigm, pair), after the bases are stored here
+            (:func:`run_cross_domain_jobs`, :mod:`mmgrid.sweep.crossdomain_jobs`); ignored when
+            ``evaluator_factory`` or ``merge_fn`` is given (they only work here). The
+            results do not depend on the executor.
 
     Returns:
         Long results, columns :data:`COLUMNS`; ``method == "single"`` rows are each domain's
@@ -175,20 +151,95 @@ def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset"
     bad = [b for b in cd.bases if b not in BASE_KINDS]
     if bad:
         raise ConfigError(f"sweeps.cross_domain.bases: {bad} unknown; use {list(BASE_KINDS)}.")
-    merge_fn = merge_fn or default_merge_fn
-    evals = _Evaluators(cfg, registry, prepared, evaluator_factory or default_evaluator_factory, redo)
     pairs = domain_pairs(list(prepared.domains), cd.pairs)
+    if executor is not None and evaluator_factory is None and merge_fn is None:
+        return pd.DataFrame(run_cross_domain_jobs(cfg, registry, prepared, pairs, executor, redo), columns=COLUMNS)
+    merge_fn = merge_fn or default_merge_fn
+    evals = MergedEvaluators(cfg, registry, prepared, evaluator_factory or default_evaluator_factory, redo)
     rows: list[dict[str, Any]] = []
     for paradigm in cd.paradigms:
-        ids = {d: _t2_ids(registry, paradigm, cd.variant, d, cfg) for d in sorted({d for p in pairs for d in p})}
+        ids = pair_ids(cfg, registry, paradigm, pairs)
         for d, (_, p2) in ids.items():
-            rows += _baseline(cfg, registry, evals, paradigm, d, p2)
+            rows += baseline_rows(cfg, registry, evals, paradigm, d, p2)
         for di, dj in _progress(pairs, f"cross-domain {paradigm}"):
-            rows += _pair(cfg, registry, evals, merge_fn, paradigm, di, dj, ids)
+            base_of = _base_cache(cfg, registry, prepared, paradigm, di, dj, ids, merge_fn)
+            rows += pair_rows(cfg, registry, evals, merge_fn, paradigm, di, dj, ids, base_of)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _baseline(cfg: GridConfig, registry: Any, evals: _Evaluators, paradigm: str, domain: str, p2: str) -> list[dict]:
+def pair_ids(cfg: GridConfig, registry: Any, paradigm: str, pairs: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """domain -> (t1 id, t2 id) of every domain of ``pairs`` (sorted by name; first training seed)."""
+    cd = cfg.sweeps.cross_domain
+    return {d: _t2_ids(registry, paradigm, cd.variant, d, cfg) for d in sorted({d for p in pairs for d in p})}
+
+
+def _base_cache(cfg: GridConfig, registry: Any, prepared: Any, paradigm: str, di: str, dj: str,
+                ids: dict[str, tuple[str, str]], merge_fn: MergeFn) -> BaseOf:
+    """:func:`_base` of one pair, made on first use and remembered (a failure is tried again)."""
+    cache: dict[str, str | None] = {}
+
+    def base_of(kind: str) -> str | None:
+        if kind not in cache:
+            cache[kind] = _base(cfg, registry, prepared, kind, paradigm, di, dj, ids, merge_fn)
+        return cache[kind]
+
+    return base_of
+
+
+def pair_base_kinds(cfg: GridConfig) -> list[str]:
+    """The base kinds the configured methods use, in first-use order (``none`` for base-free methods)."""
+    cd = cfg.sweeps.cross_domain
+    return list(dict.fromkeys(k for m in cd.methods for k in (list(cd.bases) if needs_base(m) else ["none"])))
+
+
+def pair_bases(cfg: Any, registry: Any, prepared: Any, paradigm: str, di: str, dj: str,
+               ids: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """Make (or find) every base of one pair that the configured methods use: kind -> id,
+    None for ``none``, ``{"error": message}`` for a base the merge engine cannot make (a
+    ConfigError, the user's to fix, is raised)."""
+    out: dict[str, Any] = {}
+    for kind in pair_base_kinds(cfg):
+        try:
+            out[kind] = _base(cfg, registry, prepared, kind, paradigm, di, dj, ids, default_merge_fn)
+        except MergeError as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            out[kind] = {"error": str(exc)}
+    return out
+
+
+def run_cross_domain_jobs(cfg: Any, registry: Any, prepared: Any, pairs: list[tuple[str, str]], executor: Any,
+                          redo: bool = False) -> list[dict[str, Any]]:
+    """Submit the study's jobs (per paradigm: a baseline job per domain, then a pair job per pair,
+    each after its bases are made here), wait for them in order (a progress bar over jobs),
+    index the jobs' records; returns the rows in the in-process order."""
+    cd = cfg.sweeps.cross_domain
+    grid = cfg.to_dict()
+    futures = []
+    for paradigm in cd.paradigms:
+        ids = pair_ids(cfg, registry, paradigm, pairs)
+        for d, (_, p2) in ids.items():
+            job = Job(BASELINE_JOB, {"grid": grid, "paradigm": paradigm, "domain": d, "p2": p2, "redo": redo},
+                      name=f"cross-domain:{paradigm}:{d}")
+            futures.append(executor.submit(job))
+        for di, dj in pairs:
+            kwargs = {"grid": grid, "paradigm": paradigm, "pair": [di, dj],
+                      "ids": {d: list(ids[d]) for d in (di, dj)},
+                      "bases": pair_bases(cfg, registry, prepared, paradigm, di, dj, ids), "redo": redo}
+            futures.append(executor.submit(Job(PAIR_JOB, kwargs, name=f"cross-domain:{paradigm}:{di}+{dj}")))
+    rows: list[dict[str, Any]] = []
+    try:
+        for fut in progress_bar(futures, desc="cross-domain", unit="job", leave=True):
+            rows += fut.result()
+    finally:  # what finished jobs recorded is indexed even when one failed
+        if hasattr(registry, "sync"):
+            registry.sync()
+    return rows
+
+
+def baseline_rows(cfg: GridConfig, registry: Any, evals: MergedEvaluators, paradigm: str, domain: str,
+                  p2: str) -> list[dict]:
+    """One domain's own t2 checkpoint (``method == "single"``), the baseline of the relative change."""
     rec = {"method": "single", "inputs": [p2], "eval": eval_key(cfg)}
     if not evals.redo and recorded(registry, [hash_json(rec)], STUDY):
         return _frame_rows(study_frame(registry, STUDY, recipe_hash=hash_json(rec)))
@@ -201,19 +252,17 @@ def _baseline(cfg: GridConfig, registry: Any, evals: _Evaluators, paradigm: str,
                    base_id=None, alpha=None)
 
 
-def _pair(cfg: GridConfig, registry: Any, evals: _Evaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
-          ids: dict[str, tuple[str, str]]) -> list[dict]:
+def pair_rows(cfg: GridConfig, registry: Any, evals: MergedEvaluators, merge_fn: MergeFn, paradigm: str, di: str,
+              dj: str, ids: dict[str, tuple[str, str]], base_of: BaseOf) -> list[dict]:
     """Every method x base x alpha of one pair; a combination the engine cannot merge is skipped with a message."""
     cd = cfg.sweeps.cross_domain
     rows: list[dict] = []
-    base_cache: dict[str, str | None] = {}
     for method, mparams in cd.methods.items():
         for kind in (list(cd.bases) if needs_base(method) else ["none"]):
             try:
-                if kind not in base_cache:
-                    base_cache[kind] = _base(cfg, registry, evals.prepared, kind, paradigm, di, dj, ids, merge_fn)
+                base_id = base_of(kind)
                 rows += _alphas(cfg, registry, evals, merge_fn, paradigm, di, dj, ids, method, dict(mparams or {}),
-                                kind, base_cache[kind])
+                                kind, base_id)
             except MergeError as exc:  # e.g. SASRec's per-domain item tables are not mergeable: say so, go on
                 if isinstance(exc, ConfigError):  # a bad parameter is the user's to fix
                     raise
@@ -221,7 +270,7 @@ def _pair(cfg: GridConfig, registry: Any, evals: _Evaluators, merge_fn: MergeFn,
     return rows
 
 
-def _alphas(cfg: GridConfig, registry: Any, evals: _Evaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
+def _alphas(cfg: GridConfig, registry: Any, evals: MergedEvaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
             ids: dict[str, tuple[str, str]], method: str, mparams: dict[str, Any], kind: str,
             base_id: str | None) -> list[dict]:
     """Merge one pair with one method and base over the alpha grid (Eq. 7); evaluate on both domains."""

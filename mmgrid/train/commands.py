@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mmgrid.exec.args import add_executor_args, executor_from_args
+from mmgrid.exec.base import LocalExecutor
 from mmgrid.exec.ddp import is_main
 
 
@@ -34,12 +35,13 @@ def _build(args: argparse.Namespace) -> int:
     executor = executor_from_args(args, cfg)
     try:
         res = build_grid(cfg, executor=executor, progress=not args.no_progress)
+        if not is_main():  # under torchrun only rank 0 reports and evaluates
+            return 0
+        print(f"grid {cfg.name!r}: {len(res.stages)} stages ({len(res.trained)} trained, {len(res.cached)} cached) "
+              f"+ base {res.base_id[:12]} in {res.seconds:.1f}s; registry {cfg.registry}")
+        if args.eval:  # the evaluation's jobs on the same executor (the local one: in this process, in order)
+            jobs_on = None if isinstance(executor, LocalExecutor) else executor
+            print(evaluate_and_tabulate(cfg, res, progress=not args.no_progress, executor=jobs_on))
     finally:
         executor.shutdown()
-    if not is_main():  # under torchrun only rank 0 reports and evaluates
-        return 0
-    print(f"grid {cfg.name!r}: {len(res.stages)} stages ({len(res.trained)} trained, {len(res.cached)} cached) "
-          f"+ base {res.base_id[:12]} in {res.seconds:.1f}s; registry {cfg.registry}")
-    if args.eval:
-        print(evaluate_and_tabulate(cfg, res, progress=not args.no_progress))
     return 0
