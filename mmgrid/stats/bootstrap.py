@@ -103,27 +103,27 @@ def column_weights(counts: np.ndarray, inv: np.ndarray) -> np.ndarray:
     return w / w.sum(axis=1, keepdims=True)
 
 
-_WEIGHTS: dict[tuple, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}  # the last few (draw, clusters) -> weight chunks
-_WEIGHTS_KEEP = 4
+
+def cluster_sums(values: np.ndarray, inv: np.ndarray, n_clusters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster sums ``[r, n_clusters]`` of the rows of ``values [r, n]`` and the cluster sizes ``[n_clusters]``.
+
+    A resampled (weighted) mean of the columns is then a ratio of two small products (see
+    :func:`resampled_means`), instead of a ``[b, n]`` weight matrix per statistic."""
+    if n_clusters == 0:
+        return np.zeros(np.shape(values)[:-1] + (0,)), np.zeros(0)
+    order = np.argsort(inv, kind="stable")
+    sizes = np.bincount(inv, minlength=n_clusters)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])  # every cluster has a column (cluster_index)
+    v = np.asarray(values, dtype=np.float64)
+    return np.add.reduceat(v[..., order], starts, axis=-1), sizes.astype(np.float64)
 
 
-def _cached_column_weights(draw_key: tuple, chunks: tuple, inv: np.ndarray) -> tuple[np.ndarray, ...]:
-    """:func:`column_weights` of every chunk of one draw, kept for the last few cluster layouts.
-
-    Recording one evaluation bootstraps every metric (R@K, N@K for each K) of a group over the same
-    users; the weights depend only on the draw and the users, so they are built once for all of them
-    (the same arrays, so every interval is bit for bit what it was when each built its own)."""
-    key = (draw_key, inv.shape[0], hash(inv.tobytes()))
-    hit = _WEIGHTS.get(key)
-    if hit is not None and np.array_equal(hit[0], inv):  # the hash only picks the entry; the layout must match
-        return hit[1]
-    weights = tuple(column_weights(c_users, inv) for c_users, _ in chunks)
-    for w in weights:
-        w.flags.writeable = False
-    if len(_WEIGHTS) >= _WEIGHTS_KEEP:
-        _WEIGHTS.pop(next(iter(_WEIGHTS)))
-    _WEIGHTS[key] = (inv.copy(), weights)
-    return weights
+def resampled_means(sums: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``[r, b]`` means of each row over the columns of the clusters drawn: with cluster draw counts
+    ``counts [b, n_clusters]``, sum(counts_c * sum_c) / sum(counts_c * size_c), the mean over every
+    drawn cluster's columns (the same number as weights ``column_weights(counts, inv)`` applied to
+    the columns)."""
+    return (sums @ counts.T) / (counts @ sizes)[None, :]
 
 
 def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES,
@@ -170,12 +170,11 @@ def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int =
         # resampled mean into one matrix product; a report bootstraps hundreds of cells this way
         inv, n_clusters = cluster_index(clusters, n_users)
         chunk = max(1, 4_000_000 // max(1, n_users))
+        sums, sizes = cluster_sums(a, inv, n_clusters)   # [n_seeds, n_clusters], [n_clusters]
         s = 0
-        draw_key = (int(seed), int(n_resamples), n_clusters, n_seeds, chunk)
-        chunks = _draws(*draw_key)
-        for (c_users, c_seeds), w in zip(chunks, _cached_column_weights(draw_key, chunks, inv)):
+        for c_users, c_seeds in _draws(int(seed), int(n_resamples), n_clusters, n_seeds, chunk):
             b = c_users.shape[0]                          # c_users [b, n_clusters]: one draw for every seed
-            per_seed = a @ w.T                            # [n_seeds, b]: each seed's mean over the drawn users' rows
+            per_seed = resampled_means(sums, sizes, c_users)  # [n_seeds, b]: each seed's mean over the drawn users' rows
             stats[s:s + b] = (per_seed.T * c_seeds).sum(axis=1) / n_seeds
             s += b
     lo, hi = percentile_interval(stats, level)

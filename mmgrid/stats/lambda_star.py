@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mmgrid.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, cluster_index, column_weights, percentile_interval,
-                                    resample_counts, resample_weights)
+from mmgrid.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, cluster_index, cluster_sums, percentile_interval,
+                                    resample_counts, resample_weights, resampled_means)
 from mmgrid.stats.errors import StatsError
 
 TIE_DECIMALS = 9
@@ -105,12 +105,15 @@ def bootstrap_curves(values: np.ndarray, n_resamples: int, rng: np.random.Genera
     a = as_curves(values)
     s, n_l, n_u = a.shape
     inv, n_c = cluster_index(clusters, n_u)
-    w_users = (resample_weights(rng, n_resamples, n_u) if clusters is None
-               else column_weights(resample_counts(rng, n_resamples, n_c), inv))  # [B, U]
+    flat = a.reshape(s * n_l, n_u)
+    if clusters is None:
+        users = flat @ resample_weights(rng, n_resamples, n_u).T  # [S*L, B]
+    else:  # whole users drawn: per-user sums and sizes, no [B, U] weight matrix
+        users = resampled_means(*cluster_sums(flat, inv, n_c), resample_counts(rng, n_resamples, n_c))
     w_seeds = resample_weights(rng, n_resamples, s) if seed_weights is None else np.asarray(seed_weights)
     if w_seeds.shape != (n_resamples, s):
         raise StatsError(f"seed weights of shape {w_seeds.shape}, expected {(n_resamples, s)}")
-    per_seed = (a.reshape(s * n_l, n_u) @ w_users.T).reshape(s, n_l, n_resamples)  # [S, L, B]
+    per_seed = users.reshape(s, n_l, n_resamples)  # [S, L, B]
     return np.einsum("slb,bs->lb", per_seed, w_seeds)
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from mmgrid.eval.table import (KEY_SPAN, LEVEL, N_RESAMPLES, Cell, CheckpointValues, PerUser,  # noqa: F401
                                _newest, _seed_of, align, checkpoint_rows, fmt_ci, fmt_p, seed_ids)
-from mmgrid.stats.bootstrap import cluster_index, column_weights, resample_counts
+from mmgrid.stats.bootstrap import cluster_index, cluster_sums, resample_counts
 from mmgrid.stats import (LambdaStar, curve_band, domains_lambda_star_replicates, holm, mean_ci,
                           paired_difference, robust_lambda_star)
 
@@ -249,9 +249,10 @@ def joint_change_errors(cells: pd.DataFrame, pu: PerUser, metric: str, n_resampl
             if b.mean() <= 0:
                 continue
             inv, n_c = cluster_index(users, len(x))
-            w = column_weights(resample_counts(rng, n_resamples, n_c), inv)  # whole users drawn
-            with np.errstate(divide="ignore", invalid="ignore"):
-                reps.append((w @ x) / (w @ b) - 1.0)
+            sums, _ = cluster_sums(np.stack([x, b]), inv, n_c)
+            counts = resample_counts(rng, n_resamples, n_c)  # whole users drawn
+            with np.errstate(divide="ignore", invalid="ignore"):  # mean(x) / mean(b) over the drawn users' rows
+                reps.append((counts @ sums[0]) / (counts @ sums[1]) - 1.0)
             points.append(x.mean() / b.mean() - 1.0)
         if not reps:
             continue

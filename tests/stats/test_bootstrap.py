@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from mmgrid.stats import mean_ci
+from mmgrid.stats.bootstrap import cluster_index
 
 
 def test_coverage_of_a_bernoulli_mean_is_near_nominal():
@@ -61,20 +62,20 @@ def test_cluster_bootstrap_of_unequal_users_is_the_row_mean_of_the_drawn_users()
     assert hi in (pytest.approx(0.25), pytest.approx(1.0))
 
 
-def test_cached_cluster_weights_never_serve_another_layout():
-    """The weights of one cluster layout are reused by the next metric of the same users; a second
-    layout of the same length (same hash bucket or not) gets its own, and each interval equals the one
-    computed with an empty cache."""
-    from mmgrid.stats import bootstrap
 
-    rng = np.random.default_rng(3)
-    a, b = rng.integers(0, 20, 60), rng.permutation(np.repeat(np.arange(30), 2))
-    values = [rng.random(60) for _ in range(3)]
-    calls = [(v, c) for v in values for c in (a, b, a)]
-    cached = [bootstrap.mean_ci(v, n_resamples=300, clusters=c) for v, c in calls]
-    fresh = []
-    for v, c in calls:
-        bootstrap._WEIGHTS.clear()
-        fresh.append(bootstrap.mean_ci(v, n_resamples=300, clusters=c))
-    assert cached == fresh
-    assert cached[0] != cached[1]  # the two layouts do give different intervals
+def test_resampled_cluster_means_are_the_means_of_the_drawn_users_rows():
+    """Per-cluster sums give, for every draw, the mean over all rows of the drawn users (a user drawn
+    twice counts twice): checked against building each bootstrap sample by hand, and against the
+    column-weights form the statistics used before."""
+    from mmgrid.stats.bootstrap import cluster_sums, column_weights, resample_counts, resampled_means
+
+    rng = np.random.default_rng(5)
+    users = np.array([0, 0, 1, 2, 2, 2, 3])  # unequal numbers of test examples per user
+    values = rng.random((2, users.size))
+    inv, n_c = cluster_index(users, users.size)
+    counts = resample_counts(rng, 50, n_c)
+    got = resampled_means(*cluster_sums(values, inv, n_c), counts)  # [2, 50]
+    for b in range(50):
+        rows = np.concatenate([np.flatnonzero(users == u) for u in range(n_c) for _ in range(counts[b, u])])
+        assert got[:, b] == pytest.approx(values[:, rows].mean(axis=1), rel=1e-12)
+    assert got == pytest.approx(values @ column_weights(counts, inv).T, rel=1e-12)
