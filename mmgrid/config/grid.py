@@ -60,6 +60,7 @@ class GridConfig:
                 )
             if stage not in self.train.epochs:
                 raise ConfigError(f"train.epochs: no epoch count for stage {stage!r}.")
+        self.train.check_shared_stages()
 
     def hash(self) -> str:
         """Hash of the whole spec (recorded in manifests)."""

@@ -29,14 +29,19 @@ class TrainConfig:
     threads: int | None = ranged(1, default=None)  # torch intra-op CPU threads (None = torch default; 1 is fastest for tiny models)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
 
-    def __post_init__(self) -> None:
-        shared = list(self.shared_stages or [])
+    def check_shared_stages(self) -> None:
+        """``shared_stages`` must be a leading run of ``stages`` that leaves a stage per replicate
+        (checked by the grid, after its stages are checked against the phases)."""
+        shared = list(self.shared_stages)
         if shared and (shared != list(self.stages)[: len(shared)] or len(shared) >= len(self.stages)):
             raise ConfigError(
                 f"train.shared_stages {shared}: must be the first stages of train.stages {list(self.stages)} "
-                "(a leading run, e.g. [pretrain]) and leave at least one stage for each seed's replicate."
+                "(a leading run, e.g. [pretrain]) and leave at least one stage for each seed's replicate; "
+                "fix it or set train.shared_stages=[]."
             )
-        self.shared_stages = shared
+
+    def __post_init__(self) -> None:
+        self.shared_stages = list(self.shared_stages or [])
         if self.seeds is None:
             return
         seeds = list(self.seeds)

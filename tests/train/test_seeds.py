@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import train_fakes as F
-from mmgrid.config import TrainConfig
+from mmgrid.config import TrainConfig, load_grid
 from mmgrid.configtools import build
 from mmgrid.errors import ConfigError
 from mmgrid.eval.grid import evaluate_grid
@@ -116,7 +116,9 @@ def test_shared_stages_config() -> None:
     assert t.shared_stages == ["pretrain"]
     for bad in (["p1"], ["pretrain", "p2"], ["pretrain", "p1", "p2"]):  # not leading, or nothing left per seed
         with pytest.raises(ConfigError, match="shared_stages"):
-            build(TrainConfig, {"seeds": [0, 1], "shared_stages": bad})
+            build(TrainConfig, {"seeds": [0, 1], "shared_stages": bad}).check_shared_stages()
+        with pytest.raises(ConfigError, match="shared_stages"):  # a grid checks it when it is built
+            load_grid("demo", [f"train.shared_stages={bad}"])
 
 
 def test_shared_pretrain_is_planned_once_and_every_replicate_continues_from_it(tmp_path) -> None:
