@@ -101,11 +101,11 @@ def test_executor_from_the_command_line_or_the_grid(ray_executor: RayExecutor) -
 
     parser = argparse.ArgumentParser()
     add_executor_args(parser)
-    cfg = load_grid("demo", ["registry=/shared/reg"])
+    cfg = load_grid("demo", ["registry=/shared/reg", "exec.workers=1"])
     ex = executor_from_args(parser.parse_args(["--executor", "ray"]), cfg)
     assert isinstance(ex, RayExecutor) and ex.registry_root == "/shared/reg"
-    assert isinstance(executor_from_args(parser.parse_args([]), cfg), LocalExecutor)  # the file says local
-    ray_cfg = load_grid("demo", ["exec.executor=ray"])
+    assert isinstance(executor_from_args(parser.parse_args([]), cfg), LocalExecutor)  # the file says local, in process
+    ray_cfg = load_grid("demo", ["exec.executor=ray", "exec.workers=1"])
     assert isinstance(executor_from_config(ray_cfg), RayExecutor)
     assert isinstance(executor_from_args(parser.parse_args(["--executor", "local"]), ray_cfg), LocalExecutor)
 

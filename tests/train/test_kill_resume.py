@@ -47,6 +47,7 @@ OVERRIDES = [
     "base.lm_epochs=1", "base.vocab_size=300", "base.max_length=24", "data.lm_text_docs=40",
     "train.max_examples=16", "train.batch_size=8", "train.device=cpu", "train.threads=1",
     "train.epochs={pretrain: 1, p1: 1, p2: 1}", "train.seeds=[0]",  # one replicate (the demo grid has three)
+    "exec.workers=1",  # the stages in the build's own process, where the kill points are counted
 ]  # fmt: skip
 VOLATILE = ("created", "meta.train_log.seconds")  # manifest fields that differ between two runs
 KILL_POINTS = [("blob_tmp_written", 0), ("manifest_tmp_written", 1), ("blob_tmp_written", 4)]
