@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 if sys.path and sys.path[0].rstrip("/").endswith("bench"):
     sys.path.pop(0)  # bench/ holds merge.py, registry.py...: never shadow a module name
@@ -58,6 +59,16 @@ def _imports():
     return ns
 
 
+def _trained_examples(registry: str) -> float:
+    """Training examples of every stored stage (examples x epochs, from each manifest's train log),
+    read from the manifest files so that both code paths are counted the same way."""
+    n = 0.0
+    for path in Path(registry).glob("manifests/*/*.json"):
+        log = (json.loads(path.read_text()).get("meta") or {}).get("train_log") or {}
+        n += float(log.get("examples", 0)) * len(log.get("epoch_losses", []))
+    return n
+
+
 def main(argv: list[str]) -> int:
     overrides = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
@@ -81,10 +92,12 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         p0 = time.process_time()
         res = build_grid(cfg, progress=False)
-        build_cpu = time.process_time() - p0
+        build_s = time.perf_counter() - t0
+        build_cpu = time.process_time() - p0  # the driver's own CPU (worker processes are not counted)
         print("BENCH_JSON " + json.dumps({"code": os.environ.get("BENCH_CODE", "?"), "imports_s": t_imp,
-                                         "data_s": t_data, "build_s": time.perf_counter() - t0,
-                                         "build_cpu_s": build_cpu,
+                                         "data_s": t_data, "build_s": build_s, "build_cpu_s": build_cpu,
+                                         "examples": _trained_examples(cfg.registry),
+                                         "workers": getattr(getattr(cfg, "exec", None), "workers", 1),
                                          "stages": len(res.stages)}), flush=True)
         return 0
     prepared = f["open_prepared"](cfg.prepared)

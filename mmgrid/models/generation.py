@@ -39,11 +39,17 @@ def prefilled_beam_generate(model: Any, input_ids: torch.Tensor, attention_mask:
     pos = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
     out = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], position_ids=pos[:, :-1],
                 use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = output_cache(out)
     cache.batch_repeat_interleave(num_beams)  # the beams of query i are rows i*b .. i*b+b-1, as generate expands
     kwargs["use_cache"] = True
     kwargs[_cache_kwarg(model)] = cache
     return model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **kwargs)
+
+
+def output_cache(out: Any) -> Any:
+    """The key/value cache of a forward's output: ``cache`` in transformers >= 5.x (reading the old
+    ``past_key_values`` name there logs a deprecation warning), ``past_key_values`` before."""
+    return out["cache"] if "cache" in out else out.past_key_values
 
 
 def _cache_kwarg(model: Any) -> str:

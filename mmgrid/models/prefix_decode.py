@@ -22,6 +22,7 @@ import torch
 from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
 from mmgrid.errors import ModelError
+from mmgrid.models.generation import output_cache
 
 
 class SharedPrefixDecoder:
@@ -46,7 +47,7 @@ class SharedPrefixDecoder:
         self.model = model
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        cache = output_cache(out)
         if hasattr(cache, "layers"):  # transformers >= 4.56
             self.prefix = [(layer.keys, layer.values) for layer in cache.layers]  # [n, kvh, T, hd] each
         else:

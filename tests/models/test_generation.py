@@ -61,3 +61,15 @@ def test_prefill_is_used_and_plain_paths_are_kept() -> None:
     with torch.no_grad():
         plain = model.generate(input_ids=one, attention_mask=mask[:, -1:], num_beams=4, **KW)
     assert torch.equal(prefilled_beam_generate(model, one, mask[:, -1:], 4, **KW).sequences, plain.sequences)
+
+
+def test_no_deprecated_cache_name_is_read(monkeypatch) -> None:
+    """The prefill reads the forward's cache under the name this transformers uses (reading the old
+    ``past_key_values`` of a 5.x output logs a deprecation warning into every demo run)."""
+    from transformers.utils import generic
+
+    said: list[str] = []
+    monkeypatch.setattr(generic.logger, "warning_once", lambda msg, *a, **k: said.append(str(msg)))
+    model, ids, mask = _model_and_prompts()
+    prefilled_beam_generate(model, ids, mask, 4, **KW)
+    assert not [m for m in said if "deprecated" in m]
