@@ -130,9 +130,16 @@ class MeanPoolEncoder:
             return None
         # lazy: this module is imported by every paradigm; transformers' model classes only by an embedder load
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True).to(device).eval()
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a local 90 MB encoder: its "Loading weights" bar is noise in every log
+        try:
+            model = AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True).to(device).eval()
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
         max_len = st_cfg.get("max_seq_length")
         return cls(tok, model, int(max_len) if max_len else None, len(kinds) == 3)
 
