@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.config import GridConfig
+from mmgrid.runtime.progress import progress as progress_bar
 from mmgrid.eval.table import PRETTY as TABLE_NAMES
 from mmgrid.stats import verdict
 from mmgrid.sweep import evidence as ev
@@ -58,9 +59,11 @@ class Report:
             self.add(f"<sub>Registry ids behind each row: appendix, *{title}*.</sub>", "")
 
 
-def _section(rep: Report, title: str, fn: Callable[[], None]) -> None:
+def _section(rep: Report, title: str, fn: Callable[[], None], bar: Any = None) -> None:
     """Run one section; on missing inputs or an error, say so in the report instead of crashing."""
     rep.add(f"## {title}", "")
+    if bar is not None:
+        bar.set_postfix(section=title.split(":")[0])
     try:
         fn()
     except MissingInputs as exc:
@@ -68,6 +71,9 @@ def _section(rep: Report, title: str, fn: Callable[[], None]) -> None:
     except Exception as exc:  # noqa: BLE001 - a report section must never take the report down
         print(f"mmgrid report: section {title!r} failed:\n{traceback.format_exc()}", file=sys.stderr)
         rep.add(f"_This section could not be produced: {type(exc).__name__}: {exc}_", "")
+    finally:
+        if bar is not None:
+            bar.update(1)
 
 
 def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", out_dir: str | Path,
@@ -100,16 +106,19 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
     ctx: dict[str, Any] = {"findings": [], "cfg": cfg}
     rep.add("## Findings", "")
     findings_at = len(rep.parts)
-    _section(rep, "Table 2: baselines (last-stage checkpoints, all users)",
-             lambda: _table2(rep, cfg, registry, domains, ctx))
+    sections = [("Table 2: baselines (last-stage checkpoints, all users)",
+                 lambda: _table2(rep, cfg, registry, domains, ctx))]
     if diagnostics:
-        _section(rep, "Figure 2: task-vector magnitude and domain conflict",
-                 lambda: _diagnostics(rep, cfg, registry, prepared))
-    _section(rep, "Figures 3 and 4: cross-domain merging", lambda: _cross_domain(rep, cfg, registry, ctx))
-    _section(rep, "Figure 5: temporal lambda sweeps", lambda: _temporal(rep, cfg, registry, ctx))
-    _section(rep, "Tables 3 and 4: predicting lambda* from domain statistics",
-             lambda: _prediction(rep, cfg, registry, prepared, ctx))
-    _section(rep, "Orbit: text retention against Recall@10", lambda: _pareto(rep, cfg, registry))
+        sections.append(("Figure 2: task-vector magnitude and domain conflict",
+                         lambda: _diagnostics(rep, cfg, registry, prepared)))
+    sections += [("Figures 3 and 4: cross-domain merging", lambda: _cross_domain(rep, cfg, registry, ctx)),
+                 ("Figure 5: temporal lambda sweeps", lambda: _temporal(rep, cfg, registry, ctx)),
+                 ("Tables 3 and 4: predicting lambda* from domain statistics",
+                  lambda: _prediction(rep, cfg, registry, prepared, ctx)),
+                 ("Orbit: text retention against Recall@10", lambda: _pareto(rep, cfg, registry))]
+    with progress_bar(total=len(sections), desc="report", unit="section", leave=True, min_interval=0.0) as bar:
+        for title, fn in sections:
+            _section(rep, title, fn, bar)
     rep.parts[findings_at:findings_at] = _findings_lines(ctx)
     rep.add("## Appendix: provenance", "",
             "Each row's numbers were read from registry evaluations of these checkpoint ids or merge-recipe "
