@@ -126,7 +126,7 @@ def _parse_stats(items: list[str]) -> dict[str, float]:
 
 def _predict(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.sweep.lambda_model import answer_new_domain, predict_lambda
+    from mmgrid.sweep.lambda_model import answer_new_domain, association, predict_lambda
     from mmgrid.sweep.tables import regression_summary, table4
 
     # lazy: as the imports above (mmgrid.config loads yaml)
@@ -137,10 +137,13 @@ def _predict(args: argparse.Namespace) -> int:
     cfg, reg, prepared = _open(args)
     new = _parse_stats(args.stats)
     pred = predict_lambda(cfg, reg, prepared, evaluate=not args.no_eval and not new)
-    print(table4(pred)[0].to_string(float_format=lambda v: f"{v:.3f}"))
+    print(table4(pred, stars=pred.stars)[0].to_string(float_format=lambda v: f"{v:.3f}"))
     print()
     print(regression_summary(pred).to_string(float_format=lambda v: f"{v:.4g}"))
-    print(f"Spearman rho({pred.features[0]}, lambda*) = {pred.rho:.3f}: lambda* {pred.direction} as it rises")
+    sp = association(pred)
+    ci = f" [{sp.ci_low:.2f}, {sp.ci_high:.2f}]" if sp.ci_low == sp.ci_low else " (no interval: no per-user values)"
+    print(f"Spearman rho({pred.features[0]}, lambda*) = {sp.rho:.3f}{ci} (95% interval: users resampled within each "
+          f"domain and seeds), exact permutation p = {sp.pvalue:.3g}: lambda* {pred.direction} as it rises")
     for note in pred.notes:
         print(f"note: {note}")
     if new:

@@ -19,6 +19,8 @@ import pandas as pd
 from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError
 from mmgrid.sweep.regression import LinearFit, NewDomainAnswer, fit_linear, leave_one_out, predict_new_domain, spearman
+from mmgrid.stats import spearman_with_interval
+from mmgrid.sweep import evidence as ev
 from mmgrid.sweep.selection import lambda_stars
 from mmgrid.sweep.temporal import COLUMNS, run_cells, sweep_domain, temporal_results
 
@@ -42,6 +44,8 @@ class LambdaPrediction:
     pvalue: float
     notes: list[str] = field(default_factory=list)
     evaluated: pd.DataFrame | None = None  # evaluations at lambda_hat* (Table 3), when run
+    curves: dict = field(default_factory=dict)  # per-user lambda curves behind ``stars`` (intervals); {} without
+    smooth: int = 1  # the smoothing window lambda* was taken with
 
     @property
     def direction(self) -> str:
@@ -88,14 +92,41 @@ def predict_lambda(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
         ConfigError: when there are no temporal results, or the group or a feature is unknown.
     """
     t, pl_cfg = cfg.sweeps.temporal, cfg.sweeps.predict_lambda
-    res = results if results is not None else temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
+    res = results if results is not None else temporal_results(registry, paradigm=t.paradigm, variant=t.variant,
+                                                                seed="all")
     if res.empty:
         raise ConfigError("predict-lambda: the registry has no temporal results; run `mmgrid sweep temporal CONFIG` first.")
-    stars = lambda_stars(res, t.metric)
+    curves = {} if results is not None else ev.temporal_curves(registry, t.paradigm, t.variant, t.metric)
+    stars = study_stars(res, t.metric, curves, t.smooth)
     pred = from_stars(stars, stats_table(prepared), t.paradigm, t.metric, pl_cfg.group, list(pl_cfg.features))
+    pred.curves, pred.smooth = curves, t.smooth
     if evaluate and pred.loo is not None:
         pred.evaluated = evaluate_lambda_hat(cfg, registry, prepared, pred, evaluator_factory)
     return pred
+
+
+def study_stars(results: pd.DataFrame, metric: str, curves: dict | None = None, smooth: int = 1) -> pd.DataFrame:
+    """lambda* per (domain, group) as the report states it (one source for the report, the console,
+    the lambda_hat* models and the grid's extension).
+
+    With per-user values (``curves``, :func:`mmgrid.sweep.evidence.temporal_curves`): the argmax of the
+    seed-averaged curve smoothed over ``smooth`` points, with its bootstrap interval and edge flag
+    (:func:`mmgrid.sweep.evidence.robust_stars`). Without: the argmax of the stored group means
+    averaged over every seed's records (``results`` read with ``seed="all"``); no interval.
+    """
+    if curves:
+        return ev.robust_stars(curves, smooth)
+    return lambda_stars(results, metric)
+
+
+def association(pred: LambdaPrediction):
+    """Spearman's rho between the first feature and lambda* over the domains, with the report's 95%
+    interval (users resampled within each domain and seeds, lambda* recomputed per resample) and the
+    exact permutation p (:func:`mmgrid.stats.spearman_with_interval`); no interval without per-user values."""
+    feature = pred.features[0]
+    domains = [str(d) for d in pred.table["domain"]]
+    reps = ev.star_replicates(pred.curves, domains, pred.group, pred.smooth) if pred.curves else None
+    return spearman_with_interval(pred.table[feature].to_numpy(float), pred.table["lambda_star"].to_numpy(float), reps)
 
 
 def from_stars(stars: pd.DataFrame, stats: pd.DataFrame, paradigm: str, metric: str, group: str,
@@ -115,6 +146,8 @@ def from_stars(stars: pd.DataFrame, stats: pd.DataFrame, paradigm: str, metric: 
             raise
         notes.append(str(exc))
     rho, pval = spearman(table[features[0]], table["lambda_star"]) if len(table) else (float("nan"), float("nan"))
+    if np.isfinite(rho):  # the exact permutation p over every pairing (the report's), not scipy's asymptotic one
+        pval = spearman_with_interval(table[features[0]].to_numpy(float), table["lambda_star"].to_numpy(float)).pvalue
     return LambdaPrediction(paradigm, metric, group, features, stars, table, loo, fit, rho, pval, notes)
 
 
@@ -129,15 +162,17 @@ def answer_new_domain(pred: LambdaPrediction, stats_row: dict[str, float], level
 
 def evaluate_lambda_hat(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", pred: LambdaPrediction,
                         evaluator_factory: Any = None, store: bool = True) -> pd.DataFrame:
-    """Evaluate each domain at its leave-one-out lambda_hat* (Table 3's second row).
+    """Evaluate each domain at its leave-one-out lambda_hat* (Table 3's second row), on every training
+    seed's replicate (as lambda = 1 and lambda*, so that Table 3 pairs the same users and seeds).
 
     The lambda_hat* model is stored as a merged checkpoint with lineage (``store``);
     its evaluations carry ``study="lambda_hat"``.
     """
     rows: list[dict] = []
     for domain, lam in pred.lambda_hat().items():
-        rows += sweep_domain(cfg, registry, prepared, domain, evaluator_factory, lambdas=[float(lam)],
-                             study="lambda_hat", store=store)
+        for seed in cfg.train.seed_list:
+            rows += sweep_domain(cfg, registry, prepared, domain, evaluator_factory, lambdas=[float(lam)],
+                                 study="lambda_hat", store=store, seed=seed)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -181,7 +216,7 @@ def extend_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
         return pd.DataFrame(rows, columns=COLUMNS)
     seeds = cfg.train.seed_list
     for _ in range(max_rounds):
-        res = temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
+        res = temporal_results(registry, paradigm=t.paradigm, variant=t.variant, seed="all")
         if res.empty:
             break
         stars = lambda_stars(res, t.metric)

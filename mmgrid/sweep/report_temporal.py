@@ -16,12 +16,11 @@ import pandas as pd
 
 from mmgrid.config import GridConfig
 from mmgrid.errors import MmgridError
-from mmgrid.stats import HOLDS, INCONCLUSIVE, contains, loo_error_vs_default, spearman_with_interval, verdict
+from mmgrid.stats import HOLDS, INCONCLUSIVE, contains, loo_error_vs_default, verdict
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
-from mmgrid.sweep.lambda_model import from_stars, stats_table
-from mmgrid.sweep.selection import lambda_stars
+from mmgrid.sweep.lambda_model import association, from_stars, stats_table, study_stars
 from mmgrid.sweep.temporal import temporal_results
 
 README_FIGURE = "figure5_lambda.png"
@@ -48,8 +47,8 @@ def _temporal(rep: Any, cfg: GridConfig, registry: Any, ctx: dict[str, Any]) -> 
     if curves:
         stars = ev.robust_stars(curves, t.smooth)
         band = ev.bands(curves, t.smooth)
-    else:
-        stars = lambda_stars(res, t.metric)
+    else:  # no per-user values: the stored group means of every seed (as `mmgrid predict-lambda`)
+        stars = study_stars(temporal_results(registry, paradigm=t.paradigm, variant=t.variant, seed="all"), t.metric)
         for c in ("ci_low", "ci_high", "edge_share"):
             stars[c] = np.nan
         lams = np.sort(res["lambda"].astype(float).unique())
@@ -117,6 +116,7 @@ def _prediction(rep: Any, cfg: GridConfig, registry: Any, prepared: Any, ctx: di
     stars = ctx["stars"]
     pred = from_stars(stars[["domain", "group", "lambda_star"]], stats_table(prepared), t.paradigm, t.metric,
                       pl.group, list(pl.features))
+    pred.curves, pred.smooth = ctx["curves"] or {}, t.smooth
     feature = pred.features[0]
     domains = [str(d) for d in pred.table["domain"]]
     reps = ev.star_replicates(ctx["curves"], domains, pred.group, t.smooth) if ctx["curves"] else None
@@ -129,7 +129,7 @@ def _prediction(rep: Any, cfg: GridConfig, registry: Any, prepared: Any, ctx: di
     grp = pred.group.replace("_", "-")
     if len(pred.table) >= 3:
         x, y = pred.table[feature].to_numpy(float), pred.table["lambda_star"].to_numpy(float)
-        sp = spearman_with_interval(x, y, reps)
+        sp = association(pred)  # the same numbers `mmgrid predict-lambda` prints
         if math.isfinite(sp.rho):
             v = verdict(sp.ci_low, sp.ci_high, "less")
             ci = f" [{sp.ci_low:.2f}, {sp.ci_high:.2f}]" if math.isfinite(sp.ci_low) else " (no interval: no per-user values)"

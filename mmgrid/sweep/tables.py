@@ -346,7 +346,7 @@ def regression_summary(pred: "LambdaPrediction") -> pd.DataFrame:
     if pred.loo is not None:
         rows["LOO mean |error|"] = float(pred.loo["abs_error"].mean())
     rows[f"Spearman rho ({pred.features[0]}, lambda*)"] = pred.rho
-    rows["Spearman p-value"] = pred.pvalue
+    rows["Spearman p (exact permutation)"] = pred.pvalue
     rows["domains"] = float(len(pred.table))
     return pd.DataFrame({"value": rows})
 

@@ -104,3 +104,23 @@ def test_period_ids_pick_the_asked_seed_else_the_lowest(two_seeds) -> None:
     ids = {s: period_ids(reg, "fakelin", "default", "A", ("p1", "p2"), s) for s in (0, 1)}
     assert ids[0] != ids[1] and all(reg.get(i).seed == s for s, pair in ids.items() for i in pair)
     assert period_ids(reg, "fakelin", "default", "A", ("p1", "p2")) == ids[0]  # no seed: the lowest
+
+
+def test_predict_lambda_takes_lambda_star_from_every_seed_as_the_report(two_seeds) -> None:
+    """`mmgrid predict-lambda` (and the lambda_hat* models it evaluates) reads lambda* off the seed-averaged
+    curve, with the report's interval, not off the first seed's curve."""
+    from mmgrid.sweep.lambda_model import predict_lambda
+    from mmgrid.sweep.selection import select_lambda_star
+
+    cfg, reg, prep = two_seeds
+    run_temporal(cfg, reg, prep, evaluator_factory=per_user_factory)
+    pred = predict_lambda(cfg, reg, prep, evaluate=False)
+    both = temporal_results(reg, paradigm="fakelin", seed="all")
+    for d in ("A", "B"):
+        g = both[(both["domain"] == d) & (both["group"] == "all") & (both["metric"] == "ndcg@10")]
+        by_seed = {s: select_lambda_star(x["lambda"].to_numpy(), x["value"].to_numpy()) for s, x in g.groupby("seed")}
+        mean = g.groupby("lambda", as_index=False)["value"].mean()
+        row = pred.stars[(pred.stars["domain"] == d) & (pred.stars["group"] == "all")].iloc[0]
+        assert row["lambda_star"] == select_lambda_star(mean["lambda"].to_numpy(), mean["value"].to_numpy())
+        assert row["ci_low"] <= row["lambda_star"] <= row["ci_high"]  # the report's interval comes along
+        assert len(by_seed) == 2
