@@ -30,6 +30,10 @@ Workers import the driver's ``__main__`` (``spawn``): a Python script that start
 this executor keeps its top level under ``if __name__ == "__main__":`` (the ``mmgrid``
 command does).
 
+Pickle: ``multiprocessing`` pickles what travels between the driver and its own worker processes
+(the JSON job text, the JSON-able result, an exception). Nothing pickled is ever read from or
+written to disk; checkpoints still go through the registry as safetensors.
+
 A worker process that dies (killed, out of memory, a crash in native code) breaks the pool:
 the jobs running in it at that moment fail with :class:`WorkerDiedError`, a fresh pool runs
 the jobs still waiting, and nothing hangs.
