@@ -35,6 +35,7 @@ def test_unknown_option_is_still_refused() -> None:
 
 def test_report_takes_overrides_after_out(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     # an override after --out reaches the config: the missing prepared folder it names is reported
-    rc = main(["report", "demo", "--out", str(tmp_path / "r"), f"prepared={tmp_path / 'nowhere'}"])
+    rc = main(["report", "demo", "--out", str(tmp_path / "r"), f"prepared={tmp_path / 'nowhere'}",
+               f"registry={tmp_path / 'registry'}"])  # never the checkout's runs/demo/registry
     assert rc == 2
     assert "nowhere" in capsys.readouterr().err
