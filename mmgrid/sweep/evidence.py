@@ -236,7 +236,8 @@ def joint_change_errors(cells: pd.DataFrame, pu: PerUser, metric: str, n_resampl
     merged = cells[(cells["method"] != "single") & cells["alpha"].notna()]
     for (p, meth, kind, a), g in merged.groupby(["paradigm", "method", "base_kind", "alpha"]):
         reps, points = [], []
-        for _, r in g.iterrows():
+        for _, r in g.sort_values(["domain", "eval_domain"], kind="stable").iterrows():  # draws in a fixed order,
+            # not in the order the registry recorded the pairs (a worker pool finishes them in any order)
             if (p, r["eval_domain"]) not in single.index:
                 continue
             s = single.loc[(p, r["eval_domain"])]
