@@ -39,6 +39,7 @@ from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.runtime.context import open_prepared, open_registry
 from mmgrid.runtime.device import derive_seed, seed_everything, set_threads
 from mmgrid.runtime.plan import BuildResult, plan_grid
+from mmgrid.runtime.gather import gather
 from mmgrid.runtime.progress import progress as progress_bar
 
 RETENTION_SPLIT = "lm_heldout"
@@ -218,17 +219,10 @@ def run_eval_jobs(cfg: Any, reg: Any, executor: Any, todo: dict[tuple[int, str, 
     model's line, index the jobs' records and fill ``out`` in the in-process loop's key order."""
     jobs = eval_jobs(cfg, todo, cells, domains, ids, out.base_text_loss, redo)
     futures = [executor.submit(job) for job in jobs]
-    bar = progress_bar(total=len(jobs), desc="evaluate", unit="job", enabled=progress, leave=True, min_interval=0.0)
     results: dict[tuple[str, str, str, int], Any] = {}
     retention: dict[tuple[str, str, str], Any] = {}
-    try:
-        for job, fut in zip(jobs, futures):
-            _collect(cfg, job, fut.result(), out, results, retention, progress)
-            bar.update(1)
-    finally:  # what finished jobs recorded is indexed even when one failed
-        bar.close()
-        if hasattr(reg, "sync"):
-            reg.sync()
+    gather(futures, reg, "evaluate", enabled=progress,
+           on_result=lambda i, got: _collect(cfg, jobs[i], got, out, results, retention, progress))
     for seed, variant, paradigm, domain in todo:  # the in-process loop's order
         out.results[(variant, paradigm, domain, seed)] = results[(variant, paradigm, domain, seed)]
         if (variant, paradigm, domain) in retention:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pandas as pd
 import torch
+from mmgrid.runtime.gather import gather
 from mmgrid.runtime.progress import progress as progress_bar
 
 from mmgrid.config import GridConfig
@@ -227,14 +228,7 @@ def run_cross_domain_jobs(cfg: Any, registry: Any, prepared: Any, pairs: list[tu
                       "ids": {d: list(ids[d]) for d in (di, dj)},
                       "bases": pair_bases(cfg, registry, prepared, paradigm, di, dj, ids), "redo": redo}
             futures.append(executor.submit(Job(PAIR_JOB, kwargs, name=f"cross-domain:{paradigm}:{di}+{dj}")))
-    rows: list[dict[str, Any]] = []
-    try:
-        for fut in progress_bar(futures, desc="cross-domain", unit="job", leave=True):
-            rows += fut.result()
-    finally:  # what finished jobs recorded is indexed even when one failed
-        if hasattr(registry, "sync"):
-            registry.sync()
-    return rows
+    return [row for got in gather(futures, registry, "cross-domain") for row in got]
 
 
 def baseline_rows(cfg: GridConfig, registry: Any, evals: MergedEvaluators, paradigm: str, domain: str,

@@ -17,11 +17,11 @@ replicate (``train.seeds``): the same users, each seed's own t1 and t2.
 from __future__ import annotations
 
 import json
-from concurrent.futures import wait
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
+from mmgrid.runtime.gather import gather
 from mmgrid.runtime.progress import progress as progress_bar
 
 from mmgrid.config import GridConfig, grid_from_dict
@@ -198,14 +198,7 @@ def run_cells(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", cells
     futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job",
                                 {"grid": grid, "domain": d, "seed": seed, "lambdas": lams.get(d)},
                                 name=f"temporal:{d}:seed={seed}")) for seed, d in cells]
-    try:
-        for f in _progress(futs, desc):
-            rows += f.result()
-    finally:
-        wait(futs)  # index what finished even when a job failed
-        if hasattr(registry, "sync"):
-            registry.sync()
-    return rows
+    return [row for got in gather(futs, registry, desc, unit="domain") for row in got]
 
 
 def run_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
