@@ -43,6 +43,16 @@ def toy_dag(tmp_path: Path) -> Dag:
     return dag
 
 
+def toy_dag_failures(executors, tmp_path: Path) -> list[JobFailedError]:
+    """The JobFailedError of :func:`toy_dag` run on each executor (job e fails by design)."""
+    out = []
+    for ex in executors:
+        with pytest.raises(JobFailedError) as info:
+            run_dag(ex, toy_dag(tmp_path), progress=False)
+        out.append(info.value)
+    return out
+
+
 def test_local_executor_passes_dep_results_only_when_asked() -> None:
     ex = LocalExecutor()
     a = ex.submit(Job(f"{T}:add", {"a": 2, "b": 3}))

@@ -21,7 +21,6 @@ from mmgrid.config import ExecConfig
 from mmgrid.errors import ConfigError
 from mmgrid.exec import (
     Job,
-    JobFailedError,
     LocalExecutor,
     ProcessExecutor,
     WorkerDiedError,
@@ -29,14 +28,13 @@ from mmgrid.exec import (
     executor_from_args,
     executor_from_config,
     get_executor,
-    run_dag,
 )
 from mmgrid.exec.pool import default_workers
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the toy jobs are imported by dotted path (workers get this sys.path)
     sys.path.insert(0, str(HERE))
-from test_exec_base import toy_dag  # noqa: E402
+from test_exec_base import toy_dag_failures  # noqa: E402
 
 T = "exec_toyjobs"
 WAIT = 120  # seconds: a generous bound on a busy 2-core machine; a hang fails instead of blocking the suite
@@ -87,11 +85,7 @@ def test_diamond(pool: ProcessExecutor) -> None:
 
 
 def test_run_dag_equals_local_and_failures_do_not_run_dependents(pool: ProcessExecutor, tmp_path: Path) -> None:
-    outcomes = []
-    for ex in (LocalExecutor(), pool):
-        with pytest.raises(JobFailedError) as info:
-            run_dag(ex, toy_dag(tmp_path), progress=False)
-        outcomes.append(info.value)
+    outcomes = toy_dag_failures((LocalExecutor(), pool), tmp_path)
     local, pooled = outcomes
     assert pooled.results == local.results == {"a": 3, "b": 30, "c": 133, "d": 0}
     assert set(pooled.errors) == {"e", "f"}

@@ -15,7 +15,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'mmgrid[ray]')")
 
 from mmgrid.errors import ConfigError  # noqa: E402
-from mmgrid.exec import Dag, Job, JobFailedError, LocalExecutor, get_executor, run_dag  # noqa: E402
+from mmgrid.exec import Dag, Job, LocalExecutor, get_executor, run_dag  # noqa: E402
 from mmgrid.exec.ray import WORKER_ENV, RayExecutor  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
-from test_exec_base import toy_dag  # noqa: E402
+from test_exec_base import toy_dag_failures  # noqa: E402
 
 T = "exec_toyjobs"
 # Ray workers do not inherit pytest's sys.path: hand them the toy jobs' folder (and the repo).
@@ -45,11 +45,7 @@ def ray_executor() -> RayExecutor:
 
 
 def test_dag_on_ray_equals_local(ray_executor: RayExecutor, tmp_path: Path) -> None:
-    outcomes = []
-    for ex in (LocalExecutor(), ray_executor):
-        with pytest.raises(JobFailedError) as info:
-            run_dag(ex, toy_dag(tmp_path), progress=False)
-        outcomes.append(info.value)
+    outcomes = toy_dag_failures((LocalExecutor(), ray_executor), tmp_path)
     local, remote = outcomes
     assert remote.results == local.results == {"a": 3, "b": 30, "c": 133, "d": 0}
     assert set(remote.errors) == set(local.errors) == {"e", "f"}
