@@ -97,12 +97,6 @@ def cluster_index(clusters, n: int) -> tuple[np.ndarray, int]:
     return inv.reshape(-1), int(inv.max()) + 1 if inv.size else 0
 
 
-def column_weights(counts: np.ndarray, inv: np.ndarray) -> np.ndarray:
-    """Per-column weights ``[b, n]`` from per-cluster draw counts ``[b, n_clusters]``, each row summing to 1."""
-    w = counts[:, inv].astype(np.float64)
-    return w / w.sum(axis=1, keepdims=True)
-
-
 
 def cluster_sums(values: np.ndarray, inv: np.ndarray, n_clusters: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-cluster sums ``[r, n_clusters]`` of the rows of ``values [r, n]`` and the cluster sizes ``[n_clusters]``.
@@ -121,8 +115,8 @@ def cluster_sums(values: np.ndarray, inv: np.ndarray, n_clusters: int) -> tuple[
 def resampled_means(sums: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``[r, b]`` means of each row over the columns of the clusters drawn: with cluster draw counts
     ``counts [b, n_clusters]``, sum(counts_c * sum_c) / sum(counts_c * size_c), the mean over every
-    drawn cluster's columns (the same number as weights ``column_weights(counts, inv)`` applied to
-    the columns)."""
+    drawn cluster's columns (the same number as per-column weights ``counts[:, inv]``, normalised
+    per row, applied to the columns)."""
     return (sums @ counts.T) / (counts @ sizes)[None, :]
 
 

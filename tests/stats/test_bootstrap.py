@@ -66,8 +66,8 @@ def test_cluster_bootstrap_of_unequal_users_is_the_row_mean_of_the_drawn_users()
 def test_resampled_cluster_means_are_the_means_of_the_drawn_users_rows():
     """Per-cluster sums give, for every draw, the mean over all rows of the drawn users (a user drawn
     twice counts twice): checked against building each bootstrap sample by hand, and against the
-    column-weights form the statistics used before."""
-    from mmgrid.stats.bootstrap import cluster_sums, column_weights, resample_counts, resampled_means
+    per-column weights form the statistics used before."""
+    from mmgrid.stats.bootstrap import cluster_sums, resample_counts, resampled_means
 
     rng = np.random.default_rng(5)
     users = np.array([0, 0, 1, 2, 2, 2, 3])  # unequal numbers of test examples per user
@@ -78,4 +78,5 @@ def test_resampled_cluster_means_are_the_means_of_the_drawn_users_rows():
     for b in range(50):
         rows = np.concatenate([np.flatnonzero(users == u) for u in range(n_c) for _ in range(counts[b, u])])
         assert got[:, b] == pytest.approx(values[:, rows].mean(axis=1), rel=1e-12)
-    assert got == pytest.approx(values @ column_weights(counts, inv).T, rel=1e-12)
+    weights = counts[:, inv] / counts[:, inv].sum(axis=1, keepdims=True)  # each column weighted by its user's draws
+    assert got == pytest.approx(values @ weights.T, rel=1e-12)
