@@ -44,11 +44,12 @@ def _temporal(rep: Any, cfg: GridConfig, registry: Any, ctx: dict[str, Any]) -> 
         raise MissingInputs(f"no temporal results for paradigm {t.paradigm!r}; run `mmgrid sweep temporal CONFIG`.")
     pu = ev.PerUser(registry)
     curves = ev.temporal_curves(registry, t.paradigm, t.variant, t.metric, pu=pu)
+    # the lambda* `mmgrid predict-lambda` prints: the per-user curves', else every seed's stored group means
+    every_seed = res if curves else temporal_results(registry, paradigm=t.paradigm, variant=t.variant, seed="all")
+    stars = study_stars(every_seed, t.metric, curves, t.smooth)
     if curves:
-        stars = ev.robust_stars(curves, t.smooth)
         band = ev.bands(curves, t.smooth)
-    else:  # no per-user values: the stored group means of every seed (as `mmgrid predict-lambda`)
-        stars = study_stars(temporal_results(registry, paradigm=t.paradigm, variant=t.variant, seed="all"), t.metric)
+    else:  # no per-user values: no interval
         for c in ("ci_low", "ci_high", "edge_share"):
             stars[c] = np.nan
         lams = np.sort(res["lambda"].astype(float).unique())
