@@ -133,7 +133,8 @@ class Evaluator:
 
     def evaluate(self, model: Any) -> EvalResults:
         """``{group: {"recall@10": ..., "ndcg@10": ..., ..., "n": count}}`` of ``model``."""
-        model.eval()
+        if model.training:  # eval() walks every submodule: skipped for a model already in eval mode
+            model.eval()
         return self.evaluate_ranked(self.rank(model))
 
 

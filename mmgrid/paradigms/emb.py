@@ -41,13 +41,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmgrid.errors import ConfigError, ModelError
+from mmgrid.models.partial import hidden_at, supports_partial
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
 from mmgrid.paradigms.hf_files import hf_config_file, hf_config_from_file, tokenizer_files, tokenizer_from_files
 from mmgrid.paradigms.item_tokens import ItemTokens, cached_item_tokens
 from mmgrid.paradigms.params import resolve_params
-from mmgrid.paradigms.ranking import topk_items
+from mmgrid.paradigms.ranking import eval_mode, rank_by_length
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.state import check_n_items, load_module_state, module_state, sub_state
 
@@ -154,8 +155,12 @@ class EmbModel(nn.Module):
         width = int(lengths.max())
         ids = self.item_ids[items, :width]
         mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
-        hidden = self.item_llm.model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        emb = hidden[torch.arange(len(items), device=ids.device), last_index(lengths)]
+        inner = self.item_llm.model
+        if supports_partial(inner):  # the last layer at the EOS only (mmgrid.models.partial)
+            emb = hidden_at(inner, last_index(lengths)[:, None], attention_mask=mask, input_ids=ids)[:, 0]
+        else:
+            hidden = inner(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            emb = hidden[torch.arange(len(items), device=ids.device), last_index(lengths)]
         if self.item_id is not None:
             emb = emb + float(self.params["id_scale"]) * self.item_id(items)
         return emb
@@ -167,6 +172,9 @@ class EmbModel(nn.Module):
         seq = seq * real[..., None].to(seq.dtype)  # an empty history reads one zero vector
         mask = real.clone()
         mask[:, 0] = True
+        if supports_partial(self.user_llm):  # the last layer at the last item only (mmgrid.models.partial)
+            return hidden_at(self.user_llm, last_index(lengths)[:, None], attention_mask=mask.long(),
+                             inputs_embeds=seq)[:, 0]
         out = self.user_llm(inputs_embeds=seq, attention_mask=mask.long(), use_cache=False).last_hidden_state
         return out[torch.arange(seq.shape[0], device=seq.device), last_index(lengths)]
 
@@ -206,6 +214,15 @@ class EmbParadigm:
 
     name = "emb"
     defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
+    # 2 (issue 15): both LLMs' last layer only where it is read (the item texts' EOS, the histories'
+    # last item; mmgrid.models.partial), length-bucketed batches (the user LLM's width is the batch's
+    # longest history; mmgrid.train.loop.length_buckets) and the fused AdamW: new ids
+    train_version = 2
+    fused_optimizer = True
+    bucket_window = 8
+
+    def example_length(self, example: Example) -> int:
+        return len(example.history)  # already cut to max_history (load_examples)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> EmbModel:
         p = resolve_params(params, DEFAULTS, "paradigm_params.emb")
@@ -257,12 +274,8 @@ class EmbParadigm:
 
     def item_embeddings(self, model: EmbModel) -> torch.Tensor:
         """Raw embeddings of all items ``[n_items, H]`` (eval mode, no grad); pass to :meth:`rank` to reuse."""
-        was = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             return model.all_item_embeddings()
-        finally:
-            model.train(was)
 
     @torch.no_grad()
     def rank(
@@ -283,19 +296,16 @@ class EmbParadigm:
         items_n = F.normalize(raw.float(), dim=-1)
         keep = int(model.params["max_history"])
         step = int(model.params["user_batch"])
-        was = model.training
-        model.eval()
+
+        def scores(pos: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            return F.normalize(model.encode_users(raw[pos], lengths).float(), dim=-1) @ items_n.T
+
         out = []
-        try:
+        with eval_mode(model):
             for s in range(0, len(histories), step):
                 chunk = [list(h)[-keep:] if keep > 0 else list(h) for h in histories[s : s + step]]
-                pos, lengths = pad_right(chunk, pad=0)
-                pos, lengths = pos.to(raw.device), lengths.to(raw.device)
-                user = F.normalize(model.encode_users(raw[pos], lengths).float(), dim=-1)
-                scores = user @ items_n.T
-                out.append(topk_items(scores, k, chunk if model.params["exclude_history"] else None))
-        finally:
-            model.train(was)
+                # histories of similar length together: the padded positions are not computed
+                out.append(rank_by_length(chunk, k, scores, bool(model.params["exclude_history"]), raw.device))
         return np.concatenate(out) if out else np.zeros((0, k), dtype=np.int64)
 
     def save(self, model: EmbModel) -> Checkpoint:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,13 +55,19 @@ def pad_right(seqs: Sequence[Sequence[int]], pad: int, max_len: int | None = Non
         ``(ids [B, L] long, lengths [B] long)``.
     """
     cut = [list(s)[-max_len:] if max_len else list(s) for s in seqs]
-    width = max(1, max((len(s) for s in cut), default=0))
-    ids = torch.full((len(cut), width), pad, dtype=torch.long)
-    for row, s in enumerate(cut):
-        if s:
-            ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
-    lengths = torch.tensor([len(s) for s in cut], dtype=torch.long)
-    return ids, lengths
+    lengths = np.fromiter((len(s) for s in cut), dtype=np.int64, count=len(cut))
+    width = max(1, int(lengths.max()) if len(cut) else 0)
+    ids = np.full((len(cut), width), pad, dtype=np.int64)
+    if lengths.any():  # one scatter of every entry (a row loop of torch.tensor calls cost ~14 us a row)
+        ids[np.repeat(np.arange(len(cut)), lengths), _positions(lengths)] = np.fromiter(
+            (int(i) for s in cut for i in s), dtype=np.int64, count=int(lengths.sum()))
+    return torch.from_numpy(ids), torch.from_numpy(lengths)
+
+
+def _positions(lengths: np.ndarray) -> np.ndarray:
+    """``0 .. n-1`` for each length ``n``, concatenated."""
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.arange(int(lengths.sum()), dtype=np.int64) - starts
 
 
 def last_index(lengths: torch.Tensor) -> torch.Tensor:

@@ -112,6 +112,21 @@ def length_buckets(order: list[int], lengths: Sequence[int], batch_size: int, wi
     return out
 
 
+def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float, fused: bool) -> torch.optim.AdamW:
+    """The stage's AdamW.
+
+    ``fused=False``: ``foreach`` (one multi-tensor kernel per AdamW operation), bit-identical to
+    the per-parameter loop (tests/train). ``fused=True`` (a task that sets ``fused_optimizer``,
+    with a ``train_version`` that says so): one fused kernel for the whole update, ~4x faster
+    than foreach on the tiny models' 25 tensors (0.5 vs 1.9 ms a step, a tenth of an emb step)
+    and equal to it up to float rounding (~1e-7). Devices without a fused AdamW fall back to
+    foreach.
+    """
+    if fused and params and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params):
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
+
+
 def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, epochs: int, lr: float,
                 batch_size: int, seed: int, weight_decay: float = 0.0, regularizers: Sequence[Any] = (),
                 max_examples: int | None = None, where: str = "", progress: bool = True,
@@ -119,7 +134,8 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
     """Train ``model`` in place on ``examples``.
 
     Args:
-        task: has ``collate(model, examples) -> batch`` and ``loss(model, batch) -> scalar``.
+        task: has ``collate(model, examples) -> batch`` and ``loss(model, batch) -> scalar``;
+            ``fused_optimizer = True`` on it selects the fused AdamW (:func:`adamw`).
         model: the model; moved to the device, left there in train mode.
         examples: the stage's training examples.
         epochs: passes over the (possibly capped) examples.
@@ -163,9 +179,7 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
         local_bs = local_batch_size(batch_size, dist)
 
     params = [p for p in model.parameters() if p.requires_grad]
-    # foreach: one multi-tensor kernel per AdamW operation instead of a Python loop over the
-    # parameters; the same arithmetic in the same order (bit-identical, tests/train), ~5 % of a tiny stage
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
+    opt = adamw(params, lr, weight_decay, fused=bool(getattr(task, "fused_optimizer", False)))
     n_batches = math.ceil(math.ceil(len(examples) / world) / local_bs) if examples else 0
     show = progress and (dist is None or dist.is_main)
     bar = progress_bar(total=epochs * n_batches, desc=where or "train", unit="step", enabled=show)

@@ -107,3 +107,51 @@ def test_item_bias_option_round_trips(tiny_domain) -> None:
     again = P.load(ck, tiny_domain, {})  # the option comes from the checkpoint's meta
     hists = [[1, 2], [], [5]]
     assert np.array_equal(P.rank(again, tiny_domain, hists, 5), P.rank(m, tiny_domain, hists, 5))
+
+
+def _all_positions(model, hist: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reference (the code before issue 15): every block at every position, then the last real one."""
+    import math
+
+    n = hist.shape[1]
+    pos = torch.arange(n)
+    real = pos[None] < lengths[:, None]
+    x = model.item_emb(torch.where(real, hist + 1, torch.zeros_like(hist))) * math.sqrt(model.item_emb.embedding_dim)
+    x = (x + model.pos_emb(pos)[None]) * real[..., None]
+    keys = real.clone()
+    keys[:, 0] = True
+    mask = ((pos[None, :, None] >= pos[None, None, :]) & keys[:, None, :])[:, None]
+    for block in model.blocks:
+        x = block(x, mask)
+    return model.final_ln(x)[torch.arange(len(hist)), (lengths - 1).clamp(min=0)]
+
+
+def test_last_block_at_the_last_position_equals_every_position(model) -> None:
+    model.eval()
+    g = torch.Generator().manual_seed(4)
+    hist = torch.randint(0, model.n_items, (7, 6), generator=g)
+    lengths = torch.tensor([0, 1, 2, 6, 5, 3, 6])
+    with torch.no_grad():
+        torch.testing.assert_close(model.users(hist, lengths), _all_positions(model, hist, lengths),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_training_dropout_is_seeded_scaled_and_drops(model) -> None:
+    from mmgrid.paradigms.sasrec import dropout
+
+    rng = np.random.Generator(np.random.SFC64(3))
+    x = torch.ones(200, 50)
+    y = dropout(x, 0.2, rng)
+    assert set(torch.unique(y).tolist()) == {0.0, 1.25}  # inverted dropout: kept values scaled by 1/(1-p)
+    assert 0.17 < float((y == 0).float().mean()) < 0.23  # 10,000 draws: p = 0.2 within ~7 std
+    assert torch.equal(dropout(x, 0.0, rng), x)
+    model.train()
+    hist, lengths = torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]]), torch.tensor([3, 2])
+    torch.manual_seed(5)
+    a = model.users(hist, lengths)
+    torch.manual_seed(5)
+    b = model.users(hist, lengths)  # the masks follow torch's seed: a seeded stage is reproducible
+    c = model.users(hist, lengths)
+    model.eval()
+    d = model.users(hist, lengths)
+    assert torch.equal(a, b) and not torch.equal(a, c) and not torch.equal(a, d)

@@ -80,10 +80,10 @@ def test_bucketed_paradigms_carry_train_version_in_their_stage_identity() -> Non
     cfg = SimpleNamespace(train=SimpleNamespace(epochs={"p1": 1}, lr=1e-3, weight_decay=0.0, batch_size=8,
                                                 max_examples=None), paradigm_params={})
     variant = SimpleNamespace(regularizer="none", params={})
-    for name in ("text", "semid"):
-        assert get_paradigm(name).bucket_window > 1
-        # 2: bucketed batches; later versions (semid 3: issue 16's collaborative codes) keep the key
-        assert stage_params(cfg, variant, name, "p1")["train_version"] == get_paradigm(name).train_version >= 2
-    for name in ("emb", "sasrec"):  # unchanged computation: no version key, ids as before
-        assert not getattr(get_paradigm(name), "bucket_window", 0)
-        assert "train_version" not in stage_params(cfg, variant, name, "p1")
+    # text 2 / semid 2: bucketed batches; semid 3: issue 16's collaborative codes; issue 15 (the last layer
+    # where it is read, the fused AdamW; emb and sasrec bucketed too): text 3, semid 4, emb 2, sasrec 2
+    want = {"text": 3, "semid": 4, "emb": 2, "sasrec": 2}
+    for name, version in want.items():
+        par = get_paradigm(name)
+        assert par.bucket_window > 1 and par.fused_optimizer
+        assert stage_params(cfg, variant, name, "p1")["train_version"] == par.train_version == version

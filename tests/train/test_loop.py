@@ -87,3 +87,25 @@ def test_torchrun_two_processes_follow_the_one_process_trajectory(tmp_path) -> N
     one, two = load_file(tmp_path / "one.safetensors"), load_file(tmp_path / "two.safetensors")
     for k in one:
         torch.testing.assert_close(one[k], two[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_task_asking_for_the_fused_adamw_gets_it_and_the_same_training_up_to_rounding() -> None:
+    from mmgrid.train import loop
+
+    made = []
+    orig = loop.adamw
+    loop.adamw = lambda *a, **k: made.append(orig(*a, **k)) or made[-1]  # type: ignore[assignment]
+    try:
+        par, m1, ex = _setup()
+        train_stage(par, m1, ex, epochs=2, lr=0.02, batch_size=8, seed=5, weight_decay=0.01, progress=False)
+        par, m2, ex = _setup()
+        par.fused_optimizer = True
+        train_stage(par, m2, ex, epochs=2, lr=0.02, batch_size=8, seed=5, weight_decay=0.01, progress=False)
+    finally:
+        loop.adamw = orig  # type: ignore[assignment]
+    assert not made[0].defaults["fused"] and made[0].defaults["foreach"]
+    assert made[1].defaults["fused"]
+    for (k, a), (_, b) in zip(m1.state_dict().items(), m2.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=k)
+    par, m0, _ = _setup()
+    assert not torch.equal(m0.proj.weight, m2.proj.weight)

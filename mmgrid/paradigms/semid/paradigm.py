@@ -189,7 +189,9 @@ class SemIDParadigm:
     # Length-bucketed training batches, as the text paradigm (see TextParadigm.train_version): 2.
     # 3 (issue 16): codes from collaborative embeddings and no alignment examples by default.
     bucket_window = 8
-    train_version = 3
+    # 4 (issue 15): the last layer only at the target columns (mmgrid.models.partial) and the fused AdamW
+    train_version = 4
+    fused_optimizer = True
 
     def example_length(self, example: TokenExample) -> int:
         return len(example.ids)
