@@ -87,6 +87,9 @@ class Evaluator:
         self.users = df.get_column("user_idx").to_numpy().astype(np.int64)
         self.targets = df.get_column("target").to_numpy().astype(np.int64)
         self.histories = [[int(i) for i in (h or [])] for h in df.get_column("history").to_list()]
+        # the order in which histories are ranked: by length (stable), so that each batch is padded little
+        self.by_length = np.argsort(np.fromiter((len(h) for h in self.histories), dtype=np.int64,
+                                                count=len(self.histories)), kind="stable")
         active = np.isin(self.users, np.fromiter(domain.active_users(activity_phase), dtype=np.int64))
         self.active = active
         masks = {"all": np.ones(len(self.users), dtype=bool), "active": active, "non_active": ~active}
@@ -99,7 +102,7 @@ class Evaluator:
     def rank(self, model: Any) -> np.ndarray:
         """Top-max(K) items for every cached history, best first: int array [n, max(K)]."""
         k = min(max(self.ks), self.domain.n_items)
-        parts = []
+        ranked = np.zeros((self.n, k), dtype=np.int64)
         starts = range(0, self.n, self.batch_size)
         name = getattr(self.paradigm, "name", "model")
         # a bar only where there is more than one batch (a grid's evaluation has its own bar)
@@ -107,11 +110,14 @@ class Evaluator:
                        enabled=len(starts) > 1)
         with torch.no_grad():
             for s in starts:
-                out = self.paradigm.rank(model, self.domain, self.histories[s:s + self.batch_size], k)
-                parts.append(np.asarray(out, dtype=np.int64).reshape(-1, k))
-                bar.update(len(parts[-1]))
+                # batches of histories of similar length (a batch is padded to its longest);
+                # the answer goes back to each example's own row
+                rows = self.by_length[s:s + self.batch_size]
+                out = self.paradigm.rank(model, self.domain, [self.histories[i] for i in rows], k)
+                ranked[rows] = np.asarray(out, dtype=np.int64).reshape(-1, k)
+                bar.update(len(rows))
         bar.close()
-        return np.concatenate(parts, axis=0)
+        return ranked
 
     def evaluate_ranked(self, ranked: np.ndarray) -> EvalResults:
         """Metrics per group from a precomputed ranking ([n, >= max K], or [L] shared by all).

@@ -7,7 +7,9 @@ last prompt token once per query, repeats the key/value cache ``b`` times and ha
 ``generate``, which then only runs the last prompt token and the new tokens. The beam search
 itself (scores, early stopping, length penalty) is HF's, unchanged; the cached keys and
 values are those of the same forward pass on fewer rows (equal up to float rounding of
-the batched matrix products, which the test checks with a relative tolerance).
+the batched matrix products, which the test checks with a relative tolerance). Where the
+model allows it the prefill computes the cache alone (:func:`mmgrid.models.partial.prefill_cache`:
+the last layer's keys and values, nothing after them).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from mmgrid.models.partial import prefill_cache, supports_partial
 
 
 @torch.no_grad()
@@ -37,9 +41,12 @@ def prefilled_beam_generate(model: Any, input_ids: torch.Tensor, attention_mask:
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, **kwargs)
     # positions as generate derives them: cumsum of the mask - 1, padding at 0
     pos = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-    out = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], position_ids=pos[:, :-1],
-                use_cache=True, logits_to_keep=1)
-    cache = output_cache(out)
+    if supports_partial(getattr(model, "model", None)):  # only the cache is read: no last-layer MLP, no head
+        cache = prefill_cache(model, input_ids[:, :-1], attention_mask[:, :-1], pos[:, :-1])
+    else:
+        out = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], position_ids=pos[:, :-1],
+                    use_cache=True, logits_to_keep=1)
+        cache = output_cache(out)
     cache.batch_repeat_interleave(num_beams)  # the beams of query i are rows i*b .. i*b+b-1, as generate expands
     kwargs["use_cache"] = True
     kwargs[_cache_kwarg(model)] = cache

@@ -40,17 +40,28 @@ def topk_items(scores: torch.Tensor, k: int, exclude: Sequence[Iterable[int]] | 
     return torch.topk(scores, k, dim=1).indices.cpu().numpy().astype(np.int64)
 
 
-def length_groups(lengths: Sequence[int], min_rows: int = 32, max_groups: int = 8) -> list[np.ndarray]:
-    """Row indices sorted by length and cut into up to ``max_groups`` parts of at least ``min_rows``.
+def length_groups(lengths: Sequence[int], part_cost: int = 256, max_groups: int = 8) -> list[np.ndarray]:
+    """Row indices sorted by length and cut into the equal parts that make ranking cheapest.
 
-    Ranking a part padded to its own longest row instead of the batch's longest one skips the
-    padded positions (histories of the demo's test window: mean length 8 of 20); a model whose
-    rows do not interact (each history is encoded on its own) gives the same scores either way,
-    up to float rounding. Stable: equal lengths keep their order.
+    A part is padded to its own longest row instead of the batch's longest one, so the padded
+    positions are not computed (histories of the demo's test window: mean length 8 of 20); each
+    part costs a forward pass, reckoned as ``part_cost`` padded positions (~0.4 ms of SASRec
+    overhead). Of 1 .. ``max_groups`` equal parts of the sorted rows, the count with the least
+    ``sum(rows x width) + parts x part_cost`` is taken: a batch of similar lengths stays whole.
+    A model whose rows do not interact (each history is encoded on its own) gives the same
+    scores either way, up to float rounding. Stable: equal lengths keep their order.
     """
-    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
-    parts = max(1, min(max_groups, len(order) // max(1, min_rows)))
-    return [p for p in np.array_split(order, parts) if len(p)]
+    lens = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(lens, kind="stable")
+    if len(order) == 0:
+        return []
+    best, best_cost = [order], float(len(order) * max(1, int(lens.max()))) + part_cost
+    for n_parts in range(2, min(max_groups, len(order)) + 1):
+        parts = np.array_split(order, n_parts)
+        cost = sum(len(p) * max(1, int(lens[p[-1]])) for p in parts) + n_parts * part_cost
+        if cost < best_cost:
+            best, best_cost = parts, cost
+    return best
 
 
 def rank_by_length(histories: Sequence[Sequence[int]], k: int,

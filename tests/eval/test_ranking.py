@@ -56,6 +56,28 @@ def test_evaluate_batches_and_metrics() -> None:
     assert bad["all"]["recall@1"] == 0.0 and bad["all"]["recall@10"] == 0.0
 
 
+def test_batches_are_ranked_by_history_length_and_answers_return_to_their_rows() -> None:
+    class Recorder:
+        name = "recorder"
+
+        def __init__(self) -> None:
+            self.widths: list[list[int]] = []
+
+        def rank(self, model, domain, histories, k):
+            self.widths.append([len(h) for h in histories])
+            return np.array([[len(h) % domain.n_items, *range(1, k)] for h in histories])  # row = f(history)
+
+    dom = F.make_domain("A")
+    rec = Recorder()
+    ev = Evaluator(rec, dom, ks=[3], batch_size=7)
+    ev.histories = [list(range(n)) for n in (5, 0, 9, 2, 9, 1, 4, 7, 3, 8, 6, 2, 5, 1, 0) * 2]
+    ev.by_length = np.argsort([len(h) for h in ev.histories], kind="stable")
+    ranked = ev.rank(None)
+    seen = [w for batch in rec.widths for w in batch]
+    assert seen == sorted(seen)  # every batch holds histories of similar length, shortest first
+    assert ranked[:, 0].tolist() == [len(h) % dom.n_items for h in ev.histories]  # each answer in its own row
+
+
 def test_max_users_is_a_fixed_sample() -> None:
     dom = F.make_domain("A")
     a = Evaluator(Oracle(), dom, max_users=10, seed=0)

@@ -40,18 +40,22 @@ def test_same_beams_and_scores_as_plain_generate(seed: int) -> None:
 
 def test_prefill_is_used_and_plain_paths_are_kept() -> None:
     model, ids, mask = _model_and_prompts()
-    seen: list[tuple[int, int]] = []
-    hook = model.model.register_forward_pre_hook(
-        lambda _m, _a, kw: seen.append(tuple(kw["input_ids"].shape)) if kw.get("input_ids") is not None else None,
-        with_kwargs=True)
+    seen: list[tuple[int, int]] = []  # the token ids every pass embeds (the prefill and generate's steps)
+    hook = model.model.embed_tokens.register_forward_pre_hook(lambda _m, a: seen.append(tuple(a[0].shape)))
+    last_mlp: list[tuple[int, ...]] = []
+    hook2 = model.model.layers[-1].mlp.register_forward_pre_hook(lambda _m, a: last_mlp.append(tuple(a[0].shape)))
     try:
         prefilled_beam_generate(model, ids, mask, 4, **KW)
     finally:
         hook.remove()
+        hook2.remove()
     # one pass over the prompts without their last token, 4 rows (not 16); then generate's
     # own steps on 16 rows, the first of which reads only the last prompt token
     assert seen[0] == (4, ids.shape[1] - 1)
     assert seen[1] == (16, 1)
+    # the prefill leaves the last layer's MLP alone (only its keys and values are cached): every call
+    # of it is one of generate's one-token steps on 16 rows
+    assert last_mlp and all(shape[:2] == (16, 1) for shape in last_mlp)
     # one beam or a one-token prompt: plain generate (nothing to share)
     kw1 = {**KW, "num_return_sequences": 1}
     with torch.no_grad():

@@ -99,3 +99,24 @@ def test_models_it_cannot_run_are_refused() -> None:
     assert not supports_partial(sliding.model)
     assert not supports_partial(torch.nn.Linear(3, 3))
     assert supports_partial(_qwen3(2).model)
+
+
+def test_prefill_cache_holds_the_keys_and_values_of_a_full_forward() -> None:
+    from mmgrid.models.generation import output_cache
+    from mmgrid.models.partial import prefill_cache
+
+    torch.manual_seed(2)
+    model = _qwen3(3).eval()
+    lengths = torch.tensor([9, 3, 6])
+    ids = torch.randint(3, 90, (3, 9))
+    mask = (torch.arange(9)[None] >= (9 - lengths)[:, None]).long()
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        want = output_cache(model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True))
+        got = prefill_cache(model, ids, mask, pos)
+    real = mask.bool()[:, None, :, None]  # padding positions are never attended to: only real ones compare
+    assert len(got.layers) == len(want.layers) == 3
+    for g, w in zip(got.layers, want.layers):
+        assert g.keys.shape == w.keys.shape == (3, 2, 9, 8)
+        torch.testing.assert_close(g.keys * real, w.keys * real, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(g.values * real, w.values * real, rtol=1e-5, atol=1e-6)

@@ -13,16 +13,29 @@ from mmgrid.paradigms.examples import pad_right
 from mmgrid.paradigms.ranking import eval_mode, length_groups, rank_by_length, topk_items
 
 
-@given(st.lists(st.integers(0, 30), min_size=0, max_size=300), st.integers(1, 64), st.integers(1, 9))
+@given(st.lists(st.integers(0, 30), min_size=0, max_size=300), st.integers(0, 2000), st.integers(1, 9))
 @settings(max_examples=60, deadline=None)
-def test_length_groups_partition_sorted_and_large_enough(lengths: list[int], min_rows: int, max_groups: int) -> None:
-    parts = length_groups(lengths, min_rows=min_rows, max_groups=max_groups)
+def test_length_groups_partition_sorted_and_no_dearer_than_one_batch(lengths: list[int], part_cost: int,
+                                                                     max_groups: int) -> None:
+    parts = length_groups(lengths, part_cost=part_cost, max_groups=max_groups)
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     assert sorted(flat.tolist()) == list(range(len(lengths)))  # every row exactly once
     assert [lengths[i] for i in flat] == sorted(lengths)  # by length (stable)
     assert len(parts) <= max_groups
-    if len(parts) > 1:
-        assert min(len(p) for p in parts) >= min_rows
+
+    def cost(ps: list[np.ndarray]) -> int:
+        return sum(len(p) * max(1, max(lengths[i] for i in p)) for p in ps) + len(ps) * part_cost
+
+    if lengths:
+        assert cost(parts) <= cost([np.arange(len(lengths))])  # never worse than the whole batch
+
+
+def test_length_groups_split_mixed_lengths_and_keep_similar_ones_whole() -> None:
+    mixed = [1] * 50 + [20] * 50  # one batch: 100 x 20 = 2000 positions; two parts: 50 + 1000 (+ 256 each)
+    parts = length_groups(mixed)
+    assert len(parts) == 2 and sorted(parts[0].tolist()) == list(range(50))
+    assert len(length_groups([7] * 100)) == 1  # nothing to save: one forward pass
+    assert length_groups([]) == []
 
 
 @given(st.lists(st.lists(st.integers(0, 99), max_size=12), min_size=1, max_size=20), st.integers(0, 8))
@@ -50,8 +63,8 @@ def test_ranking_in_length_parts_equals_one_padded_batch(name: str, tiny_base_sh
     model = par.build(tiny_base_shared, tiny_domain, {}, seed=0)
     g = np.random.default_rng(0)
     histories = [g.integers(0, tiny_domain.n_items, size=int(n)).tolist() for n in g.integers(0, 14, size=90)]
-    got = par.rank(model, tiny_domain, histories, 5)  # 90 histories: parts of >= 32 rows
-    assert len(length_groups([len(h) for h in histories])) == 2
+    got = par.rank(model, tiny_domain, histories, 5)
+    assert len(length_groups([len(h) for h in histories])) > 1  # lengths 0..13: ranked in parts
     # reference: the whole batch padded to its longest history, no parts
     import mmgrid.paradigms.ranking as ranking
 
