@@ -12,13 +12,17 @@ from mmgrid.errors import ConfigError
 from mmgrid.paradigms.examples import pad_right
 
 
-def topk_items(scores: torch.Tensor, k: int, exclude: Sequence[Iterable[int]] | None = None) -> np.ndarray:
+def topk_items(scores: torch.Tensor, k: int,
+               exclude: Sequence[Iterable[int]] | tuple[torch.Tensor, torch.Tensor] | None = None) -> np.ndarray:
     """Top-``k`` column indices of each row, best first, optionally masking some columns per row.
 
     Args:
         scores: ``[n, n_items]`` float scores (higher is better).
         k: how many to return; must not exceed ``n_items``.
-        exclude: per row, item indices that may not be returned (e.g. the history).
+        exclude: per row, item indices that may not be returned (e.g. the history), as lists or as
+            the right-padded ``(ids [n, L], lengths [n])`` of :func:`mmgrid.paradigms.examples.pad_right`.
+            Indices outside ``0 .. n_items-1`` are ignored; a row whose exclusions would leave
+            fewer than ``k`` items is not masked.
 
     Returns:
         ``np.ndarray [n, k]`` of int64 item indices.
@@ -26,17 +30,17 @@ def topk_items(scores: torch.Tensor, k: int, exclude: Sequence[Iterable[int]] | 
     n_items = scores.shape[1]
     if k > n_items or k < 1:
         raise ConfigError(f"rank: k={k} must be between 1 and the domain's {n_items} items.")
-    scores = scores.float().clone()
+    scores = scores.float()
     if exclude is not None:
-        rows, cols = [], []
-        for row, items in enumerate(exclude):
-            idx = {int(i) for i in items if 0 <= i < n_items}
-            # Keep at least k candidates even for a history that covers the catalog.
-            if idx and n_items - len(idx) >= k:
-                rows += [row] * len(idx)
-                cols += idx
-        if rows:  # one masked write for the whole batch
-            scores[torch.tensor(rows, device=scores.device), torch.tensor(cols, device=scores.device)] = float("-inf")
+        ids, lengths = exclude if isinstance(exclude, tuple) else pad_right([list(e) for e in exclude], pad=0)
+        ids, lengths = ids.to(scores.device), lengths.to(scores.device)
+        real = (torch.arange(ids.shape[1], device=ids.device)[None] < lengths[:, None]) & (ids >= 0) & (ids < n_items)
+        # one scatter into a spare last column for what is not excluded, then one masked fill
+        cols = torch.where(real, ids, torch.full_like(ids, n_items))
+        hit = torch.zeros((len(ids), n_items + 1), dtype=torch.bool, device=ids.device).scatter_(1, cols, True)
+        hit = hit[:, :n_items]
+        hit &= (n_items - hit.sum(1, keepdim=True)) >= k  # keep at least k candidates
+        scores = scores.masked_fill(hit, float("-inf"))
     return torch.topk(scores, k, dim=1).indices.cpu().numpy().astype(np.int64)
 
 
@@ -81,9 +85,9 @@ def rank_by_length(histories: Sequence[Sequence[int]], k: int,
     """
     out = np.zeros((len(histories), k), dtype=np.int64)
     for idx in length_groups([len(h) for h in histories]):
-        part = [histories[i] for i in idx]
-        ids, lengths = pad_right(part, pad=0)
-        out[idx] = topk_items(scores(ids.to(device), lengths.to(device)), k, part if exclude else None)
+        ids, lengths = pad_right([histories[i] for i in idx], pad=0)
+        ids, lengths = ids.to(device), lengths.to(device)
+        out[idx] = topk_items(scores(ids, lengths), k, (ids, lengths) if exclude else None)
     return out
 
 

@@ -88,3 +88,24 @@ def test_eval_mode_restores_the_mode() -> None:
     with eval_mode(m):
         assert not m.training
     assert not m.training
+
+
+def _topk_reference(scores: torch.Tensor, k: int, exclude: list[list[int]]) -> np.ndarray:
+    """The row-by-row masking topk_items did before it was vectorized (issue 15)."""
+    scores = scores.float().clone()
+    n_items = scores.shape[1]
+    for row, items in enumerate(exclude):
+        idx = [i for i in items if 0 <= i < n_items]
+        if idx and n_items - len(set(idx)) >= k:
+            scores[row, idx] = float("-inf")
+    return torch.topk(scores, k, dim=1).indices.numpy()
+
+
+@given(st.lists(st.lists(st.integers(-2, 12), max_size=14), min_size=1, max_size=12), st.integers(1, 10),
+       st.integers(0, 2**31 - 1))
+@settings(max_examples=80, deadline=None)
+def test_topk_masking_matches_the_row_by_row_reference(exclude: list[list[int]], k: int, seed: int) -> None:
+    scores = torch.randn(len(exclude), 10, generator=torch.Generator().manual_seed(seed))  # no ties
+    want = _topk_reference(scores, k, exclude)
+    assert topk_items(scores, k, exclude).tolist() == want.tolist()
+    assert topk_items(scores, k, pad_right(exclude, pad=0)).tolist() == want.tolist()  # the padded form
