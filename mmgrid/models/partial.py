@@ -107,6 +107,33 @@ def hidden_at(inner: Any, select: torch.Tensor, *, attention_mask: torch.Tensor,
     return _norm(inner.norm, _layer(inner.layers[-1], x, cos, sin, mask, select))
 
 
+def prefill_kv(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+               last: bool = False) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+    """Every layer's keys and values of left-padded prompts and, with ``last``, the final hidden state
+    at the last column (what ``model(..., use_cache=True, logits_to_keep=1)`` computes before its head).
+
+    The last layer computes its keys and values at every position and, with ``last``, the rest at
+    the last column only; without it nothing after its keys and values.
+
+    Returns:
+        ``([(keys, values) [B, kvh, L, hd] per layer], hidden [B, H] or None)``.
+    """
+    inner = model.model
+    x = inner.embed_tokens(input_ids)
+    b, n = input_ids.shape
+    cos, sin = inner.rotary_emb(x, position_ids)
+    mask = attention_mask_4d(attention_mask)
+    kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for layer in inner.layers[:-1]:
+        x = _layer(layer, x, cos, sin, mask, keep=kvs)
+    final = inner.layers[-1]
+    if not last:
+        kvs.append(_keys_values(final, _norm(final.input_layernorm, x), cos, sin))
+        return kvs, None
+    cols = torch.full((b, 1), n - 1, dtype=torch.long, device=input_ids.device)
+    return kvs, _norm(inner.norm, _layer(final, x, cos, sin, mask, cols, keep=kvs))[:, 0]
+
+
 def prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   position_ids: torch.Tensor) -> Any:
     """The key/value cache of prompts, as ``model(..., use_cache=True)`` leaves it, without the rest.
@@ -126,15 +153,7 @@ def prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     # lazy: importing transformers costs ~0.6 s after torch (measured); sasrec's processes never prefill
     from transformers import DynamicCache
 
-    inner = model.model
-    x = inner.embed_tokens(input_ids)
-    cos, sin = inner.rotary_emb(x, position_ids)
-    mask = attention_mask_4d(attention_mask)
-    kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for layer in inner.layers[:-1]:
-        x = _layer(layer, x, cos, sin, mask, keep=kvs)
-    last = inner.layers[-1]
-    kvs.append(_keys_values(last, _norm(last.input_layernorm, x), cos, sin))
+    kvs, _ = prefill_kv(model, input_ids, attention_mask, position_ids)
     cache = DynamicCache(config=model.config)
     for i, (k, v) in enumerate(kvs):
         cache.update(k, v, i)

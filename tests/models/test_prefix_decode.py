@@ -59,3 +59,18 @@ def test_beams_not_a_multiple_of_queries_are_refused() -> None:
         dec = SharedPrefixDecoder(model, ids, mask, pos)
     with pytest.raises(ModelError, match="not a multiple"):
         dec.step(torch.tensor([3, 4, 5]), torch.tensor([0, 0, 1]))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_log_softmax_at_equals_the_full_log_softmax_at_those_columns(bias: bool) -> None:
+    from mmgrid.models.prefix_decode import log_softmax_at
+
+    torch.manual_seed(7)
+    head = torch.nn.Linear(16, 101, bias=bias)  # an odd vocabulary: padded to 128 inside
+    hidden = torch.randn(37, 16)
+    cols = torch.tensor([0, 5, 100, 64, 63])
+    want = torch.log_softmax(head(hidden), dim=-1)[:, cols]
+    with torch.no_grad():
+        got = log_softmax_at(head, hidden, cols, chunk=10)  # 4 chunks, the last one short
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert log_softmax_at(head, hidden[:0], cols).shape == (0, 5)

@@ -236,11 +236,10 @@ class SemIDParadigm:
             # the prompt's keys/values are kept once per history and shared by its beams (no per-beam copy)
             if origin is None:
                 state["dec"] = SharedPrefixDecoder(model, ids, mask, pos)
-                logits = state["dec"].logits
-            else:
+                logp = state["dec"].logits.float().log_softmax(-1)[:, rows[level]]
+            else:  # this level's codes only (the normalizer over the whole vocabulary, in row chunks)
                 last = rows[level - 1][prefixes[:, :, -1].reshape(-1).to(dev)]
-                logits = state["dec"].step(last, origin.to(dev))
-            logp = logits.float().log_softmax(-1)[:, rows[level]]
+                logp = state["dec"].step(last, origin.to(dev), columns=rows[level])
             return logp.view(n, -1, rows[level].shape[0])
 
         codes, scores, _ = trie_beam_search_with_order(step, info.trie, n, beam)
