@@ -107,6 +107,19 @@ def hidden_at(inner: Any, select: torch.Tensor, *, attention_mask: torch.Tensor,
     return _norm(inner.norm, _layer(inner.layers[-1], x, cos, sin, mask, select))
 
 
+def hidden_states_at(inner: Any, select: torch.Tensor, *, attention_mask: torch.Tensor,
+                     input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
+                     position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B, Q, H]``: the decoder's final hidden states at ``select``, by :func:`hidden_at` where
+    :func:`supports_partial` allows it, else by the plain forward and a gather (any decoder)."""
+    if supports_partial(inner):
+        return hidden_at(inner, select, attention_mask=attention_mask, input_ids=input_ids,
+                         inputs_embeds=inputs_embeds, position_ids=position_ids)
+    out = inner(input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                position_ids=position_ids, use_cache=False).last_hidden_state
+    return _gather_rows(out, select)
+
+
 def prefill_kv(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                last: bool = False) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
     """Every layer's keys and values of left-padded prompts and, with ``last``, the final hidden state

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmgrid.errors import ConfigError, ModelError
-from mmgrid.models.partial import hidden_at, supports_partial
+from mmgrid.models.partial import hidden_states_at
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
@@ -155,12 +155,9 @@ class EmbModel(nn.Module):
         width = int(lengths.max())
         ids = self.item_ids[items, :width]
         mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
-        inner = self.item_llm.model
-        if supports_partial(inner):  # the last layer at the EOS only (mmgrid.models.partial)
-            emb = hidden_at(inner, last_index(lengths)[:, None], attention_mask=mask, input_ids=ids)[:, 0]
-        else:
-            hidden = inner(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-            emb = hidden[torch.arange(len(items), device=ids.device), last_index(lengths)]
+        # the hidden state at each text's EOS; the last layer runs there only (mmgrid.models.partial)
+        emb = hidden_states_at(self.item_llm.model, last_index(lengths)[:, None], attention_mask=mask,
+                               input_ids=ids)[:, 0]
         if self.item_id is not None:
             emb = emb + float(self.params["id_scale"]) * self.item_id(items)
         return emb
@@ -172,11 +169,9 @@ class EmbModel(nn.Module):
         seq = seq * real[..., None].to(seq.dtype)  # an empty history reads one zero vector
         mask = real.clone()
         mask[:, 0] = True
-        if supports_partial(self.user_llm):  # the last layer at the last item only (mmgrid.models.partial)
-            return hidden_at(self.user_llm, last_index(lengths)[:, None], attention_mask=mask.long(),
-                             inputs_embeds=seq)[:, 0]
-        out = self.user_llm(inputs_embeds=seq, attention_mask=mask.long(), use_cache=False).last_hidden_state
-        return out[torch.arange(seq.shape[0], device=seq.device), last_index(lengths)]
+        # the last item's hidden state; the last layer runs there only (mmgrid.models.partial)
+        return hidden_states_at(self.user_llm, last_index(lengths)[:, None], attention_mask=mask.long(),
+                                inputs_embeds=seq)[:, 0]
 
     @torch.no_grad()
     def all_item_embeddings(self) -> torch.Tensor:

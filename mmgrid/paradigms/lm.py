@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from mmgrid.models.partial import hidden_at, supports_partial
+from mmgrid.models.partial import hidden_states_at
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.hf_files import hf_config_from_file
@@ -50,18 +50,18 @@ def lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Ten
     ``j + 1``, as in HF's own shifted loss. Where the decoder allows it
     (:func:`mmgrid.models.partial.supports_partial`) its last layer runs only at the columns
     whose logits are read (the ``keep - 1`` that predict a token of the row):
-    :func:`mmgrid.models.partial.hidden_at`, the same numbers up to float rounding at about
-    60 % of the cost on the 2-layer tiny base. Elsewhere the plain forward with ``logits_to_keep``.
+    :func:`mmgrid.models.partial.hidden_states_at`, the same numbers up to float rounding at
+    about 60 % of the cost on the 2-layer tiny base; elsewhere the plain forward and a gather.
     """
     labels = batch["labels"]
     width = labels.shape[1]
     keep = min(int((labels != -100).sum(1).max()) + 1, width)
     target = labels[:, width - keep + 1:]
     inner = getattr(model, "model", None)
-    if keep > 1 and inner is not None and supports_partial(inner):
+    if keep > 1 and inner is not None:
         cols = torch.arange(width - keep, width - 1, device=labels.device)[None].expand(labels.shape[0], -1)
-        hidden = hidden_at(inner, cols, attention_mask=batch["attention_mask"], input_ids=batch["input_ids"],
-                           position_ids=batch["position_ids"])
+        hidden = hidden_states_at(inner, cols, attention_mask=batch["attention_mask"], input_ids=batch["input_ids"],
+                                  position_ids=batch["position_ids"])
         logits = model.lm_head(hidden)
     else:
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],

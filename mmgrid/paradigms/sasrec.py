@@ -64,7 +64,7 @@ class Block(nn.Module):
         super().__init__()
         if hidden % heads:
             raise ModelError(f"sasrec: hidden={hidden} is not divisible by heads={heads}.")
-        self.heads, self.dropout = heads, dropout
+        self.heads = heads
         self.ln1 = nn.LayerNorm(hidden)
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.out = nn.Linear(hidden, hidden)
@@ -140,7 +140,7 @@ class SASRecModel(nn.Module):
 
     def users(self, items: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Last-position outputs ``[B, H]`` for right-padded item_idx ``[B, L]`` (pads anywhere >= length)."""
-        b, n = items.shape
+        n = items.shape[1]
         pos = torch.arange(n, device=items.device)
         real = pos[None, :] < lengths[:, None]
         ids = torch.where(real, items + 1, torch.zeros_like(items))
@@ -170,10 +170,10 @@ class SASRecParadigm:
 
     name = "sasrec"
     defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
-    # 2 (issue 15): the last block only at the last position, dropout masks from numpy (see dropout(); with
-    # the last block's masks drawn for that position alone, the random stream differs), length-bucketed batches (as text and semid:
-    # mmgrid.train.loop.length_buckets; a random batch is padded to its longest history, ~60 % padding
-    # on the demo) and the fused AdamW: new ids
+    # 2 (issue 15): the last block only at the last position; dropout masks from numpy (dropout(); with the
+    # last block's masks drawn for that position alone, the random stream differs); length-bucketed batches
+    # (as text and semid: mmgrid.train.loop.length_buckets; a random batch is padded to its longest history,
+    # ~60 % padding on the demo); the fused AdamW. New ids.
     train_version = 2
     fused_optimizer = True
     bucket_window = 8

@@ -8,7 +8,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from mmgrid.models.builders import tiny_qwen3
 from mmgrid.models.partial import attention_mask_4d, hidden_at, supports_partial
-from mmgrid.paradigms import lm as lm_mod
+from mmgrid.models import partial as partial_mod
 from mmgrid.paradigms.lm import TokenExample, collate_lm, lm_loss
 
 
@@ -74,7 +74,7 @@ def test_partial_lm_loss_equals_the_plain_one(monkeypatch: pytest.MonkeyPatch) -
     batch = collate_lm(examples, pad=0, max_len=64)
     fast = lm_loss(model, batch)
     fast_grads = _grads(fast, model)
-    monkeypatch.setattr(lm_mod, "supports_partial", lambda inner: False)
+    monkeypatch.setattr(partial_mod, "supports_partial", lambda inner: False)  # the plain forward and a gather
     plain = lm_loss(model, batch)
     torch.testing.assert_close(fast, plain, rtol=1e-5, atol=0.0)
     assert 2.0 < float(plain.detach()) < 6.0  # ~log(70) = 4.2 for an untrained model: a real loss, not a constant

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mmgrid.paradigms import get_paradigm
 from mmgrid.paradigms.examples import pad_right
-from mmgrid.paradigms.ranking import eval_mode, length_groups, rank_by_length, topk_items
+from mmgrid.paradigms.ranking import eval_mode, length_groups, topk_items
 
 
 @given(st.lists(st.integers(0, 30), min_size=0, max_size=300), st.integers(0, 2000), st.integers(1, 9))
