@@ -96,6 +96,15 @@ def hidden_at(inner: Any, select: torch.Tensor, *, attention_mask: torch.Tensor,
     Returns:
         ``[B, Q, H]``: what ``inner(...).last_hidden_state`` holds at those positions.
     """
+    x, cos, sin, mask = _all_but_last(inner, attention_mask, input_ids, inputs_embeds, position_ids)
+    return _norm(inner.norm, _layer(inner.layers[-1], x, cos, sin, mask, select))
+
+
+def _all_but_last(inner: Any, attention_mask: torch.Tensor, input_ids: torch.Tensor | None,
+                  inputs_embeds: torch.Tensor | None, position_ids: torch.Tensor | None,
+                  keep: list | None = None) -> tuple[torch.Tensor, ...]:
+    """Embeddings through every layer but the last, at every position: ``(x, cos, sin, mask)`` for
+    the last one. ``keep``: a list each layer's keys and values are appended to."""
     x = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
     b, n = x.shape[:2]
     if position_ids is None:
@@ -103,8 +112,8 @@ def hidden_at(inner: Any, select: torch.Tensor, *, attention_mask: torch.Tensor,
     cos, sin = inner.rotary_emb(x, position_ids)
     mask = attention_mask_4d(attention_mask)
     for layer in inner.layers[:-1]:
-        x = _layer(layer, x, cos, sin, mask)
-    return _norm(inner.norm, _layer(inner.layers[-1], x, cos, sin, mask, select))
+        x = _layer(layer, x, cos, sin, mask, keep=keep)
+    return x, cos, sin, mask
 
 
 def hidden_states_at(inner: Any, select: torch.Tensor, *, attention_mask: torch.Tensor,
@@ -132,13 +141,9 @@ def prefill_kv(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
         ``([(keys, values) [B, kvh, L, hd] per layer], hidden [B, H] or None)``.
     """
     inner = model.model
-    x = inner.embed_tokens(input_ids)
     b, n = input_ids.shape
-    cos, sin = inner.rotary_emb(x, position_ids)
-    mask = attention_mask_4d(attention_mask)
     kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for layer in inner.layers[:-1]:
-        x = _layer(layer, x, cos, sin, mask, keep=kvs)
+    x, cos, sin, mask = _all_but_last(inner, attention_mask, input_ids, None, position_ids, keep=kvs)
     final = inner.layers[-1]
     if not last:
         kvs.append(_keys_values(final, _norm(final.input_layernorm, x), cos, sin))
