@@ -11,9 +11,10 @@ trained jointly with InfoNCE (HLLM, Chen et al. 2024, Eq. 3 there):
 
 with N the other targets of the batch plus ``n_negatives`` items sampled uniformly from
 the domain; when ``n_negatives`` covers the catalog (the default for catalogs up to 512
-items, -1 always) N is every item, an exact softmax. On the demo world this matters:
-in-batch negatives are drawn by popularity and, with few uniform ones, teach the model
-to demote popular items (Recall@10 on Books 0.10 with 64 sampled vs 0.18 with all).
+items, -1 always) N is every item, an exact softmax. In-batch negatives are drawn by
+popularity and, with few uniform ones, can teach the model to demote popular items: on an
+earlier demo world Recall@10 on Books was 0.10 with 64 sampled vs 0.18 with all; on the
+current default world 64 sampled score the same within their interval (docs/paradigms.md).
 
 Only the last position of each example is trained: an example is one interaction of the
 phase, its history holds earlier ones (already trained in their own phase), so next-item
