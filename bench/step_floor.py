@@ -49,6 +49,26 @@ def best_ms(fn, steps: int, repeats: int) -> float:
     return best
 
 
+def time_compiled(obj, attr: str, fn, dynamic: bool, steps: int, repeats: int) -> tuple[float, float, float]:
+    """``obj.attr`` replaced by ``torch.compile(obj.attr)`` while ``fn`` is timed, then restored.
+
+    Returns ``(compile_s, compiled_ms, eager_again_ms)``: the first call's seconds (the compile),
+    the best compiled ms per call, and the best eager ms per call measured right after (the
+    machine's drift between the two timings)."""
+    import torch
+
+    eager_fn = getattr(obj, attr)
+    t0 = time.perf_counter()
+    setattr(obj, attr, torch.compile(eager_fn, dynamic=dynamic))
+    try:
+        fn()
+        compile_s = time.perf_counter() - t0
+        compiled = best_ms(fn, steps, repeats)
+    finally:
+        setattr(obj, attr, eager_fn)
+    return compile_s, compiled, best_ms(fn, steps, repeats)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the quick demo config instead of the full one")
@@ -110,14 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     eager = best_ms(step, args.steps, args.repeats)
     print(f"  {'eager':34s} {eager:8.2f} ms")
     if args.compile:
-        eager_fn = model.encode_items
-        t0 = time.perf_counter()
-        model.encode_items = torch.compile(eager_fn, dynamic=False)
-        step()
-        compile_s = time.perf_counter() - t0
-        compiled = best_ms(step, args.steps, args.repeats)
-        model.encode_items = eager_fn
-        eager2 = best_ms(step, args.steps, args.repeats)  # eager again: the machine's drift between the two
+        compile_s, compiled, eager2 = time_compiled(model, "encode_items", step, False, args.steps, args.repeats)
         print(f"  {'torch.compile(encode_items)':34s} {compiled:8.2f} ms | compile {compile_s:.1f} s; eager again "
               f"{eager2:.2f} ms; eager/compiled {min(eager, eager2) / compiled:.2f}x; break-even after "
               f"{compile_s * 1000 / max(min(eager, eager2) - compiled, 1e-9):.0f} steps")
@@ -139,14 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         ms = best_ms(call, args.steps, args.repeats)
         print(f"  {name + ' (' + str(ev.n) + ' users), eager':34s} {ms:8.2f} ms | {ev.n / ms * 1000:.0f} users/s")
         if args.compile:  # the history encoder compiled (shapes vary with the length groups: dynamic)
-            eager_fn = getattr(model, attr)
-            t0 = time.perf_counter()
-            setattr(model, attr, torch.compile(eager_fn, dynamic=True))
-            call()
-            compile_s = time.perf_counter() - t0
-            compiled = best_ms(call, args.steps, args.repeats)
-            setattr(model, attr, eager_fn)
-            eager2 = best_ms(call, args.steps, args.repeats)
+            compile_s, compiled, eager2 = time_compiled(model, attr, call, True, args.steps, args.repeats)
             print(f"  {'torch.compile(' + attr + ')':34s} {compiled:8.2f} ms | compile {compile_s:.1f} s; "
                   f"eager again {eager2:.2f} ms; eager/compiled {min(ms, eager2) / compiled:.2f}x")
     if tmp is not None:

@@ -21,8 +21,8 @@ times (default 3), alternating, and the best rate of each is reported: on this p
 2-core VM the same code's CPU-time rate moves by up to 40 % between runs minutes apart (the
 baseline's sasrec training measured 1740 to 3050 examples/CPU-s in one afternoon), so a single
 pair of runs can move a ratio by that much. ``--quick`` evaluates 100 users (a warm call of
-emb or sasrec takes a few milliseconds, mostly fixed per-call costs); the full config evaluates
-every test user of the domain, as the demo does.
+emb or sasrec takes 5-10 ms); the full config evaluates every test user of the domain, as the
+demo does.
 A "goals" block compares the CPU-time ratios with issue 15's goals (>= 2x training
 examples/s, >= 3x warm evaluated users/s). Asserts nothing.
 
