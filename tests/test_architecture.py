@@ -409,3 +409,67 @@ def test_modules_stay_under_400_lines() -> None:
     """Issue 14: no module over ~400 lines (a larger one is split by concern)."""
     big = {str(f.relative_to(ROOT)): n for f in ROOT.rglob("*.py") if (n := len(f.read_text().splitlines())) > 400}
     assert big == {}
+
+
+# --------------------------------------------------------------------------- one home per equation
+
+# name -> (the module that defines it, what it is): each is defined exactly once in mmgrid/, and
+# docs/architecture.md's concept table names the home (checked below).
+ONE_HOME: dict[str, tuple[str, str]] = {
+    "eq7": ("mmgrid/merge/methods/weights.py", "MMGRid Eq. 7's weights (alpha, 1 - alpha)"),
+    "neutral_base": ("mmgrid/merge/api.py", "MMGRid Eq. 8, the neutral base"),
+    "NEUTRAL_BASE_METHOD": ("mmgrid/merge/api.py", "the method that stores Eq. 8"),
+    "argmax_lambda": ("mmgrid/stats/lambda_star.py", "lambda*'s rule (argmax, ties)"),
+    "TIE_DECIMALS": ("mmgrid/stats/lambda_star.py", "the tie tolerance of lambda*"),
+    "robust_lambda_star": ("mmgrid/stats/lambda_star.py", "lambda* with its bootstrap interval"),
+    "blend_eq11": ("mmgrid/sweep/selection.py", "MMGRid Eq. 11"),
+    "ols": ("mmgrid/stats/regression.py", "least squares with an intercept"),
+    "loo_predictions": ("mmgrid/stats/regression.py", "leave-one-out predictions"),
+    "rank_correlation": ("mmgrid/stats/association.py", "Spearman's rho"),
+}
+
+# library calls that would be a second implementation of a home above, outside that home
+SECOND_COPIES = {"spearmanr": "mmgrid/stats/association.py", "LinearRegression": "mmgrid/stats/regression.py",
+                 "rankdata": "mmgrid/stats/association.py"}
+
+
+def _definitions(root: Path) -> dict[str, list[str]]:
+    """name -> files defining it (functions, classes, module-level assignments) anywhere in ``root``."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root.parent))
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out[node.name].append(rel)
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            out.update({t.id: out[t.id] + [rel] for t in targets if isinstance(t, ast.Name)})
+    return out
+
+
+def test_each_equation_has_one_definition_and_the_concept_table_names_it() -> None:
+    defs = _definitions(ROOT)
+    wrong = {name: defs.get(name, []) for name, (home, _) in ONE_HOME.items() if defs.get(name, []) != [home]}
+    assert wrong == {}, "each must be defined once, in its home"
+    table = (ROOT.parent / "docs" / "architecture.md").read_text()
+    missing = [name for name in ONE_HOME if f"`{name}`" not in table]
+    assert missing == [], "docs/architecture.md's concept table must name each home"
+
+
+def test_no_second_copy_of_a_home_through_a_library_call() -> None:
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = str(path.relative_to(ROOT.parent))
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if name in SECOND_COPIES and SECOND_COPIES[name] != rel:
+                found.append(f"{rel}:{node.lineno} uses {name}; the home is {SECOND_COPIES[name]}")
+    assert found == []
+
+
+def test_the_one_home_check_catches_a_second_definition(tmp_path: Path) -> None:
+    _write(tmp_path, {"mmgrid/__init__.py": "", "mmgrid/a.py": "def ols(x, y):\n    pass\nTIE_DECIMALS = 9\n",
+                      "mmgrid/b.py": "TIE_DECIMALS: int = 9\ndef f():\n    def ols():\n        pass\n"})
+    defs = _definitions(tmp_path / "mmgrid")
+    assert defs["ols"] == ["mmgrid/a.py", "mmgrid/b.py"] and defs["TIE_DECIMALS"] == ["mmgrid/a.py", "mmgrid/b.py"]

@@ -39,8 +39,19 @@ class MergeInfo:
     added_rows: dict[str, list] = field(default_factory=dict)
 
 
+# MMGRid Eq. 8: theta_neutral = AVERAGE(theta_i^t1, theta_j^t1), the registered method that computes it
+NEUTRAL_BASE_METHOD = "average"
+
+
 def neutral_base(sources: Sequence[TensorSource]) -> TensorSource:
-    """The neutral base of MMGRid Eq. 8: the average of same-period checkpoints, per tensor."""
+    """The neutral base of MMGRid Eq. 8 - the one definition: theta_neutral = AVERAGE(theta_i^t1,
+    theta_j^t1), the uniform per-tensor mean of same-period checkpoints (:func:`mmgrid.merge.ops.average`,
+    the math of :data:`NEUTRAL_BASE_METHOD`; integer tensors are the first input's).
+
+    This is the lazy form a merge uses for ``base=[id_i, id_j]``; the cross-domain study stores the
+    same average as a checkpoint by running :data:`NEUTRAL_BASE_METHOD` on the same inputs
+    (:func:`mmgrid.sweep.crossdomain.store_neutral_base`), and a test checks the two are equal.
+    """
 
     def get(name: str) -> torch.Tensor:
         ts = [s.get(name) for s in sources]

@@ -1,5 +1,7 @@
-"""Sweeps over one scalar without re-reading files: the temporal lambda (MMGRid Eq. 10)
-and the pairwise alpha (Eq. 7).
+"""Sweeps over one scalar without re-reading files: the temporal lambda (MMGRid Eq. 10).
+
+(The pairwise alpha of Eq. 7 is a merge per alpha through the methods' shared weights,
+:func:`mmgrid.merge.methods.eq7`; :func:`AlphaSweep` only says so.)
 
 A sweep reads its inputs once and keeps what the scalar multiplies: the temporal sweep
 keeps theta_t1 and theta_t2 as stored and computes each point with one fused
@@ -22,16 +24,13 @@ from typing import Any
 import torch
 
 from mmgrid.merge import ops
-from mmgrid.merge import pipeline as pl
 from mmgrid.merge.api import prepare
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.fastpass import writer as fw
 from mmgrid.merge.fastpass.kernels import finite_range
 from mmgrid.merge.inplace import apply_inplace, module_tensors
-from mmgrid.merge.methods.average import Average, AverageParams
-from mmgrid.merge.methods.pipeline_method import PipelineMethod
-from mmgrid.merge.plan import Plan, check_finite, tensor_views, view_stream
-from mmgrid.merge.reference import added_rows, passthrough
+from mmgrid.merge.plan import Plan, check_finite
+from mmgrid.merge.reference import passthrough
 from mmgrid.merge.tensors import SafetensorsWriter, _numel
 
 
@@ -207,43 +206,16 @@ def _aligned(a: torch.Tensor, b: torch.Tensor, rp) -> tuple[torch.Tensor, torch.
     return torch.cat(ra), torch.cat(rb)
 
 
-class AlphaSweep(_Sweep):
-    """theta(alpha) = theta_0' + alpha TRIM(tau_i) + (1 - alpha) TRIM(tau_j) (MMGRid Eq. 7).
+def AlphaSweep(*args: Any, **kwargs: Any) -> None:  # noqa: N802 (the removed class's name)
+    """Removed: MMGRid Eq. 7 has one home, the merge methods' shared weights
+    (:func:`mmgrid.merge.methods.eq7`); merge once per alpha.
 
-    ``method`` is one of task_arithmetic, ties, dare, ties_dare (its TRIM: DARE and/or
-    top-X% with the sign election over both task vectors); ``base`` may be the original
-    base, a historical checkpoint, or a list (the neutral base, Eq. 8). Added rows are
-    alpha-independent (mean of the inputs that have the token, else copied).
+    The affine sweep c0 + alpha c1 rounded differently from ``merge(method, ..., alpha=a)`` (within
+    1e-5, not bitwise), so a point of the sweep was not the checkpoint the study stores.
+
+    Raises:
+        MergeParamError: always, saying what to call instead.
     """
-
-    def __init__(self, model_i: Any, model_j: Any, base: Any, method: str = "ties",
-                 registry: Any = None, **params: Any) -> None:
-        inst, srcs, bsrc, plan = prepare(method, [model_i, model_j], base, registry, **params)
-        if not isinstance(inst, PipelineMethod):
-            raise MergeParamError(f"AlphaSweep needs a Euclidean method (task_arithmetic, ties, dare, ties_dare), not {method!r}")
-        super().__init__(plan)
-        cfg, chunked = inst.pipeline(2), inst.elementwise
-        if cfg.sign_rule == "weighted" and (cfg.elect_sign or cfg.combine == "disjoint_mean"):
-            raise MergeParamError("AlphaSweep: sign_rule='weighted' elects a different sign at every alpha, so the "
-                                  "sweep is not linear in alpha; use sign_rule='unweighted' or merge each alpha")
-        inst.prepare(view_stream(srcs, bsrc, plan, True, chunked))
-        mean = Average(AverageParams())
-        for name, _, _ in plan.layout:
-            if name in plan.passthrough:
-                continue
-            c0s, c1s = [], []
-            for view in tensor_views(srcs, bsrc, plan, name, True, chunked):
-                ds = pl.trimmed(cfg, view.key, view.deltas(), inst._thresholds)
-                if cfg.elect_sign:
-                    ds = ops.sign_masked(ds, ops.elect_sign(ds))
-                # theta(alpha) = (base + T_j) + alpha (T_i - T_j)
-                c0s.append(view.base + ds[1])
-                c1s.append(ds[0] - ds[1])
-            rp = plan.rows.get(name)
-            if rp is not None:
-                extra = added_rows(mean, srcs, None, name, rp, False)
-                c0s.append(extra)
-                c1s.append(torch.zeros_like(extra))
-            self.c0[name], self.c1[name] = torch.cat(c0s), torch.cat(c1s)
-        for name in plan.passthrough:
-            self.fixed[name] = passthrough(srcs, name)
+    raise MergeParamError("AlphaSweep was removed: MMGRid Eq. 7 has one implementation, the methods' weights; "
+                          "merge once per alpha, e.g. merge('ties', [id_i, id_j], base=..., alpha=a), as "
+                          "`mmgrid sweep cross-domain` does")

@@ -18,10 +18,10 @@ from mmgrid.stats.errors import StatsError
 from mmgrid.stats.verdict import FAILS, HOLDS, INCONCLUSIVE, contains, verdict, verdict_line
 
 _LAZY = {
-    "mmgrid.stats.association": ("LooResult", "SpearmanResult", "loo_error_vs_default", "loo_predictions",
-                                 "rank_correlation", "spearman_exact_p", "spearman_rho", "spearman_with_interval"),
+    "mmgrid.stats.association": ("LooResult", "SpearmanResult", "loo_error_vs_default", "rank_correlation", "spearman_exact_p", "spearman_rho", "spearman_with_interval"),
     "mmgrid.stats.lambda_star": ("LambdaStar", "argmax_lambda", "curve_band", "domains_lambda_star_replicates",
                                  "lambda_star_replicates", "robust_lambda_star", "seed_averaged_curve", "smooth_curve"),
+    "mmgrid.stats.regression": ("LinearFit", "fit_ols", "loo_predictions", "ols"),
     "mmgrid.stats.multiple": ("benjamini_hochberg", "holm"),
     "mmgrid.stats.paired": ("PairedResult", "paired_difference", "sign_flip_p"),
 }

@@ -6,12 +6,12 @@ Both take the point lambda* per domain and its bootstrap replicates ``[n_resampl
 much the statistic moves with the test users and training seeds, not with the choice of domains
 (with five domains a bootstrap over domains is meaningless).
 
-* Spearman's rho (scipy.stats.spearmanr; average ranks for ties) with a percentile interval from
+* Spearman's rho (:func:`rank_correlation`, the one implementation: Pearson's r of average ranks) with a percentile interval from
   the replicates and an exact two-sided permutation p: the share of the n! pairings of the
   covariate with lambda* whose |rho| is at least the observed |rho| (scipy.stats.permutation_test
   with ``permutation_type="pairings"``; all n! when n! <= ``max_exact``, else random pairings).
-* The leave-one-out regression (MMGRid section 5.2): for each domain an ordinary-least-squares line
-  fitted on the others predicts its lambda*; its error is the mean |prediction - lambda*|, and
+* The leave-one-out regression (MMGRid section 5.2; :func:`mmgrid.stats.regression.loo_predictions`):
+  for each domain an ordinary-least-squares line fitted on the others predicts its lambda*; its error is the mean |prediction - lambda*|, and
   the claim "the prediction beats the default lambda = 1" is the difference
   ``MAE(LOO) - MAE(lambda = 1)`` (negative = the prediction is better), with its interval.
 """
@@ -25,19 +25,22 @@ import numpy as np
 from scipy import stats as sps
 
 from mmgrid.stats.bootstrap import DEFAULT_LEVEL, percentile_interval
-from mmgrid.stats.errors import StatsError
+from mmgrid.stats.regression import loo_predictions
 
 
 def spearman_rho(x, y) -> float:
-    """Spearman's rho (NaN with fewer than 3 points or a constant side)."""
+    """Spearman's rho of two ``[n]`` samples (:func:`rank_correlation`); NaN with fewer than 3 points
+    or a constant side."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")
-    return float(sps.spearmanr(x, y).statistic)
+    return float(rank_correlation(x, y))
 
 
 def rank_correlation(x, y, axis: int = -1) -> np.ndarray:
-    """Pearson's r of the ranks (Spearman's rho, ties averaged) along ``axis``, vectorised; NaN where a side is constant."""
+    """Spearman's rho, the one implementation: Pearson's r of the ranks (ties get their average
+    rank, scipy.stats.rankdata) along ``axis``, vectorised over the other axes; NaN where a side is
+    constant. Equals scipy.stats.spearmanr (the tests' oracle) to rounding."""
     rx = sps.rankdata(np.asarray(x, float), axis=axis)
     ry = sps.rankdata(np.asarray(y, float), axis=axis)
     rx = rx - rx.mean(axis=axis, keepdims=True)
@@ -97,23 +100,6 @@ def spearman_with_interval(x, y, replicates: np.ndarray | None = None, level: fl
         used = int(np.isfinite(r).sum())
         lo, hi = percentile_interval(r, level)
     return SpearmanResult(rho, lo, hi, p, int(x.size), used)
-
-
-def loo_predictions(x, y) -> np.ndarray:
-    """Leave-one-out OLS predictions of ``y`` from ``x`` (``[n]`` or ``[n, p]``), with an intercept."""
-    xm = np.asarray(x, float)
-    xm = xm[:, None] if xm.ndim == 1 else xm
-    y = np.asarray(y, float)
-    n, p = xm.shape
-    if n < p + 2:
-        raise StatsError(f"leave-one-out needs at least {p + 2} points for {p} feature(s), got {n}")
-    x1 = np.hstack([np.ones((n, 1)), xm])
-    out = np.empty(n)
-    for i in range(n):
-        keep = np.arange(n) != i
-        beta, *_ = np.linalg.lstsq(x1[keep], y[keep], rcond=None)
-        out[i] = x1[i] @ beta
-    return out
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ here:
   (``smooth=1``: no smoothing; at the grid's ends the window shrinks to the points that exist);
   with an evenly spaced grid this is a box filter of width ``smooth * step``;
 * lambda* is its argmax; values equal after rounding to 1e-9 tie and the tie goes to the lambda
-  closest to ``prefer`` (1 = the t2 checkpoint), then to the smaller lambda (the rule of
-  :func:`mmgrid.sweep.selection.select_lambda_star`);
+  closest to ``prefer`` (1 = the t2 checkpoint), then to the smaller lambda: :func:`argmax_lambda`,
+  the one home of lambda*'s rule (:func:`mmgrid.sweep.selection.select_lambda_star` applies it to
+  a curve of recorded means);
 * the interval is a percentile bootstrap: each replicate draws users with replacement (one draw
   shared by every lambda and seed) and seeds with replacement, recomputes the (smoothed) curve
   and its argmax;
@@ -29,7 +30,7 @@ from mmgrid.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, cluster_in
                                     resample_counts, resample_weights, resampled_means)
 from mmgrid.stats.errors import StatsError
 
-TIE_DECIMALS = 9
+TIE_DECIMALS = 9  # metrics equal after rounding to 1e-9 decimals tie (the one definition)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,9 @@ def smooth_curve(curve: np.ndarray, window: int) -> np.ndarray:
 
 
 def argmax_lambda(lambdas: np.ndarray, curves: np.ndarray, prefer: float = 1.0) -> np.ndarray:
-    """lambda of the maximum of each column of ``curves`` ([n_lambdas] or [n_lambdas, k]), ties to ``prefer``."""
+    """lambda* (MMGRid 5.2): the lambda of the maximum of each column of ``curves`` ([n_lambdas] or
+    [n_lambdas, k]); values equal after rounding to :data:`TIE_DECIMALS` decimals tie, and a tie goes
+    to the lambda closest to ``prefer``, then to the smaller lambda. The one home of this rule."""
     lam = np.asarray(lambdas, dtype=np.float64)
     c = np.round(np.asarray(curves, dtype=np.float64), TIE_DECIMALS)
     order = np.lexsort((lam, np.abs(lam - prefer)))  # most preferred first

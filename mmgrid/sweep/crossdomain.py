@@ -42,6 +42,7 @@ from mmgrid.runtime.progress import progress as progress_bar
 from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError, MergeError
 from mmgrid.merge import merge_with_info
+from mmgrid.merge.api import NEUTRAL_BASE_METHOD
 from mmgrid.merge.methods import eq7, get_method, identity, weighs
 from mmgrid.exec.base import Job
 from mmgrid.registry.names import hash_json
@@ -96,14 +97,15 @@ def needs_base(method: str) -> bool:
     return bool(get_method(method).needs_base)
 
 
-def neutral_base_id(registry: Any, p1_i: str, p1_j: str, coords: dict[str, Any], merge_fn: MergeFn) -> str:
-    """AVERAGE(theta_i^t1, theta_j^t1) (MMGRid Eq. 8), stored once as a merged checkpoint."""
-    params = {"method": "average", "equation": "MMGRid Eq. 8", "role": "neutral_base"}
+def store_neutral_base(registry: Any, p1_i: str, p1_j: str, coords: dict[str, Any], merge_fn: MergeFn) -> str:
+    """The neutral base of MMGRid Eq. 8 (defined once: :func:`mmgrid.merge.api.neutral_base`), stored
+    once as a merged checkpoint made by its method (:data:`~mmgrid.merge.api.NEUTRAL_BASE_METHOD`)."""
+    params = {"method": NEUTRAL_BASE_METHOD, "equation": "MMGRid Eq. 8", "role": "neutral_base"}
     parents = [(p1_i, "merge_input"), (p1_j, "merge_input")]
     cid = registry.make_id(coords, "merged", parents, params, None, None)
     if registry.has(cid):
         return cid
-    state, meta = merge_fn("average", [p1_i, p1_j], base=None, registry=registry)
+    state, meta = merge_fn(NEUTRAL_BASE_METHOD, [p1_i, p1_j], base=None, registry=registry)
     return registry.put(state, coords, "merged", parents=parents, params=params, meta=meta)
 
 
@@ -304,7 +306,7 @@ def _base(cfg: GridConfig, registry: Any, prepared: Any, kind: str, paradigm: st
     if kind == "historical":
         return p1_i
     coords = {"paradigm": paradigm, "domain": f"{di}+{dj}", "period": "neutral_base", "variant": variant}
-    return neutral_base_id(registry, p1_i, p1_j, coords, merge_fn)
+    return store_neutral_base(registry, p1_i, p1_j, coords, merge_fn)
 
 
 def _record(cfg: GridConfig, registry: Any, cid: str | None, rec: dict, extra: dict, res: dict[str, dict[str, float]],

@@ -18,7 +18,7 @@ import pandas as pd
 
 from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError
-from mmgrid.sweep.regression import LinearFit, NewDomainAnswer, fit_linear, leave_one_out, predict_new_domain, spearman
+from mmgrid.sweep.regression import LinearFit, NewDomainAnswer, fit_linear, leave_one_out, predict_new_domain
 from mmgrid.stats import spearman_with_interval
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep.selection import lambda_stars
@@ -145,9 +145,10 @@ def from_stars(stars: pd.DataFrame, stats: pd.DataFrame, paradigm: str, metric: 
         if "unknown domain statistic" in str(exc):
             raise
         notes.append(str(exc))
-    rho, pval = spearman(table[features[0]], table["lambda_star"]) if len(table) else (float("nan"), float("nan"))
-    if np.isfinite(rho):  # the exact permutation p over every pairing (the report's), not scipy's asymptotic one
-        pval = spearman_with_interval(table[features[0]].to_numpy(float), table["lambda_star"].to_numpy(float)).pvalue
+    rho = pval = float("nan")
+    if len(table):  # rho and the exact permutation p over every pairing (the report's)
+        sp = spearman_with_interval(table[features[0]].to_numpy(float), table["lambda_star"].to_numpy(float))
+        rho, pval = sp.rho, sp.pvalue
     return LambdaPrediction(paradigm, metric, group, features, stars, table, loo, fit, rho, pval, notes)
 
 

@@ -1,57 +1,26 @@
-"""Leave-one-out linear regression of lambda* on domain statistics (MMGRid section 5.2).
+"""Leave-one-out linear regression of lambda* on domain statistics (MMGRid section 5.2), on tables.
 
 The paper fits a linear regression from the average interaction time gap to the
 non-active users' lambda* on five domains and predicts the sixth (leave-one-out), then
-blends the prediction with p_active by Eq. 11. These functions are pure: they take a
-table with one row a domain and return tables; reading the registry lives elsewhere.
+blends the prediction with p_active by Eq. 11. The least-squares math has one home,
+:mod:`mmgrid.stats.regression` (:func:`~mmgrid.stats.regression.fit_ols`,
+:func:`~mmgrid.stats.regression.loo_predictions`); these functions apply it to a table with
+one row a domain (checking its columns) and return tables; reading the registry lives elsewhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from sklearn.linear_model import LinearRegression
 
 from mmgrid.errors import ConfigError
+from mmgrid.stats.regression import LinearFit, fit_ols, loo_predictions
 from mmgrid.sweep.selection import blend_eq11
 
-
-@dataclass
-class LinearFit:
-    """An ordinary-least-squares fit ``y = intercept + coef . x`` with what its uncertainty needs."""
-
-    features: list[str]
-    coef: np.ndarray
-    intercept: float
-    n: int
-    r2: float
-    sigma: float  # residual standard deviation, RSS / (n - p - 1); NaN when n <= p + 1
-    xtx_inv: np.ndarray  # inverse of [1, X]^T [1, X]
-    domains: list[str] = field(default_factory=list)
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Point predictions for rows of ``x`` ([m, p])."""
-        return self.intercept + np.atleast_2d(x) @ self.coef
-
-    def prediction_se(self, x: np.ndarray) -> np.ndarray:
-        """Standard error of a *new* observation at ``x``: sigma * sqrt(1 + x0' (X'X)^-1 x0)."""
-        x1 = np.hstack([np.ones((np.atleast_2d(x).shape[0], 1)), np.atleast_2d(x)])
-        lever = np.einsum("ij,jk,ik->i", x1, self.xtx_inv, x1)
-        return self.sigma * np.sqrt(1.0 + lever)
-
-    def interval(self, x: np.ndarray, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-        """Two-sided Student-t prediction interval at ``level`` (NaN when sigma is unknown)."""
-        dof = self.n - len(self.features) - 1
-        if dof <= 0:
-            nan = np.full(np.atleast_2d(x).shape[0], np.nan)
-            return nan, nan
-        half = stats.t.ppf(0.5 + level / 2, dof) * self.prediction_se(x)
-        mid = self.predict(x)
-        return mid - half, mid + half
+__all__ = ["LinearFit", "NewDomainAnswer", "fit_linear", "leave_one_out", "predict_new_domain"]
 
 
 def _matrix(table: pd.DataFrame, features: Sequence[str], where: str) -> np.ndarray:
@@ -69,7 +38,7 @@ def _matrix(table: pd.DataFrame, features: Sequence[str], where: str) -> np.ndar
 
 
 def fit_linear(table: pd.DataFrame, features: Sequence[str], target: str = "lambda_star") -> LinearFit:
-    """Fit ``target ~ features`` by least squares (scikit-learn ``LinearRegression``).
+    """Fit ``target ~ features`` by least squares (:func:`mmgrid.stats.regression.fit_ols`).
 
     Args:
         table: one row a domain; must hold the feature columns and ``target``.
@@ -84,23 +53,14 @@ def fit_linear(table: pd.DataFrame, features: Sequence[str], target: str = "lamb
     """
     features = list(features)
     x = _matrix(table, features, "lambda regression")
-    y = table[target].to_numpy(dtype=float)
     n, p = x.shape
     if n < p + 1:
         raise ConfigError(
             f"lambda regression: {n} domain(s) cannot fit {p} feature(s) and an intercept; "
             f"need at least {p + 1} domains with a temporal sweep."
         )
-    model = LinearRegression().fit(x, y)
-    resid = y - model.predict(x)
-    dof = n - p - 1
-    sigma = float(np.sqrt(resid @ resid / dof)) if dof > 0 else float("nan")
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float(resid @ resid) / ss_tot if ss_tot > 0 else float("nan")
-    x1 = np.hstack([np.ones((n, 1)), x])
-    xtx_inv = np.linalg.pinv(x1.T @ x1)
     domains = [str(d) for d in table["domain"]] if "domain" in table.columns else []
-    return LinearFit(features, np.asarray(model.coef_, float), float(model.intercept_), n, r2, sigma, xtx_inv, domains)
+    return fit_ols(x, table[target].to_numpy(dtype=float), features, domains)
 
 
 def leave_one_out(
@@ -135,26 +95,14 @@ def leave_one_out(
             f"need at least {len(features) + 2} domains."
         )
     tab = table.reset_index(drop=True)
-    preds = []
-    for i in range(n):
-        fit = fit_linear(tab.drop(index=i), features, target)
-        preds.append(float(fit.predict(_matrix(tab.iloc[[i]], features, "leave-one-out"))[0]))
+    preds = loo_predictions(_matrix(tab, features, "leave-one-out"), tab[target].to_numpy(dtype=float))
     out = tab[["domain", *features]].copy()
     out["lambda_star"] = tab[target].astype(float)
-    out["lambda_pred"] = preds
+    out["lambda_pred"] = [float(v) for v in preds]
     out["p_active"] = tab[p_active].astype(float)
     out["lambda_hat"] = blend_eq11(out["lambda_pred"].to_numpy(), out["p_active"].to_numpy())
     out["abs_error"] = (out["lambda_pred"] - out["lambda_star"]).abs()
     return out
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    """Spearman's rho and its two-sided p-value (NaN when fewer than 3 points or constant)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan"), float("nan")
-    res = stats.spearmanr(x, y)
-    return float(res.statistic), float(res.pvalue)
 
 
 @dataclass

@@ -1,8 +1,16 @@
-"""Pure helpers of the temporal study: the lambda grid, lambda* and the Eq. 11 blend.
+"""Pure helpers of the temporal study: the lambda grid, lambda* of recorded means and the Eq. 11 blend.
 
 MMGRid (paper 004) section 5: theta(lambda) = theta_t1 + lambda * (theta_t2 - theta_t1)
 (Eq. 9-10); lambda* is the lambda with the best test metric for a domain and user group;
-Eq. 11 blends the non-active users' predicted lambda* with the active users' lambda = 1.
+Eq. 11 blends the non-active users' predicted lambda* with the active users' lambda = 1
+(:func:`blend_eq11`, its one home).
+
+lambda*'s rule (the argmax, ties within 1e-9 to the lambda closest to 1, then the smaller) has
+one home, :func:`mmgrid.stats.lambda_star.argmax_lambda` with :data:`TIE_DECIMALS`; the
+interval of lambda* from per-user values is :func:`mmgrid.stats.lambda_star.robust_lambda_star`.
+:func:`select_lambda_star` applies the rule to one curve of recorded means (NaN points
+dropped); the study-level entry point, which picks the per-user version where the registry
+has per-user values, is :func:`mmgrid.sweep.lambda_model.study_stars`.
 """
 
 from __future__ import annotations
@@ -13,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.errors import ConfigError
+from mmgrid.stats.lambda_star import TIE_DECIMALS, argmax_lambda
 
-TIE_DECIMALS = 9  # metrics equal after rounding to 1e-9 count as a tie
+__all__ = ["TIE_DECIMALS", "blend_eq11", "lambda_grid", "lambda_stars", "select_lambda_star"]
 
 
 def lambda_grid(start: float, stop: float, step: float) -> list[float]:
@@ -40,7 +49,8 @@ def lambda_grid(start: float, stop: float, step: float) -> list[float]:
 
 
 def select_lambda_star(lambdas: Sequence[float], values: Sequence[float], prefer: float = 1.0) -> float:
-    """The lambda with the largest metric; ties go to the lambda closest to ``prefer``.
+    """The lambda with the largest metric; ties go to the lambda closest to ``prefer``
+    (:func:`mmgrid.stats.lambda_star.argmax_lambda` on the non-NaN points).
 
     MMGRid section 5.2 marks the best lambda per domain and group (Figure 5). Metrics equal
     after rounding to 1e-9 tie; among ties the one closest to 1 wins (the plain p2
@@ -64,10 +74,7 @@ def select_lambda_star(lambdas: Sequence[float], values: Sequence[float], prefer
     ok = ~np.isnan(val)
     if not ok.any():
         raise ConfigError("lambda*: every metric is NaN; the sweep evaluated no users.")
-    lam, val = lam[ok], np.round(val[ok], TIE_DECIMALS)
-    best = lam[val == val.max()]
-    order = np.lexsort((best, np.abs(best - prefer)))  # primary: distance to prefer, then lambda
-    return float(best[order[0]])
+    return float(argmax_lambda(lam[ok], val[ok], prefer))
 
 
 def lambda_stars(

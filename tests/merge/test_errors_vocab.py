@@ -95,7 +95,7 @@ def test_added_vocabulary_union(models):
 
 def test_temporal_sweep_and_inplace(models):
     from mmgrid.merge.inplace import apply_inplace
-    from mmgrid.merge.interpolation import AlphaSweep, TemporalSweep
+    from mmgrid.merge.interpolation import TemporalSweep
 
     sw = TemporalSweep(models["a"], models["b"])
     for lam in (-0.5, 0.0, 0.3, 1.0, 1.7):
@@ -109,11 +109,6 @@ def test_temporal_sweep_and_inplace(models):
     assert torch.allclose(module.w.data, torch.full((4, 4), 0.25))
     apply_inplace(module, {"w": torch.full((4, 4), 2.0)})
     assert torch.allclose(module.w.data, torch.full((4, 4), 2.0))
-    al = AlphaSweep(models["a"], models["b"], models["base"], method="ties", density=0.5, scope="tensor")
-    for alpha in (0.0, 0.3, 1.0):
-        expect = merge("ties", [models["a"], models["b"]], base=models["base"], density=0.5, scope="tensor", combine="sum", alpha=alpha)
-        got = al.state_at(alpha)
-        assert all(torch.allclose(got[k].float(), expect[k].float(), atol=1e-5) for k in expect)
 
 
 @pytest.mark.parametrize("fast", [True, False])

@@ -121,8 +121,8 @@ def test_defaults_keep_the_recorded_parameters_and_results(models):
         assert all(torch.equal(a[k], b[k]) for k in a), m
 
 
-def test_alpha_sweep_refuses_the_weighted_rule(models):
+def test_alpha_sweep_is_gone_with_a_message_naming_the_one_eq7(models):
     from mmgrid.merge import AlphaSweep
 
-    with pytest.raises(MergeParamError, match="not linear in alpha"):
-        AlphaSweep(models["a"], models["b"], base=models["base"], method="ties", sign_rule="weighted")
+    with pytest.raises(MergeParamError, match="merge once per alpha"):
+        AlphaSweep(models["a"], models["b"], base=models["base"], method="ties")

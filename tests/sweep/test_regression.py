@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from mmgrid.errors import ConfigError
-from mmgrid.sweep.regression import fit_linear, leave_one_out, predict_new_domain, spearman
+from mmgrid.sweep.regression import fit_linear, leave_one_out, predict_new_domain
 
 
 def _table(y=None):
@@ -44,12 +44,6 @@ def test_too_few_domains():
 def test_unknown_feature_names_known_columns():
     with pytest.raises(ConfigError, match="avg_gap_days"):
         fit_linear(_table(), ["gap"])
-
-
-def test_spearman_negative_for_falling_line():
-    rho, p = spearman([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
-    assert math.isclose(rho, -1.0) and p < 0.05
-    assert math.isnan(spearman([1, 2], [2, 1])[0])
 
 
 def test_new_domain_interval_contains_point_and_matches_formula():
