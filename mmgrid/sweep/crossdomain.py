@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pandas as pd
@@ -61,6 +62,7 @@ STUDY = "cross_domain"
 BASELINE_JOB = "mmgrid.sweep.crossdomain_jobs:baseline_job"  # the jobs of a run on an executor
 PAIR_JOB = "mmgrid.sweep.crossdomain_jobs:pair_job"
 BASE_KINDS = ("original", "historical", "neutral")
+PAIR_SEP = "+"  # a pair's domain coordinate is "di+dj" (CrossPair.name)
 COLUMNS = ["study", "paradigm", "variant", "pair", "domain_i", "domain_j", "method", "base_kind", "base_id", "alpha",
            "eval_domain", "group", "metric", "value", "recipe_hash"]
 # merge(method, [id_i, id_j], base=id|None, registry=..., **params) -> (state, meta)
@@ -120,6 +122,89 @@ def default_merge_fn(method: str, models: list[Any], base: Any = None, registry:
     return state, meta
 
 
+@dataclass(frozen=True)
+class CrossPair:
+    """One (paradigm, pair of domains) of the study with the checkpoints it merges (the first training
+    seed's t1 and t2 of each domain). In the registry a pair is the domain coordinate ``"di+dj"``
+    (:attr:`name`; :meth:`split` reads it back): the one spelling of that coordinate."""
+
+    paradigm: str
+    variant: str
+    domain_i: str
+    domain_j: str
+    t1_i: str
+    t2_i: str
+    t1_j: str
+    t2_j: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.domain_i}{PAIR_SEP}{self.domain_j}"
+
+    @staticmethod
+    def split(name: str) -> tuple[str, str]:
+        """``"di+dj"`` -> ``(di, dj)``."""
+        di, _, dj = str(name).partition(PAIR_SEP)
+        return di, dj or di
+
+    @classmethod
+    def of(cls, cfg: GridConfig, paradigm: str, pair: tuple[str, str], ids: dict[str, tuple[str, str]]) -> "CrossPair":
+        """The pair ``(di, dj)`` with ``ids`` (domain -> (t1 id, t2 id), :func:`pair_ids`)."""
+        (di, dj), v = pair, cfg.sweeps.cross_domain.variant
+        return cls(paradigm, v, di, dj, ids[di][0], ids[di][1], ids[dj][0], ids[dj][1])
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-able (a job's argument)."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class PairBases:
+    """The base of each base kind a pair's methods use (MMGRid 4.3): kind -> id (None: no base),
+    and for a kind the merge engine could not make, its error message instead of an id."""
+
+    ids: dict[str, str | None]
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def id(self, kind: str) -> str | None:
+        """The id of ``kind``'s base.
+
+        Raises:
+            MergeError: the base could not be made (the combinations that need it are skipped).
+        """
+        if kind in self.errors:
+            raise MergeError(self.errors[kind])
+        return self.ids[kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ids": dict(self.ids), "errors": dict(self.errors)}
+
+
+@dataclass
+class CrossDomainRun:
+    """What every merge and evaluation of one run of the study shares."""
+
+    cfg: GridConfig
+    registry: Any
+    evals: MergedEvaluators
+    merge_fn: MergeFn = default_merge_fn
+
+    @property
+    def study(self) -> Any:
+        return self.cfg.sweeps.cross_domain
+
+
+@dataclass(frozen=True)
+class RowKey:
+    """The columns of :data:`COLUMNS` one evaluation's rows share besides its record."""
+
+    pair: str
+    domain_i: str
+    domain_j: str
+    base_id: str | None = None
+    alpha: float | None = None
+
+
 def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridConfig) -> tuple[str, str]:
     """Ids of the t1 and t2 checkpoints of the first training seed's replicate."""
     t1, t2 = periods(cfg)
@@ -157,16 +242,17 @@ def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset"
     pairs = domain_pairs(list(prepared.domains), cd.pairs)
     if executor is not None and evaluator_factory is None and merge_fn is None:
         return pd.DataFrame(run_cross_domain_jobs(cfg, registry, prepared, pairs, executor, redo), columns=COLUMNS)
-    merge_fn = merge_fn or default_merge_fn
-    evals = MergedEvaluators(cfg, registry, prepared, evaluator_factory or default_evaluator_factory, redo)
+    run = CrossDomainRun(cfg, registry, MergedEvaluators(cfg, registry, prepared,
+                                                         evaluator_factory or default_evaluator_factory, redo),
+                         merge_fn or default_merge_fn)
     rows: list[dict[str, Any]] = []
     for paradigm in cd.paradigms:
         ids = pair_ids(cfg, registry, paradigm, pairs)
         for d, (_, p2) in ids.items():
-            rows += baseline_rows(cfg, registry, evals, paradigm, d, p2)
-        for di, dj in _progress(pairs, f"cross-domain {paradigm}"):
-            base_of = _base_cache(cfg, registry, prepared, paradigm, di, dj, ids, merge_fn)
-            rows += pair_rows(cfg, registry, evals, merge_fn, paradigm, di, dj, ids, base_of)
+            rows += baseline_rows(run, paradigm, d, p2)
+        for pair in _progress(pairs, f"cross-domain {paradigm}"):
+            cp = CrossPair.of(cfg, paradigm, pair, ids)
+            rows += pair_rows(run, cp, _base_cache(run, prepared, cp))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -176,14 +262,13 @@ def pair_ids(cfg: GridConfig, registry: Any, paradigm: str, pairs: list[tuple[st
     return {d: _t2_ids(registry, paradigm, cd.variant, d, cfg) for d in sorted({d for p in pairs for d in p})}
 
 
-def _base_cache(cfg: GridConfig, registry: Any, prepared: Any, paradigm: str, di: str, dj: str,
-                ids: dict[str, tuple[str, str]], merge_fn: MergeFn) -> BaseOf:
-    """:func:`_base` of one pair, made on first use and remembered (a failure is tried again)."""
+def _base_cache(run: CrossDomainRun, prepared: Any, pair: CrossPair) -> BaseOf:
+    """:func:`base_id` of one pair, made on first use and remembered (a failure is tried again)."""
     cache: dict[str, str | None] = {}
 
     def base_of(kind: str) -> str | None:
         if kind not in cache:
-            cache[kind] = _base(cfg, registry, prepared, kind, paradigm, di, dj, ids, merge_fn)
+            cache[kind] = base_id(run.cfg, run.registry, prepared, pair, kind, run.merge_fn)
         return cache[kind]
 
     return base_of
@@ -195,20 +280,20 @@ def pair_base_kinds(cfg: GridConfig) -> list[str]:
     return list(dict.fromkeys(k for m in cd.methods for k in (list(cd.bases) if needs_base(m) else ["none"])))
 
 
-def pair_bases(cfg: Any, registry: Any, prepared: Any, paradigm: str, di: str, dj: str,
-               ids: dict[str, tuple[str, str]]) -> dict[str, Any]:
-    """Make (or find) every base of one pair that the configured methods use: kind -> id,
-    None for ``none``, ``{"error": message}`` for a base the merge engine cannot make (a
-    ConfigError, the user's to fix, is raised)."""
-    out: dict[str, Any] = {}
+def pair_bases(cfg: GridConfig, registry: Any, prepared: Any, pair: CrossPair) -> PairBases:
+    """Make (or find) every base of one pair that the configured methods use. A base the merge
+    engine cannot make is kept as its error message (:attr:`PairBases.errors`); a ConfigError, the
+    user's to fix, is raised."""
+    ids: dict[str, str | None] = {}
+    errors: dict[str, str] = {}
     for kind in pair_base_kinds(cfg):
         try:
-            out[kind] = _base(cfg, registry, prepared, kind, paradigm, di, dj, ids, default_merge_fn)
+            ids[kind] = base_id(cfg, registry, prepared, pair, kind, default_merge_fn)
         except MergeError as exc:
             if isinstance(exc, ConfigError):
                 raise
-            out[kind] = {"error": str(exc)}
-    return out
+            errors[kind] = str(exc)
+    return PairBases(ids, errors)
 
 
 def run_cross_domain_jobs(cfg: Any, registry: Any, prepared: Any, pairs: list[tuple[str, str]], executor: Any,
@@ -225,99 +310,93 @@ def run_cross_domain_jobs(cfg: Any, registry: Any, prepared: Any, pairs: list[tu
             job = Job(BASELINE_JOB, {"grid": grid, "paradigm": paradigm, "domain": d, "p2": p2, "redo": redo},
                       name=f"cross-domain:{paradigm}:{d}")
             futures.append(executor.submit(job))
-        for di, dj in pairs:
-            kwargs = {"grid": grid, "paradigm": paradigm, "pair": [di, dj],
-                      "ids": {d: list(ids[d]) for d in (di, dj)},
-                      "bases": pair_bases(cfg, registry, prepared, paradigm, di, dj, ids), "redo": redo}
-            futures.append(executor.submit(Job(PAIR_JOB, kwargs, name=f"cross-domain:{paradigm}:{di}+{dj}")))
+        for pair in pairs:
+            cp = CrossPair.of(cfg, paradigm, pair, ids)
+            kwargs = {"grid": grid, "pair": cp.to_dict(), "bases": pair_bases(cfg, registry, prepared, cp).to_dict(),
+                      "redo": redo}
+            futures.append(executor.submit(Job(PAIR_JOB, kwargs, name=f"cross-domain:{paradigm}:{cp.name}")))
     return [row for got in gather(futures, registry, "cross-domain") for row in got]
 
 
-def baseline_rows(cfg: GridConfig, registry: Any, evals: MergedEvaluators, paradigm: str, domain: str,
-                  p2: str) -> list[dict]:
+def baseline_rows(run: CrossDomainRun, paradigm: str, domain: str, p2: str) -> list[dict]:
     """One domain's own t2 checkpoint (``method == "single"``), the baseline of the relative change."""
-    rec = {"method": "single", "inputs": [p2], "eval": eval_key(cfg)}
-    if not evals.redo and recorded(registry, [hash_json(rec)], STUDY):
-        return _frame_rows(study_frame(registry, STUDY, recipe_hash=hash_json(rec)))
-    state = registry.load(p2)
-    res = evals.evaluate_state(paradigm, domain, p2, state, {})
-    extra = {"study": STUDY, "paradigm": paradigm, "variant": cfg.sweeps.cross_domain.variant, "domain": domain,
-             "eval_domain": domain, "method": "single", "base_kind": "none", "seed": cfg.train.seed}
+    rec = {"method": "single", "inputs": [p2], "eval": eval_key(run.cfg)}
+    if not run.evals.redo and recorded(run.registry, [hash_json(rec)], STUDY):
+        return _frame_rows(study_frame(run.registry, STUDY, recipe_hash=hash_json(rec)))
+    state = run.registry.load(p2)
+    res = run.evals.evaluate_state(paradigm, domain, p2, state, {})
+    extra = {"study": STUDY, "paradigm": paradigm, "variant": run.study.variant, "domain": domain,
+             "eval_domain": domain, "method": "single", "base_kind": "none", "seed": run.cfg.train.seed}
     # recorded as a recipe, not against p2's id, so the checkpoint's own evaluations stay untouched
-    return _record(cfg, registry, None, rec, extra, res, hash_json(rec), pair=domain, di=domain, dj=domain,
-                   base_id=None, alpha=None)
+    return _record(run, rec, extra, res, RowKey(domain, domain, domain))
 
 
-def pair_rows(cfg: GridConfig, registry: Any, evals: MergedEvaluators, merge_fn: MergeFn, paradigm: str, di: str,
-              dj: str, ids: dict[str, tuple[str, str]], base_of: BaseOf) -> list[dict]:
+def pair_rows(run: CrossDomainRun, pair: CrossPair, base_of: BaseOf) -> list[dict]:
     """Every method x base x alpha of one pair; a combination the engine cannot merge is skipped with a message."""
-    cd = cfg.sweeps.cross_domain
+    cd = run.study
     rows: list[dict] = []
     for method, mparams in cd.methods.items():
         for kind in (list(cd.bases) if needs_base(method) else ["none"]):
             try:
-                base_id = base_of(kind)
-                rows += _alphas(cfg, registry, evals, merge_fn, paradigm, di, dj, ids, method, dict(mparams or {}),
-                                kind, base_id)
+                rows += _alphas(run, pair, method, dict(mparams or {}), (kind, base_of(kind)))
             except MergeError as exc:  # e.g. SASRec's per-domain item tables are not mergeable: say so, go on
                 if isinstance(exc, ConfigError):  # a bad parameter is the user's to fix
                     raise
-                print(f"cross-domain: skipped {paradigm} {di}+{dj} {method} base={kind}: {exc}", file=sys.stderr)
+                print(f"cross-domain: skipped {pair.paradigm} {pair.name} {method} base={kind}: {exc}",
+                      file=sys.stderr)
     return rows
 
 
-def _alphas(cfg: GridConfig, registry: Any, evals: MergedEvaluators, merge_fn: MergeFn, paradigm: str, di: str, dj: str,
-            ids: dict[str, tuple[str, str]], method: str, mparams: dict[str, Any], kind: str,
-            base_id: str | None) -> list[dict]:
-    """Merge one pair with one method and base over the alpha grid (Eq. 7); evaluate on both domains."""
-    cd = cfg.sweeps.cross_domain
-    (_, p2_i), (_, p2_j) = ids[di], ids[dj]
-    pair = f"{di}+{dj}"
+def _alphas(run: CrossDomainRun, pair: CrossPair, method: str, mparams: dict[str, Any],
+            base: tuple[str, str | None]) -> list[dict]:
+    """Merge one pair with one method and ``base`` ((kind, id)) over the alpha grid (Eq. 7: the
+    method's weights from :func:`mmgrid.merge.methods.eq7`); evaluate on both domains."""
+    cd = run.study
+    kind, bid = base
     rows: list[dict] = []
     for alpha in cd.alphas:
         params, uses_alpha = method_params(method, mparams, float(alpha))
         if not uses_alpha and alpha != cd.alphas[0]:
             continue
         a = float(alpha) if uses_alpha else None
-        rec = {**identity(method), "params": params, "inputs": [p2_i, p2_j], "base": base_id,
-               "base_kind": kind, "alpha": a, "equation": "MMGRid Eq. 7", "eval": eval_key(cfg)}
-        if not evals.redo and recorded(registry, [hash_json(rec)], STUDY):
-            rows += _frame_rows(study_frame(registry, STUDY, recipe_hash=hash_json(rec)))
+        rec = {**identity(method), "params": params, "inputs": [pair.t2_i, pair.t2_j], "base": bid,
+               "base_kind": kind, "alpha": a, "equation": "MMGRid Eq. 7", "eval": eval_key(run.cfg)}
+        if not run.evals.redo and recorded(run.registry, [hash_json(rec)], STUDY):
+            rows += _frame_rows(study_frame(run.registry, STUDY, recipe_hash=hash_json(rec)))
             continue
-        state, meta = merge_fn(method, [p2_i, p2_j], base=base_id, registry=registry, **params)
-        extra = {"study": STUDY, "paradigm": paradigm, "variant": cd.variant, "domain": pair,
-                 "method": method, "base_kind": kind, "alpha": a, "seed": cfg.train.seed}
-        for ed, p2 in ((di, p2_i), (dj, p2_j)):
-            res = evals.evaluate_state(paradigm, ed, p2, state, meta)
-            rows += _record(cfg, registry, None, rec, {**extra, "eval_domain": ed}, res, hash_json(rec),
-                            pair=pair, di=di, dj=dj, base_id=base_id, alpha=a)
+        state, meta = run.merge_fn(method, [pair.t2_i, pair.t2_j], base=bid, registry=run.registry, **params)
+        extra = {"study": STUDY, "paradigm": pair.paradigm, "variant": pair.variant, "domain": pair.name,
+                 "method": method, "base_kind": kind, "alpha": a, "seed": run.cfg.train.seed}
+        key = RowKey(pair.name, pair.domain_i, pair.domain_j, bid, a)
+        for ed, p2 in ((pair.domain_i, pair.t2_i), (pair.domain_j, pair.t2_j)):
+            res = run.evals.evaluate_state(pair.paradigm, ed, p2, state, meta)
+            rows += _record(run, rec, {**extra, "eval_domain": ed}, res, key)
     return rows
 
 
-def _base(cfg: GridConfig, registry: Any, prepared: Any, kind: str, paradigm: str, di: str, dj: str,
-          ids: dict[str, tuple[str, str]], merge_fn: MergeFn) -> str | None:
-    """Id of the base of one (pair, base kind) (MMGRid section 4.3)."""
-    variant = cfg.sweeps.cross_domain.variant
-    (p1_i, p2_i), (p1_j, _) = ids[di], ids[dj]
+def base_id(cfg: GridConfig, registry: Any, prepared: Any, pair: CrossPair, kind: str, merge_fn: MergeFn) -> str | None:
+    """Id of the base of one (pair, base kind) (MMGRid section 4.3); None for ``none``."""
     if kind == "none":
         return None
     if kind == "original":
-        return start_model_id(cfg, registry, prepared, paradigm, di, variant, p2_i)
+        return start_model_id(cfg, registry, prepared, pair.paradigm, pair.domain_i, pair.variant, pair.t2_i)
     if kind == "historical":
-        return p1_i
-    coords = {"paradigm": paradigm, "domain": f"{di}+{dj}", "period": "neutral_base", "variant": variant}
-    return store_neutral_base(registry, p1_i, p1_j, coords, merge_fn)
+        return pair.t1_i
+    coords = {"paradigm": pair.paradigm, "domain": pair.name, "period": "neutral_base", "variant": pair.variant}
+    return store_neutral_base(registry, pair.t1_i, pair.t1_j, coords, merge_fn)
 
 
-def _record(cfg: GridConfig, registry: Any, cid: str | None, rec: dict, extra: dict, res: dict[str, dict[str, float]],
-            rhash: str, *, pair: str, di: str, dj: str, base_id: str | None, alpha: float | None) -> list[dict]:
+def _record(run: CrossDomainRun, rec: dict, extra: dict, res: dict[str, dict[str, float]], key: RowKey) -> list[dict]:
     rows = []
-    for group, metrics in record_evaluation(registry, cid, cfg.eval.split, res, recipe=rec, extra=extra).items():
+    rhash = hash_json(rec)
+    for group, metrics in record_evaluation(run.registry, None, run.cfg.eval.split, res, recipe=rec,
+                                            extra=extra).items():
         for metric, value in metrics.items():
-            rows.append({"study": STUDY, "paradigm": extra["paradigm"], "variant": extra["variant"], "pair": pair,
-                         "domain_i": di, "domain_j": dj, "method": extra["method"], "base_kind": extra["base_kind"],
-                         "base_id": base_id, "alpha": alpha, "eval_domain": extra["eval_domain"], "group": group,
-                         "metric": metric, "value": float(value), "recipe_hash": rhash})
+            rows.append({"study": STUDY, "paradigm": extra["paradigm"], "variant": extra["variant"], "pair": key.pair,
+                         "domain_i": key.domain_i, "domain_j": key.domain_j, "method": extra["method"],
+                         "base_kind": extra["base_kind"], "base_id": key.base_id, "alpha": key.alpha,
+                         "eval_domain": extra["eval_domain"], "group": group, "metric": metric, "value": float(value),
+                         "recipe_hash": rhash})
     return rows
 
 
@@ -363,8 +442,9 @@ def _to_columns(df: pd.DataFrame) -> pd.DataFrame:
     df["pair"] = df["domain"]
     df["base_id"] = recs.map(lambda r: r.get("base"))
     single = df["method"] == "single"
-    df["domain_i"] = [d if s else str(p).split("+")[0] for d, s, p in zip(df["domain"], single, df["pair"])]
-    df["domain_j"] = [d if s else str(p).split("+")[-1] for d, s, p in zip(df["domain"], single, df["pair"])]
+    split = [(d, d) if s else CrossPair.split(p) for d, s, p in zip(df["domain"], single, df["pair"])]
+    df["domain_i"] = [i for i, _ in split]
+    df["domain_j"] = [j for _, j in split]
     if "alpha" not in df.columns:
         df["alpha"] = None
     df["study"] = STUDY

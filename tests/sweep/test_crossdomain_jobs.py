@@ -57,18 +57,20 @@ def test_a_pair_job_writes_in_worker_mode_and_the_index_learns_it_at_sync(tmp_pa
     from mmgrid.exec.job import run_job
     from mmgrid.exec.ray import WORKER_ENV, job_to_json
     from mmgrid.registry import Registry
-    from mmgrid.sweep.crossdomain import PAIR_JOB, pair_bases, pair_ids
+    from mmgrid.sweep.crossdomain import PAIR_JOB, CrossPair, pair_bases, pair_ids
 
     cfg, _ = built_grid(tmp_path_factory, "registry-cd-worker")
     reg = Registry.open(cfg.registry)
     prepared = load_prepared(cfg.prepared)
     di, dj = prepared.domains[:2]
     ids = pair_ids(cfg, reg, "emb", [(di, dj)])
-    bases = pair_bases(cfg, reg, prepared, "emb", di, dj, ids)
-    assert set(bases) == {"none", "original", "historical", "neutral"} and bases["none"] is None
-    assert bases["historical"] == ids[di][0] and all(reg.has(bases[k]) for k in ("original", "neutral"))
-    job = Job(PAIR_JOB, {"grid": cfg.to_dict(), "paradigm": "emb", "pair": [di, dj],
-                         "ids": {d: list(v) for d, v in ids.items()}, "bases": bases})
+    pair = CrossPair.of(cfg, "emb", (di, dj), ids)
+    assert (pair.name, CrossPair.split(pair.name)) == (f"{di}+{dj}", (di, dj))
+    bases = pair_bases(cfg, reg, prepared, pair)
+    assert set(bases.ids) == {"none", "original", "historical", "neutral"} and bases.ids["none"] is None
+    assert bases.errors == {}
+    assert bases.id("historical") == ids[di][0] and all(reg.has(bases.id(k)) for k in ("original", "neutral"))
+    job = Job(PAIR_JOB, {"grid": cfg.to_dict(), "pair": pair.to_dict(), "bases": bases.to_dict()})
     job_to_json(job)  # JSON-able kwargs
     before = len(reg.results())
     monkeypatch.setenv(WORKER_ENV, "1")
@@ -80,3 +82,14 @@ def test_a_pair_job_writes_in_worker_mode_and_the_index_learns_it_at_sync(tmp_pa
     assert len(reg.results()) == before  # recorded in the files only
     reg.sync()
     assert len(reg.results()) == before + len(rows)
+
+
+def test_a_base_that_cannot_be_made_travels_as_its_error_and_id_raises_it() -> None:
+    from mmgrid.errors import MergeError
+    from mmgrid.sweep.crossdomain import PairBases
+
+    pb = PairBases({"none": None, "historical": "h1"}, {"neutral": "SASRec item tables differ"})
+    assert pb.id("none") is None and pb.id("historical") == "h1"
+    with pytest.raises(MergeError, match="SASRec item tables differ"):
+        pb.id("neutral")
+    assert PairBases(**pb.to_dict()) == pb  # through a job's JSON and back
