@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +85,7 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
 
     try:
         for p in plans:
-            job = Job(JOB_FN, {"config": config, "variant": p.variant, "paradigm": p.paradigm, "domain": p.domain,
-                               "stage": p.stage, "parent_id": p.parent_id, "stage_id": p.id, "first": p.first,
-                               "progress": progress, "seed": p.seed},
+            job = Job(JOB_FN, {"config": config, "plan": asdict(p), "progress": progress},
                       resources={"num_cpus": 1, "num_gpus": cfg.exec.num_gpus_per_train},
                       name=f"{p.variant}/{p.paradigm}/{p.domain}/{p.stage}" + (f"/seed={p.seed}" if several else ""))
             if p.id in had:  # stored: no job (a pool or Ray would start workers just to answer a cache hit)

@@ -16,7 +16,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 import torch.distributed
@@ -127,29 +127,86 @@ def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float, fuse
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
 
 
-def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, epochs: int, lr: float,
-                batch_size: int, seed: int, weight_decay: float = 0.0, regularizers: Sequence[Any] = (),
-                max_examples: int | None = None, where: str = "", progress: bool = True,
-                device: str = "auto", dtype: str = "auto", dist: Any = None) -> StageLog:
-    """Train ``model`` in place on ``examples``.
+@runtime_checkable
+class TrainTask(Protocol):
+    """What :func:`train_stage` uses of a task (a paradigm, or the base LM task).
 
-    Args:
-        task: has ``collate(model, examples) -> batch`` and ``loss(model, batch) -> scalar``;
-            ``fused_optimizer = True`` on it selects the fused AdamW (:func:`adamw`).
-        model: the model; moved to the device, left there in train mode.
-        examples: the stage's training examples.
+    Attributes:
+        fused_optimizer: True selects the fused AdamW (:func:`adamw`); default False.
+        bucket_window: > 1 (with :meth:`example_length`) batches examples of similar length
+            together (:func:`length_buckets`); default 0 (off).
+    """
+
+    def collate(self, model: torch.nn.Module, examples: list[Any]) -> dict[str, torch.Tensor]:
+        """Batch a list of examples into tensors."""
+        ...
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Scalar training loss of one batch."""
+        ...
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """The hyperparameters of one stage.
+
+    Attributes:
         epochs: passes over the (possibly capped) examples.
         lr: AdamW learning rate, fixed for the whole stage.
         batch_size: examples per optimizer step.
         seed: seeds torch, numpy, random and the shuffling.
         weight_decay: AdamW's decoupled weight decay.
-        regularizers: objects with ``on_step_end(model, step) -> dict`` (and maybe ``penalty``).
         max_examples: keep a seeded random sample of this many examples (None = all).
+        device: ``auto`` | ``cpu`` | ``cuda``.
+        dtype: ``auto`` (bf16 autocast on CUDA) | ``float32`` | ``bfloat16``.
+    """
+
+    epochs: int
+    lr: float
+    batch_size: int
+    seed: int
+    weight_decay: float = 0.0
+    max_examples: int | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+
+
+def _capped(examples: Sequence[Any], max_examples: int | None, gen: torch.Generator) -> list[Any]:
+    """A seeded random sample of ``max_examples`` examples in their order (all when fewer)."""
+    examples = list(examples)
+    if max_examples is not None and len(examples) > max_examples:
+        keep = torch.randperm(len(examples), generator=gen)[:max_examples].sort().values
+        examples = [examples[i] for i in keep.tolist()]
+    return examples
+
+
+def _batch_loss(task: Any, model: torch.nn.Module, batch: dict[str, torch.Tensor], regularizers: Sequence[Any],
+                dev: torch.device, dtype: str) -> torch.Tensor:
+    """The task's loss of one batch plus every regularizer's penalty, under autocast."""
+    with autocast(dev, dtype):
+        loss = task.loss(model, batch)
+        for reg in regularizers:
+            if hasattr(reg, "penalty"):
+                loss = loss + reg.penalty(model)
+    return loss
+
+
+def train_stage(task: TrainTask, model: torch.nn.Module, examples: Sequence[Any], settings: StageSettings | None = None,
+                *, regularizers: Sequence[Any] = (), where: str = "", progress: bool = True, dist: Any = None,
+                **knobs: Any) -> StageLog:
+    """Train ``model`` in place on ``examples``.
+
+    Args:
+        task: a :class:`TrainTask` (``collate``, ``loss``; optionally ``fused_optimizer``,
+            ``bucket_window`` and ``example_length``).
+        model: the model; moved to the device, left there in train mode.
+        examples: the stage's training examples.
+        settings: the stage's hyperparameters; or give them as keywords (``epochs=..., lr=...``,
+            the fields of :class:`StageSettings`).
+        regularizers: objects with ``on_step_end(model, step) -> dict`` (and maybe ``penalty``).
         where: ``paradigm/domain/stage`` for progress and error messages.
         progress: show progress (:func:`mmgrid.runtime.progress.progress`: a bar on a terminal,
             a few plain lines with rate and ETA in a log, nothing when quiet).
-        device: ``auto`` | ``cpu`` | ``cuda``.
-        dtype: ``auto`` (bf16 autocast on CUDA) | ``float32`` | ``bfloat16``.
         dist: a ``DistContext`` (torchrun): every rank sees the same shuffled order, takes
             its strided share with ``batch_size / world_size`` per step, and gradients are
             averaged over ranks, so N processes follow the one-process trajectory.
@@ -160,47 +217,40 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
     Raises:
         TrainingError: the loss became NaN or infinite.
     """
+    st = settings if settings is not None else StageSettings(**knobs)
+    if settings is not None and knobs:
+        raise TypeError(f"train_stage: give the settings or {sorted(knobs)} as keywords, not both")
     t0 = time.perf_counter()
-    log = StageLog(seeds=seed_everything(seed))
-    dev = torch.device(dist.device) if dist is not None else resolve_device(device)
+    log = StageLog(seeds=seed_everything(st.seed))
+    dev = torch.device(dist.device) if dist is not None else resolve_device(st.device)
     log.device = str(dev)
     model.to(dev)
     model.train()
 
-    gen = torch.Generator().manual_seed(seed)
-    examples = list(examples)
-    if max_examples is not None and len(examples) > max_examples:
-        keep = torch.randperm(len(examples), generator=gen)[:max_examples].sort().values
-        examples = [examples[i] for i in keep.tolist()]
+    gen = torch.Generator().manual_seed(st.seed)
+    examples = _capped(examples, st.max_examples, gen)
     log.examples = len(examples)
     world = dist.world_size if dist is not None else 1
-    local_bs = batch_size
-    if world > 1:
-        local_bs = local_batch_size(batch_size, dist)
+    local_bs = local_batch_size(st.batch_size, dist) if world > 1 else st.batch_size
 
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = adamw(params, lr, weight_decay, fused=bool(getattr(task, "fused_optimizer", False)))
+    opt = adamw(params, st.lr, st.weight_decay, fused=bool(getattr(task, "fused_optimizer", False)))
     n_batches = math.ceil(math.ceil(len(examples) / world) / local_bs) if examples else 0
     show = progress and (dist is None or dist.is_main)
-    bar = progress_bar(total=epochs * n_batches, desc=where or "train", unit="step", enabled=show)
+    bar = progress_bar(total=st.epochs * n_batches, desc=where or "train", unit="step", enabled=show)
     step = 0
     lengths = _lengths(task, examples)
-    for epoch in range(epochs):
+    for epoch in range(st.epochs):
         order = torch.randperm(len(examples), generator=gen).tolist()
         if lengths is not None:
-            order = length_buckets(order, lengths, batch_size, int(task.bucket_window), gen)
+            order = length_buckets(order, lengths, st.batch_size, int(task.bucket_window), gen)
         mine = [examples[i] for i in order]
         if world > 1:
             mine = shard(mine, dist)
         total, count = 0.0, 0
         for b in range(n_batches):
-            chunk = mine[b * local_bs:(b + 1) * local_bs]
-            batch = to_device(task.collate(model, chunk), dev)
-            with autocast(dev, dtype):
-                loss = task.loss(model, batch)
-                for reg in regularizers:
-                    if hasattr(reg, "penalty"):
-                        loss = loss + reg.penalty(model)
+            batch = to_device(task.collate(model, mine[b * local_bs:(b + 1) * local_bs]), dev)
+            loss = _batch_loss(task, model, batch, regularizers, dev, st.dtype)
             if not torch.isfinite(loss.detach()).all():
                 bar.close()
                 raise TrainingError(
@@ -217,7 +267,7 @@ def train_stage(task: Any, model: torch.nn.Module, examples: Sequence[Any], *, e
                 _record(log, step, reg.on_step_end(model, step))
             value = float(loss.detach())
             total, count, step = total + value, count + 1, step + 1
-            bar.set_postfix(epoch=f"{epoch + 1}/{epochs}", loss=f"{value:.4f}", refresh=False)
+            bar.set_postfix(epoch=f"{epoch + 1}/{st.epochs}", loss=f"{value:.4f}", refresh=False)
             bar.update(1)
         mean = total / max(count, 1)
         if world > 1:

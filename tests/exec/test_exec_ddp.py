@@ -4,6 +4,7 @@ and write its output on rank 0 only."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -153,9 +154,7 @@ def test_torchrun_real_stage_writes_exactly_one_checkpoint(tmp_path_factory: pyt
     prepared = load_prepared(cfg.prepared)
     base_id = reg.query(kind="base")["id"].iloc[0]
     plan = plan_stages(cfg, reg, base_id, list(prepared.domains), prepared.fingerprint)[0]
-    job = {"config": cfg.to_dict(), "variant": plan.variant, "paradigm": plan.paradigm, "domain": plan.domain,
-           "stage": plan.stage, "parent_id": plan.parent_id, "stage_id": plan.id, "first": plan.first,
-           "progress": False}
+    job = {"config": cfg.to_dict(), "plan": dataclasses.asdict(plan), "progress": False}
     out = tmp_path_factory.mktemp("ddp-stage")
     (out / "job.json").write_text(json.dumps(job))
     before = _manifests(Path(cfg.registry))
