@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,12 +47,37 @@ CELL_JOB = "mmgrid.eval.jobs:evaluate_cell_job"  # the jobs of an evaluation on 
 POPULAR_JOB = "mmgrid.eval.jobs:popular_job"
 
 
+class CheckpointKey(NamedTuple):
+    """One final checkpoint of the grid, the one key of the evaluation's work list, its results and
+    its retention (a tuple, so it travels through a job's JSON as ``[seed, variant, paradigm, domain]``)."""
+
+    seed: int
+    variant: str
+    paradigm: str
+    domain: str
+
+    @property
+    def cell(self) -> tuple[str, str]:
+        """(paradigm, domain)."""
+        return self.paradigm, self.domain
+
+
 @dataclass
 class EvalSummary:
-    # keyed by (variant, paradigm, domain, seed): group -> metric -> value
-    results: dict[tuple[str, str, str, int], dict[str, dict[str, float]]] = field(default_factory=dict)
+    """What :func:`evaluate_grid` measured.
+
+    Attributes:
+        results: checkpoint -> group -> metric -> value.
+        popular: domain -> group -> metric -> value (most-popular).
+        retention: checkpoint (the first seed's replicate) -> text-retention metrics.
+        base_text_loss: the base's held-out text loss.
+        matrices: (paradigm, domain) -> accuracy matrix and its summary.
+        seconds: wall time.
+    """
+
+    results: dict[CheckpointKey, dict[str, dict[str, float]]] = field(default_factory=dict)
     popular: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
-    retention: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+    retention: dict[CheckpointKey, dict[str, float]] = field(default_factory=dict)
     base_text_loss: float = float("nan")
     matrices: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (paradigm, domain)
     seconds: float = 0.0
@@ -134,12 +159,11 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
                        enabled=progress, leave=True, min_interval=0.0)
     evaluators: dict[tuple[str, str], Evaluator] = {}  # one per cell: every variant and seed reuses its examples
     for key, cid in todo.items():
-        seed, variant, paradigm, domain = key
-        bar.set_postfix(model=f"{variant}/{paradigm}/{domain}")
+        bar.set_postfix(model=f"{key.variant}/{key.paradigm}/{key.domain}")
         res, ret = evaluate_final(cfg, reg, prepared, key, cid, evaluators, texts, out.base_text_loss)
-        out.results[(variant, paradigm, domain, seed)] = res
+        out.results[key] = res
         if ret is not None:
-            out.retention[(variant, paradigm, domain)] = ret
+            out.retention[key] = ret
         if progress:
             print(eval_line(cfg, key, res), flush=True)
         bar.update(1)
@@ -156,18 +180,19 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     return out
 
 
-def evaluate_final(cfg: Any, reg: Any, prepared: Any, key: tuple[int, str, str, str], cid: str,
+def evaluate_final(cfg: Any, reg: Any, prepared: Any, key: CheckpointKey, cid: str,
                    evaluators: dict[tuple[str, str], Evaluator], texts: list[str],
                    base_text_loss: float) -> tuple[Any, dict[str, float] | None]:
-    """Evaluate and record one final checkpoint ``cid`` (``key`` = (seed, variant, paradigm, domain)):
-    its ranking results, and its text retention when it is the first seed's replicate.
+    """Evaluate and record one final checkpoint ``cid`` (``key``: a :class:`CheckpointKey` or the
+    same four values as a tuple): its ranking results, and its text retention when it is the first
+    seed's replicate.
 
     ``evaluators`` caches one :class:`Evaluator` per (paradigm, domain) (filled here).
 
     Returns:
         (ranking results, retention metrics or None when retention is not measured).
     """
-    seed, variant, paradigm, domain = key
+    seed, variant, paradigm, domain = CheckpointKey(*key)
     par, dom = get_paradigm(paradigm), prepared.domain(domain)
     params = dict(cfg.paradigm_params.get(paradigm, {}))
     model = par.load(load_checkpoint(reg, cid), dom, params)
@@ -184,22 +209,22 @@ def evaluate_final(cfg: Any, reg: Any, prepared: Any, key: tuple[int, str, str, 
     return res, ret
 
 
-def eval_line(cfg: Any, key: tuple[int, str, str, str], res: Any) -> str:
+def eval_line(cfg: Any, key: CheckpointKey, res: Any) -> str:
     """The progress line of one evaluated model: ``eval VARIANT/PARADIGM/DOMAIN[ seed=S]: R@10=...``."""
     seed, variant, paradigm, domain = key
     tag = "" if len(cfg.train.seed_list) == 1 else f" seed={seed}"
     return f"eval {variant}/{paradigm}/{domain}{tag}: R@10={res['all'].get('recall@10', float('nan')):.4f}"
 
 
-def eval_jobs(cfg: Any, todo: dict[tuple[int, str, str, str], str], cells: list[tuple[str, str]],
+def eval_jobs(cfg: Any, todo: dict[CheckpointKey, str], cells: list[tuple[str, str]],
               domains: list[str], ids: dict[tuple[str, str, str, str], str], base_text_loss: float,
               redo: bool = False) -> list[Job]:
     """The jobs of one grid evaluation: a cell job for every cell with a model to evaluate or a
     matrix to compute (in the order of ``todo``, then ``cells``), then a popular job per domain."""
     grid = cfg.to_dict()
     models: dict[tuple[str, str], list[list[Any]]] = {}
-    for (seed, variant, paradigm, domain), cid in todo.items():
-        models.setdefault((paradigm, domain), []).append([seed, variant, paradigm, domain, cid])
+    for key, cid in todo.items():
+        models.setdefault(CheckpointKey(*key).cell, []).append([*key, cid])
     loss = None if math.isnan(base_text_loss) else float(base_text_loss)
     jobs = []
     for paradigm, domain in dict.fromkeys([*models, *cells]):
@@ -212,21 +237,21 @@ def eval_jobs(cfg: Any, todo: dict[tuple[int, str, str, str], str], cells: list[
     return jobs
 
 
-def run_eval_jobs(cfg: Any, reg: Any, executor: Any, todo: dict[tuple[int, str, str, str], str],
+def run_eval_jobs(cfg: Any, reg: Any, executor: Any, todo: dict[CheckpointKey, str],
                   cells: list[tuple[str, str]], domains: list[str], ids: dict[tuple[str, str, str, str], str],
                   out: EvalSummary, progress: bool = True, redo: bool = False) -> None:
     """Submit :func:`eval_jobs`, wait for them (a progress bar over jobs), print each evaluated
     model's line, index the jobs' records and fill ``out`` in the in-process loop's key order."""
     jobs = eval_jobs(cfg, todo, cells, domains, ids, out.base_text_loss, redo)
     futures = [executor.submit(job) for job in jobs]
-    results: dict[tuple[str, str, str, int], Any] = {}
-    retention: dict[tuple[str, str, str], Any] = {}
+    results: dict[CheckpointKey, Any] = {}
+    retention: dict[CheckpointKey, Any] = {}
     gather(futures, reg, "evaluate", enabled=progress,
            on_result=lambda i, got: _collect(cfg, jobs[i], got, out, results, retention, progress))
-    for seed, variant, paradigm, domain in todo:  # the in-process loop's order
-        out.results[(variant, paradigm, domain, seed)] = results[(variant, paradigm, domain, seed)]
-        if (variant, paradigm, domain) in retention:
-            out.retention[(variant, paradigm, domain)] = retention.pop((variant, paradigm, domain))
+    for key in todo:  # the in-process loop's order
+        out.results[key] = results[key]
+        if key in retention:
+            out.retention[key] = retention.pop(key)
     out.popular = {d: out.popular[d] for d in domains}
     out.matrices = {c: out.matrices[c] for c in cells}
 
@@ -238,19 +263,21 @@ def _collect(cfg: Any, job: Job, got: Any, out: EvalSummary, results: dict, rete
         out.popular[job.kwargs["domain"]] = got
         return
     for seed, variant, paradigm, domain, res in got["results"]:
-        results[(variant, paradigm, domain, int(seed))] = res
+        key = CheckpointKey(int(seed), variant, paradigm, domain)
+        results[key] = res
         if progress:
-            print(eval_line(cfg, (int(seed), variant, paradigm, domain), res), flush=True)
-    retention.update({(v, p, d): ret for v, p, d, ret in got["retention"]})
+            print(eval_line(cfg, key, res), flush=True)
+    # retention is measured on the first seed's replicate only
+    retention.update({CheckpointKey(cfg.train.seed, v, p, d): ret for v, p, d, ret in got["retention"]})
     if got["matrix"] is not None:
         out.matrices[(job.kwargs["paradigm"], job.kwargs["domain"])] = got["matrix"]
 
 
-def _finals(build: Any) -> dict[tuple[int, str, str, str], str]:
-    """(seed, variant, paradigm, domain) -> id of the last stage built."""
-    last: dict[tuple[int, str, str, str], str] = {}
+def _finals(build: Any) -> dict[CheckpointKey, str]:
+    """Each final checkpoint's key -> id of the last stage built."""
+    last: dict[CheckpointKey, str] = {}
     for s in build.stages:
-        last[(getattr(s, "seed", 0), s.variant, s.paradigm, s.domain)] = s.id
+        last[CheckpointKey(getattr(s, "seed", 0), s.variant, s.paradigm, s.domain)] = s.id
     return last
 
 

@@ -32,6 +32,8 @@ def _same(a, b) -> bool:
 
 
 def test_evaluation_jobs_equal_the_in_process_loop(tmp_path_factory) -> None:
+    from mmgrid.eval.grid import CheckpointKey
+
     cfg_a, build = built_grid(tmp_path_factory, "registry-eval-here")
     cfg_b, _ = built_grid(tmp_path_factory, "registry-eval-jobs")
     here, reg_a, table_a = _evaluate(cfg_a, build, None)
@@ -43,7 +45,10 @@ def test_evaluation_jobs_equal_the_in_process_loop(tmp_path_factory) -> None:
     assert list(jobs.results) == list(here.results)  # the in-process key order
     assert all(_same(dict(jobs.results[k]), dict(here.results[k])) for k in here.results)
     assert _same(jobs.popular, here.popular) and list(jobs.popular) == list(here.popular)
-    assert set(here.retention) == {("default", p, d) for p in ("sasrec", "emb") for d in jobs.popular}
+    # one key for a checkpoint everywhere: retention (first seed only) is keyed like the results
+    assert set(here.retention) == {CheckpointKey(cfg_a.train.seed, "default", p, d) for p in ("sasrec", "emb")
+                                   for d in jobs.popular}
+    assert set(here.retention) <= set(here.results) and all(isinstance(k, CheckpointKey) for k in here.results)
     assert _same({str(k): v for k, v in jobs.retention.items()}, {str(k): v for k, v in here.retention.items()})
     assert list(jobs.matrices) == list(here.matrices) == [("emb", d) for d in jobs.popular]
     assert _same({str(k): v for k, v in jobs.matrices.items()}, {str(k): v for k, v in here.matrices.items()})

@@ -97,7 +97,7 @@ def test_every_replicate_is_evaluated_on_the_same_users(built) -> None:
     cfg, res = built
     reg = open_registry(cfg.registry)
     out = evaluate_grid(cfg, res, progress=False, registry=reg)
-    assert {k[3] for k in out.results} == {0, 1}
+    assert {k.seed for k in out.results} == {0, 1}
     rows = reg.results(split=cfg.eval.split, group="all", metric="recall@10", paradigm="toy", variant="default")
     rows = rows[rows["kind"] == "trained"]
     assert sorted(rows["seed"].tolist()) == [0, 0, 1, 1]  # domains A and B, seeds 0 and 1
