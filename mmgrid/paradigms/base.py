@@ -4,7 +4,10 @@ A paradigm turns the shared base LLM into a recommender for one domain, trains o
 phase's examples, and ranks the domain's items for user histories. Training code
 (`mmgrid.train`) and evaluation (`mmgrid.eval`) only talk to this Protocol; paradigms
 never read the grid config themselves: their knobs arrive as the plain ``params``
-mapping (``paradigm_params.<name>`` in the grid YAML).
+mapping (``paradigm_params.<name>`` in the grid YAML), which ``build`` and ``load`` turn into
+the paradigm's typed knob declaration (:class:`mmgrid.paradigms.params.Knobs`, one frozen
+dataclass per paradigm: defaults, ranges and meanings in one place); a paradigm class also
+exposes ``defaults`` (its knobs' defaults) for the validation pass.
 
 Checkpoints: :meth:`Paradigm.save` returns a :class:`Checkpoint` (flat float state dict
 + small files such as ``config.json``/``tokenizer.json`` + JSON-able meta); the registry

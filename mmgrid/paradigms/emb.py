@@ -41,14 +41,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmgrid.errors import ConfigError, ModelError
+from mmgrid.errors import ModelError
 from mmgrid.models.partial import hidden_states_at
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
 from mmgrid.paradigms.hf_files import hf_config_file, hf_config_from_file, tokenizer_files, tokenizer_from_files
 from mmgrid.paradigms.item_tokens import ItemTokens, cached_item_tokens
-from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.params import Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.ranking import eval_mode, rank_by_length
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.state import check_n_items, load_module_state, module_state, sub_state
@@ -57,17 +57,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
-DEFAULTS: dict[str, Any] = {
-    "temperature": 0.1,  # InfoNCE temperature tau (fixed); 0.1 beat 0.07 and 0.05 on demo Books over 3 seeds
-    "n_negatives": 512,  # items sampled uniformly per batch (shared by its rows); >= n_items or -1: all items
-    "max_item_tokens": 16,  # tokens of item text, EOS included
-    "max_history": 20,  # most recent history items read by the user LLM
-    "exclude_history": True,  # never recommend an item already in the history
-    "item_batch": 512,  # items encoded per forward when ranking
-    "user_batch": 1024,  # histories encoded per forward when ranking
-    "id_embeddings": False,  # add a learned per-item ID vector (zero-initialised) to each text embedding
-    "id_scale": 1.0,  # item = text embedding + id_scale * ID vector (a larger scale lets IDs move faster)
-}
+@paradigm_knobs("emb")
+class EmbKnobs(Knobs):
+    """The semantic-embedding paradigm's knobs (``paradigm_params.emb``)."""
+
+    temperature: float = knob(0.1, 0, None, 'float>',
+                       "InfoNCE temperature tau (fixed); 0.1 beat 0.07 and 0.05 on demo Books over 3 seeds")
+    n_negatives: int = knob(512, -1, None, 'int',
+                       "items sampled uniformly per batch (shared by its rows); >= n_items or -1: all items")
+    max_item_tokens: int = knob(16, 2, None, 'int', "tokens of item text, EOS included")
+    max_history: int = knob(20, 1, None, 'int', "most recent history items read by the user LLM")
+    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history")
+    item_batch: int = knob(512, 1, None, 'int', "items encoded per forward when ranking")
+    user_batch: int = knob(1024, 1, None, 'int', "histories encoded per forward when ranking")
+    id_embeddings: bool = knob(False, None, None, 'bool',
+                       "add a learned per-item ID vector (zero-initialised) to each text embedding")
+    id_scale: float = knob(1.0, 0, None, 'float>',
+                       "item = text embedding + id_scale * ID vector (a larger scale lets IDs move faster)")
+
+
+DEFAULTS: dict[str, Any] = EmbKnobs.defaults()  # the knobs' defaults (the declaration above)
 
 
 def info_nce(user: torch.Tensor, cands: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -116,7 +125,7 @@ class EmbModel(nn.Module):
 
     def __init__(
         self, item_llm: nn.Module, user_llm: nn.Module, tokenizer: Any, domain: str, n_items: int,
-        tokens: ItemTokens, params: dict[str, Any], seed: int,
+        tokens: ItemTokens, params: EmbKnobs, seed: int,
     ) -> None:
         super().__init__()
         self.item_llm = item_llm
@@ -134,7 +143,7 @@ class EmbModel(nn.Module):
         # Optional collaborative part of an item's embedding (HLLM's text-only item is the default):
         # zero-initialised, so a new model starts as the text-only one.
         self.item_id: nn.Embedding | None = None
-        if params.get("id_embeddings"):
+        if params.id_embeddings:
             hidden = int(item_llm.config.hidden_size)
             self.item_id = nn.Embedding(n_items, hidden).to(next(item_llm.parameters()).dtype)
             nn.init.zeros_(self.item_id.weight)
@@ -160,7 +169,7 @@ class EmbModel(nn.Module):
         emb = hidden_states_at(self.item_llm.model, last_index(lengths)[:, None], attention_mask=mask,
                                input_ids=ids)[:, 0]
         if self.item_id is not None:
-            emb = emb + float(self.params["id_scale"]) * self.item_id(items)
+            emb = emb + float(self.params.id_scale) * self.item_id(items)
         return emb
 
     def encode_users(self, seq: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -184,7 +193,7 @@ class EmbModel(nn.Module):
         key = self.weights_key()
         if self._emb_cache is not None and torch.equal(self._emb_cache[0], key) and not self.training:
             return self._emb_cache[1]
-        step = int(self.params["item_batch"])
+        step = int(self.params.item_batch)
         device = self.item_ids.device
         parts = [
             self.encode_items(torch.arange(s, min(s + step, self.n_items), device=device))
@@ -193,15 +202,6 @@ class EmbModel(nn.Module):
         emb = torch.cat(parts)
         self._emb_cache = (key, emb)
         return emb
-
-
-def _check_params(p: dict[str, Any]) -> None:
-    """Named errors for knobs out of range, before a model is built."""
-    scale = float(p["id_scale"])
-    if not (np.isfinite(scale) and scale > 0):
-        raise ConfigError(f"paradigm_params.emb.id_scale={p['id_scale']!r}: must be a finite number > 0.")
-    if not (np.isfinite(float(p["temperature"])) and float(p["temperature"]) > 0):
-        raise ConfigError(f"paradigm_params.emb.temperature={p['temperature']!r}: must be a finite number > 0.")
 
 
 @register_paradigm("emb")
@@ -221,18 +221,17 @@ class EmbParadigm:
         return len(example.history)  # already cut to max_history (load_examples)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> EmbModel:
-        p = resolve_params(params, DEFAULTS, "paradigm_params.emb")
-        _check_params(p)
+        p = EmbKnobs.resolve(params)  # ranges checked (the declaration above)
         lm = getattr(base, "model", None)
         if lm is None or not hasattr(lm, "model") or not hasattr(lm.model, "layers"):
             raise ModelError("emb: the base must be a causal LM with .model.layers (e.g. Qwen3ForCausalLM).")
         item_llm = copy.deepcopy(lm)
         user_llm = make_user_llm(item_llm.config, item_llm.model)
-        tokens = cached_item_tokens(base.tokenizer, domain, p["max_item_tokens"])
+        tokens = cached_item_tokens(base.tokenizer, domain, p.max_item_tokens)
         return EmbModel(item_llm, user_llm, base.tokenizer, domain.name, domain.n_items, tokens, p, seed)
 
     def examples(self, model: EmbModel, domain: "DomainData", phase: str) -> list[Example]:
-        return load_examples(domain, phase, model.params["max_history"])
+        return load_examples(domain, phase, model.params.max_history)
 
     def collate(self, model: EmbModel, examples: list[Example]) -> dict[str, torch.Tensor]:
         """Indices only: the unique items to encode, where each history and candidate sits among them.
@@ -244,7 +243,7 @@ class EmbParadigm:
         """
         hist, hist_len = pad_right([e.history for e in examples], pad=0)
         targets = torch.tensor([e.target for e in examples], dtype=torch.long)
-        n_neg = int(model.params["n_negatives"])
+        n_neg = int(model.params.n_negatives)
         if n_neg < 0 or n_neg >= model.n_items:  # the whole catalog: exact softmax over items
             negs = torch.arange(model.n_items)
         else:
@@ -266,7 +265,7 @@ class EmbParadigm:
     def loss(self, model: EmbModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         emb = model.encode_items(batch["items"])
         user = model.encode_users(emb[batch["hist_pos"]], batch["hist_len"])
-        return info_nce(user, emb[batch["cand_pos"]], batch["labels"], float(model.params["temperature"]))
+        return info_nce(user, emb[batch["cand_pos"]], batch["labels"], float(model.params.temperature))
 
     def item_embeddings(self, model: EmbModel) -> torch.Tensor:
         """Raw embeddings of all items ``[n_items, H]`` (eval mode, no grad); pass to :meth:`rank` to reuse."""
@@ -290,8 +289,8 @@ class EmbParadigm:
         check_n_items({"n_items": model.n_items, "domain": model.domain}, domain, "emb")
         raw = self.item_embeddings(model) if item_emb is None else item_emb
         items_n = F.normalize(raw.float(), dim=-1)
-        keep = int(model.params["max_history"])
-        step = int(model.params["user_batch"])
+        keep = int(model.params.max_history)
+        step = int(model.params.user_batch)
 
         def scores(pos: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
             return F.normalize(model.encode_users(raw[pos], lengths).float(), dim=-1) @ items_n.T
@@ -301,7 +300,7 @@ class EmbParadigm:
             for s in range(0, len(histories), step):
                 chunk = [list(h)[-keep:] if keep > 0 else list(h) for h in histories[s : s + step]]
                 # histories of similar length together: the padded positions are not computed
-                out.append(rank_by_length(chunk, k, scores, bool(model.params["exclude_history"]), raw.device))
+                out.append(rank_by_length(chunk, k, scores, bool(model.params.exclude_history), raw.device))
         return np.concatenate(out) if out else np.zeros((0, k), dtype=np.int64)
 
     def save(self, model: EmbModel) -> Checkpoint:
@@ -318,7 +317,7 @@ class EmbParadigm:
             "hidden_size": int(model.item_llm.config.hidden_size),
             "base_layers": int(model.item_llm.config.num_hidden_layers),
             "user_layers_from_base": [0, int(model.item_llm.config.num_hidden_layers) - 1],
-            "params": dict(model.params),
+            "params": model.params.to_dict(),
             "seed": model.seed,
         }
         return Checkpoint(state=state, files=files, meta=meta)
@@ -328,7 +327,7 @@ class EmbParadigm:
         from transformers import AutoModelForCausalLM
 
         check_n_items(ckpt.meta, domain, "emb")
-        p = resolve_params({**ckpt.meta.get("params", {}), **(params or {})}, DEFAULTS, "paradigm_params.emb")
+        p = EmbKnobs.resolve({**ckpt.meta.get("params", {}), **(params or {})})
         if "config.json" not in ckpt.files:
             raise ModelError("emb checkpoint has no config.json; it was not saved by the emb paradigm.")
         config = hf_config_from_file(ckpt.files["config.json"])
@@ -342,7 +341,7 @@ class EmbParadigm:
         user_llm = make_user_llm(config)
         load_module_state(user_llm, sub_state(ckpt.state, "user_llm."), "emb user_llm")
         user_llm.to(next(item_llm.parameters()).dtype)
-        tokens = cached_item_tokens(tokenizer, domain, p["max_item_tokens"])
+        tokens = cached_item_tokens(tokenizer, domain, p.max_item_tokens)
         seed = int(ckpt.meta.get("seed", 0))
         model = EmbModel(item_llm, user_llm, tokenizer, domain.name, domain.n_items, tokens, p, seed)
         if model.item_id is not None:

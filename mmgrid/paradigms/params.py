@@ -1,8 +1,20 @@
-"""A paradigm's knobs: ``paradigm_params.<name>`` overlaid on its defaults, checked against
-them (names, types) and against the declarative range table :data:`RANGES`.
+"""A paradigm's knobs: one typed declaration per paradigm (``paradigm_params.<name>`` of a grid).
 
-:data:`RANGES` has one line per knob of every paradigm's ``DEFAULTS``:
-``knob: (lo, hi, kind)``, with ``kind``
+Each paradigm declares its knobs as a frozen dataclass decorated with :func:`paradigm_knobs`,
+one field per knob with its default, its accepted range and its meaning in one line::
+
+    @paradigm_knobs("sasrec")
+    class SASRecKnobs(Knobs):
+        hidden: int = knob(64, 1, None, "int", "embedding and block width")
+
+(the merge methods' parameters and the regularizers' are declared the same way). The YAML
+spelling is the field's name. From that one declaration come the defaults
+(:meth:`Knobs.defaults`, what ``Paradigm.defaults`` was), the range table :data:`RANGES` that
+the validation pass checks, and the typed object a paradigm reads (``p.max_history``, not
+``p["max_history"]``), made by :meth:`Knobs.resolve`. A checkpoint stores its knobs as a plain
+dict (:meth:`Knobs.to_dict`, in declaration order) and reads them back with :meth:`Knobs.resolve`.
+
+A knob's range is ``(lo, hi, kind)`` with ``kind``
 
 * ``"int"``: an integer in [lo, hi] (a bound of None is open-ended);
 * ``"float"``: a finite number in [lo, hi]; ``"float>"`` refuses lo itself (lo < v),
@@ -13,92 +25,94 @@ them (names, types) and against the declarative range table :data:`RANGES`.
 
 :func:`check_knobs` (run by the validation pass, :mod:`mmgrid.validate`, and by
 :func:`resolve_params` for ``paradigm_params.<name>``) raises a ConfigError naming the
-knob, the value, the accepted range and the fix. :data:`CROSS_CHECKS` holds the few rules
-that tie two knobs together. tests/test_validate.py checks that every knob of every
-registered paradigm has a row and that every default lies in its range: a new knob gets
-its row here (one line) in the same change.
+knob, the value, the accepted range and the fix. A knob class's ``cross_checks`` (collected
+in :data:`CROSS_CHECKS`) hold the few rules that tie two knobs together.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, Callable, ClassVar, TypeVar
 
 from mmgrid.errors import ConfigError
 
 Knob = tuple[Any, Any, str]
+RANGE = "mmgrid_knob_range"  # a knob field's metadata keys
+DOC = "mmgrid_knob_doc"
 
-#: paradigm -> knob -> (lo, hi, kind); see the module docstring. One line per knob.
-RANGES: dict[str, dict[str, Knob]] = {
-    "text": {
-        "embedder": (None, None, "str"),  # local sentence-transformers folder
-        "embedder_device": (None, None, "str"),  # torch device of the embedder, e.g. cpu, cuda:0
-        "embed_cache": (None, None, "str?"),  # folder for item-embedding safetensors, or None
-        "max_history": (1, None, "int"),  # history titles in the prompt
-        "max_title_tokens": (1, None, "int"),  # tokens per title
-        "num_beams": (1, None, "int"),  # beam width of title generation
-        "max_new_tokens": (0, None, "int"),  # 0 = the domain's longest title + 1
-        "beam_combine": (("weighted", "best", "max"), None, "choice"),
-        "beam_candidates": (0, None, "int"),  # nearest items kept per beam (0 = every item)
-        "history_weight": (0, None, "float"),  # title similarity to the history
-        "cooc_weight": (0, None, "float"),  # items that followed the history's items in training
-        "cooc_window": (1, None, "int"),
-        "collab_weight": (0, None, "float"),  # collaborative item embeddings vs the history
-        "collab_dim": (1, None, "int"),
-        "history_decay": (0, 1, "float>"),  # recency weight of the history terms, in (0, 1]
-        "popularity_gamma": (0, None, "float"),  # 0 = no popularity injection
-        "popularity_phases": (("last", "all"), None, "choice"),
-        "exclude_history": (None, None, "bool"),
-        "rank_batch": (1, None, "int"),  # histories per generate() call
-    },
-    "semid": {
-        "embedder": (None, None, "str"),
-        "embedder_device": (None, None, "str"),
-        "embed_cache": (None, None, "str?"),
-        "levels": (1, None, "int"),  # residual code levels
-        "codebook_size": (2, None, "int"),  # entries per level: one entry cannot tell items apart
-        "quantizer_seed": (0, None, "int"),
-        "max_history": (1, None, "int"),
-        "max_text_tokens": (1, None, "int"),
-        "max_title_tokens": (1, None, "int"),
-        "align_ratio": (0, None, "float"),  # alignment examples per seqrec example (0 = none)
-        "codes": (("text", "collab", "fused"), None, "choice"),  # what the RQ codes quantize
-        "collab_phases": (("first", "train"), None, "choice"),  # phases counted for co-occurrence
-        "collab_dim": (1, None, "int"),  # SVD dimensions of the collaborative embedding
-        "collab_window": (1, None, "int"),  # co-occurrence window (positions)
-        "collab_weight": (0, 1, "float"),  # fused: the collaborative part's share of the squared norm
-        "num_beams": (1, None, "int"),
-        "exclude_history": (None, None, "bool"),
-        "rank_batch": (1, None, "int"),
-    },
-    "emb": {
-        "temperature": (0, None, "float>"),  # InfoNCE tau > 0
-        "n_negatives": (-1, None, "int"),  # -1 = the whole catalog, 0 = in-batch targets only
-        "max_item_tokens": (2, None, "int"),  # EOS included: at least one text token
-        "max_history": (1, None, "int"),
-        "exclude_history": (None, None, "bool"),
-        "item_batch": (1, None, "int"),
-        "user_batch": (1, None, "int"),
-        "id_embeddings": (None, None, "bool"),  # a learned per-item vector added to the text embedding
-        "id_scale": (0, None, "float>"),
-    },
-    "sasrec": {
-        "hidden": (1, None, "int"),
-        "layers": (0, None, "int"),  # 0 = embeddings only (an ablation)
-        "heads": (1, None, "int"),  # must divide hidden (CROSS_CHECKS)
-        "dropout": (0, 1, "float<"),  # a probability below 1
-        "max_len": (1, None, "int"),
-        "exclude_history": (None, None, "bool"),
-        "item_bias": (None, None, "bool"),
-        "user_batch": (1, None, "int"),
-    },
-}
+#: paradigm -> knob -> (lo, hi, kind), filled by :func:`paradigm_knobs` from each declaration.
+RANGES: dict[str, dict[str, Knob]] = {}
 
-#: paradigm -> [(rule on the resolved knobs, message when it fails)]
-CROSS_CHECKS: dict[str, list[tuple[Any, str]]] = {
-    "sasrec": [(lambda p: p["hidden"] % p["heads"] == 0,
-                "hidden={hidden} is not divisible by heads={heads}; choose heads dividing hidden (e.g. heads=1)")],
-}
+#: paradigm -> [(rule on the resolved knobs as a dict, message when it fails)], from each declaration.
+CROSS_CHECKS: dict[str, list[tuple[Any, str]]] = {}
+
+#: paradigm -> its knob class.
+KNOBS: dict[str, type["Knobs"]] = {}
+
+
+def knob(default: Any, lo: Any = None, hi: Any = None, kind: str = "", doc: str = "") -> Any:
+    """One knob: its default, accepted range ``(lo, hi, kind)`` (see the module docstring) and meaning."""
+    return field(default=default, metadata={RANGE: (lo, hi, kind), DOC: doc})
+
+
+K = TypeVar("K", bound="Knobs")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Base of a paradigm's knob declaration (see the module docstring)."""
+
+    paradigm: ClassVar[str] = ""
+    cross_checks: ClassVar[list[tuple[Callable[[dict[str, Any]], bool], str]]] = []
+
+    @classmethod
+    def _knobs(cls) -> list[Field]:
+        return [f for f in fields(cls) if RANGE in f.metadata]
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every knob with its default, in declaration order."""
+        return {f.name: f.default for f in cls._knobs() if f.default is not MISSING}
+
+    @classmethod
+    def ranges(cls) -> dict[str, Knob]:
+        """Every knob's ``(lo, hi, kind)``."""
+        return {f.name: f.metadata[RANGE] for f in cls._knobs()}
+
+    @classmethod
+    def docs(cls) -> dict[str, str]:
+        """Every knob's one-line meaning."""
+        return {f.name: f.metadata[DOC] for f in cls._knobs()}
+
+    @classmethod
+    def resolve(cls: type[K], params: dict[str, Any] | None = None, where: str | None = None) -> K:
+        """The knobs: the defaults overlaid with ``params``, checked (:func:`resolve_params`).
+
+        Raises:
+            ConfigError: an unknown knob, a wrongly typed value or one out of its range.
+        """
+        return cls(**resolve_params(params, cls.defaults(), where or f"paradigm_params.{cls.paradigm}"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict in declaration order (stored in a checkpoint's meta)."""
+        return {f.name: getattr(self, f.name) for f in self._knobs()}
+
+
+def paradigm_knobs(name: str) -> Callable[[type[K]], type[K]]:
+    """Class decorator: make ``cls`` a frozen dataclass of paradigm ``name``'s knobs and enter its
+    ranges and cross-checks into :data:`RANGES` and :data:`CROSS_CHECKS`."""
+
+    def deco(cls: type[K]) -> type[K]:
+        cls = dataclass(frozen=True)(cls)
+        cls.paradigm = name
+        KNOBS[name] = cls
+        RANGES[name] = cls.ranges()
+        if cls.cross_checks:
+            CROSS_CHECKS[name] = list(cls.cross_checks)
+        return cls
+
+    return deco
 
 
 def describe(knob: Knob) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +36,7 @@ from torch import nn
 from mmgrid.errors import ModelError
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
-from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.params import Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.ranking import eval_mode, rank_by_length
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.state import check_n_items, load_module_state, module_state
@@ -44,16 +45,24 @@ if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
-DEFAULTS: dict[str, Any] = {
-    "hidden": 64,  # embedding and block width
-    "layers": 2,  # self-attention blocks (paper: 2)
-    "heads": 1,  # attention heads (paper: 1)
-    "dropout": 0.2,  # paper: 0.2 on sparse data, 0.5 on MovieLens
-    "max_len": 20,  # most recent history items read (also positional embeddings)
-    "exclude_history": True,  # never recommend an item already in the history
-    "item_bias": False,  # add a learned per-item score offset (not in the paper)
-    "user_batch": 2048,  # histories scored per forward when ranking
-}
+@paradigm_knobs("sasrec")
+class SASRecKnobs(Knobs):
+    """SASRec's knobs (``paradigm_params.sasrec``)."""
+
+    cross_checks = [(lambda p: p["hidden"] % p["heads"] == 0,
+                     "hidden={hidden} is not divisible by heads={heads}; choose heads dividing hidden (e.g. heads=1)")]
+
+    hidden: int = knob(64, 1, None, 'int', "embedding and block width")
+    layers: int = knob(2, 0, None, 'int', "self-attention blocks (paper: 2)")
+    heads: int = knob(1, 1, None, 'int', "attention heads (paper: 1); must divide hidden")
+    dropout: float = knob(0.2, 0, 1, 'float<', "paper: 0.2 on sparse data, 0.5 on MovieLens")
+    max_len: int = knob(20, 1, None, 'int', "most recent history items read (also positional embeddings)")
+    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history")
+    item_bias: bool = knob(False, None, None, 'bool', "add a learned per-item score offset (not in the paper)")
+    user_batch: int = knob(2048, 1, None, 'int', "histories scored per forward when ranking")
+
+
+DEFAULTS: dict[str, Any] = SASRecKnobs.defaults()  # the knobs' defaults (the declaration above)
 _SIZE_KEYS = ("hidden", "layers", "heads", "max_len", "item_bias")
 
 
@@ -125,18 +134,18 @@ def dropout(x: torch.Tensor, p: float, rng: np.random.Generator | None) -> torch
 class SASRecModel(nn.Module):
     """SASRec of one domain: ``n_items`` items (+ padding row 0)."""
 
-    def __init__(self, n_items: int, domain: str, params: dict[str, Any]) -> None:
+    def __init__(self, n_items: int, domain: str, params: SASRecKnobs) -> None:
         super().__init__()
-        hidden = int(params["hidden"])
+        hidden = int(params.hidden)
         self.n_items, self.domain, self.params = n_items, domain, params
         self.item_emb = nn.Embedding(n_items + 1, hidden, padding_idx=0)
-        self.pos_emb = nn.Embedding(int(params["max_len"]), hidden)
-        self.emb_drop = nn.Dropout(float(params["dropout"]))
+        self.pos_emb = nn.Embedding(int(params.max_len), hidden)
+        self.emb_drop = nn.Dropout(float(params.dropout))
         self.blocks = nn.ModuleList(
-            Block(hidden, int(params["heads"]), float(params["dropout"])) for _ in range(int(params["layers"]))
+            Block(hidden, int(params.heads), float(params.dropout)) for _ in range(int(params.layers))
         )
         self.final_ln = nn.LayerNorm(hidden)
-        self.item_bias = nn.Parameter(torch.zeros(n_items)) if params["item_bias"] else None
+        self.item_bias = nn.Parameter(torch.zeros(n_items)) if params.item_bias else None
 
     def users(self, items: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Last-position outputs ``[B, H]`` for right-padded item_idx ``[B, L]`` (pads anywhere >= length)."""
@@ -182,7 +191,7 @@ class SASRecParadigm:
         return len(example.history)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> SASRecModel:
-        p = resolve_params(params, DEFAULTS, "paradigm_params.sasrec")
+        p = SASRecKnobs.resolve(params)
         with torch.random.fork_rng(devices=[]):  # seeded init without disturbing the caller's RNG
             torch.manual_seed(seed)
             model = SASRecModel(domain.n_items, domain.name, p)
@@ -194,11 +203,11 @@ class SASRecParadigm:
         return model
 
     def examples(self, model: SASRecModel, domain: "DomainData", phase: str) -> list[Example]:
-        return load_examples(domain, phase, int(model.params["max_len"]))
+        return load_examples(domain, phase, int(model.params.max_len))
 
     def collate(self, model: SASRecModel, examples: list[Example]) -> dict[str, torch.Tensor]:
         """``history [B, L]`` (right-padded item_idx), ``lengths [B]``, ``target [B]``."""
-        hist, lengths = pad_right([e.history for e in examples], pad=0, max_len=int(model.params["max_len"]))
+        hist, lengths = pad_right([e.history for e in examples], pad=0, max_len=int(model.params.max_len))
         return {"history": hist, "lengths": lengths, "target": torch.tensor([e.target for e in examples])}
 
     def loss(self, model: SASRecModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -208,7 +217,7 @@ class SASRecParadigm:
     @torch.no_grad()
     def rank(self, model: SASRecModel, domain: "DomainData", histories: list[list[int]], k: int) -> np.ndarray:
         check_n_items({"n_items": model.n_items, "domain": model.domain}, domain, "sasrec")
-        keep, step = int(model.params["max_len"]), int(model.params["user_batch"])
+        keep, step = int(model.params.max_len), int(model.params.user_batch)
         device = model.item_emb.weight.device
         out = []
         with eval_mode(model):
@@ -216,21 +225,21 @@ class SASRecParadigm:
                 chunk = [list(h)[-keep:] for h in histories[s : s + step]]
                 # histories of similar length together: the padded positions are not computed
                 out.append(rank_by_length(chunk, k, lambda ids, lengths: model.scores(model.users(ids, lengths)),
-                                          bool(model.params["exclude_history"]), device))
+                                          bool(model.params.exclude_history), device))
         return np.concatenate(out) if out else np.zeros((0, k), dtype=np.int64)
 
     def save(self, model: SASRecModel) -> Checkpoint:
-        sizes = {key: model.params[key] for key in _SIZE_KEYS}
+        sizes = {key: getattr(model.params, key) for key in _SIZE_KEYS}
         meta = {"paradigm": "sasrec", "domain": model.domain, "n_items": model.n_items, **sizes,
-                "params": dict(model.params)}
+                "params": model.params.to_dict()}
         files = {"config.json": json.dumps({"model_type": "sasrec", "n_items": model.n_items, **sizes}).encode()}
         return Checkpoint(state=module_state(model, ""), files=files, meta=meta)
 
     def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> SASRecModel:
         check_n_items(ckpt.meta, domain, "sasrec")
         # Sizes come from the checkpoint; other knobs (dropout, exclude_history) may be overridden.
-        p = resolve_params({**ckpt.meta.get("params", {}), **(params or {})}, DEFAULTS, "paradigm_params.sasrec")
-        p.update({key: ckpt.meta[key] for key in _SIZE_KEYS if key in ckpt.meta})
+        p = SASRecKnobs.resolve({**ckpt.meta.get("params", {}), **(params or {})})
+        p = replace(p, **{key: ckpt.meta[key] for key in _SIZE_KEYS if key in ckpt.meta})
         model = SASRecModel(domain.n_items, domain.name, p)
         load_module_state(model, dict(ckpt.state), "sasrec")
         return model.eval()

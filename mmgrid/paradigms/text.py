@@ -44,7 +44,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from mmgrid.errors import ConfigError, ModelError
+from mmgrid.errors import ModelError
 from mmgrid.models.generation import prefilled_beam_generate
 from mmgrid.paradigms.collab import collab_embeddings
 from mmgrid.paradigms.base import Checkpoint
@@ -55,7 +55,7 @@ from mmgrid.paradigms.lm import (TokenExample, collate_lm, left_pad, lm_from_che
                                  model_device)
 from mmgrid.paradigms.grounding import cooc_matrix, ground_scores, history_weights, popularity_adjust  # noqa: F401
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
-from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.params import Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.ranking import topk_items
 from mmgrid.paradigms.registration import register_paradigm
 
@@ -65,27 +65,44 @@ if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
-DEFAULTS: dict[str, Any] = {
-    "embedder": DEFAULT_EMBEDDER,  # local sentence-transformers folder (never downloaded)
-    "embedder_device": "cpu",
-    "embed_cache": None,  # folder for item-embedding safetensors (None = memory only)
-    "max_history": 10,  # most recent history titles in the prompt
-    "max_title_tokens": 16,  # each title is cut to this many tokens
-    "num_beams": 4,  # beam width of title generation
-    "max_new_tokens": 0,  # 0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS
-    "beam_combine": "weighted",  # weighted | best (see module docstring)
-    "popularity_gamma": 1.0,  # BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)
-    "popularity_phases": "last",  # popularity counted over: last = the latest trained phase, all = every trained phase
-    "beam_candidates": 0,  # items per beam that keep their grounding similarity (0 = every item; others get -1)
-    "history_weight": 0.0,  # + weight * recency-weighted cosine of an item's title to the history's titles (0 = off)
-    "cooc_weight": 0.0,  # + weight * recency-weighted co-occurrence P(item | history item), row-max scaled (0 = off)
-    "cooc_window": 3,  # an item co-occurs with the next cooc_window items of a user's training sequence
-    "collab_weight": 0.0,  # + weight * cosine of an item's collaborative embedding to the history's (0 = off)
-    "collab_dim": 32,  # size of the collaborative embeddings (PPMI + truncated SVD of co-occurrence)
-    "history_decay": 0.8,  # weight of the j-th most recent history item in both history terms: decay^j
-    "exclude_history": True,  # never recommend an item already in the history
-    "rank_batch": 128,  # histories per generate() call
-}
+@paradigm_knobs("text")
+class TextKnobs(Knobs):
+    """The text paradigm's knobs (``paradigm_params.text``)."""
+
+    embedder: str = knob(DEFAULT_EMBEDDER, None, None, 'str', "local sentence-transformers folder (never downloaded)")
+    embedder_device: str = knob("cpu", None, None, 'str', "torch device of the embedder, e.g. cpu, cuda:0")
+    embed_cache: str | None = knob(None, None, None, 'str?',
+                       "folder for item-embedding safetensors (None = memory only)")
+    max_history: int = knob(10, 1, None, 'int', "most recent history titles in the prompt")
+    max_title_tokens: int = knob(16, 1, None, 'int', "each title is cut to this many tokens")
+    num_beams: int = knob(4, 1, None, 'int', "beam width of title generation")
+    max_new_tokens: int = knob(0, 0, None, 'int',
+                       "0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS")
+    beam_combine: str = knob("weighted", ('weighted', 'best', 'max'), None, 'choice',
+                       "weighted | best (see module docstring)")
+    popularity_gamma: float = knob(1.0, 0, None, 'float',
+                       "BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)")
+    popularity_phases: str = knob("last", ('last', 'all'), None, 'choice',
+                       "popularity counted over: last = the latest trained phase, all = every trained phase")
+    beam_candidates: int = knob(0, 0, None, 'int',
+                       "items per beam that keep their grounding similarity (0 = every item; others get -1)")
+    history_weight: float = knob(0.0, 0, None, 'float',
+                       "+ weight * recency-weighted cosine of an item's title to the history's titles (0 = off)")
+    cooc_weight: float = knob(0.0, 0, None, 'float',
+                       "+ weight * recency-weighted co-occurrence P(item | history item), row-max scaled (0 = off)")
+    cooc_window: int = knob(3, 1, None, 'int',
+                       "an item co-occurs with the next cooc_window items of a user's training sequence")
+    collab_weight: float = knob(0.0, 0, None, 'float',
+                       "+ weight * cosine of an item's collaborative embedding to the history's (0 = off)")
+    collab_dim: int = knob(32, 1, None, 'int',
+                       "size of the collaborative embeddings (PPMI + truncated SVD of co-occurrence)")
+    history_decay: float = knob(0.8, 0, 1, 'float>',
+                       "weight of the j-th most recent history item in both history terms: decay^j")
+    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history")
+    rank_batch: int = knob(128, 1, None, 'int', "histories per generate() call")
+
+
+DEFAULTS: dict[str, Any] = TextKnobs.defaults()  # the knobs' defaults (the declaration above)
 PROMPT, SEP, ANSWER = "Items:", " |", " Next:"
 
 
@@ -99,7 +116,7 @@ class TextInfo:
     tokenizer: "PreTrainedTokenizerBase"
     domain: str
     n_items: int
-    params: dict[str, Any]
+    params: TextKnobs  # the knobs it was built or loaded with
     seed: int
     title_ids: list[list[int]]
     trained_phases: list[str]  # phases whose examples were made (popularity source)
@@ -113,14 +130,14 @@ def _info(model: torch.nn.Module) -> TextInfo:
     return info
 
 
-def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", params: dict[str, Any], seed: int,
+def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", params: TextKnobs, seed: int,
             phases: Sequence[str] = ()) -> Any:
     if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
         raise ModelError("text: the tokenizer needs eos and pad tokens (set tokenizer.eos_token/pad_token).")
-    cut = int(params["max_title_tokens"])
+    cut = int(params.max_title_tokens)
     enc = tokenizer([" " + t for t in domain.item_titles], add_special_tokens=False)["input_ids"]
     template = tuple(tokenizer(s, add_special_tokens=False)["input_ids"] for s in (PROMPT, SEP, ANSWER))
-    lm.mmgrid_text = TextInfo(tokenizer, domain.name, domain.n_items, dict(params), seed,
+    lm.mmgrid_text = TextInfo(tokenizer, domain.name, domain.n_items, params, seed,
                               [list(e[:cut]) for e in enc], list(phases), template)  # type: ignore[arg-type]
     return lm
 
@@ -130,19 +147,16 @@ def prompt_ids(info: TextInfo, history: Sequence[int]) -> list[int]:
     prompt, sep, answer = info.template
     bos = info.tokenizer.bos_token_id
     ids = ([bos] if bos is not None else []) + list(prompt)
-    hist = list(history)[-int(info.params["max_history"]):] if info.params["max_history"] > 0 else []
+    hist = list(history)[-int(info.params.max_history):] if info.params.max_history > 0 else []
     for j, item in enumerate(hist):
         ids += (sep if j else []) + info.title_ids[item]
     return ids + list(answer)
 
 
-def _pop_phases(trained: list[str], params: dict[str, Any]) -> list[str]:
+def _pop_phases(trained: list[str], params: TextKnobs) -> list[str]:
     """Phases whose interactions count as popularity: the latest trained one (the stage's own
     data, which follows item turnover) or all trained ones."""
-    mode = params["popularity_phases"]
-    if mode not in ("last", "all"):
-        raise ConfigError(f"paradigm_params.text.popularity_phases: {mode!r} is not one of 'last', 'all'.")
-    return trained[-1:] if mode == "last" else list(trained)
+    return trained[-1:] if params.popularity_phases == "last" else list(trained)
 
 
 def _check_domain(info: TextInfo, domain: "DomainData") -> None:
@@ -151,22 +165,6 @@ def _check_domain(info: TextInfo, domain: "DomainData") -> None:
             f"text: model of domain {info.domain!r} ({info.n_items} items) asked to rank domain "
             f"{domain.name!r} ({domain.n_items} items); load the checkpoint with its own domain."
         )
-
-
-def _check_grounding(p: dict[str, Any]) -> None:
-    """Named errors for grounding knobs out of range (before any model is built or ranked)."""
-    where = "paradigm_params.text"
-    if p["beam_combine"] not in ("best", "weighted", "max"):
-        raise ModelError(f"{where}.beam_combine={p['beam_combine']!r}: use 'weighted', 'best' or 'max'.")
-    for key in ("beam_candidates", "cooc_window", "collab_dim"):
-        low = 0 if key == "beam_candidates" else 1
-        if int(p[key]) < low:
-            raise ConfigError(f"{where}.{key}={p[key]!r}: must be >= {low}.")
-    for key in ("history_weight", "cooc_weight", "collab_weight", "popularity_gamma"):
-        if not np.isfinite(float(p[key])) or float(p[key]) < 0:
-            raise ConfigError(f"{where}.{key}={p[key]!r}: must be a finite number >= 0 (0 turns it off).")
-    if not 0.0 < float(p["history_decay"]) <= 1.0:
-        raise ConfigError(f"{where}.history_decay={p['history_decay']!r}: must be in (0, 1] (1 = every item alike).")
 
 
 def _cooc(info: TextInfo, domain: "DomainData", window: int) -> torch.Tensor:
@@ -213,8 +211,7 @@ class TextParadigm:
         return len(example.ids)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> torch.nn.Module:
-        p = resolve_params(params, DEFAULTS, "paradigm_params.text")
-        _check_grounding(p)
+        p = TextKnobs.resolve(params)
         return _attach(copy.deepcopy(base.model), base.tokenizer, domain, p, seed)
 
     def examples(self, model: torch.nn.Module, domain: "DomainData", phase: str) -> list[TokenExample]:
@@ -223,7 +220,7 @@ class TextParadigm:
         if phase not in info.trained_phases:
             info.trained_phases.append(phase)
         out = []
-        for ex in load_examples(domain, phase, int(info.params["max_history"])):
+        for ex in load_examples(domain, phase, int(info.params.max_history)):
             target = info.title_ids[ex.target] + [eos]
             out.append(TokenExample(tuple(prompt_ids(info, ex.history) + target), len(target)))
         return out
@@ -231,7 +228,7 @@ class TextParadigm:
     def collate(self, model: torch.nn.Module, examples: list[TokenExample]) -> dict[str, torch.Tensor]:
         info = _info(model)
         p = info.params
-        max_len = 4 + int(p["max_history"]) * (int(p["max_title_tokens"]) + 2) + int(p["max_title_tokens"]) + 4
+        max_len = 4 + int(p.max_history) * (int(p.max_title_tokens) + 2) + int(p.max_title_tokens) + 4
         return collate_lm(examples, info.tokenizer.pad_token_id, max_len)
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -240,15 +237,15 @@ class TextParadigm:
     def item_embeddings(self, model: torch.nn.Module, domain: "DomainData") -> np.ndarray:
         """Cached embeddings of the domain's titles (what generated text is grounded to)."""
         p = _info(model).params
-        return embed_items(list(domain.item_titles), p["embedder"], p["embedder_device"], p["embed_cache"])
+        return embed_items(list(domain.item_titles), p.embedder, p.embedder_device, p.embed_cache)
 
     @torch.no_grad()
     def generate(self, model: torch.nn.Module, histories: list[list[int]]) -> tuple[list[list[str]], np.ndarray]:
         """Beam-search titles: texts [n][num_beams] best first and their beam scores [n, num_beams]."""
         info = _info(model)
         p, tok = info.params, info.tokenizer
-        beams = int(p["num_beams"])
-        new = int(p["max_new_tokens"]) or min(max(len(t) for t in info.title_ids), int(p["max_title_tokens"])) + 1
+        beams = int(p.num_beams)
+        new = int(p.max_new_tokens) or min(max(len(t) for t in info.title_ids), int(p.max_title_tokens)) + 1
         ids, mask, _ = left_pad([prompt_ids(info, h) for h in histories], tok.pad_token_id)
         dev = model_device(model)
         out = prefilled_beam_generate(  # the prompt encoded once per history, not once per beam
@@ -269,7 +266,7 @@ class TextParadigm:
         was_training = model.training
         model.eval()
         out = []
-        bs = int(info.params["rank_batch"])
+        bs = int(info.params.rank_batch)
         for start in range(0, len(histories), bs):
             chunk = histories[start:start + bs]
             texts, scores = self.generate(model, chunk)
@@ -288,31 +285,30 @@ class TextParadigm:
         """
         info = _info(model)
         _check_domain(info, domain)
-        p = resolve_params({**info.params, **(overrides or {})}, DEFAULTS, "paradigm_params.text")
-        _check_grounding(p)
+        p = TextKnobs.resolve({**info.params.to_dict(), **(overrides or {})})
         items = torch.from_numpy(np.array(self.item_embeddings(model, domain)))  # a copy: the cache is read-only
         title_row = {t.strip(): i for i, t in reversed(list(enumerate(domain.item_titles)))}
         sims = self._ground(texts, scores, items, title_row, p)
         counts = None
-        if float(p["popularity_gamma"]) > 0 and info.trained_phases:
+        if float(p.popularity_gamma) > 0 and info.trained_phases:
             counts = domain.popularity(_pop_phases(info.trained_phases, p))
         hist_w = cooc = None
-        if float(p["history_weight"]) > 0 or float(p["cooc_weight"]) > 0:
-            hist_w = history_weights(histories, domain.n_items, int(p["max_history"]), float(p["history_decay"]))
-        if float(p["cooc_weight"]) > 0 and info.trained_phases:
-            cooc = _cooc(info, domain, int(p["cooc_window"]))
-        score = ground_scores(sims, counts, float(p["popularity_gamma"]), hist_w, items,
-                              float(p["history_weight"]), cooc, float(p["cooc_weight"]))
-        if float(p["collab_weight"]) > 0 and info.trained_phases:
-            hist_c = history_weights(histories, domain.n_items, int(p["max_history"]), float(p["history_decay"]))
-            emb = _collab(info, domain, items, int(p["cooc_window"]), int(p["collab_dim"]))
+        if float(p.history_weight) > 0 or float(p.cooc_weight) > 0:
+            hist_w = history_weights(histories, domain.n_items, int(p.max_history), float(p.history_decay))
+        if float(p.cooc_weight) > 0 and info.trained_phases:
+            cooc = _cooc(info, domain, int(p.cooc_window))
+        score = ground_scores(sims, counts, float(p.popularity_gamma), hist_w, items,
+                              float(p.history_weight), cooc, float(p.cooc_weight))
+        if float(p.collab_weight) > 0 and info.trained_phases:
+            hist_c = history_weights(histories, domain.n_items, int(p.max_history), float(p.history_decay))
+            emb = _collab(info, domain, items, int(p.cooc_window), int(p.collab_dim))
             user = torch.nn.functional.normalize(hist_c @ emb, dim=1)
-            score = score + float(p["collab_weight"]) * (user @ emb.T)
-        return topk_items(score, k, histories if p["exclude_history"] else None)
+            score = score + float(p.collab_weight) * (user @ emb.T)
+        return topk_items(score, k, histories if p.exclude_history else None)
 
     @staticmethod
     def _ground(texts: list[list[str]], scores: np.ndarray, items: torch.Tensor, title_row: dict[str, int],
-                p: dict[str, Any]) -> torch.Tensor:
+                p: TextKnobs) -> torch.Tensor:
         """Similarity [n, n_items] of each history's generated text(s) to every item.
 
         ``best``: cosine to the best beam; ``weighted``: ``sum_b softmax(beam scores)_b *
@@ -321,25 +317,25 @@ class TextParadigm:
         item gets -1 (the least a cosine can be), as in BIGRec, where a beam grounds to its
         nearest items only.
         """
-        use = [row[:1] for row in texts] if p["beam_combine"] == "best" else texts
+        use = [row[:1] for row in texts] if p.beam_combine == "best" else texts
         flat = [t for row in use for t in row]
         novel = sorted({t for t in flat if t not in title_row})
-        novel_emb = encode(novel, p["embedder"], p["embedder_device"]) if novel else None
+        novel_emb = encode(novel, p.embedder, p.embedder_device) if novel else None
         where = {t: i for i, t in enumerate(novel)}
         vecs = torch.stack([
             items[title_row[t]] if t in title_row else torch.from_numpy(novel_emb[where[t]])  # type: ignore[index]
             for t in flat
         ])
         sims = (vecs @ items.T).view(len(use), -1, items.shape[0])
-        c = int(p.get("beam_candidates", 0))
+        c = int(p.beam_candidates)
         keep = None
         if 0 < c < items.shape[0]:
             top = sims.topk(c, dim=2).indices  # [n, beams, c]
             keep = torch.zeros(sims.shape[0], items.shape[0], dtype=torch.bool)
             keep.scatter_(1, top.reshape(sims.shape[0], -1), True)
-        if p["beam_combine"] == "best":
+        if p.beam_combine == "best":
             out = sims[:, 0]
-        elif p["beam_combine"] == "max":
+        elif p.beam_combine == "max":
             out = sims.max(1).values
         else:
             w = torch.softmax(torch.from_numpy(np.asarray(scores, dtype=np.float32)), dim=1)
@@ -351,13 +347,13 @@ class TextParadigm:
         files = {"config.json": hf_config_file(model.config), **tokenizer_files(info.tokenizer)}
         meta = {"paradigm": "text", "domain": info.domain, "n_items": info.n_items,
                 "trained_phases": list(info.trained_phases),
-                "params": dict(info.params), "seed": info.seed}
+                "params": info.params.to_dict(), "seed": info.seed}
         return Checkpoint(state=lm_state(model), files=files, meta=meta)
 
     def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> torch.nn.Module:
         # No n_items check: the text LM does not depend on the catalog, and a cross-domain
         # merge carries one input's meta, so the checkpoint may name another domain.
-        p = resolve_params({**ckpt.meta.get("params", {}), **(params or {})}, DEFAULTS, "paradigm_params.text")
+        p = TextKnobs.resolve({**ckpt.meta.get("params", {}), **(params or {})})
         lm = lm_from_checkpoint(ckpt, "text checkpoint")
         # Phases named by another domain's meta (a cross-domain merge) still count this domain's items.
         return _attach(lm, tokenizer_from_files(ckpt.files), domain, p, int(ckpt.meta.get("seed", 0)),

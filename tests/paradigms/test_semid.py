@@ -329,9 +329,8 @@ def test_collab_embeddings_separate_co_consumed_groups_and_place_cold_items_by_t
 
 def test_code_sources_and_their_named_errors(tiny_domain: Any) -> None:
     from mmgrid.errors import ConfigError
-    from mmgrid.paradigms.params import resolve_params
     from mmgrid.paradigms.collab import code_inputs
-    from mmgrid.paradigms.semid.paradigm import DEFAULTS, domain_codes
+    from mmgrid.paradigms.semid.paradigm import SemIdKnobs, domain_codes
 
     rng = np.random.default_rng(1)
     t, c = rng.normal(size=(5, 6)), rng.normal(size=(5, 3))
@@ -342,14 +341,14 @@ def test_code_sources_and_their_named_errors(tiny_domain: Any) -> None:
     assert np.allclose((fused[:, 6:] ** 2).sum(1), 0.75, rtol=1e-9)
     base = {"levels": 2, "codebook_size": 4}
     for codes in ("text", "collab", "fused"):
-        sids = domain_codes(tiny_domain, resolve_params({**base, "codes": codes}, DEFAULTS, "semid"))
+        sids = domain_codes(tiny_domain, SemIdKnobs.resolve({**base, "codes": codes}))
         assert len({tuple(r) for r in sids.codes}) == tiny_domain.n_items
     # collab codes follow what users consume together: the tiny domain's next item is of the same theme
-    sids = domain_codes(tiny_domain, resolve_params({**base, "codes": "collab", "codebook_size": 3}, DEFAULTS, "s"))
+    sids = domain_codes(tiny_domain, SemIdKnobs.resolve({**base, "codes": "collab", "codebook_size": 3}))
     theme = np.arange(tiny_domain.n_items) // 10
     purity = sum(np.bincount(theme[sids.codes[:, 0] == v]).max() for v in range(3)) / tiny_domain.n_items
     assert purity > 0.8
     for bad, match in (({"codes": "both"}, "codes"), ({"codes": "collab", "collab_phases": "all"}, "collab_phases"),
                        ({"codes": "fused", "collab_weight": 1.5}, "collab_weight")):
         with pytest.raises(ConfigError, match=match):
-            domain_codes(tiny_domain, resolve_params({**base, **bad}, DEFAULTS, "semid"))
+            domain_codes(tiny_domain, SemIdKnobs.resolve({**base, **bad}))

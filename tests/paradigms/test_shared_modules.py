@@ -57,3 +57,36 @@ def test_item_token_cache_appends_eos_and_is_reused(tiny_base_shared, tiny_domai
     assert a.ids.shape[0] == tiny_domain.n_items and a.ids.shape[1] <= 6
     last = a.ids[torch.arange(tiny_domain.n_items), a.lengths - 1]
     assert (last == tok.eos_token_id).all()
+
+
+def test_knob_declaration_is_the_one_source_of_defaults_ranges_and_docs() -> None:
+    from mmgrid.paradigms import get_paradigm
+    from mmgrid.paradigms.params import KNOBS, RANGES, Knobs, knob, paradigm_knobs
+
+    @paradigm_knobs("toy_knobs")
+    class ToyKnobs(Knobs):
+        cross_checks = [(lambda p: p["lo"] <= p["hi"], "lo={lo} is above hi={hi}")]
+        lo: int = knob(1, 0, None, "int", "the low end")
+        hi: float = knob(2.0, 0, 10, "float", "the high end")
+
+    try:
+        assert ToyKnobs.defaults() == {"lo": 1, "hi": 2.0} and RANGES["toy_knobs"]["hi"] == (0, 10, "float")
+        assert ToyKnobs.docs() == {"lo": "the low end", "hi": "the high end"}
+        k = ToyKnobs.resolve({"hi": 3})
+        assert (k.lo, k.hi, type(k.hi)) == (1, 3.0, float) and ToyKnobs.resolve(k.to_dict()) == k
+        with pytest.raises(ConfigError, match=r"paradigm_params.toy_knobs.hi: 11.0 is out of range"):
+            ToyKnobs.resolve({"hi": 11})
+        with pytest.raises(ConfigError, match="lo=5 is above hi=4.0"):
+            ToyKnobs.resolve({"lo": 5, "hi": 4})
+        with pytest.raises(ConfigError, match="unknown parameter"):
+            ToyKnobs.resolve({"mid": 1})
+    finally:
+        for table in (KNOBS, RANGES):
+            table.pop("toy_knobs", None)
+        from mmgrid.paradigms.params import CROSS_CHECKS
+        CROSS_CHECKS.pop("toy_knobs", None)
+    for name in ("text", "semid", "emb", "sasrec"):  # every built-in knob is declared once, with a meaning
+        defaults = get_paradigm(name).defaults  # importing the paradigm registers its knobs
+        cls = KNOBS[name]
+        assert defaults == cls.defaults() and set(RANGES[name]) == set(cls.defaults())
+        assert all(doc.strip() for doc in cls.docs().values()), name

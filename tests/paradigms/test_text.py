@@ -11,7 +11,7 @@ import torch
 from paradigm_helpers import fit_batch
 from mmgrid.errors import ConfigError, ModelError
 from mmgrid.paradigms import get_paradigm
-from mmgrid.paradigms.text import TextParadigm, TokenExample, collate_lm, left_pad, lm_loss
+from mmgrid.paradigms.text import TextKnobs, TextParadigm, TokenExample, collate_lm, left_pad, lm_loss
 
 P = get_paradigm("text")
 
@@ -89,9 +89,9 @@ def test_rank_returns_valid_unique_items_outside_history(built: torch.nn.Module,
 def test_ground_prefers_exact_title_and_weights_beams() -> None:
     items = torch.eye(3)  # item i embeds as e_i
     title_row = {"a": 0, "b": 1, "c": 2}
-    best = TextParadigm._ground([["b", "c"]], np.array([[0.0, -1.0]]), items, title_row, {"beam_combine": "best"})
+    best = TextParadigm._ground([["b", "c"]], np.array([[0.0, -1.0]]), items, title_row, TextKnobs.resolve({"beam_combine": "best"}))
     assert best.tolist() == [[0.0, 1.0, 0.0]]
-    w = TextParadigm._ground([["b", "c"]], np.array([[0.0, -1.0]]), items, title_row, {"beam_combine": "weighted"})
+    w = TextParadigm._ground([["b", "c"]], np.array([[0.0, -1.0]]), items, title_row, TextKnobs.resolve({"beam_combine": "weighted"}))
     p = 1 / (1 + np.exp(-1.0))  # softmax([0, -1])[0]
     np.testing.assert_allclose(w.numpy(), [[0.0, p, 1 - p]], atol=1e-6)
 
@@ -100,7 +100,8 @@ def test_novel_generated_text_is_embedded(built: torch.nn.Module, tiny_domain: A
     items = torch.from_numpy(np.array(P.item_embeddings(built, tiny_domain)))
     title_row = {t: i for i, t in enumerate(tiny_domain.item_titles)}
     sims = TextParadigm._ground([["green notebook model"]], np.zeros((1, 1)), items, title_row,
-                                {"beam_combine": "best", "embedder": "all-minilm-l6-v2", "embedder_device": "cpu"})
+                                TextKnobs.resolve({"beam_combine": "best", "embedder": "all-minilm-l6-v2",
+                                                   "embedder_device": "cpu"}))
     assert tiny_domain.item_titles[int(sims[0].argmax())].startswith("green notebook")
 
 
@@ -145,10 +146,10 @@ def test_popularity_phases_choose_the_latest_or_every_trained_phase() -> None:
     from mmgrid.paradigms.text import _pop_phases
 
     trained = ["pretrain", "p1", "p2"]
-    assert _pop_phases(trained, {"popularity_phases": "last"}) == ["p2"]
-    assert _pop_phases(trained, {"popularity_phases": "all"}) == trained
-    with pytest.raises(ConfigError, match="popularity_phases"):
-        _pop_phases(trained, {"popularity_phases": "recent"})
+    assert _pop_phases(trained, TextKnobs.resolve({"popularity_phases": "last"})) == ["p2"]
+    assert _pop_phases(trained, TextKnobs.resolve({"popularity_phases": "all"})) == trained
+    with pytest.raises(ConfigError, match="popularity_phases: 'recent' is not accepted; accepted: one of 'last'"):
+        TextKnobs.resolve({"popularity_phases": "recent"})  # the declaration's range refuses it
 
 
 # --------------------------------------------------------------------------- history-aware grounding (issue 16)
@@ -194,12 +195,12 @@ def test_ground_scores_mix_history_and_cooccurrence_terms() -> None:
 def test_ground_max_and_beam_candidates() -> None:
     items = torch.eye(4)
     title_row = {"a": 0, "b": 1, "c": 2, "d": 3}
-    p = {"beam_combine": "max", "beam_candidates": 0}
+    p = TextKnobs.resolve({"beam_combine": "max", "beam_candidates": 0})
     m = TextParadigm._ground([["b", "c"]], np.array([[0.0, -1.0]]), items, title_row, p)
     assert m.tolist() == [[0.0, 1.0, 1.0, 0.0]]
     # one candidate per beam: the beams' own items keep their similarity, the rest drop to -1
     cands = TextParadigm._ground([["b", "c"]], np.array([[0.0, -1.0]]), items, title_row,
-                                 {"beam_combine": "weighted", "beam_candidates": 1})
+                                 TextKnobs.resolve({"beam_combine": "weighted", "beam_candidates": 1}))
     w = 1 / (1 + np.exp(-1.0))
     np.testing.assert_allclose(cands.numpy(), [[-1.0, w, 1 - w, -1.0]], atol=1e-6)
 

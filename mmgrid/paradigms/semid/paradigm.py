@@ -45,7 +45,7 @@ from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, texts_key
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import load_examples
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
-from mmgrid.paradigms.params import resolve_params
+from mmgrid.paradigms.params import Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.collab import CODE_SOURCES, PHASE_CHOICES, code_inputs, collab_embeddings, collab_phases
 from mmgrid.paradigms.semid.quantizer import SemanticIDs, SemIDError, semantic_ids
@@ -59,33 +59,44 @@ if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import DomainData
     from mmgrid.models.base import BaseBundle
 
-DEFAULTS: dict[str, Any] = {
-    "embedder": DEFAULT_EMBEDDER,  # local sentence-transformers folder (never downloaded)
-    "embedder_device": "cpu",
-    "embed_cache": None,  # folder for item-embedding safetensors (None = memory only)
-    "levels": 3,  # residual code levels (paper: 4)
-    "codebook_size": 16,  # entries per level (paper: 256); needs at least this many items
-    "quantizer_seed": 0,  # k-means seed: codes depend only on (texts, embedder, sizes, this seed)
-    "max_history": 10,  # most recent history items in the prompt
-    "max_text_tokens": 24,  # item text tokens in the text -> code task
-    "max_title_tokens": 16,  # title tokens in the code -> text task
-    # alignment examples per seqrec example, each stage (LC-Rec's text <-> code tasks). 0 since train_version 3:
-    # the stage's example cap (train.max_examples) is shared, so alignment took a third of the next-item
-    # examples; measured R@10 0.155 -> 0.182 on the dense world, same within noise on the default one
-    "align_ratio": 0.0,
-    "num_beams": 20,  # beam width is max(num_beams, k + 10)
-    "exclude_history": True,  # never recommend an item already in the history
-    "rank_batch": 256,  # histories per beam search
-    # what the codes quantize (issue 16, collab.py): text (the item-text embedding), collab (item
-    # co-occurrence PPMI + SVD over the training interactions) or fused (both, normalised, side by side)
+@paradigm_knobs("semid")
+class SemIdKnobs(Knobs):
+    """The semantic-ID paradigm's knobs (``paradigm_params.semid``)."""
+
+    embedder: str = knob(DEFAULT_EMBEDDER, None, None, 'str', "local sentence-transformers folder (never downloaded)")
+    embedder_device: str = knob("cpu", None, None, 'str', "torch device of the embedder, e.g. cpu, cuda:0")
+    embed_cache: str | None = knob(None, None, None, 'str?',
+                       "folder for item-embedding safetensors (None = memory only)")
+    levels: int = knob(3, 1, None, 'int', "residual code levels (paper: 4)")
+    codebook_size: int = knob(16, 2, None, 'int', "entries per level (paper: 256); needs at least this many items")
+    quantizer_seed: int = knob(0, 0, None, 'int',
+                       "k-means seed: codes depend only on (texts, embedder, sizes, this seed)")
+    max_history: int = knob(10, 1, None, 'int', "most recent history items in the prompt")
+    max_text_tokens: int = knob(24, 1, None, 'int', "item text tokens in the text -> code task")
+    max_title_tokens: int = knob(16, 1, None, 'int', "title tokens in the code -> text task")
+    # 0 since train_version 3: the stage's example cap (train.max_examples) is shared, so alignment took a
+    # third of the next-item examples; measured R@10 0.155 -> 0.182 on the dense world, same within noise on
+    # the default one
+    align_ratio: float = knob(0.0, 0, None, 'float',
+                              "alignment examples per seqrec example, each stage (LC-Rec's text <-> code tasks)")
+    num_beams: int = knob(20, 1, None, 'int', "beam width is max(num_beams, k + 10)")
+    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history")
+    rank_batch: int = knob(256, 1, None, 'int', "histories per beam search")
     # collab since train_version 3 (was text): dense world R@10 0.118 -> 0.155 (align 0.5), default world
     # same within noise (docs/paradigms_text_semid.md)
-    "codes": "collab",
-    "collab_phases": "train",  # phases counted: train = every phase but the latest (the eval window); first
-    "collab_dim": 32,  # SVD dimensions of the collaborative embedding
-    "collab_window": 20,  # items within this many positions of a user's sequence co-occur (docs: 20 vs 100)
-    "collab_weight": 0.5,  # fused: share of the squared norm carried by the collaborative part
-}
+    codes: str = knob("collab", CODE_SOURCES, None, 'choice',
+                      "what the RQ codes quantize (collab.py): text (the item-text embedding), collab (item "
+                      "co-occurrence PPMI + SVD over the training interactions) or fused (both, normalised, side by side)")
+    collab_phases: str = knob("train", PHASE_CHOICES, None, 'choice',
+                       "phases counted for co-occurrence: train = every phase but the latest (the eval window); first")
+    collab_dim: int = knob(32, 1, None, 'int', "SVD dimensions of the collaborative embedding")
+    collab_window: int = knob(20, 1, None, 'int',
+                       "items within this many positions of a user's sequence co-occur (docs: 20 vs 100)")
+    collab_weight: float = knob(0.5, 0, 1, 'float',
+                       "fused: share of the squared norm carried by the collaborative part")
+
+
+DEFAULTS: dict[str, Any] = SemIdKnobs.defaults()  # the knobs' defaults (the declaration above)
 TEMPLATES = {"history": "History:", "next": " Next:", "item": "Item:", "code": " Code:", "code_first": "Code:",
              "item_after": " Item:"}
 
@@ -97,7 +108,7 @@ class SemIDInfo:
     tokenizer: "PreTrainedTokenizerBase"
     domain: str
     n_items: int
-    params: dict[str, Any]
+    params: SemIdKnobs  # the knobs it was built or loaded with
     seed: int
     codes: np.ndarray  # [n_items, L] code index per level
     level_sizes: list[int]
@@ -121,7 +132,7 @@ def _info(model: torch.nn.Module) -> SemIDInfo:
     return info
 
 
-def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", p: dict[str, Any], seed: int,
+def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", p: SemIdKnobs, seed: int,
             codes: np.ndarray, level_sizes: list[int], added_first: int, added_names: list[str]) -> Any:
     """Hang a :class:`SemIDInfo` on ``lm`` (token rows looked up by name among the added rows)."""
     if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
@@ -141,10 +152,10 @@ def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", p: dict
 
     template = {k: enc([v], 64)[0] for k, v in TEMPLATES.items()}
     lm.mmgrid_semid = SemIDInfo(
-        tokenizer, domain.name, domain.n_items, dict(p), seed, np.asarray(codes, dtype=np.int64), list(level_sizes),
+        tokenizer, domain.name, domain.n_items, p, seed, np.asarray(codes, dtype=np.int64), list(level_sizes),
         names, added_first, list(added_names), rows, CodeTrie(codes, level_sizes),
-        enc([" " + t for t in domain.item_texts], int(p["max_text_tokens"])),
-        enc([" " + t for t in domain.item_titles], int(p["max_title_tokens"])), template,
+        enc([" " + t for t in domain.item_texts], int(p.max_text_tokens)),
+        enc([" " + t for t in domain.item_titles], int(p.max_title_tokens)), template,
     )
     return lm
 
@@ -153,7 +164,7 @@ def seq_prompt(info: SemIDInfo, history: Sequence[int]) -> list[int]:
     """``<bos> History: <codes>... Next:`` as token ids (most recent ``max_history`` items)."""
     bos = info.tokenizer.bos_token_id
     ids = ([bos] if bos is not None else []) + info.template["history"]
-    mh = int(info.params["max_history"])
+    mh = int(info.params.max_history)
     for item in (list(history)[-mh:] if mh > 0 else []):
         ids += info.item_code_rows(item)
     return ids + info.template["next"]
@@ -197,7 +208,7 @@ class SemIDParadigm:
         return len(example.ids)
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> torch.nn.Module:
-        p = resolve_params(params, DEFAULTS, "paradigm_params.semid")
+        p = SemIdKnobs.resolve(params)
         sids = domain_codes(domain, p)
         lm, tok = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
         flat = [n for lvl in code_token_names(domain.name, sids.level_sizes) for n in lvl]
@@ -207,16 +218,16 @@ class SemIDParadigm:
     def examples(self, model: torch.nn.Module, domain: "DomainData", phase: str) -> list[TokenExample]:
         info = _info(model)
         seq = []
-        for ex in load_examples(domain, phase, int(info.params["max_history"])):
+        for ex in load_examples(domain, phase, int(info.params.max_history)):
             code = info.item_code_rows(ex.target)
             seq.append(TokenExample(tuple(seq_prompt(info, ex.history) + code), len(code)))
-        return seq + _alignment(info, int(round(float(info.params["align_ratio"]) * len(seq))), phase)
+        return seq + _alignment(info, int(round(float(info.params.align_ratio) * len(seq))), phase)
 
     def collate(self, model: torch.nn.Module, examples: list[TokenExample]) -> dict[str, torch.Tensor]:
         info = _info(model)
         p = info.params
-        max_len = 8 + (int(p["max_history"]) + 1) * len(info.level_sizes) + int(p["max_text_tokens"]) + \
-            int(p["max_title_tokens"])
+        max_len = 8 + (int(p.max_history) + 1) * len(info.level_sizes) + int(p.max_text_tokens) + \
+            int(p.max_title_tokens)
         return collate_lm(examples, info.tokenizer.pad_token_id, max_len)
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -256,15 +267,15 @@ class SemIDParadigm:
             raise ConfigError(f"rank: k={k} must be between 1 and the domain's {info.n_items} items.")
         was_training = model.training
         model.eval()
-        beam = max(int(info.params["num_beams"]), k + 10)
+        beam = max(int(info.params.num_beams), k + 10)
         out = np.zeros((len(histories), k), dtype=np.int64)
-        bs = int(info.params["rank_batch"])
+        bs = int(info.params.rank_batch)
         for start in range(0, len(histories), bs):
             chunk = histories[start:start + bs]
             found = self.beam_search(model, chunk, beam)
             fallback = _fallback_order(chunk, info.n_items)
             for j, (hist, items) in enumerate(zip(chunk, found)):
-                out[start + j] = _fill(items, hist if info.params["exclude_history"] else (), fallback, k)
+                out[start + j] = _fill(items, hist if info.params.exclude_history else (), fallback, k)
         model.train(was_training)
         return out
 
@@ -274,8 +285,8 @@ class SemIDParadigm:
         entry = {"codes": info.codes.tolist(), "level_sizes": info.level_sizes, "n_items": info.n_items,
                  "token_names": [n for lvl in info.names for n in lvl]}
         meta = {
-            "paradigm": "semid", "domain": info.domain, "n_items": info.n_items, "params": dict(info.params),
-            "seed": info.seed, "levels": len(info.level_sizes), "codebook_size": int(info.params["codebook_size"]),
+            "paradigm": "semid", "domain": info.domain, "n_items": info.n_items, "params": info.params.to_dict(),
+            "seed": info.seed, "levels": len(info.level_sizes), "codebook_size": int(info.params.codebook_size),
             "semid_domains": {info.domain: entry},
         }
         added = (info.added_first, list(info.added_names))
@@ -285,7 +296,7 @@ class SemIDParadigm:
         return Checkpoint(state=lm_state(model), files=files, meta=meta, added_rows=added_rows)
 
     def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> torch.nn.Module:
-        p = resolve_params({**ckpt.meta.get("params", {}), **(params or {})}, DEFAULTS, "paradigm_params.semid")
+        p = SemIdKnobs.resolve({**ckpt.meta.get("params", {}), **(params or {})})
         entry = _domain_entry(ckpt.meta, domain, p)
         added = ckpt.added_rows.get("model.embed_tokens.weight") or \
             (ckpt.meta.get("added_rows") or {}).get("model.embed_tokens.weight")
@@ -304,7 +315,7 @@ _CODES: dict[tuple, SemanticIDs] = {}
 _MAX_CODES = 64
 
 
-def domain_codes(domain: "DomainData", p: dict[str, Any]) -> SemanticIDs:
+def domain_codes(domain: "DomainData", p: SemIdKnobs) -> SemanticIDs:
     """The domain's unique semantic IDs: a deterministic function of its texts and the params.
 
     Cached per process by (texts and embedder, levels, codebook size, quantizer seed): a grid
@@ -312,46 +323,31 @@ def domain_codes(domain: "DomainData", p: dict[str, Any]) -> SemanticIDs:
     accuracy-matrix start rows), and RQ-KMeans gives the same codes every time. Each call
     returns its own copy of the codes array.
     """
-    _check_code_params(p)
     texts = list(domain.item_texts)
-    key: tuple = (texts_key(texts, p["embedder"]), int(p["levels"]), int(p["codebook_size"]),
-                  int(p["quantizer_seed"]), domain.name)
+    key: tuple = (texts_key(texts, p.embedder), int(p.levels), int(p.codebook_size),
+                  int(p.quantizer_seed), domain.name)
     phases: list[str] = []
-    if p["codes"] != "text":
-        phases = collab_phases(domain.interactions, p["collab_phases"])
+    if p.codes != "text":
+        phases = collab_phases(domain.interactions, p.collab_phases)
         seen = domain.interactions.filter(pl.col("phase").is_in(phases))
         data_key = zlib.crc32(seen.select("user_idx", "item_idx", "timestamp").to_numpy().tobytes())
-        key += (p["codes"], tuple(phases), int(p["collab_dim"]), int(p["collab_window"]),
-                float(p["collab_weight"]), data_key)
+        key += (p.codes, tuple(phases), int(p.collab_dim), int(p.collab_window),
+                float(p.collab_weight), data_key)
     if key not in _CODES:
-        emb = embed_items(texts, p["embedder"], p["embedder_device"], p["embed_cache"])
+        emb = embed_items(texts, p.embedder, p.embedder_device, p.embed_cache)
         collab = None
-        if p["codes"] != "text":
-            collab, _ = collab_embeddings(domain, phases, int(p["collab_dim"]), int(p["collab_window"]), emb)
-        x = code_inputs(p["codes"], emb, collab, float(p["collab_weight"]))
+        if p.codes != "text":
+            collab, _ = collab_embeddings(domain, phases, int(p.collab_dim), int(p.collab_window), emb)
+        x = code_inputs(p.codes, emb, collab, float(p.collab_weight))
         if len(_CODES) >= _MAX_CODES:
             _CODES.pop(next(iter(_CODES)))
-        _CODES[key] = semantic_ids(x, int(p["levels"]), int(p["codebook_size"]), seed=int(p["quantizer_seed"]),
+        _CODES[key] = semantic_ids(x, int(p.levels), int(p.codebook_size), seed=int(p.quantizer_seed),
                                    domain=domain.name)
     sids = _CODES[key]
     return SemanticIDs(codes=sids.codes.copy(), level_sizes=list(sids.level_sizes))
 
 
-def _check_code_params(p: dict[str, Any]) -> None:
-    """Named errors for the code-source knobs (before any embedding is computed)."""
-    where = "paradigm_params.semid"
-    if p["codes"] not in CODE_SOURCES:
-        raise ConfigError(f"{where}.codes: {p['codes']!r} is not one of {list(CODE_SOURCES)}.")
-    if p["collab_phases"] not in PHASE_CHOICES:
-        raise ConfigError(f"{where}.collab_phases: {p['collab_phases']!r} is not one of {list(PHASE_CHOICES)}.")
-    if int(p["collab_dim"]) < 1 or int(p["collab_window"]) < 1:
-        raise ConfigError(f"{where}: collab_dim ({p['collab_dim']}) and collab_window ({p['collab_window']}) "
-                          "must be at least 1.")
-    if not 0.0 <= float(p["collab_weight"]) <= 1.0:
-        raise ConfigError(f"{where}.collab_weight: {p['collab_weight']} must be in [0, 1].")
-
-
-def _domain_entry(meta: dict[str, Any], domain: "DomainData", p: dict[str, Any]) -> dict[str, Any]:
+def _domain_entry(meta: dict[str, Any], domain: "DomainData", p: SemIdKnobs) -> dict[str, Any]:
     """This domain's codes from a (possibly merged) checkpoint's meta.
 
     A merged checkpoint whose meta came from another input lacks this domain's entry;
