@@ -63,6 +63,23 @@ class CheckpointKey(NamedTuple):
 
 
 @dataclass
+class EvalWork:
+    """What one grid evaluation has to do.
+
+    Attributes:
+        todo: each final checkpoint to evaluate -> its id.
+        cells: the (paradigm, domain) cells whose accuracy matrix is computed.
+        domains: the domains (one most-popular baseline each).
+        ids: the build's ids, (variant, paradigm, domain, stage) -> id.
+    """
+
+    todo: dict[CheckpointKey, str]
+    cells: list[tuple[str, str]]
+    domains: list[str]
+    ids: dict[tuple[str, str, str, str], str]
+
+
+@dataclass
 class EvalSummary:
     """What :func:`evaluate_grid` measured.
 
@@ -152,7 +169,7 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     cells = [(paradigm, domain) for paradigm in cfg.eval.matrix_paradigms if paradigm in cfg.paradigms
              for domain in domains if all(("default", paradigm, domain, s) in ids for s in cfg.train.stages)]
     if executor is not None:
-        run_eval_jobs(cfg, reg, executor, todo, cells, domains, build.ids, out, progress=progress, redo=redo)
+        run_eval_jobs(cfg, reg, executor, EvalWork(todo, cells, domains, build.ids), out, progress=progress, redo=redo)
         out.seconds = time.perf_counter() - t0
         return out
     bar = progress_bar(total=len(todo) + len(domains) + len(cells), desc="evaluate", unit="eval",
@@ -216,11 +233,10 @@ def eval_line(cfg: Any, key: CheckpointKey, res: Any) -> str:
     return f"eval {variant}/{paradigm}/{domain}{tag}: R@10={res['all'].get('recall@10', float('nan')):.4f}"
 
 
-def eval_jobs(cfg: Any, todo: dict[CheckpointKey, str], cells: list[tuple[str, str]],
-              domains: list[str], ids: dict[tuple[str, str, str, str], str], base_text_loss: float,
-              redo: bool = False) -> list[Job]:
+def eval_jobs(cfg: Any, work: EvalWork, base_text_loss: float, redo: bool = False) -> list[Job]:
     """The jobs of one grid evaluation: a cell job for every cell with a model to evaluate or a
-    matrix to compute (in the order of ``todo``, then ``cells``), then a popular job per domain."""
+    matrix to compute (in the order of ``work.todo``, then ``work.cells``), then a popular job per domain."""
+    todo, cells, domains, ids = work.todo, work.cells, work.domains, work.ids
     grid = cfg.to_dict()
     models: dict[tuple[str, str], list[list[Any]]] = {}
     for key, cid in todo.items():
@@ -237,23 +253,22 @@ def eval_jobs(cfg: Any, todo: dict[CheckpointKey, str], cells: list[tuple[str, s
     return jobs
 
 
-def run_eval_jobs(cfg: Any, reg: Any, executor: Any, todo: dict[CheckpointKey, str],
-                  cells: list[tuple[str, str]], domains: list[str], ids: dict[tuple[str, str, str, str], str],
-                  out: EvalSummary, progress: bool = True, redo: bool = False) -> None:
+def run_eval_jobs(cfg: Any, reg: Any, executor: Any, work: EvalWork, out: EvalSummary, progress: bool = True,
+                  redo: bool = False) -> None:
     """Submit :func:`eval_jobs`, wait for them (a progress bar over jobs), print each evaluated
     model's line, index the jobs' records and fill ``out`` in the in-process loop's key order."""
-    jobs = eval_jobs(cfg, todo, cells, domains, ids, out.base_text_loss, redo)
+    jobs = eval_jobs(cfg, work, out.base_text_loss, redo)
     futures = [executor.submit(job) for job in jobs]
     results: dict[CheckpointKey, Any] = {}
     retention: dict[CheckpointKey, Any] = {}
     gather(futures, reg, "evaluate", enabled=progress,
            on_result=lambda i, got: _collect(cfg, jobs[i], got, out, results, retention, progress))
-    for key in todo:  # the in-process loop's order
+    for key in work.todo:  # the in-process loop's order
         out.results[key] = results[key]
         if key in retention:
             out.retention[key] = retention.pop(key)
-    out.popular = {d: out.popular[d] for d in domains}
-    out.matrices = {c: out.matrices[c] for c in cells}
+    out.popular = {d: out.popular[d] for d in work.domains}
+    out.matrices = {c: out.matrices[c] for c in work.cells}
 
 
 def _collect(cfg: Any, job: Job, got: Any, out: EvalSummary, results: dict, retention: dict, progress: bool) -> None:

@@ -24,7 +24,8 @@ DEFAULT_RESAMPLES = 2000
 DEFAULT_LEVEL = 0.95
 
 
-def _as_matrix(values: np.ndarray) -> np.ndarray:
+def as_matrix(values: np.ndarray) -> np.ndarray:
+    """Per-user values as ``[n_seeds, n_users]`` float64 (one evaluation's ``[n_users]`` is one seed)."""
     a = np.asarray(values, dtype=np.float64)
     if a.ndim == 1:
         a = a[None, :]
@@ -138,7 +139,7 @@ def mean_ci(values: np.ndarray, level: float = DEFAULT_LEVEL, n_resamples: int =
         for a single user and seed.
     """
     check_level(level)
-    a = _as_matrix(values)
+    a = as_matrix(values)
     n_seeds, n_users = a.shape
     if n_users == 0 or n_seeds == 0:
         return float("nan"), float("nan"), float("nan")

@@ -122,7 +122,7 @@ def bootstrap_curves(values: np.ndarray, n_resamples: int, rng: np.random.Genera
 
 def robust_lambda_star(lambdas, values: np.ndarray, smooth: int = 1, prefer: float = 1.0,
                        level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                       seed_weights: np.ndarray | None = None, clusters=None) -> LambdaStar:
+                       clusters=None) -> LambdaStar:
     """lambda* of the seed-averaged curve, its bootstrap interval and an edge flag (see module doc).
 
     Args:
@@ -133,7 +133,6 @@ def robust_lambda_star(lambdas, values: np.ndarray, smooth: int = 1, prefer: flo
         level: coverage of the interval.
         n_resamples: bootstrap replicates.
         seed: the generator's seed.
-        seed_weights: shared seed weights (see :func:`bootstrap_curves`).
         clusters: the user of each column (see :func:`bootstrap_curves`).
 
     Returns:
@@ -149,8 +148,7 @@ def robust_lambda_star(lambdas, values: np.ndarray, smooth: int = 1, prefer: flo
         raise StatsError("lambda*: no users in the curves")
     curve = smooth_curve(a.mean(axis=(0, 2)), smooth)
     star = float(argmax_lambda(lam, curve, prefer))
-    reps = lambda_star_replicates(lam, a, smooth, prefer, n_resamples, np.random.default_rng(seed), seed_weights,
-                                  clusters)
+    reps = lambda_star_replicates(lam, a, smooth, prefer, n_resamples, np.random.default_rng(seed), clusters=clusters)
     lo, hi = percentile_interval(reps, level)
     edges = (lam[0], lam[-1])
     on_edge = lam.size > 1 and star in edges

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from mmgrid.stats.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, _as_matrix, cluster_index, mean_ci
+from mmgrid.stats.bootstrap import DEFAULT_LEVEL, DEFAULT_RESAMPLES, as_matrix, cluster_index, mean_ci
 from mmgrid.stats.errors import StatsError
 
 TESTS = ("randomization", "t")
@@ -83,7 +83,7 @@ def paired_difference(a: np.ndarray, b: np.ndarray, test: str = "randomization",
     """
     if test not in TESTS:
         raise StatsError(f"paired test {test!r} is not one of {TESTS}")
-    x, y = _as_matrix(a), _as_matrix(b)
+    x, y = as_matrix(a), as_matrix(b)
     if x.shape[1] != y.shape[1]:
         raise StatsError(f"paired comparison needs the same users on both sides: {x.shape[1]} vs {y.shape[1]} users")
     if x.shape[0] != y.shape[0] and 1 not in (x.shape[0], y.shape[0]):

@@ -60,7 +60,7 @@ def test_evaluation_jobs_equal_the_in_process_loop(tmp_path_factory) -> None:
 
 
 def test_a_cell_job_writes_in_worker_mode_and_the_index_learns_it_at_sync(tmp_path_factory, monkeypatch) -> None:
-    from mmgrid.eval.grid import CELL_JOB, eval_jobs
+    from mmgrid.eval.grid import CELL_JOB, CheckpointKey, EvalWork, eval_jobs
     from mmgrid.exec.job import run_job
     from mmgrid.exec.ray import WORKER_ENV
     from mmgrid.registry import Registry
@@ -68,8 +68,8 @@ def test_a_cell_job_writes_in_worker_mode_and_the_index_learns_it_at_sync(tmp_pa
     cfg, build = built_grid(tmp_path_factory, "registry-eval-worker")
     reg = Registry.open(cfg.registry)
     before = len(reg.results())
-    finals = {(s.seed, s.variant, s.paradigm, s.domain): s.id for s in build.stages if s.stage == "p2"}
-    jobs = eval_jobs(cfg, finals, [], ["Books"], build.ids, float("nan"))
+    finals = {CheckpointKey(s.seed, s.variant, s.paradigm, s.domain): s.id for s in build.stages if s.stage == "p2"}
+    jobs = eval_jobs(cfg, EvalWork(finals, [], ["Books"], build.ids), float("nan"))
     job = next(j for j in jobs if j.fn == CELL_JOB)
     monkeypatch.setenv(WORKER_ENV, "1")
     got = run_job(job)

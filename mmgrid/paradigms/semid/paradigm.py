@@ -133,8 +133,9 @@ def _info(model: torch.nn.Module) -> SemIDInfo:
 
 
 def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", p: SemIdKnobs, seed: int,
-            codes: np.ndarray, level_sizes: list[int], added_first: int, added_names: list[str]) -> Any:
+            sids: SemanticIDs, added_first: int, added_names: list[str]) -> Any:
     """Hang a :class:`SemIDInfo` on ``lm`` (token rows looked up by name among the added rows)."""
+    codes, level_sizes = sids.codes, sids.level_sizes
     if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
         raise ModelError("semid: the tokenizer needs eos and pad tokens (set tokenizer.eos_token/pad_token).")
     names = code_token_names(domain.name, level_sizes)
@@ -213,7 +214,7 @@ class SemIDParadigm:
         lm, tok = copy.deepcopy(base.model), copy.deepcopy(base.tokenizer)
         flat = [n for lvl in code_token_names(domain.name, sids.level_sizes) for n in lvl]
         first = add_code_tokens(lm, tok, flat, seed)
-        return _attach(lm, tok, domain, p, seed, sids.codes, sids.level_sizes, first, flat)
+        return _attach(lm, tok, domain, p, seed, sids, first, flat)
 
     def examples(self, model: torch.nn.Module, domain: "DomainData", phase: str) -> list[TokenExample]:
         info = _info(model)
@@ -307,8 +308,8 @@ class SemIDParadigm:
         lm = lm_from_checkpoint(ckpt, "semid checkpoint")
         tok = tokenizer_from_files(ckpt.files)
         sync_tokenizer(tok, first, names)
-        return _attach(lm, tok, domain, p, int(ckpt.meta.get("seed", 0)), np.asarray(entry["codes"]),
-                       list(entry["level_sizes"]), first, names)
+        sids = SemanticIDs(codes=np.asarray(entry["codes"]), level_sizes=list(entry["level_sizes"]))
+        return _attach(lm, tok, domain, p, int(ckpt.meta.get("seed", 0)), sids, first, names)
 
 
 _CODES: dict[tuple, SemanticIDs] = {}
