@@ -38,7 +38,7 @@ def spearman_rho(x, y) -> float:
 
 
 def rank_correlation(x, y, axis: int = -1) -> np.ndarray:
-    """Spearman's rho, the one implementation: Pearson's r of the ranks (ties get their average
+    """Spearman's rho (Spearman 1904), the one implementation: Pearson's r of the ranks (ties get their average
     rank, scipy.stats.rankdata) along ``axis``, vectorised over the other axes; NaN where a side is
     constant. Equals scipy.stats.spearmanr (the tests' oracle) to rounding."""
     rx = sps.rankdata(np.asarray(x, float), axis=axis)

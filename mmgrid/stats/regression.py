@@ -31,7 +31,7 @@ def _design(x) -> np.ndarray:
 
 
 def ols(x, y) -> tuple[float, np.ndarray]:
-    """Least-squares ``y ~ intercept + x . coef``.
+    """Least-squares ``y ~ intercept + x . coef`` (the line of MMGRid 5.2's lambda* regression).
 
     Args:
         x: ``[n]`` or ``[n, p]`` regressors.
