@@ -109,3 +109,20 @@ def test_a_task_asking_for_the_fused_adamw_gets_it_and_the_same_training_up_to_r
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=k)
     par, m0, _ = _setup()
     assert not torch.equal(m0.proj.weight, m2.proj.weight)
+
+
+def test_stage_settings_equal_the_same_keywords_and_not_both() -> None:
+    from mmgrid.train.loop import StageSettings, TrainTask
+
+    par, m1, ex = _setup()
+    assert isinstance(par, TrainTask)  # the protocol names what the loop reads
+    log1 = train_stage(par, m1, ex, StageSettings(epochs=2, lr=0.02, batch_size=8, seed=4, max_examples=50),
+                       progress=False)
+    par, m2, ex = _setup()
+    log2 = train_stage(par, m2, ex, epochs=2, lr=0.02, batch_size=8, seed=4, max_examples=50, progress=False)
+    assert log1.examples == log2.examples == 50 and log1.epoch_losses == log2.epoch_losses
+    assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
+    with pytest.raises(TypeError, match="not both"):
+        train_stage(par, m2, ex, StageSettings(epochs=1, lr=0.02, batch_size=8, seed=0), lr=0.1, progress=False)
+    with pytest.raises(TypeError):  # an unknown setting is refused by name
+        train_stage(par, m2, ex, epochs=1, lr=0.02, batch_size=8, seed=0, learning_rate=0.1, progress=False)
