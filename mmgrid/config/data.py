@@ -58,6 +58,10 @@ class PlantConfig:
     # between-domain contrast of the trend (weight, amplitude, frequency 1 / period); 0 = every domain follows the
     # domains' mean trend, so no domain's lambda* differs from another's in expectation
     trend_contrast: float = ranged(0, 4, default=1.0)
+    # between-domain contrast of every other knob (users, items, activity, bursts, drift, arrival, preference
+    # concentration, quality spread): 0 = the domains differ only in the knobs above (and their vocabularies),
+    # so with turnover and trend_contrast also 0 they are exchangeable and rho over domains has population value 0
+    domain_contrast: float = ranged(0, 4, default=1.0)
     # weight of each user's own preference against the population's (uniform); 0 = every user alike, so nothing
     # personal separates a recommender from most-popular (Table 2)
     personalization: float = ranged(0, 1, default=1.0)
@@ -66,8 +70,8 @@ class PlantConfig:
     text_signal: float = ranged(0, 1, default=1.0)
 
     def is_default(self) -> bool:
-        return all(float(v) == 1.0 for v in (self.turnover, self.trend, self.trend_contrast, self.personalization,
-                                               self.text_signal))
+        return all(float(v) == 1.0 for v in (self.turnover, self.trend, self.trend_contrast, self.domain_contrast,
+                                               self.personalization, self.text_signal))
 
 
 @dataclass

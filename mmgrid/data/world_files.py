@@ -125,7 +125,9 @@ def planted_knobs(knobs: list[DomainKnobs], plant: PlantConfig, span_days: float
     * ``trend_contrast`` c: the trend's weight, amplitude and frequency 1 / period (a period of 0, one cycle over
       the span, counts as 1 / span) move towards the domains' means, x -> m + c (x - m): at 0 every domain
       follows the same trend;
-    * ``trend`` s: every trend weight times s (capped at 0.95): at 0 no temporal preference trend.
+    * ``trend`` s: every trend weight times s (capped at 0.95): at 0 no temporal preference trend;
+    * ``domain_contrast`` c: every other numeric knob (:data:`OTHER_KNOBS`) moves towards the domains' mean the
+      same way (counts rounded): at 0, with the two contrasts above also 0, the domains are exchangeable.
 
     Knobs at 1 return ``knobs`` unchanged (the same objects, so the default world is byte for byte the same).
     """
@@ -152,7 +154,23 @@ def planted_knobs(knobs: list[DomainKnobs], plant: PlantConfig, span_days: float
                for k, wi, ai, fi in zip(out, w, a, f)]
     if plant.trend != 1.0:
         out = [replace(k, trend_weight=float(min(k.trend_weight * plant.trend, 0.95))) for k in out]
+    if plant.domain_contrast != 1.0:
+        c = float(plant.domain_contrast)
+        means = {a: float(np.mean([getattr(k, a) for k in out])) for a in OTHER_KNOBS}
+
+        def moved(k: DomainKnobs, a: str) -> float | int:
+            v = means[a] + c * (getattr(k, a) - means[a])
+            return max(int(round(v)), 1) if a in ("n_users", "n_items") else float(max(v, 1e-3))
+
+        out = [replace(k, **{a: moved(k, a) for a in OTHER_KNOBS}) for k in out]
+        out = [replace(k, activity=min(k.activity, 0.9), user_arrival_share=min(k.user_arrival_share, 1.0))
+               for k in out]
     return out
+
+
+# the knobs ``world.plant.domain_contrast`` moves (the others are turnover's and the trend's)
+OTHER_KNOBS = ("n_users", "n_items", "activity", "burst", "drift", "user_arrival_share", "pref_concentration",
+               "quality_sigma", "activity_concentration")
 
 
 def _date_ms(text: str, where: str) -> int:

@@ -74,6 +74,10 @@ def test_zeroed_contrasts_make_every_domain_alike():
         assert min(k0.lifespan_days, g) - 1e-9 <= k1.lifespan_days <= max(k0.lifespan_days, g) + 1e-9
     assert [k.trend_weight for k in planted_knobs(list(PRESETS), PlantConfig(trend=0.0), span)] == [0.0] * 5
     assert planted_knobs(list(PRESETS), PlantConfig(), span) == list(PRESETS)
+    # every knob at 0: the domains are exchangeable (only their names differ)
+    zero = planted_knobs(list(PRESETS), PlantConfig(turnover=0.0, trend_contrast=0.0, domain_contrast=0.0), span)
+    assert len({tuple(round(v, 9) if isinstance(v, float) else v for k, v in z.to_dict().items() if k != "name")
+                for z in zero}) == 1
 
 
 def _sim(k, seed=0, d_i=0, **kw):
