@@ -147,3 +147,21 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
     before = {p.name: p.stat().st_mtime_ns for p in (out / "replicates").glob("*.json")}
     assert main(args) == 0  # cached by recipe: nothing is run again
     assert {p.name: p.stat().st_mtime_ns for p in (out / "replicates").glob("*.json")} == before
+
+
+def test_population_sidecar_beside_the_world(tmp_path: Path, capsys):
+    """`mmgrid calibrate --population` writes <data.root>/population.json keyed by the world and budget."""
+    from mmgrid.sweep.calibration.commands import QUICK
+    from mmgrid.sweep.calibration.population import population_key, read_world_population
+
+    over = [f"data.root={tmp_path / 'world'}", "world.scale=0.3", "train.max_examples=64", "sweeps.temporal.step=0.5",
+            "sweeps.calibrate.population_user_scale=1.5", "exec.workers=1"]
+    assert main(["calibrate", "demo", "--population", "--quick", *over]) == 0
+    cfg = load_grid("demo", QUICK + over)
+    pop = read_world_population(cfg)
+    assert pop is not None and pop["n_runs"] == 1 and set(pop["lambda_star"]) == {"Phones", "Books", "Games"}
+    cache = json.loads((tmp_path / "world" / "population.json").read_text())
+    assert list(cache) == [population_key(cfg)]
+    # another budget is another key: not read back
+    assert read_world_population(load_grid("demo", QUICK + over + ["train.max_examples=65"])) is None
+    assert "population values" in capsys.readouterr().out

@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a smoke configuration: tiny worlds and training, "
                                                        "2 replicates per size (minutes on 2 cores)")
     p.add_argument("--plan", action="store_true", help="answer how many users / seeds a design needs; runs nothing")
+    p.add_argument("--population", action="store_true",
+                   help="only compute the population values of the grid's own world and budget (cached in "
+                        "<data.root>/population.json; the report's \"world's own value\")")
     p.add_argument("--effect", type=float, default=None, help="--plan: the effect to detect (the metric's units, "
                                                               "e.g. 0.005 = 0.5 NDCG@10 points)")
     p.add_argument("--sd", type=float, default=None, help="--plan: SD over test users of the per-user difference")
@@ -69,6 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _calibrate(args: argparse.Namespace) -> int:
     if args.plan:
         return _plan(args)
+    if args.population:
+        return _population(args)
     if not args.config or not args.out:
         raise ConfigError("mmgrid calibrate: give a grid and --out DIR (e.g. `mmgrid calibrate demo --out "
                           "runs/calibrate`), or --plan.")
@@ -91,6 +96,33 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"{row['finding']:<12} size {row['size']:<4g} population {row['population']:.3f}  holds {row['holds']}  "
               f"coverage {row['coverage']}  MDE {row['mde_80']:.3f}")
     print(f"calibration written to {res.out / 'calibration.md'}")
+    return 0
+
+
+def _population(args: argparse.Namespace) -> int:
+    if not args.config:
+        raise ConfigError("mmgrid calibrate --population: give a grid, e.g. `mmgrid calibrate demo --population`.")
+    # lazy: as in _calibrate
+    from mmgrid.config import load_grid
+    from mmgrid.sweep.calibration.population import world_population
+    from mmgrid.validate import validate_grid
+
+    cfg = load_grid(args.config, (QUICK if args.quick else []) + list(args.overrides or []))
+    validate_grid(cfg)
+    if cfg.world is None:
+        raise ConfigError(f"mmgrid calibrate --population: grid {cfg.name!r} has no world: section.")
+    ex = executor_from_args(args, cfg)
+    try:
+        pop = world_population(cfg, executor=ex)
+    finally:
+        ex.shutdown()
+    print(f"population values ({pop.get('worlds')} world(s), {pop.get('user_scale')}x users, seeds {pop.get('seeds')}):")
+    for d, by in sorted((pop.get("lambda_star") or {}).items()):
+        print(f"  {d}: lambda* " + ", ".join(f"{g} {v:.2f}" for g, v in sorted(by.items()) if v is not None))
+    for k in ("t4_rho", "f5_not1", "t2_popular"):
+        if pop.get(k) is not None:
+            print(f"  {k}: {pop[k]:.4f}")
+    print(f"cached in {cfg.data.root}/population.json")
     return 0
 
 

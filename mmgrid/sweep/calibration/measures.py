@@ -31,6 +31,18 @@ FINDINGS: dict[str, tuple[str, str, str, float]] = {
                    "above 0", 0.0),
 }
 
+# What MMGRid (paper 004) reports for the findings, for "MMGRid reports Y" beside an MDE
+# (:func:`mmgrid.stats.verdict.mde_note`): finding -> (value, where it comes from).
+PUBLISHED: dict[str, tuple[float, str]] = {
+    # Spearman's rho of Table 4's "Ave. Interaction Time Gap" with the non-active lambda* over its six domains
+    "t4_rho": (-0.886, "MMGRid Table 4: rho(avg gap, non-active lambda*) over 6 domains"),
+    # Table 4's non-active lambda* spans 0.700 (Sports) .. 1.165 (Cell Phones): the largest |lambda* - 1|
+    "f5_not1": (0.300, "MMGRid Table 4: largest |non-active lambda* - 1| (Sports 0.700)"),
+    # Table 3: lambda_hat* - (lambda = 1) in NDCG@10, mean over the six domains, absolute (relative: +0.25%;
+    # per domain -1.9% .. +3.8%)
+    "t3_hat": (0.0000217, "MMGRid Table 3: mean lambda_hat* - 1 in NDCG@10 (+0.25% relative)"),
+}
+
 # --------------------------------------------------------------------------- population values
 
 
@@ -134,8 +146,10 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
         got = [r["f5_not1"] for r in runs if r.get("f5_not1")]
         holds = mcse_rate(np.array([g["holds"] for g in got])) if got else None
         b = mcse_bias([g["max_dev"] for g in got], truth) if got else None
+        rows = [x for r in runs for x in (v.get("all") for v in r.get("lambda_star", {}).values())
+                if x is not None and x[1] is not None]  # every domain's all-users lambda* interval
         return FindingCalibration(finding, size, truth, math.isfinite(truth) and abs(truth - null) < 1e-9, holds, None,
-                                  b, float("nan"), len(got))
+                                  b, _interval_mde(rows, level, power), len(got))
     rows = [r[finding] for r in runs if r.get(finding) and r[finding][1] is not None]
     direction = "less" if finding == "t4_rho" else "greater"
     holds = mcse_rate(np.array([verdict(_f(x[1]), _f(x[2]), direction) == HOLDS for x in rows])) if rows else None

@@ -28,9 +28,10 @@ REPLICATE_JOB = "mmgrid.sweep.calibration.replicate:replicate_job"
 # --------------------------------------------------------------------------- replicate configs
 
 
-def replicate_grid(cfg: GridConfig, size: float, world_seed: int, root: Path, population: bool = False) -> dict:
+def replicate_grid(cfg: GridConfig, size: float | None, world_seed: int, root: Path, population: bool = False) -> dict:
     """The grid (as a dict) of one replicate: the grid's budget, only what the findings need (the swept
-    paradigm, the default variant, no retention), the world's knobs at ``size``, folders under ``root``.
+    paradigm, the default variant, no retention), the world's knobs at ``size`` (None: the grid's own
+    ``world.plant``), folders under ``root``.
 
     A population replicate has ``population_user_scale`` times the users and evaluates every test user."""
     if cfg.world is None:
@@ -40,7 +41,8 @@ def replicate_grid(cfg: GridConfig, size: float, world_seed: int, root: Path, po
     g = copy.deepcopy(cfg.to_dict())
     t = cfg.sweeps.temporal
     g["world"]["seed"] = int(world_seed)
-    g["world"]["plant"] = {**g["world"].get("plant", {}), **{k: float(size) for k in c.knobs}}
+    if size is not None:
+        g["world"]["plant"] = {**g["world"].get("plant", {}), **{k: float(size) for k in c.knobs}}
     if population:
         g["world"]["user_scale"] = float(g["world"].get("user_scale", 1.0)) * c.population_user_scale
         g["eval"]["max_users"] = None
