@@ -65,13 +65,17 @@ class PlantConfig:
     # weight of each user's own preference against the population's (uniform); 0 = every user alike, so nothing
     # personal separates a recommender from most-popular (Table 2)
     personalization: float = ranged(0, 1, default=1.0)
+    # scale of the items' popularity decay exp(-recency age / life-span); 0 = an item's appeal never fades, so
+    # most-popular's all-time counts rank items as users choose them (with personalization and trend at 0 as
+    # well, nothing is left for a recommender to beat most-popular with: Table 2's null)
+    recency: float = ranged(0, 4, default=1.0)
     # share of items whose title and reviews use their own category's words (else a random category's); 0 = text
     # says nothing about the category (what separates text-grounded from ID paradigms, Table 2)
     text_signal: float = ranged(0, 1, default=1.0)
 
     def is_default(self) -> bool:
         return all(float(v) == 1.0 for v in (self.turnover, self.trend, self.trend_contrast, self.domain_contrast,
-                                               self.personalization, self.text_signal))
+                                               self.personalization, self.recency, self.text_signal))
 
 
 @dataclass

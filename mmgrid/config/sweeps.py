@@ -65,7 +65,7 @@ class PredictLambdaConfig:
 
 
 CALIBRATE_FINDINGS = ("lambda_star", "t4_rho", "f5_not1", "t2_popular")
-PLANT_KNOBS = ("turnover", "trend", "trend_contrast", "domain_contrast", "personalization", "text_signal")
+PLANT_KNOBS = ("turnover", "trend", "trend_contrast", "domain_contrast", "personalization", "recency", "text_signal")
 
 
 @dataclass
@@ -80,7 +80,10 @@ class CalibrateConfig:
     # the power curve is drawn over them
     sizes: list[float] = ranged(0, 4, default_factory=lambda: [0.0, 1.0])
     knobs: list[str] = field(default_factory=lambda: ["turnover", "trend", "trend_contrast", "domain_contrast",
-                                                        "personalization"])
+                                                        "personalization", "recency"])
+    # the GR paradigms of the Table 2 finding "every GR paradigm beats most-popular" (None: the swept paradigm
+    # only, sweeps.temporal.paradigm; each more paradigm adds its training to every replicate)
+    t2_paradigms: list[str] | None = None
     population_worlds: int = ranged(1, default=2)  # worlds (and the grid's seeds) behind each population value
     population_user_scale: float = ranged(1, 10_000, default=4.0)  # users x this in the population worlds
     level: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.95)  # coverage of every interval

@@ -212,13 +212,15 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
                                "independent of the latent category"}  # fmt: skip
     if not plant.is_default() or cfg.user_scale != 1.0:  # likewise: the default truth.json stays byte for byte
         truth |= {"plant": {"turnover": plant.turnover, "trend": plant.trend, "trend_contrast": plant.trend_contrast,
-                            "personalization": plant.personalization, "text_signal": plant.text_signal},
+                            "personalization": plant.personalization, "recency": plant.recency,
+                            "text_signal": plant.text_signal},
                   "user_scale": cfg.user_scale}  # fmt: skip
     for d_i, knobs in enumerate(knobs_all):
         rng = np.random.default_rng([cfg.seed, d_i])
         words = vocab.CATEGORY_WORDS[knobs.name.split("_")[0]]
         n_cats = DENSE_N_CATEGORIES if dense else len(words)
-        sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng, cfg.user_scale, plant.personalization)
+        sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng, cfg.user_scale, plant.personalization,
+                       plant.recency)
         text_sim = sim
         if plant.text_signal != 1.0:  # some items speak another category's words (no draw at 1: same stream)
             own = rng.random(sim.item_cat.size) < plant.text_signal

@@ -151,3 +151,18 @@ def test_text_signal_sets_how_often_a_title_names_its_category(tmp_path: Path) -
                                                                             plant=PlantConfig(text_signal=signal))))
         assert other.size == own.size
         assert lo < float(np.mean(other == own)) < hi, (signal, float(np.mean(other == own)))
+
+
+def test_recency_zero_keeps_old_items_as_popular_as_new_ones():
+    """Phones (25-day life-span): with decay, interactions in the test quarter go to recent items (those released in
+    the quarter get ~20% with ~10% of the items); without it, to items by quality whatever their age, so the
+    quarter's new items get about their share of the released items' time."""
+    k = PRESETS[0]
+    test_start = _date_ms("2023-01-01", "")
+
+    def new_share(sim) -> float:
+        t = sim.ts >= test_start
+        return float(np.mean(sim.release_ms[sim.item[t]] >= test_start))
+
+    decayed, flat = new_share(_sim(k)), new_share(_sim(k, recency=0.0))
+    assert decayed > 0.15 and flat < 0.5 * decayed, (decayed, flat)

@@ -165,3 +165,17 @@ def test_population_sidecar_beside_the_world(tmp_path: Path, capsys):
     # another budget is another key: not read back
     assert read_world_population(load_grid("demo", QUICK + over + ["train.max_examples=65"])) is None
     assert "population values" in capsys.readouterr().out
+
+
+def test_every_paradigm_must_beat_most_popular_when_several_are_calibrated():
+    ok, bad = [0.02, 0.01, 0.03, 0.5, 100, 1], [0.01, -0.01, 0.03, 0.5, 100, 1]
+    runs = [{"t2_popular": ok, "t2_each": {"emb": ok, "semid": ok}},
+            {"t2_popular": ok, "t2_each": {"emb": ok, "semid": bad}}]
+    pop = population_values([{"domains": ["A"], "avg_gap": {"A": 1.0}, "curves": {}, **r} for r in runs])
+    assert pop["t2_each"]["semid"]["value"] == pytest.approx(0.015)
+    res = calibrate_finding("t2_popular", 1.0, runs, pop)
+    assert res.holds.hits == 1 and res.holds.n == 2  # the second replicate: semid's interval straddles 0
+    assert set(res.per_domain) == {"emb", "semid"}
+    assert res.per_domain["semid"]["coverage"]["rate"] == 1.0  # 0.015 lies in both intervals
+    # one paradigm: the swept paradigm's interval alone decides
+    assert calibrate_finding("t2_popular", 1.0, [{"t2_popular": bad}], {"t2_popular": 0.0}).holds.hits == 0

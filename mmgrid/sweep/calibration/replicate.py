@@ -22,7 +22,7 @@ from mmgrid.config import GridConfig, grid_from_dict
 from mmgrid.configtools import stable_hash
 from mmgrid.errors import ConfigError
 
-VERSION = 1  # in every replicate's recipe: a change of what a replicate computes changes its hash
+VERSION = 2  # in every replicate's recipe: a change of what a replicate computes changes its hash
 REPLICATE_JOB = "mmgrid.sweep.calibration.replicate:replicate_job"
 
 # --------------------------------------------------------------------------- replicate configs
@@ -46,7 +46,7 @@ def replicate_grid(cfg: GridConfig, size: float | None, world_seed: int, root: P
     if population:
         g["world"]["user_scale"] = float(g["world"].get("user_scale", 1.0)) * c.population_user_scale
         g["eval"]["max_users"] = None
-    g["paradigms"] = [t.paradigm]
+    g["paradigms"] = list(dict.fromkeys([t.paradigm, *(c.t2_paradigms or [])]))
     g["variants"] = [v for v in g["variants"] if v["name"] == t.variant] or [{"name": t.variant}]
     g["eval"]["retention"] = False
     g["eval"]["matrix_paradigms"] = []
@@ -135,10 +135,15 @@ def estimates(cfg: GridConfig, reg: Any, prepared: Any) -> dict[str, Any]:
     if al:
         off = [d for d, x in al if x[1] > 1.0 or x[2] < 1.0]
         out["f5_not1"] = {"holds": bool(off), "max_dev": max(abs(x[0] - 1.0) for _, x in al), "domains": off}
-    cv = CheckpointValues(reg, cfg.eval.split, cfg.train.stages[-1], [t.paradigm, "popular"], t.variant)
-    pp = ev.pooled_pair(cv, t.paradigm, "popular", domains, "ndcg@10")
-    if pp is not None:
-        out["t2_popular"] = [pp["diff"], pp["ci_low"], pp["ci_high"], pp["p"], pp["n_users"], pp["n_seeds"]]
+    t2 = list(dict.fromkeys([t.paradigm, *(cfg.sweeps.calibrate.t2_paradigms or [])]))
+    cv = CheckpointValues(reg, cfg.eval.split, cfg.train.stages[-1], [*t2, "popular"], t.variant)
+    out["t2_each"] = {}
+    for par in t2:  # each paradigm - most-popular, users of every domain pooled (the report's Table 2 finding)
+        pp = ev.pooled_pair(cv, par, "popular", domains, "ndcg@10")
+        if pp is not None:
+            out["t2_each"][par] = [pp["diff"], pp["ci_low"], pp["ci_high"], pp["p"], pp["n_users"], pp["n_seeds"]]
+    if t.paradigm in out["t2_each"]:
+        out["t2_popular"] = out["t2_each"][t.paradigm]
         sd = _difference_spread(cv, t.paradigm, domains)
         if sd is not None:
             out["t2_sd_user"], out["t2_sd_seed"] = sd

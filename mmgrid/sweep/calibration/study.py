@@ -188,13 +188,14 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
         lines.append(f"| {f.finding} | {f.size:g} | {_num(f.population)} | {'yes' if f.is_null else 'no'} | "
                      f"{f.holds.text() if f.holds else '-'} | {f.coverage.text() if f.coverage else '-'} | "
                      f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} |")
-    lines += ["", "Per domain (non-active lambda*):", "", "| size | domain | population lambda* | coverage | bias | MDE |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "Per domain (non-active lambda*) and per paradigm (Table 2 difference):", "",
+              "| finding | size | domain / paradigm | population value | coverage | bias | MDE |",
+              "|---|---|---|---|---|---|---|"]
     for f in res.findings:
         for d, v in f.per_domain.items():
             cov = Rate(**v["coverage"])
-            lines.append(f"| {f.size:g} | {d} | {v['population']:.2f} | {cov.text()} | {_bias(Bias(**v['bias']))} | "
-                         f"{_num(v['mde'])} |")
+            lines.append(f"| {f.finding} | {f.size:g} | {d} | {_num(v['population'])} | {cov.text()} | "
+                         f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} |")
     lines += ["", "What each finding's estimand is:", ""]
     lines += [f"- `{k}` ({FINDINGS[k][0]}): {FINDINGS[k][2]}" for k in c.findings]
     if png is not None:
