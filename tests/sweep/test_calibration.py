@@ -179,3 +179,11 @@ def test_every_paradigm_must_beat_most_popular_when_several_are_calibrated():
     assert res.per_domain["semid"]["coverage"]["rate"] == 1.0  # 0.015 lies in both intervals
     # one paradigm: the swept paradigm's interval alone decides
     assert calibrate_finding("t2_popular", 1.0, [{"t2_popular": bad}], {"t2_popular": 0.0}).holds.hits == 0
+
+
+def test_plan_reads_the_spreads_of_a_calibrate_run(tmp_path: Path, capsys):
+    (tmp_path / "calibration.json").write_text(json.dumps({"t2_sd": {"user": 1.0, "seed": None}}))
+    assert main(["calibrate", "--plan", "--effect", "0.5", "--from", str(tmp_path), "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "assuming 0" in out and "32 test users" in out
+    assert main(["calibrate", "--plan", "--effect", "0.5", "--from", str(tmp_path / "none")]) == 2

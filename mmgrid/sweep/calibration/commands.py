@@ -140,7 +140,12 @@ def _plan(args: argparse.Namespace) -> int:
         data = json.loads(path.read_text())
         sds = data.get("t2_sd") or {}
         sd = sd if sd is not None else sds.get("user")
-        seed_sd = seed_sd or sds.get("seed") or 0.0
+        if not seed_sd:
+            seed_sd = sds.get("seed")
+            if seed_sd is None:
+                print(f"note: {path} has no seed-to-seed SD (its replicates had one training seed); assuming 0, "
+                      "which understates what a design needs; give --seed-sd")
+                seed_sd = 0.0
     if args.effect is None or sd is None:
         raise ConfigError("mmgrid calibrate --plan: give --effect and --sd (or --from a calibrate folder), e.g. "
                           "--plan --effect 0.005 --sd 0.2.")

@@ -18,6 +18,7 @@ from typing import Any
 
 from mmgrid.config import GridConfig
 from mmgrid.configtools import stable_hash
+from mmgrid.exec.args import executor_from_config, job_resources
 from mmgrid.exec.base import Job
 from mmgrid.runtime.gather import gather
 from mmgrid.sweep.calibration.measures import population_values
@@ -36,7 +37,7 @@ def _jobs(cfg: GridConfig) -> tuple[str, list[Job]]:
         g = replicate_grid(cfg, None, seed, base / h, population=True)
         hashes.append(h)
         jobs.append(Job(REPLICATE_JOB, {"grid": g, "result_path": str(base / f"{h}.json"), "keep_runs": False},
-                        name=f"population:world={seed}"))
+                        resources=job_resources(cfg.exec, "train"), name=f"population:world={seed}"))
     return stable_hash({"population": hashes, "version": VERSION}), jobs
 
 
@@ -57,9 +58,6 @@ def read_world_population(cfg: GridConfig) -> dict[str, Any] | None:
 
 def world_population(cfg: GridConfig, executor: Any = None, progress: bool = True) -> dict[str, Any]:
     """Compute (or read back) the population values of the grid's own world; write the sidecar."""
-    # lazy: the executor machinery starts worker processes; the command parser must not import it
-    from mmgrid.exec.args import executor_from_config
-
     key, jobs = _jobs(cfg)
     got = read_world_population(cfg)
     if got is not None:

@@ -169,7 +169,7 @@ def _difference_spread(cv: Any, paradigm: str, domains: list[str]) -> tuple[floa
         return None
     u = np.concatenate(per_user)
     s = np.concatenate(per_seed, axis=1).mean(axis=1)
-    return float(u.std(ddof=1)) if u.size > 1 else float("nan"), float(s.std(ddof=1)) if s.size > 1 else 0.0
+    return float(u.std(ddof=1)) if u.size > 1 else float("nan"), float(s.std(ddof=1)) if s.size > 1 else float("nan")
 
 
 def replicate_job(grid: dict, result_path: str, keep_runs: bool = False) -> dict[str, Any]:

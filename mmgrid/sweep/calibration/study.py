@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from mmgrid.config import GridConfig
+from mmgrid.exec.args import executor_from_config, job_resources
 from mmgrid.exec.base import Job, LocalExecutor
 from mmgrid.runtime.gather import gather
 from mmgrid.stats.power import Bias, Rate
@@ -85,9 +86,6 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
         executor: runs one job per replicate (default: the grid's ``exec:`` section).
         progress: progress bars and a line per replicate.
     """
-    # lazy: the executor machinery starts worker processes; the command parser must not import it
-    from mmgrid.exec.args import executor_from_config
-
     c = cfg.sweeps.calibrate
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -154,6 +152,7 @@ def _job(cfg: GridConfig, size: float, world_seed: int, out: Path, population: b
     g = replicate_grid(cfg, size, world_seed, out / "runs" / h, population)
     return Job(REPLICATE_JOB, {"grid": g, "result_path": str(out / "replicates" / f"{h}.json"),
                                "keep_runs": cfg.sweeps.calibrate.keep_runs},
+               resources=job_resources(cfg.exec, "train"),  # a replicate trains: a training job's resources on Ray
                name=f"calibrate:{kind}:size={size:g}:world={world_seed}")
 
 
