@@ -187,3 +187,15 @@ def test_plan_reads_the_spreads_of_a_calibrate_run(tmp_path: Path, capsys):
     out = capsys.readouterr().out
     assert "assuming 0" in out and "32 test users" in out
     assert main(["calibrate", "--plan", "--effect", "0.5", "--from", str(tmp_path / "none")]) == 2
+
+
+def test_target_check_against_the_issue_targets():
+    from mmgrid.sweep.calibration.measures import target_check
+
+    reps = 400
+    null = calibrate_finding("t2_popular", 0.0, _runs(0.0, 0.01, reps, 7), {"t2_popular": 0.0, "t2_popular_se": 0.001})
+    assert target_check(null) == "type-I ok, coverage ok"
+    weak = calibrate_finding("t2_popular", 1.0, _runs(0.01, 0.01, reps, 8), {"t2_popular": 0.01, "t2_popular_se": 0.001})
+    assert target_check(weak).startswith("power below 80%")  # an effect of 1 SE: power ~17%
+    biased = calibrate_finding("t2_popular", 1.0, _runs(0.05, 0.01, reps, 9), {"t2_popular": 0.02})
+    assert "below 90%: a defect" in target_check(biased)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mmgrid.stats import HOLDS, verdict
-from mmgrid.stats.power import Bias, Rate, mcse_bias, mcse_rate, mde, se_from_interval
+from mmgrid.stats.power import Bias, Rate, mcse_bias, mcse_rate, mde, se_from_interval, within_mcse
 from mmgrid.sweep.calibration.replicate import _clean, _f
 from mmgrid.sweep.selection import select_lambda_star
 
@@ -190,3 +190,20 @@ def _null_tolerance(finding: str, pop: dict[str, Any]) -> float:
         return 2 * se if math.isfinite(se) else 0.0
     return 1e-9
 
+
+
+def target_check(f: FindingCalibration, alpha: float = 0.05, power: float = 0.8, level: float = 0.95) -> str:
+    """The issue's targets for one row: type-I error <= alpha + 2 MCSE under the null, power >= ``power``
+    otherwise, coverage within ``level`` +- 2 MCSE (MCSE at the nominal rate); "-" where none applies."""
+    out = []
+    if f.holds is not None and f.holds.n:
+        if f.is_null:
+            out.append(f"type-I {'ok' if within_mcse(f.holds, alpha, 2.0) else 'too high'}")
+        elif math.isfinite(f.population) and f.population != FINDINGS[f.finding][3]:
+            out.append(f"power {'ok' if f.holds.rate >= power else 'below ' + format(power, '.0%')}")
+    if f.coverage is not None and f.coverage.n:
+        se = math.sqrt(level * (1 - level) / f.coverage.n)
+        lo = level - 2 * se
+        out.append("coverage " + ("ok" if lo <= f.coverage.rate <= level + 2 * se else
+                                  ("below 90%: a defect" if f.coverage.rate < 0.9 else "low")))
+    return ", ".join(out) or "-"

@@ -42,7 +42,8 @@ from mmgrid.exec.args import executor_from_config, job_resources
 from mmgrid.exec.base import Job, LocalExecutor
 from mmgrid.runtime.gather import gather
 from mmgrid.stats.power import Bias, Rate
-from mmgrid.sweep.calibration.measures import FINDINGS, FindingCalibration, calibrate_finding, population_values
+from mmgrid.sweep.calibration.measures import (FINDINGS, FindingCalibration, calibrate_finding, population_values,
+                                               target_check)
 from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, _clean, recipe_hash, replicate_grid
 
 # --------------------------------------------------------------------------- the study
@@ -181,12 +182,13 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
              f"{res.seconds_per_replicate:.0f} s per replicate on average; the study took {seconds:.0f} s here "
              "(cached replicates count 0).", "",
              "| finding | size | population value | null? | holds (type-I under the null, else power) | coverage | "
-             "bias | MDE (80%) | n |", "|---|---|---|---|---|---|---|---|---|"]
+             "bias | MDE (80%) | n | targets |", "|---|---|---|---|---|---|---|---|---|---|"]
     for f in res.findings:
         row = f.__dict__
         lines.append(f"| {f.finding} | {f.size:g} | {_num(f.population)} | {'yes' if f.is_null else 'no'} | "
                      f"{f.holds.text() if f.holds else '-'} | {f.coverage.text() if f.coverage else '-'} | "
-                     f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} |")
+                     f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} | "
+                     f"{target_check(f, 1 - c.level, c.power, c.level)} |")
     lines += ["", "Per domain (non-active lambda*) and per paradigm (Table 2 difference):", "",
               "| finding | size | domain / paradigm | population value | coverage | bias | MDE |",
               "|---|---|---|---|---|---|---|"]
