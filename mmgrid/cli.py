@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "mmgrid.train.commands",  # build
     "mmgrid.eval.commands",  # eval
     "mmgrid.sweep.commands",  # sweep, predict-lambda, report
+    "mmgrid.sweep.calibration.commands",  # calibrate
     "mmgrid.demo",  # demo, validate
 )
 

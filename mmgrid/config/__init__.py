@@ -10,7 +10,7 @@ holds them, ``load_grid`` and date parsing. Imports nothing of mmgrid but ``erro
 """
 
 from mmgrid.config.base import BaseConfig
-from mmgrid.config.data import PAPER_PHASES, DataConfig, ItemTextConfig, WorldConfig
+from mmgrid.config.data import PAPER_PHASES, DataConfig, ItemTextConfig, PlantConfig, WorldConfig
 from mmgrid.config.dates import parse_date_ms
 from mmgrid.config.eval import EvalConfig
 from mmgrid.config.exec import ExecConfig
@@ -28,6 +28,7 @@ __all__ = [
     "ExecConfig",
     "GridConfig",
     "ItemTextConfig",
+    "PlantConfig",
     "PredictLambdaConfig",
     "SweepConfig",
     "TemporalSweepConfig",

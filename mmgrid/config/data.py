@@ -44,6 +44,41 @@ class DataConfig:
 
 
 @dataclass
+class PlantConfig:
+    """Planted mechanisms of the synthetic world (issue 27, ``world.plant``): each knob sets the size of one
+    mechanism the papers claim; 0 removes it (the ``null`` world of that finding), 1 is the preset's world
+    (every knob at 1 writes the files byte for byte as before the knobs existed), above 1 exaggerates it.
+    docs/calibration.md says which finding each knob drives."""
+
+    # between-domain contrast of item turnover (life-span, log scale, and the share of items released before the
+    # start): 0 = every domain has the domains' geometric-mean life-span (MMGRid Table 4's mechanism removed)
+    turnover: float = ranged(0, 4, default=1.0)
+    # scale of every domain's category trend weight (a temporal preference trend); 0 = no trend
+    trend: float = ranged(0, 4, default=1.0)
+    # between-domain contrast of the trend (weight, amplitude, frequency 1 / period); 0 = every domain follows the
+    # domains' mean trend, so no domain's lambda* differs from another's in expectation
+    trend_contrast: float = ranged(0, 4, default=1.0)
+    # between-domain contrast of every other knob (users, items, activity, bursts, drift, arrival, preference
+    # concentration, quality spread): 0 = the domains differ only in the knobs above (and their vocabularies),
+    # so with turnover and trend_contrast also 0 they are exchangeable and rho over domains has population value 0
+    domain_contrast: float = ranged(0, 4, default=1.0)
+    # weight of each user's own preference against the population's (uniform); 0 = every user alike, so nothing
+    # personal separates a recommender from most-popular (Table 2)
+    personalization: float = ranged(0, 1, default=1.0)
+    # scale of the items' popularity decay exp(-recency age / life-span); 0 = an item's appeal never fades, so
+    # most-popular's all-time counts rank items as users choose them (with personalization and trend at 0 as
+    # well, nothing is left for a recommender to beat most-popular with: Table 2's null)
+    recency: float = ranged(0, 4, default=1.0)
+    # share of items whose title and reviews use their own category's words (else a random category's); 0 = text
+    # says nothing about the category (what separates text-grounded from ID paradigms, Table 2)
+    text_signal: float = ranged(0, 1, default=1.0)
+
+    def is_default(self) -> bool:
+        return all(float(v) == 1.0 for v in (self.turnover, self.trend, self.trend_contrast, self.domain_contrast,
+                                               self.personalization, self.recency, self.text_signal))
+
+
+@dataclass
 class WorldConfig:
     seed: int = ranged(0, default=0)  # the world is deterministic for a seed
     scale: float = ranged(0, 10_000, lo_open=True, default=1.0)  # multiplies users and items; ~100 gives millions of reviews
@@ -53,6 +88,11 @@ class WorldConfig:
     # default: the drift world whose item text reveals the category; dense_short_text: many interactions
     # per user, short titles that do not reveal the (10) latent categories (docs/data.md)
     preset: Literal["default", "dense_short_text"] = "default"
+    # planted mechanisms and their zeros (issue 27; docs/calibration.md); all 1 = the preset's world
+    plant: PlantConfig = field(default_factory=PlantConfig)
+    # multiplies the number of users only (items stay): more users drawn from the same process, e.g. a large
+    # test population for a finding's population value (mmgrid calibrate); 1 = the preset's world
+    user_scale: float = ranged(0, 10_000, lo_open=True, default=1.0)
 
     def __post_init__(self) -> None:
         if parse_date_ms(self.start, "world.start") >= parse_date_ms(self.end, "world.end"):

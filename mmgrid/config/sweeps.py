@@ -64,8 +64,50 @@ class PredictLambdaConfig:
     level: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.9)  # coverage of the prediction interval given for a new domain
 
 
+CALIBRATE_FINDINGS = ("lambda_star", "t4_rho", "f5_not1", "t2_popular")
+PLANT_KNOBS = ("turnover", "trend", "trend_contrast", "domain_contrast", "personalization", "recency", "text_signal")
+
+
+@dataclass
+class CalibrateConfig:
+    """``mmgrid calibrate`` (issue 27; docs/calibration.md): replicate worlds under planted sizes of the world's
+    mechanisms, each run through the grid's own pipeline at the grid's budget, judged like the report judges."""
+
+    findings: list[str] = field(default_factory=lambda: list(CALIBRATE_FINDINGS))  # which findings to calibrate
+    replicates: int = ranged(1, default=20)  # replicate worlds per planted size (world seed x the grid's train.seeds)
+    world_seed: int = ranged(0, default=1000)  # replicate r has world seed world_seed + r (the demo's is 0)
+    # planted sizes: every knob of `knobs` is set to the size (0 = the null world, 1 = the preset's world);
+    # the power curve is drawn over them
+    sizes: list[float] = ranged(0, 4, default_factory=lambda: [0.0, 1.0])
+    knobs: list[str] = field(default_factory=lambda: ["turnover", "trend", "trend_contrast", "domain_contrast",
+                                                        "personalization", "recency"])
+    # the GR paradigms of the Table 2 finding "every GR paradigm beats most-popular" (None: the swept paradigm
+    # only, sweeps.temporal.paradigm; each more paradigm adds its training to every replicate)
+    t2_paradigms: list[str] | None = None
+    population_worlds: int = ranged(1, default=2)  # worlds (and the grid's seeds) behind each population value
+    population_user_scale: float = ranged(1, 10_000, default=4.0)  # users x this in the population worlds
+    level: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.95)  # coverage of every interval
+    power: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.8)  # the power of the minimum detectable effect
+    keep_runs: bool = False  # keep each replicate's world, prepared data and registry (else only its result)
+
+    def __post_init__(self) -> None:
+        bad = [f for f in self.findings if f not in CALIBRATE_FINDINGS]
+        if bad or not self.findings:
+            raise ConfigError(f"sweeps.calibrate.findings: {bad or 'empty'}; choose from {list(CALIBRATE_FINDINGS)}.")
+        bad = [k for k in self.knobs if k not in PLANT_KNOBS]
+        if bad or not self.knobs:
+            raise ConfigError(f"sweeps.calibrate.knobs: {bad or 'empty'}; choose from {list(PLANT_KNOBS)} "
+                              "(world.plant, docs/calibration.md).")
+        if not self.sizes or len(set(self.sizes)) != len(self.sizes):
+            raise ConfigError(f"sweeps.calibrate.sizes: {self.sizes}; give distinct planted sizes, e.g. [0.0, 1.0].")
+        if any(k in ("personalization", "text_signal") for k in self.knobs) and max(self.sizes) > 1:
+            raise ConfigError(f"sweeps.calibrate.sizes: {max(self.sizes)} > 1 for a knob that is a share "
+                              "(personalization, text_signal); keep sizes in [0, 1] or drop those knobs.")
+
+
 @dataclass
 class SweepConfig:
     temporal: TemporalSweepConfig = field(default_factory=TemporalSweepConfig)
     cross_domain: CrossDomainSweepConfig = field(default_factory=CrossDomainSweepConfig)
     predict_lambda: PredictLambdaConfig = field(default_factory=PredictLambdaConfig)
+    calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -34,7 +35,7 @@ import numpy as np
 import polars as pl
 
 from mmgrid.data import vocab
-from mmgrid.config import WorldConfig
+from mmgrid.config import PlantConfig, WorldConfig
 from mmgrid.data.errors import ConfigError
 from mmgrid.data.world_simulation import DomainKnobs, Simulated, simulate
 
@@ -115,6 +116,63 @@ def domain_knobs(n_domains: int, preset: str = "default") -> list[DomainKnobs]:
     return out
 
 
+def planted_knobs(knobs: list[DomainKnobs], plant: PlantConfig, span_days: float) -> list[DomainKnobs]:
+    """The domains' knobs with the planted mechanisms scaled (issue 27; :class:`~mmgrid.config.PlantConfig`).
+
+    * ``turnover`` c: life-span L_d -> G (L_d / G)^c (G the geometric mean over the domains) and the share of
+      items released before the start s_d -> m + c (s_d - m) (m the mean), so at 0 every domain turns its items
+      over alike (MMGRid Table 4's mechanism removed);
+    * ``trend_contrast`` c: the trend's weight, amplitude and frequency 1 / period (a period of 0, one cycle over
+      the span, counts as 1 / span) move towards the domains' means, x -> m + c (x - m): at 0 every domain
+      follows the same trend;
+    * ``trend`` s: every trend weight times s (capped at 0.95): at 0 no temporal preference trend;
+    * ``domain_contrast`` c: every other numeric knob (:data:`OTHER_KNOBS`) moves towards the domains' mean the
+      same way (counts rounded): at 0, with the two contrasts above also 0, the domains are exchangeable.
+
+    Knobs at 1 return ``knobs`` unchanged (the same objects, so the default world is byte for byte the same).
+    """
+    out = list(knobs)
+    if not out:
+        return out
+    if plant.turnover != 1.0:
+        c = float(plant.turnover)
+        logs = np.log([k.lifespan_days for k in out])
+        shares = np.array([k.initial_item_share for k in out])
+        g, m = float(logs.mean()), float(shares.mean())
+        out = [replace(k, lifespan_days=float(np.exp(g + c * (lg - g))),
+                       initial_item_share=float(np.clip(m + c * (s - m), 0.01, 0.99)))
+               for k, lg, s in zip(out, logs, shares)]
+    if plant.trend_contrast != 1.0:
+        c = float(plant.trend_contrast)
+        w = np.array([k.trend_weight for k in out])
+        a = np.array([k.trend_amplitude for k in out])
+        f = np.array([1.0 / k.trend_period_days if k.trend_period_days > 0 else 1.0 / span_days for k in out])
+        mw, ma, mf = w.mean(), a.mean(), f.mean()
+        out = [replace(k, trend_weight=float(np.clip(mw + c * (wi - mw), 0.0, 0.95)),
+                       trend_amplitude=float(max(ma + c * (ai - ma), 0.0)),
+                       trend_period_days=float(1.0 / max(mf + c * (fi - mf), 1.0 / (100 * span_days))))
+               for k, wi, ai, fi in zip(out, w, a, f)]
+    if plant.trend != 1.0:
+        out = [replace(k, trend_weight=float(min(k.trend_weight * plant.trend, 0.95))) for k in out]
+    if plant.domain_contrast != 1.0:
+        c = float(plant.domain_contrast)
+        means = {a: float(np.mean([getattr(k, a) for k in out])) for a in OTHER_KNOBS}
+
+        def moved(k: DomainKnobs, a: str) -> float | int:
+            v = means[a] + c * (getattr(k, a) - means[a])
+            return max(int(round(v)), 1) if a in ("n_users", "n_items") else float(max(v, 1e-3))
+
+        out = [replace(k, **{a: moved(k, a) for a in OTHER_KNOBS}) for k in out]
+        out = [replace(k, activity=min(k.activity, 0.9), user_arrival_share=min(k.user_arrival_share, 1.0))
+               for k in out]
+    return out
+
+
+# the knobs ``world.plant.domain_contrast`` moves (the others are turnover's and the trend's)
+OTHER_KNOBS = ("n_users", "n_items", "activity", "burst", "drift", "user_arrival_share", "pref_concentration",
+               "quality_sigma", "activity_concentration")
+
+
 def _date_ms(text: str, where: str) -> int:
     try:
         return int(datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp() * 1000)
@@ -139,6 +197,8 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
     if cfg.scale <= 0:
         raise ConfigError(f"world.scale: {cfg.scale} must be positive.")
     knobs_all = domain_knobs(cfg.n_domains, cfg.preset)  # an unknown preset fails before anything is written
+    plant = cfg.plant if cfg.plant is not None else PlantConfig()
+    knobs_all = planted_knobs(knobs_all, plant, (end - start) / 86_400_000)
     dense = cfg.preset == "dense_short_text"
     tmp = out / ".raw.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -150,15 +210,26 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         truth |= {"preset": cfg.preset, "n_categories": DENSE_N_CATEGORIES,
                   "item_text": "title only: a brand and 1-2 words drawn from the whole domain vocabulary, "
                                "independent of the latent category"}  # fmt: skip
+    if not plant.is_default() or cfg.user_scale != 1.0:  # likewise: the default truth.json stays byte for byte
+        truth |= {"plant": {"turnover": plant.turnover, "trend": plant.trend, "trend_contrast": plant.trend_contrast,
+                            "personalization": plant.personalization, "recency": plant.recency,
+                            "text_signal": plant.text_signal},
+                  "user_scale": cfg.user_scale}  # fmt: skip
     for d_i, knobs in enumerate(knobs_all):
         rng = np.random.default_rng([cfg.seed, d_i])
         words = vocab.CATEGORY_WORDS[knobs.name.split("_")[0]]
         n_cats = DENSE_N_CATEGORIES if dense else len(words)
-        sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng)
-        items = _short_items(sim, words, rng) if dense else _items(sim, words, rng)
+        sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng, cfg.user_scale, plant.personalization,
+                       plant.recency)
+        text_sim = sim
+        if plant.text_signal != 1.0:  # some items speak another category's words (no draw at 1: same stream)
+            own = rng.random(sim.item_cat.size) < plant.text_signal
+            text_cat = np.where(own, sim.item_cat, rng.integers(0, len(words), sim.item_cat.size))
+            text_sim = replace(sim, item_cat=text_cat)
+        items = _short_items(sim, words, rng) if dense else _items(text_sim, words, rng)
         # the dense preset's reviews talk about words of a random group, so no text reveals the category
         word_cat = rng.integers(0, len(words), sim.user.size) if dense else None
-        _write_reviews(tmp / "review_categories" / f"{knobs.name}.jsonl.gz", sim, items, words, rng, word_cat)
+        _write_reviews(tmp / "review_categories" / f"{knobs.name}.jsonl.gz", text_sim, items, words, rng, word_cat)
         _write_meta(tmp / "meta_categories" / f"meta_{knobs.name}.jsonl.gz", items, sim, knobs.name)
         truth["domains"][knobs.name] = knobs.to_dict() | {
             "categories": list(words),

@@ -57,9 +57,19 @@ class Simulated:
 
 
 def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_days: float, scale: float,
-             rng: np.random.Generator) -> Simulated:  # fmt: skip
-    """Run the generative process of one domain between ``start_ms`` and ``end_ms``."""
-    n_users, n_items = max(int(round(k.n_users * scale)), 10), max(int(round(k.n_items * scale)), n_cats)
+             rng: np.random.Generator, user_scale: float = 1.0, personalization: float = 1.0,
+             recency: float = 1.0) -> Simulated:  # fmt: skip
+    """Run the generative process of one domain between ``start_ms`` and ``end_ms``.
+
+    ``user_scale`` multiplies the users only (more users from the same process); ``personalization`` mixes
+    each user's start and end preference with the uniform one, ``w p_u + (1 - w) / n_cats`` (0: every user
+    alike, so only the domain-wide trend and the items' popularity decide; issue 27); ``recency`` scales the
+    popularity decay, ``exp(-recency age / life-span)`` (0: an item's weight is its quality forever, so the
+    all-time counts most-popular uses rank items as every user chooses them). All three at 1 draw exactly
+    what they drew before they existed.
+    """
+    users_f = k.n_users * scale if user_scale == 1.0 else k.n_users * scale * user_scale
+    n_users, n_items = max(int(round(users_f)), 10), max(int(round(k.n_items * scale)), n_cats)
     span = end_ms - start_ms
     period = int(period_days * DAY_MS)
     # Items: categories round-robin then shuffled, so every category has items before the start.
@@ -77,6 +87,9 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     act = rng.beta(c * k.activity, c * (1 - k.activity), n_users)  # mean = activity
     p0 = rng.dirichlet(np.full(n_cats, k.pref_concentration), n_users)
     p1 = rng.dirichlet(np.full(n_cats, k.pref_concentration), n_users)
+    if personalization != 1.0:  # no draw here, so the default world's random stream is unchanged
+        p0 = personalization * p0 + (1.0 - personalization) / n_cats
+        p1 = personalization * p1 + (1.0 - personalization) / n_cats
     u = rng.random(n_cats)
     phase = 2 * np.pi * (np.argsort(u) / n_cats + u[0])  # evenly spaced phases, in random order
     out_u, out_i, out_t = [], [], []
@@ -94,7 +107,8 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
         pref = (1 - k.trend_weight) * pref + k.trend_weight * trend / trend.sum()
         cum = np.cumsum(pref, axis=1)
         chosen_cat = (rng.random((users.size, 1)) * cum[:, -1:] > cum).sum(axis=1).clip(0, n_cats - 1)
-        weight = np.where(release <= t0 + period, quality * np.exp(-np.maximum(t_mid - release, 0) / life), 0.0)
+        age = np.maximum(t_mid - release, 0) / life
+        weight = np.where(release <= t0 + period, quality * np.exp(-age if recency == 1.0 else -recency * age), 0.0)
         items = _pick_items(chosen_cat, cat, weight, n_cats, rng)
         ok = items >= 0
         users, items = users[ok], items[ok]

@@ -15,7 +15,7 @@ from typing import Any
 
 from mmgrid.stats.bootstrap import mean_ci, percentile_interval, resample_counts, resample_weights
 from mmgrid.stats.errors import StatsError
-from mmgrid.stats.verdict import FAILS, HOLDS, INCONCLUSIVE, contains, verdict, verdict_line
+from mmgrid.stats.verdict import FAILS, HOLDS, INCONCLUSIVE, contains, mde_note, verdict, verdict_line
 
 _LAZY = {
     "mmgrid.stats.association": ("LooResult", "SpearmanResult", "loo_error_vs_default", "rank_correlation", "spearman_exact_p", "spearman_rho", "spearman_with_interval"),
@@ -24,11 +24,14 @@ _LAZY = {
     "mmgrid.stats.regression": ("LinearFit", "fit_ols", "loo_predictions", "ols"),
     "mmgrid.stats.multiple": ("benjamini_hochberg", "holm"),
     "mmgrid.stats.paired": ("PairedResult", "paired_difference", "sign_flip_p"),
+    "mmgrid.stats.power": ("Bias", "DesignPoint", "Rate", "mcse_bias", "mcse_rate", "mde", "mde_design",
+                           "mde_from_interval", "mde_paired", "n_for_effect", "plan_design", "power_normal",
+                           "se_from_interval", "t_power", "within_mcse"),
 }
 _WHERE = {name: mod for mod, names in _LAZY.items() for name in names}
 
 __all__ = ["StatsError", "mean_ci", "percentile_interval", "resample_counts", "resample_weights",
-           "verdict", "contains", "verdict_line", "HOLDS", "FAILS", "INCONCLUSIVE", *_WHERE]
+           "verdict", "contains", "verdict_line", "mde_note", "HOLDS", "FAILS", "INCONCLUSIVE", *_WHERE]
 
 
 def __getattr__(name: str) -> Any:

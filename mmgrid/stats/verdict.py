@@ -46,3 +46,29 @@ def contains(ci_low: float, ci_high: float, value: float) -> str:
 def verdict_line(claim: str, result: str, evidence: str, level: float = 0.95) -> str:
     """One Markdown line: ``- **holds** at 95%: claim (evidence)``."""
     return f"- **{result}** at {level:.0%}: {claim} ({evidence})"
+
+
+def mde_note(ci_low: float, ci_high: float, level: float = 0.95, reported: float | None = None,
+             what: str = "effect", unit: str = "", scale: float = 1.0, power: float = 0.8,
+             source: str = "MMGRid") -> str:
+    """What an inconclusive verdict could have seen: its minimum detectable effect at ``power``.
+
+    The standard error is read off the effect's ``level`` interval (width / (2 z), a normal
+    approximation; :func:`mmgrid.stats.power.mde_from_interval`), so the note needs nothing but the
+    interval the verdict was judged on. ``reported``: a published (or planted) effect to compare with.
+    ``scale`` multiplies every number shown (100 for % points) and ``unit`` follows them.
+
+    Example: ``inconclusive: this run detects |effect| >= 2.80 pts at 80% power; MMGRid reports 1.50 pts,
+    below it``.
+    """
+    # lazy: keeps this module (imported by the registry through mmgrid.stats) to the standard library
+    from mmgrid.stats.power import mde_from_interval
+
+    x = mde_from_interval(ci_low, ci_high, level, power=power)
+    if not math.isfinite(x):
+        return "inconclusive (no interval: nothing to size)"
+    text = f"inconclusive: this run detects |{what}| >= {x * scale:.2f}{unit} at {power:.0%} power"
+    if reported is not None and math.isfinite(float(reported)):
+        side = "above it" if abs(float(reported)) >= x else "below it: this run could not have seen it"
+        text += f"; {source} reports {float(reported) * scale:.2f}{unit}, {side}"
+    return text

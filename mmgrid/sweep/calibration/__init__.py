@@ -1,0 +1,11 @@
+"""``mmgrid calibrate`` (issue 27): the calibration study and its command.
+
+* :mod:`~mmgrid.sweep.calibration.replicate` - one replicate world through the grid's pipeline, its estimates;
+* :mod:`~mmgrid.sweep.calibration.measures` - estimands, population values, type-I error / power / coverage /
+  bias / MDE with Monte Carlo standard errors;
+* :mod:`~mmgrid.sweep.calibration.study` - the study over planted sizes, its report and power curve;
+* :mod:`~mmgrid.sweep.calibration.commands` - ``mmgrid calibrate`` and ``--plan``.
+
+docs/calibration.md describes them. Nothing is imported here, so that the command-line parser, which imports
+the ``commands`` module, does not load the study (pandas, scipy).
+"""

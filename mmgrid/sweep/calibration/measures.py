@@ -1,0 +1,209 @@
+"""The calibration study's estimands, their population values and the performance measures (issue 27).
+
+Morris, White & Crowther (Stat Med 2019): per finding and planted size, the rate of "holds" (type-I error
+when the population value is the estimand's null, power otherwise), the coverage of the population value
+by the replicates' 95% intervals, the bias, each with its Monte Carlo standard error, and the minimum
+detectable effect at the configured power from the replicates' mean interval width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mmgrid.stats import HOLDS, verdict
+from mmgrid.stats.power import Bias, Rate, mcse_bias, mcse_rate, mde, se_from_interval, within_mcse
+from mmgrid.sweep.calibration.replicate import _clean, _f
+from mmgrid.sweep.selection import select_lambda_star
+
+FINDINGS: dict[str, tuple[str, str, str, float]] = {
+    "lambda_star": ("Figure 5 / Table 4", "each domain's non-active lambda* interval covers its population value",
+                    "non-active users' lambda* per domain (argmax of the expected NDCG@10 curve)", float("nan")),
+    "t4_rho": ("Table 4", "the non-active users' lambda* falls as the average interaction time gap rises",
+               "Spearman's rho(avg_gap_days, non-active lambda*) over domains; holds if its interval is below 0", 0.0),
+    "f5_not1": ("Figure 5", "lambda = 1 is not the best lambda in every domain (all users)",
+                "max over domains of |lambda* - 1| (all users); holds if some domain's interval excludes 1", 0.0),
+    "t2_popular": ("Table 2", "every calibrated GR paradigm beats most-popular (NDCG@10, users of all domains pooled)",
+                   "paradigm - most-popular NDCG@10, mean paired per-user difference (the swept paradigm; with "
+                   "sweeps.calibrate.t2_paradigms each of them); holds if every paradigm's interval is above 0", 0.0),
+}
+
+# What MMGRid (paper 004) reports for the findings, for "MMGRid reports Y" beside an MDE
+# (:func:`mmgrid.stats.verdict.mde_note`): finding -> (value, where it comes from).
+PUBLISHED: dict[str, tuple[float, str]] = {
+    # Spearman's rho of Table 4's "Ave. Interaction Time Gap" with the non-active lambda* over its six domains
+    "t4_rho": (-0.886, "MMGRid Table 4: rho(avg gap, non-active lambda*) over 6 domains"),
+    # Table 4's non-active lambda* spans 0.700 (Sports) .. 1.165 (Cell Phones): the largest |lambda* - 1|
+    "f5_not1": (0.300, "MMGRid Table 4: largest |non-active lambda* - 1| (Sports 0.700)"),
+    # Table 3: lambda_hat* - (lambda = 1) in NDCG@10, mean over the six domains, absolute (relative: +0.25%;
+    # per domain -1.9% .. +3.8%)
+    "t3_hat": (0.0000217, "MMGRid Table 3: mean lambda_hat* - 1 in NDCG@10 (+0.25% relative)"),
+}
+
+# --------------------------------------------------------------------------- population values
+
+
+def population_values(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The estimands' population values from population runs (each with a large test population).
+
+    lambda* per (domain, group): argmax (ties to 1) of the NDCG@10 curve averaged over the runs; rho: Spearman
+    between the runs' mean avg_gap_days and the non-active population lambda*; f5_not1: max |lambda* - 1| over
+    domains (all users); t2_popular: the users-weighted mean of the runs' paired differences, with the SE of
+    that mean over runs as its own precision (NaN with one run)."""
+    # lazy: scipy (~0.3 s) through mmgrid.stats.association
+    from mmgrid.stats.association import spearman_rho
+
+    if not runs:
+        return {}
+    domains = runs[0]["domains"]
+    out: dict[str, Any] = {"n_runs": len(runs), "lambda_star": {}, "avg_gap": {}}
+    for d in domains:
+        out["avg_gap"][d] = float(np.mean([r["avg_gap"][d] for r in runs]))
+        for g in ("all", "active", "non_active"):
+            cs = [r["curves"].get(d, {}).get(g) for r in runs]
+            if not all(cs) or len({tuple(c["lambdas"]) for c in cs}) != 1:
+                continue
+            mean = np.mean([c["mean"] for c in cs], axis=0)
+            out["lambda_star"].setdefault(d, {})[g] = select_lambda_star(cs[0]["lambdas"], mean)
+    na = [out["lambda_star"].get(d, {}).get("non_active") for d in domains]
+    if len(domains) >= 3 and all(v is not None for v in na):
+        out["t4_rho"] = spearman_rho([out["avg_gap"][d] for d in domains], na)
+        if not math.isfinite(out["t4_rho"]):
+            out["t4_rho"] = 0.0  # every domain's lambda* alike: no association (the null world's value)
+    al = [out["lambda_star"].get(d, {}).get("all") for d in domains]
+    if al and all(v is not None for v in al):
+        out["f5_not1"] = float(max(abs(v - 1.0) for v in al))
+    t2 = [r["t2_popular"] for r in runs if r.get("t2_popular")]
+    if t2:
+        out["t2_popular"], out["t2_popular_se"], out["t2_popular_runs"] = _pooled(t2)
+    pars = sorted({p for r in runs for p in (r.get("t2_each") or {})})
+    out["t2_each"] = {p: dict(zip(("value", "se", "runs"), _pooled([r["t2_each"][p] for r in runs
+                                                                   if p in (r.get("t2_each") or {})])))
+                      for p in pars}
+    return out
+
+
+def _pooled(rows: list[list[Any]]) -> tuple[float, float, list[float]]:
+    """Users-weighted mean of the runs' differences, its SE over runs (NaN with one run), the runs' values."""
+    w = np.array([_f(x[4]) for x in rows])
+    v = np.array([_f(x[0]) for x in rows])
+    se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
+    return float((w * v).sum() / w.sum()), se, [float(x) for x in v]
+
+
+# --------------------------------------------------------------------------- performance measures
+
+
+@dataclass
+class FindingCalibration:
+    """One finding at one planted size: rates with MCSE, coverage, bias, MDE."""
+
+    finding: str
+    size: float
+    population: float  # the estimand's population value at this size (NaN: undefined)
+    is_null: bool  # the population value is the estimand's null (a rate of "holds" is then a type-I error)
+    holds: Rate | None  # rate of "holds" (type-I error under the null, power otherwise)
+    coverage: Rate | None  # share of intervals containing the population value
+    bias: Bias | None  # mean estimate - population value
+    mde: float  # minimum detectable effect at the configured power, from the mean interval width
+    n: int  # replicates with an estimate
+    # lambda_star: coverage, bias, MDE per domain; t2_popular with several paradigms: the same per paradigm
+    per_domain: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(asdict(self))
+
+
+def _interval_mde(rows: list[list[Any]], level: float, power: float) -> float:
+    se = [se_from_interval(_f(r[1]), _f(r[2]), level) for r in rows]
+    se = [s for s in se if math.isfinite(s)]
+    return mde(float(np.mean(se)), 1.0 - level, power) if se else float("nan")
+
+
+EXCHANGEABLE = {"turnover", "trend_contrast", "domain_contrast"}  # at size 0 these make the domains exchangeable
+
+
+def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop: dict[str, Any], level: float = 0.95,
+                      power: float = 0.8, knobs: list[str] | tuple[str, ...] = ()) -> FindingCalibration:
+    """The performance measures of ``finding`` over replicate ``runs`` of one planted size.
+
+    ``knobs``: the plant knobs the size sets. When they include :data:`EXCHANGEABLE` and the size is 0, the
+    domains are exchangeable, so rho's population value is 0 by symmetry (known truth, not estimated)."""
+    null = FINDINGS[finding][3]
+    if finding == "t4_rho" and float(size) == 0.0 and EXCHANGEABLE <= set(knobs):
+        pop = {**pop, "t4_rho": 0.0}
+    if finding == "lambda_star":
+        per, hits = {}, []
+        for d in sorted(pop.get("lambda_star", {})):
+            truth = pop["lambda_star"][d].get("non_active")
+            rows = [r["lambda_star"].get(d, {}).get("non_active") for r in runs]
+            rows = [x for x in rows if x is not None and x[1] is not None]
+            if truth is None or not rows:
+                continue
+            cov = [_f(x[1]) - 1e-9 <= truth <= _f(x[2]) + 1e-9 for x in rows]
+            hits += cov
+            per[d] = {"population": truth, "coverage": asdict(mcse_rate(np.array(cov))),
+                      "bias": asdict(mcse_bias([_f(x[0]) for x in rows], truth)),
+                      "mde": _interval_mde(rows, level, power)}
+        cov = mcse_rate(np.array(hits)) if hits else None
+        return FindingCalibration(finding, size, float("nan"), False, None, cov, None, float("nan"), len(runs), per)
+    truth = _f(pop.get(finding))
+    if finding == "f5_not1":
+        got = [r["f5_not1"] for r in runs if r.get("f5_not1")]
+        holds = mcse_rate(np.array([g["holds"] for g in got])) if got else None
+        b = mcse_bias([g["max_dev"] for g in got], truth) if got else None
+        rows = [x for r in runs for x in (v.get("all") for v in r.get("lambda_star", {}).values())
+                if x is not None and x[1] is not None]  # every domain's all-users lambda* interval
+        return FindingCalibration(finding, size, truth, math.isfinite(truth) and abs(truth - null) < 1e-9, holds, None,
+                                  b, _interval_mde(rows, level, power), len(got))
+    rows = [r[finding] for r in runs if r.get(finding) and r[finding][1] is not None]
+    direction = "less" if finding == "t4_rho" else "greater"
+    holds = mcse_rate(np.array([verdict(_f(x[1]), _f(x[2]), direction) == HOLDS for x in rows])) if rows else None
+    parts: dict[str, dict[str, Any]] = {}
+    if finding == "t2_popular" and any(len(r.get("t2_each") or {}) > 1 for r in runs):
+        # "every GR paradigm beats most-popular": holds where every paradigm's interval lies above 0; coverage,
+        # bias and MDE per paradigm
+        each = [r["t2_each"] for r in runs if r.get("t2_each")]
+        holds = mcse_rate(np.array([all(verdict(_f(x[1]), _f(x[2]), "greater") == HOLDS for x in e.values())
+                                    for e in each]))
+        for par, popv in (pop.get("t2_each") or {}).items():
+            pr = [e[par] for e in each if par in e and e[par][1] is not None]
+            tv = _f(popv.get("value"))
+            parts[par] = {"population": tv, "coverage": asdict(mcse_rate(np.array([_f(x[1]) <= tv <= _f(x[2])
+                                                                                   for x in pr]))),
+                          "bias": asdict(mcse_bias([_f(x[0]) for x in pr], tv)), "mde": _interval_mde(pr, level, power)}
+    cov = mcse_rate(np.array([_f(x[1]) <= truth <= _f(x[2]) for x in rows])) if rows and math.isfinite(truth) else None
+    b = mcse_bias([_f(x[0]) for x in rows], truth) if rows else None
+    is_null = math.isfinite(truth) and abs(truth - null) <= (_null_tolerance(finding, pop))
+    return FindingCalibration(finding, size, truth, is_null, holds, cov, b, _interval_mde(rows, level, power), len(rows),
+                              parts)
+
+
+def _null_tolerance(finding: str, pop: dict[str, Any]) -> float:
+    """How close to its null a population value must be to count as "no effect": rho exactly 0 (the null world
+    has alike domains), a difference within 2 SE of the population runs."""
+    if finding == "t2_popular":
+        se = _f(pop.get("t2_popular_se"))
+        return 2 * se if math.isfinite(se) else 0.0
+    return 1e-9
+
+
+
+def target_check(f: FindingCalibration, alpha: float = 0.05, power: float = 0.8, level: float = 0.95) -> str:
+    """The issue's targets for one row: type-I error <= alpha + 2 MCSE under the null, power >= ``power``
+    otherwise, coverage within ``level`` +- 2 MCSE (MCSE at the nominal rate); "-" where none applies."""
+    out = []
+    if f.holds is not None and f.holds.n:
+        if f.is_null:
+            out.append(f"type-I {'ok' if within_mcse(f.holds, alpha, 2.0) else 'too high'}")
+        elif math.isfinite(f.population) and f.population != FINDINGS[f.finding][3]:
+            out.append(f"power {'ok' if f.holds.rate >= power else 'below ' + format(power, '.0%')}")
+    if f.coverage is not None and f.coverage.n:
+        se = math.sqrt(level * (1 - level) / f.coverage.n)
+        lo = level - 2 * se
+        out.append("coverage " + ("ok" if lo <= f.coverage.rate <= level + 2 * se else
+                                  ("below 90%: a defect" if f.coverage.rate < 0.9 else "low")))
+    return ", ".join(out) or "-"

@@ -1,0 +1,264 @@
+"""The calibration study (``mmgrid calibrate``, issue 27): can the instrument see what the world plants?
+
+A simulation study in the ADEMP structure of Morris, White & Crowther (Stat Med 2019):
+
+* **Aims**: for each finding the report judges, the rate of "holds" when the world plants no effect
+  (type-I error) and when it plants one (power), the coverage of the finding's population value by the
+  95% intervals, the bias, and the minimum detectable effect at 80% power, at the grid's budget.
+* **Data-generating mechanism**: the synthetic world with its planted mechanisms
+  (``world.plant``, :func:`mmgrid.data.world_files.planted_knobs`) set to a *size*: every knob of
+  ``sweeps.calibrate.knobs`` equals the size (0: the null world, 1: the preset's world). Replicate r of
+  a size has world seed ``sweeps.calibrate.world_seed + r`` and the grid's training seeds.
+* **Estimands** (:data:`FINDINGS`): the non-active users' lambda* of each domain (argmax of the expected
+  NDCG@10 curve); Spearman's rho between the domains' average interaction time gap and that lambda*
+  (MMGRid Table 4); the largest |lambda* - 1| over domains, all users (Figure 5: "lambda = 1 is not the
+  best"); the pooled paired NDCG@10 difference of the swept paradigm and most-popular (Table 2). Their
+  **population values** come from the same pipeline on ``population_worlds`` worlds with
+  ``population_user_scale`` times the users (more test users from the same process) and the grid's
+  seeds: the curves averaged over those worlds, their argmax, rho of the averaged gaps with it, the
+  users-weighted mean difference (:func:`population_values`).
+* **Methods**: the grid's own pipeline (world -> prepare -> build the swept paradigm -> evaluate ->
+  temporal sweep) and the report's own statistics (:mod:`mmgrid.sweep.evidence`, :mod:`mmgrid.stats`).
+* **Performance measures** with Monte Carlo standard errors (:mod:`mmgrid.stats.power`).
+
+Each replicate is one executor job (:func:`replicate_job`), cached by its recipe: a replicate whose recipe
+hash already has a result under ``OUT/replicates/`` is not run again. The population values are cached
+beside them (``OUT/population/<size>/population.json``, keyed by the population worlds' recipes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmgrid.config import GridConfig
+from mmgrid.exec.args import executor_from_config, job_resources
+from mmgrid.exec.base import Job, LocalExecutor
+from mmgrid.runtime.gather import gather
+from mmgrid.stats.power import Bias, Rate
+from mmgrid.sweep.calibration.measures import (FINDINGS, FindingCalibration, calibrate_finding, population_values,
+                                               target_check)
+from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, _clean, recipe_hash, replicate_grid
+
+# --------------------------------------------------------------------------- the study
+
+
+@dataclass
+class CalibrationResult:
+    """What ``mmgrid calibrate`` measured (typed, for the report): per finding and size, and the population values."""
+
+    out: Path
+    sizes: list[float]
+    knobs: list[str]
+    replicates: int
+    population: dict[float, dict[str, Any]]
+    findings: list[FindingCalibration]
+    seconds_per_replicate: float
+    runs: dict[float, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def table(self) -> list[dict[str, Any]]:
+        rows = []
+        for f in self.findings:
+            rows.append({"finding": f.finding, "size": f.size, "population": f.population, "null": f.is_null,
+                         "holds": f.holds.text() if f.holds else "-", "coverage": f.coverage.text() if f.coverage else "-",
+                         "bias": f"{f.bias.bias:+.3f} (MCSE {f.bias.mcse:.3f})" if f.bias and math.isfinite(f.bias.bias)
+                         else "-", "mde_80": f.mde, "n": f.n})
+        return rows
+
+
+def _size_key(size: float) -> str:
+    return f"{float(size):g}"
+
+
+def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, progress: bool = True
+                    ) -> CalibrationResult:
+    """Run (or read back from the cache) every replicate and population run; write ``OUT/calibration.md``,
+    ``OUT/calibration.json`` and ``OUT/power_curve.png``.
+
+    Args:
+        cfg: the grid (``sweeps.calibrate`` and the grid's budget).
+        out_dir: the study's folder (replicate results are cached under it by recipe).
+        executor: runs one job per replicate (default: the grid's ``exec:`` section).
+        progress: progress bars and a line per replicate.
+    """
+    c = cfg.sweeps.calibrate
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs: list[tuple[str, float, Job]] = []
+    for size in c.sizes:
+        for p in range(c.population_worlds):
+            seed = c.world_seed + 10_000 + p  # population worlds never share a seed with a replicate
+            jobs.append(("population", size, _job(cfg, size, seed, out, population=True)))
+        for r in range(c.replicates):
+            jobs.append(("replicate", size, _job(cfg, size, c.world_seed + r, out)))
+    own = executor is None
+    ex = executor if executor is not None else executor_from_config(cfg)
+    cached = sum(Path(j.kwargs["result_path"]).exists() for _, _, j in jobs)
+    if progress:
+        print(f"calibrate: {len(jobs)} runs ({len(c.sizes)} size(s) x ({c.replicates} replicate(s) + "
+              f"{c.population_worlds} population world(s))), {cached} cached under {out / 'replicates'}", flush=True)
+    t0 = time.perf_counter()
+
+    def line(i: int, res: dict[str, Any]) -> None:
+        if progress:
+            kind, size, _ = jobs[i]
+            el = time.perf_counter() - t0
+            print(f"   {kind} size {size:g} [{i + 1}/{len(jobs)}]: {res.get('seconds', 0.0):.0f} s "
+                  f"(elapsed {el:.0f} s, ETA {el / (i + 1) * (len(jobs) - i - 1):.0f} s)", flush=True)
+
+    try:
+        if isinstance(ex, LocalExecutor):  # runs each job at submit: report as each one finishes
+            results = []
+            for i, (_, _, j) in enumerate(jobs):
+                results.append(ex.submit(j).result())
+                line(i, results[-1])
+        else:
+            results = gather([ex.submit(j) for _, _, j in jobs], None, "calibrate", unit="run", enabled=progress,
+                             on_result=line)
+    finally:
+        if own:
+            ex.shutdown()
+    pops: dict[float, dict[str, Any]] = {}
+    runs: dict[float, list[dict[str, Any]]] = {}
+    for (kind, size, _), res in zip(jobs, results):
+        (runs.setdefault(size, []) if kind == "replicate" else pops.setdefault(size, {}).setdefault("_runs", [])
+         ).append(res)
+    population = {}
+    for size in c.sizes:
+        pop = population_values(pops.get(size, {}).get("_runs", []))
+        population[size] = pop
+        ppath = out / "population" / _size_key(size) / "population.json"
+        ppath.parent.mkdir(parents=True, exist_ok=True)
+        ppath.write_text(json.dumps(_clean({"size": size, "knobs": c.knobs, "world_user_scale": c.population_user_scale,
+                                            "worlds": c.population_worlds, "values": pop}), indent=1))
+    found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs)
+             for f in c.findings for size in c.sizes]
+    secs = [r.get("seconds") for rs in runs.values() for r in rs if r.get("seconds")]
+    res = CalibrationResult(out, list(c.sizes), list(c.knobs), c.replicates, population, found,
+                            float(np.mean(secs)) if secs else float("nan"), runs)
+    write_calibration(res, cfg, time.perf_counter() - t0)
+    return res
+
+
+def _job(cfg: GridConfig, size: float, world_seed: int, out: Path, population: bool = False) -> Job:
+    kind = "population" if population else "replicate"
+    g = replicate_grid(cfg, size, world_seed, out / "runs" / "pending", population)
+    h = recipe_hash(g)
+    g = replicate_grid(cfg, size, world_seed, out / "runs" / h, population)
+    return Job(REPLICATE_JOB, {"grid": g, "result_path": str(out / "replicates" / f"{h}.json"),
+                               "keep_runs": cfg.sweeps.calibrate.keep_runs},
+               resources=job_resources(cfg.exec, "train"),  # a replicate trains: a training job's resources on Ray
+               name=f"calibrate:{kind}:size={size:g}:world={world_seed}")
+
+
+# --------------------------------------------------------------------------- the study's report
+
+
+def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -> Path:
+    """``OUT/calibration.md`` (+ ``calibration.json``, ``power_curve.png``)."""
+    c = cfg.sweeps.calibrate
+    out = res.out
+    (out / "calibration.json").write_text(json.dumps(_clean({
+        "sizes": res.sizes, "knobs": res.knobs, "replicates": res.replicates,
+        "population": {_size_key(k): v for k, v in res.population.items()},
+        "findings": [f.to_dict() for f in res.findings], "seconds_per_replicate": res.seconds_per_replicate,
+        "t2_sd": _t2_spread(res),
+    }), indent=1))
+    png = power_curve(res, out / "power_curve.png", c.power)
+    lines = [f"# mmgrid calibrate: grid `{cfg.name}`", "",
+             f"{res.replicates} replicate world(s) per planted size, each run through the grid's pipeline at its budget "
+             f"(paradigm `{cfg.sweeps.temporal.paradigm}`, training seeds {cfg.train.seed_list}, "
+             f"`train.max_examples` {cfg.train.max_examples}, `eval.max_users` {cfg.eval.max_users}); planted knobs "
+             f"{', '.join(f'`world.plant.{k}`' for k in res.knobs)} = the size (0 = the null world). Population values: "
+             f"{c.population_worlds} world(s) with {c.population_user_scale:g}x the users, every test user. Rates carry "
+             "their Monte Carlo standard error (MCSE = sqrt(p (1 - p) / R)); the MDE is the |effect| a replicate "
+             f"detects at {c.power:.0%} power, 2.80 x the SE its mean 95% interval implies. "
+             f"{res.seconds_per_replicate:.0f} s per replicate on average; the study took {seconds:.0f} s here "
+             "(cached replicates count 0).", "",
+             "| finding | size | population value | null? | holds (type-I under the null, else power) | coverage | "
+             "bias | MDE (80%) | n | targets |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for f in res.findings:
+        row = f.__dict__
+        lines.append(f"| {f.finding} | {f.size:g} | {_num(f.population)} | {'yes' if f.is_null else 'no'} | "
+                     f"{f.holds.text() if f.holds else '-'} | {f.coverage.text() if f.coverage else '-'} | "
+                     f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} | "
+                     f"{target_check(f, 1 - c.level, c.power, c.level)} |")
+    lines += ["", "Per domain (non-active lambda*) and per paradigm (Table 2 difference):", "",
+              "| finding | size | domain / paradigm | population value | coverage | bias | MDE |",
+              "|---|---|---|---|---|---|---|"]
+    for f in res.findings:
+        for d, v in f.per_domain.items():
+            cov = Rate(**v["coverage"])
+            lines.append(f"| {f.finding} | {f.size:g} | {d} | {_num(v['population'])} | {cov.text()} | "
+                         f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} |")
+    lines += ["", "What each finding's estimand is:", ""]
+    lines += [f"- `{k}` ({FINDINGS[k][0]}): {FINDINGS[k][2]}" for k in c.findings]
+    if png is not None:
+        lines += ["", f"![power curve]({png.name})", "",
+                  "*Rate of \"holds\" against the planted size (error bars: 95% Wilson interval of the rate, which stays "
+                  "honest at 0/R and R/R where the MCSE is 0); dashed: 5% and "
+                  f"{c.power:.0%}.*"]
+    path = out / "calibration.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _t2_spread(res: CalibrationResult) -> dict[str, float]:
+    """Mean per-user and per-seed SD of the t2 difference over the largest planted size's replicates (for --plan)."""
+    rs = res.runs.get(max(res.sizes), []) if res.sizes else []
+    u = [r["t2_sd_user"] for r in rs if r.get("t2_sd_user") is not None]
+    s = [r["t2_sd_seed"] for r in rs if r.get("t2_sd_seed") is not None]
+    return {"user": float(np.mean(u)) if u else float("nan"), "seed": float(np.mean(s)) if s else float("nan")}
+
+
+def _num(v: float) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.3f}"
+
+
+def _bias(b: Bias | None) -> str:
+    if b is None or not math.isfinite(b.bias):
+        return "-"
+    return f"{b.bias:+.3f}" + (f" (MCSE {b.mcse:.3f})" if math.isfinite(b.mcse) else "")
+
+
+def power_curve(res: CalibrationResult, path: Path, power: float = 0.8) -> Path | None:
+    """Rate of "holds" per finding against the planted size, with 2-MCSE error bars (PNG)."""
+    # lazy: matplotlib (~0.5 s) only when a figure is drawn
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: as matplotlib above
+    from scipy import stats as sps  # lazy: as matplotlib above (scipy ~0.3 s)
+
+    series: dict[str, list[tuple[float, Rate]]] = {}
+    for f in res.findings:
+        if f.holds is not None and f.holds.n:
+            series.setdefault(f.finding, []).append((f.size, f.holds))
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    span = (max(res.sizes) - min(res.sizes)) or 1.0
+    for i, (name, pts) in enumerate(series.items()):
+        pts.sort(key=lambda x: x[0])
+        dx = (i - (len(series) - 1) / 2) * 0.012 * span  # a small offset per finding: equal rates stay visible
+        ci = [sps.binomtest(p[1].hits, p[1].n).proportion_ci(method="wilson") for p in pts]
+        rate = [p[1].rate for p in pts]
+        err = [[r - c.low for r, c in zip(rate, ci)], [c.high - r for r, c in zip(rate, ci)]]
+        ax.errorbar([p[0] + dx for p in pts], rate, yerr=err, marker="o", capsize=3, label=name)
+    ax.axhline(0.05, ls="--", c="grey", lw=0.8)
+    ax.axhline(power, ls="--", c="grey", lw=0.8)
+    ax.set_xlabel("planted size (0 = null world, 1 = preset world)")
+    ax.set_ylabel('rate of "holds"')
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(f"power curve ({res.replicates} replicates per size)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

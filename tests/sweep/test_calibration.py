@@ -1,0 +1,201 @@
+"""The calibration study (issue 27): its performance measures against known truth, the population values by
+hand, the replicates' recipes, ``--plan``, bad input, and one smoke run of ``mmgrid calibrate`` end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from mmgrid.cli import main
+from mmgrid.config import load_grid
+from mmgrid.errors import ConfigError
+from mmgrid.stats.power import z_sum
+from mmgrid.sweep.calibration.measures import calibrate_finding, population_values
+from mmgrid.sweep.calibration.replicate import recipe_hash, replicate_grid
+
+Z = sps.norm.ppf(0.975)
+
+
+def _runs(truth: float, se: float, reps: int, seed: int) -> list[dict]:
+    """Replicates whose estimate is N(truth, se) with a normal 95% interval: coverage 95% and P(holds) known."""
+    est = np.random.default_rng(seed).normal(truth, se, reps)
+    return [{"t2_popular": [e, e - Z * se, e + Z * se, 0.5, 100, 1]} for e in est]
+
+
+def test_measures_of_a_known_normal_estimator():
+    se, reps = 0.01, 2000
+    # null: the one-sided claim "> 0" holds when the interval lies above 0, P = 2.5%
+    null = calibrate_finding("t2_popular", 0.0, _runs(0.0, se, reps, 0), {"t2_popular": 0.0, "t2_popular_se": 0.001})
+    assert null.is_null
+    assert abs(null.holds.rate - 0.025) <= 3 * math.sqrt(0.025 * 0.975 / reps)
+    assert abs(null.coverage.rate - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / reps)
+    assert null.mde == pytest.approx(z_sum() * se, rel=1e-9)
+    assert abs(null.bias.bias) <= 3 * null.bias.mcse
+    # planted at the MDE: power 80% (the wrong-side tail is negligible)
+    planted = calibrate_finding("t2_popular", 1.0, _runs(z_sum() * se, se, reps, 1),
+                                {"t2_popular": z_sum() * se, "t2_popular_se": 0.001})
+    assert not planted.is_null
+    assert abs(planted.holds.rate - 0.8) <= 3 * math.sqrt(0.8 * 0.2 / reps)
+    assert planted.holds.mcse == pytest.approx(math.sqrt(planted.holds.rate * (1 - planted.holds.rate) / reps))
+    # a biased estimator: coverage falls, the bias is measured
+    biased = calibrate_finding("t2_popular", 1.0, _runs(0.02 + 2 * se, se, reps, 2), {"t2_popular": 0.02})
+    assert biased.bias.bias == pytest.approx(2 * se, abs=3 * biased.bias.mcse)
+    assert biased.coverage.rate == pytest.approx(sps.norm.cdf(Z - 2) - sps.norm.cdf(-Z - 2), abs=0.03)
+
+
+def test_rho_null_is_zero_by_symmetry_only_when_the_domains_are_exchangeable():
+    runs = [{"t4_rho": [r, r - 0.5, r + 0.5, 0.5]} for r in (-0.5, 0.0, 0.5, 1.0)]
+    pop = {"t4_rho": -0.4}  # an estimated population value, noisy
+    exch = calibrate_finding("t4_rho", 0.0, runs, pop, knobs=["turnover", "trend_contrast", "domain_contrast"])
+    assert exch.population == 0.0 and exch.is_null
+    # holds = interval below 0: only the first replicate (-1.0, 0.0) does not (0.0 is not below 0)
+    assert exch.holds.hits == 0
+    partial = calibrate_finding("t4_rho", 0.0, runs, pop, knobs=["turnover"])
+    assert partial.population == -0.4 and not partial.is_null
+
+
+def _curve(lams, peak):
+    return {"lambdas": list(lams), "mean": [-(x - peak) ** 2 for x in lams], "n_users": 10}
+
+
+def test_population_values_by_hand():
+    lams = [0.0, 0.5, 1.0, 1.5]
+    runs = []
+    for peaks, gap, diff, n in (((1.5, 0.0, 0.5), (10.0, 200.0, 100.0), 0.02, 100), ((1.5, 0.5, 0.0), (12.0, 180.0, 90.0), 0.04, 300)):
+        runs.append({"domains": ["A", "B", "C"], "avg_gap": dict(zip("ABC", gap)),
+                     "curves": {d: {"non_active": _curve(lams, p), "all": _curve(lams, 1.0)} for d, p in zip("ABC", peaks)},
+                     "t2_popular": [diff, 0, 0, 0.5, n, 1]})
+    pop = population_values(runs)
+    # A peaks at 1.5 in both; B: mean of -(x)^2 and -(x - .5)^2 peaks at 0.25 -> grid 0.0 and 0.5 tie, 0.5 is closer to 1
+    assert pop["lambda_star"]["A"]["non_active"] == 1.5
+    assert pop["lambda_star"]["B"]["non_active"] == 0.5
+    assert pop["lambda_star"]["C"]["non_active"] == 0.5
+    assert pop["avg_gap"]["B"] == pytest.approx(190.0)
+    # gaps A 11 < C 95 < B 190; lambda* A 1.5, C 0.5, B 0.5 -> rho of (1, 3, 2) with (3, 1.5, 1.5)
+    assert pop["t4_rho"] == pytest.approx(sps.spearmanr([11, 190, 95], [1.5, 0.5, 0.5]).statistic)
+    assert pop["f5_not1"] == 0.0
+    assert pop["t2_popular"] == pytest.approx((0.02 * 100 + 0.04 * 300) / 400)
+    assert pop["t2_popular_se"] == pytest.approx(np.std([0.02, 0.04], ddof=1) / math.sqrt(2))
+
+
+def test_lambda_star_coverage_per_domain():
+    pop = {"lambda_star": {"A": {"non_active": 1.0}, "B": {"non_active": 0.5}}}
+    runs = [{"lambda_star": {"A": {"non_active": [1.0, 0.8, 1.2, 50]}, "B": {"non_active": [1.0, 0.9, 1.1, 50]}}}] * 4
+    res = calibrate_finding("lambda_star", 1.0, runs, pop)
+    assert res.per_domain["A"]["coverage"]["rate"] == 1.0
+    assert res.per_domain["B"]["coverage"]["rate"] == 0.0
+    assert res.coverage.hits == 4 and res.coverage.n == 8
+    assert res.per_domain["B"]["bias"]["bias"] == pytest.approx(0.5)
+
+
+def test_replicate_recipe_names_what_it_computes_not_where(tmp_path: Path):
+    cfg = load_grid("demo")
+    a = replicate_grid(cfg, 1.0, 5, tmp_path / "a")
+    b = replicate_grid(cfg, 1.0, 5, tmp_path / "b")
+    assert recipe_hash(a) == recipe_hash(b)
+    assert recipe_hash(replicate_grid(cfg, 0.0, 5, tmp_path)) != recipe_hash(a)
+    assert recipe_hash(replicate_grid(cfg, 1.0, 6, tmp_path)) != recipe_hash(a)
+    pop = replicate_grid(cfg, 1.0, 5, tmp_path, population=True)
+    assert recipe_hash(pop) != recipe_hash(a)
+    assert pop["world"]["user_scale"] == cfg.sweeps.calibrate.population_user_scale and pop["eval"]["max_users"] is None
+    assert a["paradigms"] == [cfg.sweeps.temporal.paradigm] and a["world"]["plant"]["turnover"] == 1.0
+    assert a["exec"]["workers"] == 1
+
+
+def test_bad_calibrate_config_is_a_named_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="knobs"):
+        load_grid("demo", ["sweeps.calibrate.knobs=[colour]"])
+    with pytest.raises(ConfigError, match="findings"):
+        load_grid("demo", ["sweeps.calibrate.findings=[t9]"])
+    with pytest.raises(ConfigError, match="share"):
+        load_grid("demo", ["sweeps.calibrate.sizes=[0, 2]"])
+    assert main(["calibrate", "demo"]) == 2  # no --out
+    assert not any(tmp_path.iterdir())
+
+
+def test_plan_answers_users_per_seeds(capsys):
+    assert main(["calibrate", "--plan", "--effect", "0.5", "--sd", "1.0", "--seeds", "1"]) == 0
+    assert "32 test users" in capsys.readouterr().out  # ceil((2.8016 / 0.5)^2) = 32
+    assert main(["calibrate", "--plan", "--effect", "0.005", "--sd", "0.2", "--seed-sd", "0.01", "--seeds", "1,2"]) == 0
+    out = capsys.readouterr().out
+    assert "not reachable" in out and "seeds are needed" in out
+    assert main(["calibrate", "--plan", "--effect", "0.5"]) == 2
+
+
+def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
+    """The whole chain on tiny worlds: one planted size, one replicate, one population world; then cached."""
+    out = tmp_path / "cal"
+    args = ["calibrate", "demo", "--quick", "--out", str(out), "world.scale=0.3", "train.max_examples=64",
+            "sweeps.temporal.step=0.5", "sweeps.calibrate.sizes=[1.0]", "sweeps.calibrate.replicates=1",
+            "sweeps.calibrate.population_user_scale=1.5", "exec.workers=1"]
+    assert main(args) == 0
+    data = json.loads((out / "calibration.json").read_text())
+    assert {f["finding"] for f in data["findings"]} == {"lambda_star", "t4_rho", "f5_not1", "t2_popular"}
+    t2 = next(f for f in data["findings"] if f["finding"] == "t2_popular")
+    assert t2["n"] == 1 and t2["holds"]["n"] == 1 and t2["mde"] > 0
+    assert (out / "power_curve.png").stat().st_size > 0
+    md = (out / "calibration.md").read_text()
+    assert "| t2_popular | 1 |" in md and "MDE" in md
+    assert len(list((out / "replicates").glob("*.json"))) == 2  # a replicate and a population world
+    assert json.loads((out / "population" / "1" / "population.json").read_text())["values"]["n_runs"] == 1
+    assert not (out / "runs").exists() or not any((out / "runs").iterdir())  # worlds removed (keep_runs false)
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "replicates").glob("*.json")}
+    assert main(args) == 0  # cached by recipe: nothing is run again
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "replicates").glob("*.json")} == before
+
+
+def test_population_sidecar_beside_the_world(tmp_path: Path, capsys):
+    """`mmgrid calibrate --population` writes <data.root>/population.json keyed by the world and budget."""
+    from mmgrid.sweep.calibration.commands import QUICK
+    from mmgrid.sweep.calibration.population import population_key, read_world_population
+
+    over = [f"data.root={tmp_path / 'world'}", "world.scale=0.3", "train.max_examples=64", "sweeps.temporal.step=0.5",
+            "sweeps.calibrate.population_user_scale=1.5", "exec.workers=1"]
+    assert main(["calibrate", "demo", "--population", "--quick", *over]) == 0
+    cfg = load_grid("demo", QUICK + over)
+    pop = read_world_population(cfg)
+    assert pop is not None and pop["n_runs"] == 1 and set(pop["lambda_star"]) == {"Phones", "Books", "Games"}
+    cache = json.loads((tmp_path / "world" / "population.json").read_text())
+    assert list(cache) == [population_key(cfg)]
+    # another budget is another key: not read back
+    assert read_world_population(load_grid("demo", QUICK + over + ["train.max_examples=65"])) is None
+    assert "population values" in capsys.readouterr().out
+
+
+def test_every_paradigm_must_beat_most_popular_when_several_are_calibrated():
+    ok, bad = [0.02, 0.01, 0.03, 0.5, 100, 1], [0.01, -0.01, 0.03, 0.5, 100, 1]
+    runs = [{"t2_popular": ok, "t2_each": {"emb": ok, "semid": ok}},
+            {"t2_popular": ok, "t2_each": {"emb": ok, "semid": bad}}]
+    pop = population_values([{"domains": ["A"], "avg_gap": {"A": 1.0}, "curves": {}, **r} for r in runs])
+    assert pop["t2_each"]["semid"]["value"] == pytest.approx(0.015)
+    res = calibrate_finding("t2_popular", 1.0, runs, pop)
+    assert res.holds.hits == 1 and res.holds.n == 2  # the second replicate: semid's interval straddles 0
+    assert set(res.per_domain) == {"emb", "semid"}
+    assert res.per_domain["semid"]["coverage"]["rate"] == 1.0  # 0.015 lies in both intervals
+    # one paradigm: the swept paradigm's interval alone decides
+    assert calibrate_finding("t2_popular", 1.0, [{"t2_popular": bad}], {"t2_popular": 0.0}).holds.hits == 0
+
+
+def test_plan_reads_the_spreads_of_a_calibrate_run(tmp_path: Path, capsys):
+    (tmp_path / "calibration.json").write_text(json.dumps({"t2_sd": {"user": 1.0, "seed": None}}))
+    assert main(["calibrate", "--plan", "--effect", "0.5", "--from", str(tmp_path), "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "assuming 0" in out and "32 test users" in out
+    assert main(["calibrate", "--plan", "--effect", "0.5", "--from", str(tmp_path / "none")]) == 2
+
+
+def test_target_check_against_the_issue_targets():
+    from mmgrid.sweep.calibration.measures import target_check
+
+    reps = 400
+    null = calibrate_finding("t2_popular", 0.0, _runs(0.0, 0.01, reps, 7), {"t2_popular": 0.0, "t2_popular_se": 0.001})
+    assert target_check(null) == "type-I ok, coverage ok"
+    weak = calibrate_finding("t2_popular", 1.0, _runs(0.01, 0.01, reps, 8), {"t2_popular": 0.01, "t2_popular_se": 0.001})
+    assert target_check(weak).startswith("power below 80%")  # an effect of 1 SE: power ~17%
+    biased = calibrate_finding("t2_popular", 1.0, _runs(0.05, 0.01, reps, 9), {"t2_popular": 0.02})
+    assert "below 90%: a defect" in target_check(biased)
