@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -142,7 +143,7 @@ def main() -> int:
                         for beams in a.gen_beams or [None]:
                             g0 = time.perf_counter()
                             if beams is not None:
-                                model.mmgrid_text.params["num_beams"] = beams
+                                model.mmgrid_text.params = dataclasses.replace(model.mmgrid_text.params, num_beams=beams)
                             gfile = out / "gen" / f"{domain}-{seed}-{beams}{a.tag}.json"
                             if a.rescore:
                                 gen = [(t, np.asarray(sc)) for t, sc in json.loads(gfile.read_text())]
