@@ -37,7 +37,7 @@ import polars as pl
 from mmgrid.data import vocab
 from mmgrid.config import PlantConfig, WorldConfig
 from mmgrid.data.errors import ConfigError
-from mmgrid.data.world_simulation import DomainKnobs, Simulated, simulate
+from mmgrid.data.world_simulation import DomainKnobs, ProcessScales, Simulated, simulate
 
 PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
 
@@ -219,8 +219,8 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         rng = np.random.default_rng([cfg.seed, d_i])
         words = vocab.CATEGORY_WORDS[knobs.name.split("_")[0]]
         n_cats = DENSE_N_CATEGORIES if dense else len(words)
-        sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng, cfg.user_scale, plant.personalization,
-                       plant.recency)
+        sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng,
+                       ProcessScales(cfg.user_scale, plant.personalization, plant.recency))
         text_sim = sim
         if plant.text_signal != 1.0:  # some items speak another category's words (no draw at 1: same stream)
             own = rng.random(sim.item_cat.size) < plant.text_signal

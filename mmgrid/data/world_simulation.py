@@ -56,18 +56,27 @@ class Simulated:
     release_ms: np.ndarray  # release time per item
 
 
+@dataclass(frozen=True)
+class ProcessScales:
+    """World-wide scales of the generative process (``world.user_scale`` and ``world.plant``); 1 = the default world."""
+
+    user_scale: float = 1.0
+    personalization: float = 1.0
+    recency: float = 1.0
+
+
 def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_days: float, scale: float,
-             rng: np.random.Generator, user_scale: float = 1.0, personalization: float = 1.0,
-             recency: float = 1.0) -> Simulated:  # fmt: skip
+             rng: np.random.Generator, process: ProcessScales = ProcessScales()) -> Simulated:  # fmt: skip
     """Run the generative process of one domain between ``start_ms`` and ``end_ms``.
 
-    ``user_scale`` multiplies the users only (more users from the same process); ``personalization`` mixes
+    ``process`` (:class:`ProcessScales`): ``user_scale`` multiplies the users only (more users from the same process); ``personalization`` mixes
     each user's start and end preference with the uniform one, ``w p_u + (1 - w) / n_cats`` (0: every user
     alike, so only the domain-wide trend and the items' popularity decide; issue 27); ``recency`` scales the
     popularity decay, ``exp(-recency age / life-span)`` (0: an item's weight is its quality forever, so the
     all-time counts most-popular uses rank items as every user chooses them). All three at 1 draw exactly
     what they drew before they existed.
     """
+    user_scale, personalization, recency = process.user_scale, process.personalization, process.recency
     users_f = k.n_users * scale if user_scale == 1.0 else k.n_users * scale * user_scale
     n_users, n_items = max(int(round(users_f)), 10), max(int(round(k.n_items * scale)), n_cats)
     span = end_ms - start_ms

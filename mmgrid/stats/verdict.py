@@ -49,8 +49,7 @@ def verdict_line(claim: str, result: str, evidence: str, level: float = 0.95) ->
 
 
 def mde_note(ci_low: float, ci_high: float, level: float = 0.95, reported: float | None = None,
-             what: str = "effect", unit: str = "", scale: float = 1.0, power: float = 0.8,
-             source: str = "MMGRid") -> str:
+             what: str = "effect", unit: str = "", scale: float = 1.0, power: float = 0.8) -> str:
     """What an inconclusive verdict could have seen: its minimum detectable effect at ``power``.
 
     The standard error is read off the effect's ``level`` interval (width / (2 z), a normal
@@ -70,5 +69,5 @@ def mde_note(ci_low: float, ci_high: float, level: float = 0.95, reported: float
     text = f"inconclusive: this run detects |{what}| >= {x * scale:.2f}{unit} at {power:.0%} power"
     if reported is not None and math.isfinite(float(reported)):
         side = "above it" if abs(float(reported)) >= x else "below it: this run could not have seen it"
-        text += f"; {source} reports {float(reported) * scale:.2f}{unit}, {side}"
+        text += f"; MMGRid reports {float(reported) * scale:.2f}{unit}, {side}"
     return text

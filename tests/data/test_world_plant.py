@@ -14,7 +14,7 @@ import pytest
 from mmgrid.config import PlantConfig, WorldConfig
 from mmgrid.config.grid import load_grid
 from mmgrid.data.world_files import PERIOD_DAYS, PRESETS, _date_ms, planted_knobs, write_world
-from mmgrid.data.world_simulation import simulate
+from mmgrid.data.world_simulation import ProcessScales, simulate
 from mmgrid.errors import ConfigError
 
 # sha256 of the decompressed files of the default world (5 domains, scale 1, seed 0) written by the code from
@@ -82,7 +82,7 @@ def test_zeroed_contrasts_make_every_domain_alike():
 
 def _sim(k, seed=0, d_i=0, **kw):
     start, end = _date_ms("2021-01-01", ""), _date_ms("2023-04-01", "")
-    return simulate(k, 6, start, end, PERIOD_DAYS, 0.5, np.random.default_rng([seed, d_i]), **kw)
+    return simulate(k, 6, start, end, PERIOD_DAYS, 0.5, np.random.default_rng([seed, d_i]), ProcessScales(**kw))
 
 
 def _avg_gap_days(sim) -> float:

@@ -16,7 +16,7 @@ import numpy as np
 
 from mmgrid.stats import HOLDS, verdict
 from mmgrid.stats.power import Bias, Rate, mcse_bias, mcse_rate, mde, se_from_interval, within_mcse
-from mmgrid.sweep.calibration.replicate import _clean, _f
+from mmgrid.sweep.calibration.replicate import as_float, json_safe
 from mmgrid.sweep.selection import select_lambda_star
 
 FINDINGS: dict[str, tuple[str, str, str, float]] = {
@@ -88,8 +88,8 @@ def population_values(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _pooled(rows: list[list[Any]]) -> tuple[float, float, list[float]]:
     """Users-weighted mean of the runs' differences, its SE over runs (NaN with one run), the runs' values."""
-    w = np.array([_f(x[4]) for x in rows])
-    v = np.array([_f(x[0]) for x in rows])
+    w = np.array([as_float(x[4]) for x in rows])
+    v = np.array([as_float(x[0]) for x in rows])
     se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
     return float((w * v).sum() / w.sum()), se, [float(x) for x in v]
 
@@ -114,11 +114,11 @@ class FindingCalibration:
     per_domain: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))
+        return json_safe(asdict(self))
 
 
 def _interval_mde(rows: list[list[Any]], level: float, power: float) -> float:
-    se = [se_from_interval(_f(r[1]), _f(r[2]), level) for r in rows]
+    se = [se_from_interval(as_float(r[1]), as_float(r[2]), level) for r in rows]
     se = [s for s in se if math.isfinite(s)]
     return mde(float(np.mean(se)), 1.0 - level, power) if se else float("nan")
 
@@ -143,14 +143,14 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
             rows = [x for x in rows if x is not None and x[1] is not None]
             if truth is None or not rows:
                 continue
-            cov = [_f(x[1]) - 1e-9 <= truth <= _f(x[2]) + 1e-9 for x in rows]
+            cov = [as_float(x[1]) - 1e-9 <= truth <= as_float(x[2]) + 1e-9 for x in rows]
             hits += cov
             per[d] = {"population": truth, "coverage": asdict(mcse_rate(np.array(cov))),
-                      "bias": asdict(mcse_bias([_f(x[0]) for x in rows], truth)),
+                      "bias": asdict(mcse_bias([as_float(x[0]) for x in rows], truth)),
                       "mde": _interval_mde(rows, level, power)}
         cov = mcse_rate(np.array(hits)) if hits else None
         return FindingCalibration(finding, size, float("nan"), False, None, cov, None, float("nan"), len(runs), per)
-    truth = _f(pop.get(finding))
+    truth = as_float(pop.get(finding))
     if finding == "f5_not1":
         got = [r["f5_not1"] for r in runs if r.get("f5_not1")]
         holds = mcse_rate(np.array([g["holds"] for g in got])) if got else None
@@ -161,22 +161,22 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
                                   b, _interval_mde(rows, level, power), len(got))
     rows = [r[finding] for r in runs if r.get(finding) and r[finding][1] is not None]
     direction = "less" if finding == "t4_rho" else "greater"
-    holds = mcse_rate(np.array([verdict(_f(x[1]), _f(x[2]), direction) == HOLDS for x in rows])) if rows else None
+    holds = mcse_rate(np.array([verdict(as_float(x[1]), as_float(x[2]), direction) == HOLDS for x in rows])) if rows else None
     parts: dict[str, dict[str, Any]] = {}
     if finding == "t2_popular" and any(len(r.get("t2_each") or {}) > 1 for r in runs):
         # "every GR paradigm beats most-popular": holds where every paradigm's interval lies above 0; coverage,
         # bias and MDE per paradigm
         each = [r["t2_each"] for r in runs if r.get("t2_each")]
-        holds = mcse_rate(np.array([all(verdict(_f(x[1]), _f(x[2]), "greater") == HOLDS for x in e.values())
+        holds = mcse_rate(np.array([all(verdict(as_float(x[1]), as_float(x[2]), "greater") == HOLDS for x in e.values())
                                     for e in each]))
         for par, popv in (pop.get("t2_each") or {}).items():
             pr = [e[par] for e in each if par in e and e[par][1] is not None]
-            tv = _f(popv.get("value"))
-            parts[par] = {"population": tv, "coverage": asdict(mcse_rate(np.array([_f(x[1]) <= tv <= _f(x[2])
+            tv = as_float(popv.get("value"))
+            parts[par] = {"population": tv, "coverage": asdict(mcse_rate(np.array([as_float(x[1]) <= tv <= as_float(x[2])
                                                                                    for x in pr]))),
-                          "bias": asdict(mcse_bias([_f(x[0]) for x in pr], tv)), "mde": _interval_mde(pr, level, power)}
-    cov = mcse_rate(np.array([_f(x[1]) <= truth <= _f(x[2]) for x in rows])) if rows and math.isfinite(truth) else None
-    b = mcse_bias([_f(x[0]) for x in rows], truth) if rows else None
+                          "bias": asdict(mcse_bias([as_float(x[0]) for x in pr], tv)), "mde": _interval_mde(pr, level, power)}
+    cov = mcse_rate(np.array([as_float(x[1]) <= truth <= as_float(x[2]) for x in rows])) if rows and math.isfinite(truth) else None
+    b = mcse_bias([as_float(x[0]) for x in rows], truth) if rows else None
     is_null = math.isfinite(truth) and abs(truth - null) <= (_null_tolerance(finding, pop))
     return FindingCalibration(finding, size, truth, is_null, holds, cov, b, _interval_mde(rows, level, power), len(rows),
                               parts)
@@ -186,7 +186,7 @@ def _null_tolerance(finding: str, pop: dict[str, Any]) -> float:
     """How close to its null a population value must be to count as "no effect": rho exactly 0 (the null world
     has alike domains), a difference within 2 SE of the population runs."""
     if finding == "t2_popular":
-        se = _f(pop.get("t2_popular_se"))
+        se = as_float(pop.get("t2_popular_se"))
         return 2 * se if math.isfinite(se) else 0.0
     return 1e-9
 

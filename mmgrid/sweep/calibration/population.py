@@ -22,7 +22,7 @@ from mmgrid.exec.args import executor_from_config, job_resources
 from mmgrid.exec.base import Job
 from mmgrid.runtime.gather import gather
 from mmgrid.sweep.calibration.measures import population_values
-from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, VERSION, _clean, recipe_hash, replicate_grid
+from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, VERSION, json_safe, recipe_hash, replicate_grid
 
 SIDECAR = "population.json"
 
@@ -69,7 +69,7 @@ def world_population(cfg: GridConfig, executor: Any = None, progress: bool = Tru
     finally:
         if own:
             ex.shutdown()
-    values = _clean({**population_values(runs), "user_scale": cfg.sweeps.calibrate.population_user_scale,
+    values = json_safe({**population_values(runs), "user_scale": cfg.sweeps.calibrate.population_user_scale,
                      "worlds": cfg.sweeps.calibrate.population_worlds, "seeds": cfg.train.seed_list})
     path = Path(cfg.data.root) / SIDECAR
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -185,23 +185,25 @@ def replicate_job(grid: dict, result_path: str, keep_runs: bool = False) -> dict
             shutil.rmtree(root, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_clean(out), indent=1))
+    tmp.write_text(json.dumps(json_safe(out), indent=1))
     tmp.rename(path)  # a finished result or none: an interrupted study leaves no half result
     return out
 
 
-def _clean(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
+    """``x`` with NaN/inf floats as None and numpy scalars as Python numbers, ready for ``json.dumps``."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [json_safe(v) for v in x]
     if isinstance(x, (np.floating, np.integer)):
-        return _clean(x.item())
+        return json_safe(x.item())
     return x
 
 
-def _f(v: Any) -> float:
+def as_float(v: Any) -> float:
+    """``v`` as a float, None as NaN (the inverse of :func:`json_safe` for one number)."""
     return float("nan") if v is None else float(v)
 

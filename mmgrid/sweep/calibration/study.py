@@ -44,7 +44,7 @@ from mmgrid.runtime.gather import gather
 from mmgrid.stats.power import Bias, Rate
 from mmgrid.sweep.calibration.measures import (FINDINGS, FindingCalibration, calibrate_finding, population_values,
                                                target_check)
-from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, _clean, recipe_hash, replicate_grid
+from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, json_safe, recipe_hash, replicate_grid
 
 # --------------------------------------------------------------------------- the study
 
@@ -135,7 +135,7 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
         population[size] = pop
         ppath = out / "population" / _size_key(size) / "population.json"
         ppath.parent.mkdir(parents=True, exist_ok=True)
-        ppath.write_text(json.dumps(_clean({"size": size, "knobs": c.knobs, "world_user_scale": c.population_user_scale,
+        ppath.write_text(json.dumps(json_safe({"size": size, "knobs": c.knobs, "world_user_scale": c.population_user_scale,
                                             "worlds": c.population_worlds, "values": pop}), indent=1))
     found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs)
              for f in c.findings for size in c.sizes]
@@ -164,7 +164,7 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
     """``OUT/calibration.md`` (+ ``calibration.json``, ``power_curve.png``)."""
     c = cfg.sweeps.calibrate
     out = res.out
-    (out / "calibration.json").write_text(json.dumps(_clean({
+    (out / "calibration.json").write_text(json.dumps(json_safe({
         "sizes": res.sizes, "knobs": res.knobs, "replicates": res.replicates,
         "population": {_size_key(k): v for k, v in res.population.items()},
         "findings": [f.to_dict() for f in res.findings], "seconds_per_replicate": res.seconds_per_replicate,
