@@ -32,7 +32,7 @@ from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
 from mmgrid.sweep.report_files import StagedFiles
 from mmgrid.sweep.report_temporal import README_FIGURE, render_prediction, render_temporal  # noqa: F401
-from mmgrid.sweep.study_results import (FINDINGS, SECTION_TITLES, BaselineResults, CrossDomainResults,  # noqa: F401
+from mmgrid.sweep.study_results import (FINDINGS, GLOSSARY, SECTION_TITLES, BaselineResults, CrossDomainResults,  # noqa: F401
                                         DiagnosticsResults, MissingInputs, ParetoResults, ReportSectionError, Section,
                                         StudyResults, compute_study_results, pareto_points)
 
@@ -42,29 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class ReportIncomplete(MmgridError):
     """``--keep-going``: the report was written, but some sections failed (named in the message)."""
-
-
-GLOSSARY = [
-    ("R@K, N@K", "Recall@K and NDCG@K of the held-out next item, in % (0-100) everywhere in this report."),
-    ("[low, high]", "95% interval: percentile bootstrap over test users and, independently, training seeds."),
-    ("% points", "a difference of two metrics given in %, e.g. 12.0 - 10.5 = +1.5 points."),
-    ("p (Holm)", "two-sided sign-flip randomization p of a paired per-user difference, Holm-corrected over "
-                 "the comparisons of one table and metric."),
-    ("holds / does not hold / inconclusive", "the 95% interval of the effect lies on the claimed side / on "
-                                             "the other side / straddles no effect."),
-    ("theta_t1, theta_t2", "the checkpoints after the second-to-last and the last training stage."),
-    ("lambda (temporal)", "MMGRid Eq. 10: theta_t1 + lambda (theta_t2 - theta_t1); lambda = 1 is theta_t2."),
-    ("lambda*", "the lambda with the best metric on the seed-averaged per-user curve; (edge) = on the grid's "
-                "first or last point."),
-    ("lambda_hat*", "MMGRid Eq. 11: (1 - p_active) lambda*_pred + p_active, lambda*_pred from the leave-one-out "
-                    "regression on domain statistics."),
-    ("active / non-active users", "users above / below the activity threshold of the prepared data."),
-    ("alpha (cross-domain)", "MMGRid Eq. 7: the weight of the pair's first domain in a cross-domain merge."),
-    ("base: original / historical / neutral", "MMGRid Eq. 8: the start model, an earlier checkpoint, or the "
-                                              "average of the pair's checkpoints, as the merge's base."),
-    ("text retention", "exp(base text loss - text loss) = base perplexity / perplexity on held-out text "
-                       "(1 = the start model's text ability kept)."),
-]
 
 
 @dataclass

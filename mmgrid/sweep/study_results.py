@@ -77,6 +77,30 @@ FINDINGS = [
 ]
 
 
+# the report's terms, shared by report.md and report.html
+GLOSSARY = [
+    ("R@K, N@K", "Recall@K and NDCG@K of the held-out next item, in % (0-100) everywhere in this report."),
+    ("[low, high]", "95% interval: percentile bootstrap over test users and, independently, training seeds."),
+    ("% points", "a difference of two metrics given in %, e.g. 12.0 - 10.5 = +1.5 points."),
+    ("p (Holm)", "two-sided sign-flip randomization p of a paired per-user difference, Holm-corrected over "
+                 "the comparisons of one table and metric."),
+    ("holds / does not hold / inconclusive", "the 95% interval of the effect lies on the claimed side / on "
+                                             "the other side / straddles no effect."),
+    ("theta_t1, theta_t2", "the checkpoints after the second-to-last and the last training stage."),
+    ("lambda (temporal)", "MMGRid Eq. 10: theta_t1 + lambda (theta_t2 - theta_t1); lambda = 1 is theta_t2."),
+    ("lambda*", "the lambda with the best metric on the seed-averaged per-user curve; (edge) = on the grid's "
+                "first or last point."),
+    ("lambda_hat*", "MMGRid Eq. 11: (1 - p_active) lambda*_pred + p_active, lambda*_pred from the leave-one-out "
+                    "regression on domain statistics."),
+    ("active / non-active users", "users above / below the activity threshold of the prepared data."),
+    ("alpha (cross-domain)", "MMGRid Eq. 7: the weight of the pair's first domain in a cross-domain merge."),
+    ("base: original / historical / neutral", "MMGRid Eq. 8: the start model, an earlier checkpoint, or the "
+                                              "average of the pair's checkpoints, as the merge's base."),
+    ("text retention", "exp(base text loss - text loss) = base perplexity / perplexity on held-out text "
+                       "(1 = the start model's text ability kept)."),
+]
+
+
 @dataclass
 class BaselineResults:
     """MMGRid Table 2 with intervals and the paired comparisons against the references."""
@@ -110,6 +134,7 @@ class CrossDomainResults:
     summary: pd.DataFrame
     summary_provenance: tb.Provenance
     orderings: pd.DataFrame  # paired base orderings with p_holm
+    cells: pd.DataFrame  # one row per (pair, method, base, alpha, evaluated domain): merged and own value in % with intervals
     seeds: list[int]  # training seeds the study ran on
     all_seeds: list[int]
     findings: list[Finding]
@@ -338,7 +363,21 @@ def cross_domain(cfg: GridConfig, registry: Any) -> CrossDomainResults:
                                     "; ".join(f"{r.paradigm}/{r.method} {better} - {worse} "
                                               f"{ev.fmt_ci(r.diff, r.ci_low, r.ci_high, sign=True)} pts, p {ev.fmt_p(r.p_holm)}"
                                               for r in sub.itertuples()), "cross_domain"))
-    return CrossDomainResults(metric, rel, heat, errors, summary, prov, order, seeds, _seeds(cfg), findings)
+    return CrossDomainResults(metric, rel, heat, errors, summary, prov, order, _merged_cells(rel, cells), seeds,
+                              _seeds(cfg), findings)
+
+
+def _merged_cells(rel: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Each merged model's value on each evaluated domain (in %, with its recorded 95% interval) beside the
+    domain's own t2 checkpoint and the relative change."""
+    ci = cells.dropna(subset=["recipe_hash"]).drop_duplicates(["recipe_hash", "eval_domain"], keep="last")
+    ci = ci.set_index(["recipe_hash", "eval_domain"])[["ci_low", "ci_high"]]
+    out = rel.join(ci, on=["recipe_hash", "eval_domain"])
+    return pd.DataFrame({"paradigm": out["paradigm"], "pair": out["pair"], "method": out["method"],
+                         "base": out["base_kind"], "alpha": out["alpha"], "evaluated on": out["eval_domain"],
+                         "merged (%)": out["value"] * 100, "low": out["ci_low"] * 100, "high": out["ci_high"] * 100,
+                         "own t2 (%)": out["baseline"] * 100, "% change": out["rel_change"] * 100,
+                         "recipe": out["recipe_hash"]}).reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- Figure 5
