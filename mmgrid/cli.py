@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "mmgrid.train.commands",  # build
     "mmgrid.eval.commands",  # eval
     "mmgrid.sweep.commands",  # sweep, predict-lambda, report
+    "mmgrid.sweep.mlflow_export",  # export mlflow
     "mmgrid.demo",  # demo, validate
 )
 
