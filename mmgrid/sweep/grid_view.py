@@ -9,7 +9,6 @@ seed (the recorded mean and interval of that replicate).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
