@@ -132,16 +132,20 @@ def render_markdown(results: StudyResults, out: Path, keep_going: bool = False) 
         rep.add("**This report is incomplete: " + ", ".join(f"*{s.title}*" for s in results.failed)
                 + " failed (marked below).**", "")
     rep.add("## Findings", "", *findings_lines(results))
-    renderers: dict[str, Callable[[Report, Any], None]] = {
-        "table2": _table2, "diagnostics": _diagnostics, "cross_domain": _cross_domain,
-        "temporal": render_temporal, "prediction": render_prediction, "pareto": _pareto}
     for key, section in results.sections.items():
-        _render_section(rep, section, renderers[key], keep_going)
+        _render_section(rep, section, RENDERERS[key], keep_going)
     rep.add("## Glossary", "", *(f"- **{term}**: {text}" for term, text in GLOSSARY), "")
     rep.add("## Appendix: provenance", "",
             "Each row's numbers were read from registry evaluations of these checkpoint ids or merge-recipe "
             "hashes (`mmgrid query`, `reg.results(recipe_hash=...)`, `reg.lineage(id)`).", "")
     rep.add(*(p + "\n" for p in rep.provenance))
+    return "\n".join(rep.parts)
+
+
+def section_markdown(key: str, result: Any, out: str | Path) -> str:
+    """One section's report.md text (its figures drawn into ``out``): what the ``analysis/`` scripts print."""
+    rep = Report(Path(out))
+    RENDERERS[key](rep, result)
     return "\n".join(rep.parts)
 
 
@@ -274,3 +278,8 @@ def _ci(v: float, lo: float, hi: float, fmt: str) -> str:
     if not pd.notna(v):
         return "-"
     return fmt.format(v) + (f" [{fmt.format(lo)}, {fmt.format(hi)}]" if pd.notna(lo) and pd.notna(hi) else "")
+
+
+RENDERERS: dict[str, Callable[[Report, Any], None]] = {
+    "table2": _table2, "diagnostics": _diagnostics, "cross_domain": _cross_domain,
+    "temporal": render_temporal, "prediction": render_prediction, "pareto": _pareto}
