@@ -39,7 +39,7 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1150px;margin:0 auto;padding:0 12px 40px;
 color:#222;line-height:1.45}
 h1{font-size:1.5em}h2{margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:.2em}
-nav{position:sticky;top:0;background:#fff;padding:6px 0;border-bottom:1px solid #eee;z-index:5;font-size:.9em}
+nav{position:sticky;top:0;background:#fff;padding:6px 0;border-bottom:1px solid #eee;z-index:5;font-size:.9em;display:flex;flex-wrap:wrap}
 nav a{margin-right:.8em;white-space:nowrap}
 .scroll{overflow-x:auto;max-width:100%}
 table.t{border-collapse:collapse;font-size:.85em;margin:.5em 0}
@@ -52,7 +52,7 @@ table.t tbody th{text-align:left}
 .failed{background:#fde8e8;border-left:4px solid #c00;padding:.4em .8em;font-weight:600}
 .controls label{margin-right:1em}.controls select{margin-left:.3em}
 .panels,.figs{display:flex;flex-wrap:wrap;gap:10px}
-.panel{flex:1 1 330px;min-width:280px;max-width:560px}.fig{flex:1 1 420px;min-width:280px}
+.panel{flex:1 1 330px;min-width:260px;max-width:560px}.fig{flex:1 1 420px;min-width:260px;max-width:100%;overflow:hidden}
 #card{border:2px solid #4a7;border-radius:6px;padding:.6em 1em;margin-top:1em}
 #card[hidden]{display:none}
 pre{background:#f7f7f7;padding:.5em;overflow-x:auto;font-size:.8em;max-height:22em}
@@ -106,7 +106,17 @@ def render_html(results: StudyResults, view: "GridView | None") -> str:
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>mmgrid report: {_e(cfg.name)}</title><style>{CSS}</style>"
             f"<script>{plotly.offline.get_plotlyjs()}</script></head><body>"
-            + nav + head + failed + "\n".join(body) + "</body></html>")
+            + nav + head + failed + "\n".join(body) + f"<script>{READY_JS}</script></body></html>")
+
+
+# Each figure was drawn while the page was still being parsed, at the width its box had then; once every
+# box is laid out, size them again (plotly's `responsive` only follows later window resizes).
+READY_JS = """
+window.addEventListener('load', function(){
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) Plotly.Plots.resize(gd);
+  window.mmgridReady = true;
+});
+"""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -129,6 +139,7 @@ def _table(df: pd.DataFrame, fmt: str = "{:.2f}") -> str:
 
 def _plot(fig: Any, div_id: str) -> str:
     fig.update_layout(margin=dict(l=50, r=10, t=50, b=40), template="plotly_white", autosize=True)
+    fig.update_layout(title_font_size=13)
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
                        config={"responsive": True, "displaylogo": False})
 
@@ -283,9 +294,10 @@ def _temporal(r: Any) -> str:
                     y = 0.9 + 0.033 * k
                     shapes.append(dict(type="rect", x0=s["ci_low"], x1=s["ci_high"], yref="paper", y0=y, y1=y + 0.022,
                                        fillcolor=color, line=dict(width=0), opacity=0.8))
-                fig.add_annotation(x=1.0, xref="paper", y=0.9 + 0.033 * k + 0.011, yref="paper", xanchor="left",
-                                   text=f"lambda* {lam_label(s)}{edge}", showarrow=False,
-                                   font=dict(size=9, color=color))
+                # a legend entry names lambda*, its interval and the edge flag in the line's own style
+                fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", legendgroup=g,
+                                         line=dict(color=color, dash=DASH.get(g, "dash"), width=2),
+                                         name=f"lambda* {label.lower()}: {lam_label(s)}{edge}"))
                 k += 1
         world = r.world_lambdas.get(d) if r.world_lambdas else None
         if world is not None:
@@ -295,12 +307,13 @@ def _temporal(r: Any) -> str:
                                font=dict(size=9), xanchor="left")
         edges = [g for dd, g in r.edge if dd == d]
         fig.update_layout(title=f"{d}" + (f" (lambda* on the grid's edge: {', '.join(edges)})" if edges else ""),
-                          shapes=shapes, height=380, xaxis_title="lambda (theta_t1 + lambda (theta_t2 - theta_t1))",
-                          yaxis_title=f"{r.metric.upper()} (%)", margin=dict(r=150), legend=dict(orientation="h", y=-0.25))
+                          shapes=shapes, height=460, xaxis_title="lambda",
+                          yaxis_title=f"{r.metric.upper()} (%)", legend=dict(orientation="h", y=-0.2, font=dict(size=10)))
         figs.append(f'<div class="fig">{_plot(fig, f"fig5-{i}")}</div>')
     text = ("<p>Figure 5: the metric along the line from theta_t1 to theta_t2 and beyond, per domain and user group: "
             "mean over users and seeds with its 95% band (shaded); vertical lines mark lambda* (solid: all, dashed: "
-            "active, dash-dot: non-active), its 95% interval is the bar at the top right of the plot area; the dotted "
+            "active, dash-dot: non-active; the legend gives each value), its 95% interval is the bar in the group's "
+            "colour at the top of the plot; the dotted "
             "black line is the synthetic world's own lambda where there is one.</p>")
     out = [text, '<div class="figs">' + "".join(figs) + "</div>", "<p>lambda* per domain and user group:</p>",
            _table(r.lambda_table)]

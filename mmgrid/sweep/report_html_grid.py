@@ -103,7 +103,7 @@ for (const id of ['grid-metric', 'grid-group', 'grid-seed']) document.getElement
 window.addEventListener('hashchange', () => { const h = location.hash; if (h.startsWith('#card-')) openCard(h.slice(6)); });
 draw();
 if (location.hash.startsWith('#card-')) openCard(location.hash.slice(6));
-window.mmgridReady = true;
+window.mmgridGridDrawn = true;
 })();
 """
 
