@@ -178,22 +178,29 @@ def figure4_alpha(rel: pd.DataFrame, path: Path, errors: pd.DataFrame | None = N
     sub = rel.dropna(subset=["alpha"])
     panels = list(dict.fromkeys(zip(sub["paradigm"], sub["method"])))
     fig, axes = _grid(max(1, len(panels)), ncols=3)
+    alphas = np.sort(sub["alpha"].astype(float).unique())
+    gap = float(np.min(np.diff(alphas))) if len(alphas) > 1 else 0.5
     for ax, (p, m) in zip(axes, panels):
         s = sub[(sub["paradigm"] == p) & (sub["method"] == m)]
-        for kind, k in s.groupby("base_kind"):
+        kinds = list(s.groupby("base_kind"))
+        for j, (kind, k) in enumerate(kinds):
             color, label = BASE_STYLE.get(kind, ("black", kind))
             curve = k.groupby("alpha")["rel_change"].mean() * 100
-            ax.plot(curve.index, curve.to_numpy(), marker="o", color=color, label=label)
+            # bases side by side at each alpha (a small dodge), so that equal values do not hide each other
+            x = curve.index.to_numpy(float) + 0.06 * gap * (j - (len(kinds) - 1) / 2)
+            ax.plot(x, curve.to_numpy(), marker="o", color=color, label=label)
             if errors is not None and not errors.empty:
                 e = errors[(errors["paradigm"] == p) & (errors["method"] == m) & (errors["base_kind"] == kind)]
                 e = e.set_index("alpha").reindex(curve.index)
                 if e[["low", "high"]].notna().all().all():
-                    ax.errorbar(curve.index, curve.to_numpy(), fmt="none", ecolor=color, capsize=3,
+                    ax.errorbar(x, curve.to_numpy(), fmt="none", ecolor=color, capsize=3,
                                 yerr=[curve.to_numpy() - e["low"].to_numpy(), e["high"].to_numpy() - curve.to_numpy()])
+        ax.set_xticks(alphas)
+        ax.set_xlim(alphas[0] - 0.3 * gap, alphas[-1] + 0.3 * gap)
         ax.axhline(0, color="0.6", lw=0.8)
         ax.set_title(f"{p} / {m}", fontsize=9)
         ax.set_xlabel("alpha (weight of the pair's first domain, Eq. 7)")
-        ax.set_ylabel("joint % change")
+        ax.set_ylabel("joint % change (95% interval)")
         ax.legend(fontsize=7)
     fig.suptitle("Cross-domain merging with different bases (Eq. 7-8)", fontsize=10)
     return _save(fig, path)

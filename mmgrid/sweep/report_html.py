@@ -215,16 +215,18 @@ def _cross_domain(r: Any) -> str:
         figs = []
         for i, ((p, m), sub) in enumerate(e.groupby(["paradigm", "method"], sort=False)):
             fig = go.Figure()
-            for kind, k in sub.groupby("base_kind"):
+            kinds = list(dict.fromkeys(sub["base_kind"]))
+            for j, (kind, k) in enumerate(sub.groupby("base_kind", sort=False)):
                 k = k.sort_values("alpha")
-                fig.add_trace(go.Scatter(x=k["alpha"], y=k["value"], mode="lines+markers", name=str(kind),
+                shift = 0.012 * (j - (len(kinds) - 1) / 2)  # bases at the same alpha side by side, not on top
+                fig.add_trace(go.Scatter(x=k["alpha"] + shift, y=k["value"], mode="lines+markers", name=str(kind),
                                          error_y=dict(type="data", symmetric=False, array=k["high"] - k["value"],
                                                       arrayminus=k["value"] - k["low"]),
-                                         hovertemplate="alpha %{x}<br>%{y:+.2f}% [%{customdata[0]:+.2f}, "
+                                         hovertemplate="alpha %{customdata[2]}<br>%{y:+.2f}% [%{customdata[0]:+.2f}, "
                                                        "%{customdata[1]:+.2f}]<extra>" + _e(kind) + "</extra>",
-                                         customdata=np.c_[k["low"], k["high"]]))
+                                         customdata=np.c_[k["low"], k["high"], k["alpha"]]))
             fig.add_hline(y=0, line_color="#999", line_width=1)
-            fig.update_layout(title=f"{p} / {m}: joint % change of {r.metric.upper()}", height=330,
+            fig.update_layout(title=f"{p} / {m}: joint % change of {r.metric.upper()}", height=330, showlegend=True,
                               xaxis_title="alpha (Eq. 7)", yaxis_title="joint % change (95% interval)")
             figs.append(f'<div class="fig">{_plot(fig, f"fig4-{i}")}</div>')
         out.append('<p>Figure 4: joint % change (mean over both domains and all pairs) against alpha per base, '
