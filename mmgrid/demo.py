@@ -146,7 +146,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
         report = write_report(cfg, reg, prepared, out_dir, html=True)  # report.md and the interactive report.html
     total = time.perf_counter() - t0
     print("\n" + "  ".join(f"{k}: {v:.1f}s" for k, v in timings.items()))
-    print(f"demo finished in {total:.1f} s; report: {report}")
+    print(f"demo finished in {total:.1f} s; report: {report} (interactive: {report.with_name('report.html')})")
     return report
 
 

@@ -74,7 +74,7 @@ def test_a_section_that_fails_to_render_is_named_too(small, tmp_path, monkeypatc
     def bad(rep, r):
         raise KeyError("no such column")
 
-    monkeypatch.setattr(report, "_table2", bad)
+    monkeypatch.setitem(report.RENDERERS, "table2", bad)
     with pytest.raises(ReportSectionError, match="Table 2.*KeyError"):
         write_report(cfg, reg, prep, tmp_path / "rep", diagnostics=False)
     assert not (tmp_path / "rep" / "report.md").exists()
