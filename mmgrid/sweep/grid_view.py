@@ -106,7 +106,8 @@ def _pct(v: Any) -> float | None:
 
 
 def cards(registry: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
-    """id -> the checkpoint's card: coordinates, manifest, parents, results and its lineage graph."""
+    """id -> the checkpoint's card: coordinates, manifest (its tensors summarised as count and bytes;
+    ``mmgrid show ID`` lists them), parents, results and its lineage graph."""
     out: dict[str, dict[str, Any]] = {}
     ids = list(dict.fromkeys(ids))
     graphs = {cid: registry.lineage(cid) for cid in ids}
@@ -126,8 +127,11 @@ def cards(registry: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
             results.append({"split": r.split, "group": r.group, "metric": r.metric, "value": _num(r.value),
                             "ci_low": _num(getattr(r, "ci_low", None)), "ci_high": _num(getattr(r, "ci_high", None)),
                             "study": _str(getattr(r, "study", None)), "eval_domain": _str(getattr(r, "eval_domain", None))})
+        manifest = m.to_json()
+        blobs = manifest.pop("blobs", {}) or {}  # one line per tensor: summarised, the page stays small
+        manifest["tensors"] = {"count": len(blobs), "bytes": sum(int(b.get("nbytes", 0)) for b in blobs.values())}
         out[cid] = {"id": cid, "kind": m.kind, "coords": dict(m.coords), "seed": m.seed,
-                    "manifest": m.to_json(), "parents": [{"id": p.id, "role": p.role} for p in m.parents],
+                    "manifest": manifest, "parents": [{"id": p.id, "role": p.role} for p in m.parents],
                     "results": results, "lineage": lineage_layout(g, cid)}
     return out
 
