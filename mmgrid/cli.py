@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "mmgrid.eval.commands",  # eval
     "mmgrid.sweep.commands",  # sweep, predict-lambda, report
     "mmgrid.sweep.calibration.commands",  # calibrate
+    "mmgrid.sweep.mlflow_export",  # export mlflow
     "mmgrid.demo",  # demo, validate
 )
 

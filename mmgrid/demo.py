@@ -143,10 +143,10 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     with _step("lambda* prediction", timings):
         predict_lambda(cfg, reg, prepared)
     with _step("report", timings):
-        report = write_report(cfg, reg, prepared, out_dir)
+        report = write_report(cfg, reg, prepared, out_dir, html=True)  # report.md and the interactive report.html
     total = time.perf_counter() - t0
     print("\n" + "  ".join(f"{k}: {v:.1f}s" for k, v in timings.items()))
-    print(f"demo finished in {total:.1f} s; report: {report}")
+    print(f"demo finished in {total:.1f} s; report: {report} (interactive: {report.with_name('report.html')})")
     return report
 
 

@@ -24,6 +24,8 @@ def test_quick_demo_writes_a_report_traceable_to_the_registry(tmp_path: Path) ->
         assert heading in report
     for png in ("figure2_norms.png", "figure5_lambda.png"):
         assert (out / png).stat().st_size > 1000
+    page = (out / "report.html").read_text()  # the interactive report beside report.md, one file
+    assert "Plotly" in page and 'id="grid-data"' in page and "Figure 5" in page
 
     from mmgrid import Registry
 

@@ -43,10 +43,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_overrides(p)
     p.set_defaults(func=_predict)
 
-    r = sub.add_parser("report", help="write DIR/report.md with the paper's tables and figures")
+    r = sub.add_parser("report", help="write DIR/report.md (and with --html DIR/report.html) with the paper's tables "
+                                      "and figures",
+                       description="Compute every study's results from the registry, then write report.md with its "
+                                   "PNG figures (and, with --html, one self-contained interactive report.html). "
+                                   "All files are written at once or not at all: a failing section or a full disk "
+                                   "leaves the previous report. Exit status 2 when a section failed.")
     r.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
     r.add_argument("--out", required=True, help="output folder")
     r.add_argument("--no-diagnostics", action="store_true", help="skip Figure 2 and the task-vector diagnostics")
+    r.add_argument("--html", action="store_true",
+                   help="also write report.html: the grid as heatmaps with each cell's checkpoint card, the studies "
+                        "with their intervals (one file, no network needed to view it)")
+    r.add_argument("--keep-going", action="store_true",
+                   help="when a section fails, write the others with the failed one marked (still exits 2)")
     add_overrides(r)
     r.set_defaults(func=_report)
 
@@ -161,6 +171,7 @@ def _report(args: argparse.Namespace) -> int:
     from mmgrid.sweep.report import write_report
 
     cfg, reg, prepared = _open(args)
-    path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics)
-    print(f"report written to {path}")
+    path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics, html=args.html,
+                        keep_going=args.keep_going)
+    print(f"report written to {path}" + (f" and {path.with_name('report.html')}" if args.html else ""))
     return 0

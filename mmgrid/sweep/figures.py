@@ -47,13 +47,20 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+STAR_STYLE = {"all": ("-", "solid"), "active": ((0, (5, 3)), "dashed"), "non_active": ((0, (6, 2, 1, 2)), "dash-dot")}
+
+
 def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric: str = "ndcg@10",
                    bands: pd.DataFrame | None = None) -> Path:
-    """MMGRid Figure 5: metric against lambda per domain, one line per user group, lambda* dashed.
+    """MMGRid Figure 5: metric (in %) against lambda per domain, one line per user group, lambda* marked.
+
+    Each group's curve carries its pointwise 95% band (shaded and edged in the group's colour, so
+    overlapping bands stay apart); lambda* is a vertical line in the group's line style
+    (:data:`STAR_STYLE`) with its 95% interval drawn as a bar along the top of the panel.
 
     Args:
-        curves: long temporal results (domain, group, lambda, metric, value).
-        stars: lambda* per (domain, group) (with ``ci_low``/``ci_high``: a shaded span at the top).
+        curves: long temporal results (domain, group, lambda, metric, value as a fraction).
+        stars: lambda* per (domain, group) (with ``ci_low``/``ci_high``: the interval bars).
         path: PNG path.
         metric: the metric drawn.
         bands: seed-averaged curves with pointwise 95% bands (domain, group, lambda, value, low,
@@ -65,24 +72,50 @@ def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric
     domains = sorted(sub["domain"].unique())
     fig, axes = _grid(len(domains))
     for ax, d in zip(axes, domains):
-        for g, gdf in sub[sub["domain"] == d].groupby("group"):
+        groups = list(sub[sub["domain"] == d].groupby("group"))
+        for k, (g, gdf) in enumerate(groups):
             color, label = GROUP_STYLE.get(g, ("black", g))
             gdf = gdf.sort_values("lambda")
-            ax.plot(gdf["lambda"], gdf["value"], color=color, label=label, marker=".", lw=1.2)
+            ax.plot(gdf["lambda"], gdf["value"] * 100, color=color, label=label, marker=".", lw=1.4)
             if {"low", "high"} <= set(gdf.columns):
-                ax.fill_between(gdf["lambda"], gdf["low"], gdf["high"], color=color, alpha=0.15, lw=0)
+                lo, hi = gdf["low"].to_numpy(float) * 100, gdf["high"].to_numpy(float) * 100
+                ax.fill_between(gdf["lambda"], lo, hi, color=color, alpha=0.12, lw=0)
+                ax.plot(gdf["lambda"], lo, color=color, lw=0.7, alpha=0.8, ls=(0, (1, 1)))
+                ax.plot(gdf["lambda"], hi, color=color, lw=0.7, alpha=0.8, ls=(0, (1, 1)))
             st = stars[(stars["domain"] == d) & (stars["group"] == g)]
             if not st.empty:
-                # distinct dash patterns keep coinciding lambda* of several groups visible
-                ax.axvline(float(st["lambda_star"].iloc[0]), color=color, lw=1.2,
-                           ls={"all": (0, (5, 3)), "active": (2, (2, 4)), "non_active": (4, (4, 4))}.get(g, "--"))
+                ls = STAR_STYLE.get(g, ("--", ""))[0]
+                lam = float(st["lambda_star"].iloc[0])
+                ax.axvline(lam, color=color, lw=1.4, ls=ls)
+                if {"ci_low", "ci_high"} <= set(st.columns) and np.isfinite(st[["ci_low", "ci_high"]].to_numpy(float)).all():
+                    y = 0.97 - 0.045 * k  # one row per group along the top, in axes coordinates
+                    ax.plot([float(st["ci_low"].iloc[0]), float(st["ci_high"].iloc[0])], [y, y], color=color, lw=2.5,
+                            transform=ax.get_xaxis_transform(), solid_capstyle="butt")
+                    ax.plot([lam], [y], marker="|", color="black", ms=7, transform=ax.get_xaxis_transform())
         ax.axvline(1.0, color="0.6", ls=":", lw=0.8)
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high + 0.16 * (high - low))  # headroom: the lambda* interval bars sit above the curves
         ax.set_title(d)
         ax.set_xlabel("lambda_temp")
-        ax.set_ylabel(metric.upper())
-    axes[0].legend(fontsize=8)
-    fig.suptitle("theta_t1 + lambda (theta_t2 - theta_t1); dashed = lambda*; bands = 95% (users, seeds)", fontsize=10)
-    return _save(fig, path)
+        ax.set_ylabel(f"{metric.upper()} (%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    from matplotlib.lines import Line2D  # lazy: matplotlib is imported only once a figure is drawn (_plt)
+
+    for g, (ls, name) in STAR_STYLE.items():
+        handles.append(Line2D([], [], color=GROUP_STYLE[g][0], ls=ls, lw=1.4))
+        labels.append(f"lambda* {GROUP_STYLE[g][1].lower()} ({name})")
+    handles.append(Line2D([], [], color="0.3", lw=2.5))
+    labels.append("lambda* 95% interval")
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle("theta_t1 + lambda (theta_t2 - theta_t1): mean with 95% band (users, seeds)\n"
+                 "vertical lines = lambda* (solid: all, dashed: active, dash-dot: non-active); bars at the top: "
+                 "its 95% interval", fontsize=9)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout(rect=(0, 0.1, 1, 0.92))
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
 
 
 def figure2_norms(norms: pd.DataFrame, path: Path) -> Path:
@@ -145,22 +178,29 @@ def figure4_alpha(rel: pd.DataFrame, path: Path, errors: pd.DataFrame | None = N
     sub = rel.dropna(subset=["alpha"])
     panels = list(dict.fromkeys(zip(sub["paradigm"], sub["method"])))
     fig, axes = _grid(max(1, len(panels)), ncols=3)
+    alphas = np.sort(sub["alpha"].astype(float).unique())
+    gap = float(np.min(np.diff(alphas))) if len(alphas) > 1 else 0.5
     for ax, (p, m) in zip(axes, panels):
         s = sub[(sub["paradigm"] == p) & (sub["method"] == m)]
-        for kind, k in s.groupby("base_kind"):
+        kinds = list(s.groupby("base_kind"))
+        for j, (kind, k) in enumerate(kinds):
             color, label = BASE_STYLE.get(kind, ("black", kind))
             curve = k.groupby("alpha")["rel_change"].mean() * 100
-            ax.plot(curve.index, curve.to_numpy(), marker="o", color=color, label=label)
+            # bases side by side at each alpha (a small dodge), so that equal values do not hide each other
+            x = curve.index.to_numpy(float) + 0.06 * gap * (j - (len(kinds) - 1) / 2)
+            ax.plot(x, curve.to_numpy(), marker="o", color=color, label=label)
             if errors is not None and not errors.empty:
                 e = errors[(errors["paradigm"] == p) & (errors["method"] == m) & (errors["base_kind"] == kind)]
                 e = e.set_index("alpha").reindex(curve.index)
                 if e[["low", "high"]].notna().all().all():
-                    ax.errorbar(curve.index, curve.to_numpy(), fmt="none", ecolor=color, capsize=3,
+                    ax.errorbar(x, curve.to_numpy(), fmt="none", ecolor=color, capsize=3,
                                 yerr=[curve.to_numpy() - e["low"].to_numpy(), e["high"].to_numpy() - curve.to_numpy()])
+        ax.set_xticks(alphas)
+        ax.set_xlim(alphas[0] - 0.3 * gap, alphas[-1] + 0.3 * gap)
         ax.axhline(0, color="0.6", lw=0.8)
         ax.set_title(f"{p} / {m}", fontsize=9)
         ax.set_xlabel("alpha (weight of the pair's first domain, Eq. 7)")
-        ax.set_ylabel("joint % change")
+        ax.set_ylabel("joint % change (95% interval)")
         ax.legend(fontsize=7)
     fig.suptitle("Cross-domain merging with different bases (Eq. 7-8)", fontsize=10)
     return _save(fig, path)
@@ -196,23 +236,41 @@ def regression_plot(table: pd.DataFrame, feature: str, path: Path, loo: pd.DataF
 
 
 def pareto_orbit(points: pd.DataFrame, path: Path) -> Path:
-    """Orbit paper Figure 6 layout: text retention (x) against Recall@10 (y), one marker per variant."""
+    """Orbit paper Figure 6 layout: text retention (x) against Recall@10 in % (y), one marker per variant.
+
+    ``points`` (:func:`mmgrid.sweep.study_results.pareto_points`) with ``*_low``/``*_high`` columns draws
+    95% error bars on both axes. Each point is named in the legend (no labels on the plot to
+    collide); the unregularized variant (regularizer ``none``) is the filled circle, and a dotted
+    line marks retention 1 (the start model's own text ability).
+    """
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    fig, ax = plt.subplots(figsize=(7.4, 4.2))
     markers = {"none": "o", "l2_init": "s", "soup_to_go": "^", "orbit": "*"}
-    for reg, sub in points.groupby("regularizer"):
-        ax.scatter(sub["text_retention"], sub["recall@10"], marker=markers.get(reg, "D"), s=60, label=reg)
-        for _, r in sub.iterrows():
-            ax.annotate(f"{r['variant']} / {r['paradigm']}", (r["text_retention"], r["recall@10"]), fontsize=6,
-                        xytext=(3, 2), textcoords="offset points")
+    colors = plt.get_cmap("tab10")
+    for i, (_, r) in enumerate(points.reset_index(drop=True).iterrows()):
+        reg = r["regularizer"]
+        x, y = float(r["text_retention"]), float(r["recall@10"])
+        xerr = yerr = None
+        if pd.notna(r.get("text_retention_low")) and pd.notna(r.get("text_retention_high")):
+            xerr = [[x - float(r["text_retention_low"])], [float(r["text_retention_high"]) - x]]
+        if pd.notna(r.get("recall@10_low")) and pd.notna(r.get("recall@10_high")):
+            yerr = [[y - float(r["recall@10_low"])], [float(r["recall@10_high"]) - y]]
+        name = "unregularized" if reg == "none" else reg
+        # the unregularized point is a larger open circle: it stays visible under a point at the same place
+        style = dict(ms=12, mfc="none", mew=1.8, zorder=4) if reg == "none" else dict(ms=9 if reg == "orbit" else 7)
+        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt=markers.get(reg, "D"), color=colors(i % 10),
+                    ecolor=colors(i % 10), elinewidth=1, capsize=3, label=f"{r['variant']} / {r['paradigm']} ({name})",
+                    **style)
     for i, (_, sub) in enumerate(points.groupby("paradigm")):  # a front per paradigm: rows compete within one
         front = pareto_front(sub, "text_retention", "recall@10")
         if len(front) > 1:
             ax.plot(front["text_retention"], front["recall@10"], color="0.5", ls="--", lw=1,
                     label="Pareto front" if i == 0 else None)
-    ax.set_xlabel("text retention (base ppl / ppl)")
-    ax.set_ylabel("Recall@10")
-    ax.legend(fontsize=7)
+    ax.axvline(1.0, color="0.6", ls=":", lw=1, label="retention 1 = start model's text")
+    ax.set_xlabel("text retention (base ppl / ppl)" + (", 95% interval" if points.get(
+        "text_retention_low", pd.Series(dtype=float)).notna().any() else " (no interval recorded)"))
+    ax.set_ylabel("Recall@10 (%), 95% interval")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     return _save(fig, path)
 
 

@@ -1,0 +1,291 @@
+"""``mmgrid export mlflow ROOT --tracking-uri URI``: the grid and its studies as MLflow runs.
+
+* every checkpoint is a run: its coordinates, kind, method and seed as tags (``mmgrid.*``), its
+  training or merge parameters as params (nested keys joined with dots), its own evaluations as
+  metrics ``SPLIT/GROUP/METRIC`` (``@`` written ``_at_``, recall and NDCG as recorded, fractions
+  0-1) with ``..._ci_low`` / ``..._ci_high``; its lineage as tags ``mmgrid.parent.<role>`` (the
+  parents' ids) and, for its first parent, MLflow's own parent link (``mlflow.parentRunId``), so
+  the runs table nests base -> stages -> merges;
+* every study (temporal, cross-domain, lambda_hat; one per paradigm and variant) is a parent run,
+  and each merge it evaluated (a recipe, never stored as a checkpoint) a child run with the
+  merge's coordinates (domain or pair, method, base, lambda or alpha, seed) as tags and its
+  results, per evaluated domain, as metrics.
+
+Idempotent: a run is found again by its ``mmgrid.key`` tag, and only what it lacks is logged, so a
+second export adds nothing and an export after new evaluations adds just those. A local store
+(``sqlite:///mlflow.db``, browsed offline with ``mlflow ui --backend-store-uri sqlite:///mlflow.db``)
+needs no network. Needs the ``mlflow`` extra (``pip install 'mmgrid[mlflow]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from mmgrid.errors import MmgridError
+
+KEY_TAG = "mmgrid.key"
+STUDY_COORDS = ("domain", "pair", "domain_i", "domain_j", "method", "base_kind", "alpha", "lambda", "seed", "variant",
+                "paradigm")
+MAX_PARAM = 6000  # MLflow's limit on one param value (2.x)
+
+
+class ExportError(MmgridError):
+    """The export cannot run (mlflow missing, a bad tracking URI ...)."""
+
+
+@dataclass
+class ExportSummary:
+    """What one export added."""
+
+    runs_created: int = 0
+    runs_found: int = 0
+    metrics_logged: int = 0
+    params_logged: int = 0
+    tags_logged: int = 0
+    experiment_id: str = ""
+    seconds: float = 0.0
+
+    @property
+    def added(self) -> int:
+        return self.runs_created + self.metrics_logged + self.params_logged + self.tags_logged
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """``mmgrid export mlflow``."""
+    ex = sub.add_parser("export", help="export the grid to other tools (mlflow)")
+    esub = ex.add_subparsers(dest="target", metavar="TARGET")
+    m = esub.add_parser("mlflow", help="every checkpoint and study as MLflow runs (pip install 'mmgrid[mlflow]')",
+                        description="Write every checkpoint of the registry as an MLflow run (coordinates and seed as "
+                                    "tags, training/merge parameters as params, results with ci_low/ci_high as "
+                                    "metrics, lineage as parent runs and tags) and every study as a parent run of "
+                                    "the merges it evaluated. Running it again adds only what is new. Browse a local "
+                                    "store offline: mlflow ui --backend-store-uri sqlite:///mlflow.db")
+    m.add_argument("root", help="registry folder")
+    m.add_argument("--tracking-uri", required=True,
+                   help="MLflow tracking URI, e.g. sqlite:///mlflow.db (a local file: no network)")
+    m.add_argument("--experiment", default="mmgrid", help="experiment name (created if missing; default mmgrid)")
+    m.set_defaults(func=_command)
+    ex.set_defaults(func=lambda a: (ex.print_help(), 0)[1])
+
+
+def _command(args: argparse.Namespace) -> int:
+    from mmgrid.registry.api import Registry  # lazy: the registry's API (pandas) only when the command runs
+
+    reg = Registry.open(args.root)
+    s = export_mlflow(reg, args.tracking_uri, args.experiment)
+    print(f"mlflow export to {args.tracking_uri} (experiment {args.experiment!r}, id {s.experiment_id}): "
+          f"{s.runs_created} runs created, {s.runs_found} found again; {s.metrics_logged} metrics, "
+          f"{s.params_logged} params, {s.tags_logged} tags logged in {s.seconds:.1f} s")
+    return 0
+
+
+def _client(tracking_uri: str) -> Any:
+    try:
+        from mlflow.tracking import MlflowClient  # lazy: mlflow (~2 s, an optional extra) only for this command
+    except ImportError as exc:
+        raise ExportError("`mmgrid export mlflow` needs mlflow: pip install 'mmgrid[mlflow]'.") from exc
+    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", tracking_uri):
+        raise ExportError(f"--tracking-uri {tracking_uri!r}: expected a URI such as sqlite:///mlflow.db or "
+                          "file:///path/mlruns.")
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def export_mlflow(registry: Any, tracking_uri: str, experiment: str = "mmgrid") -> ExportSummary:
+    """Export every checkpoint and study of ``registry`` to the MLflow store at ``tracking_uri``.
+
+    Returns:
+        What was added (all zero on a second export of an unchanged registry).
+    """
+    t0 = time.perf_counter()
+    client = _client(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
+    out = ExportSummary(experiment_id=str(exp_id))
+    existing = _existing_runs(client, exp_id)
+    runs: dict[str, str] = {}  # mmgrid key -> run id
+    res = registry.results()
+    own = res[res["id"].notna() & (res["study"].isna() if "study" in res.columns else True)] if not res.empty else res
+    for m in _parents_first([registry.get(i) for i in registry.query()["id"]]):
+        first = next((runs.get(p.id) for p in m.parents if p.id in runs), None)
+        tags = {"mmgrid.id": m.id, "mmgrid.kind": m.kind, **{f"mmgrid.{k}": v for k, v in m.coords.items()}}
+        if m.seed is not None:
+            tags["mmgrid.seed"] = m.seed
+        if m.method:
+            tags["mmgrid.method"] = m.method
+        for p in m.parents:
+            role = f"mmgrid.parent.{p.role}"
+            tags[role] = f"{tags[role]},{p.id}" if role in tags else p.id
+        if first is not None:
+            tags["mlflow.parentRunId"] = first
+        name = "/".join(str(m.coords.get(k)) for k in ("paradigm", "domain", "period") if m.coords.get(k) is not None)
+        variant = m.coords.get("variant", "default")
+        name += (f"/{variant}" if variant != "default" else "") + (f" seed {m.seed}" if m.seed is not None else "")
+        rows = own[own["id"] == m.id] if not own.empty else own
+        runs[m.id] = _sync_run(client, exp_id, existing, f"checkpoint:{m.id}", name, tags, _flat(m.params),
+                               _metrics(rows, with_domain=False), out)
+    if not res.empty and "study" in res.columns:
+        studies = res[res["study"].notna() & res["recipe_hash"].notna()]
+        for (study, paradigm, variant), srows in studies.groupby(["study", "paradigm", "variant"], dropna=False):
+            skey = f"study:{study}:{paradigm}:{variant}"
+            parent = _sync_run(client, exp_id, existing, skey, f"study {study} {paradigm}/{variant}",
+                               {"mmgrid.study": study, "mmgrid.paradigm": paradigm, "mmgrid.variant": variant}, {}, {}, out)
+            for (recipe, seed), rrows in srows.groupby(["recipe_hash", srows["seed"].astype(str)], dropna=False):
+                r0 = rrows.iloc[0]
+                tags = {"mmgrid.study": study, "mmgrid.recipe_hash": recipe, "mlflow.parentRunId": parent}
+                tags.update({f"mmgrid.{c}": r0[c] for c in STUDY_COORDS if c in rrows.columns and _present(r0[c])})
+                inputs = _recipe_inputs(r0.get("recipe"))
+                if inputs:
+                    tags["mmgrid.parent.merge_input"] = ",".join(inputs)
+                label = " ".join(f"{c}={tags[f'mmgrid.{c}']}" for c in ("domain", "pair", "method", "base_kind", "alpha",
+                                                                         "lambda", "seed") if f"mmgrid.{c}" in tags)
+                _sync_run(client, exp_id, existing, f"recipe:{recipe}:{seed}", f"{study} {label}", tags,
+                          _recipe_params(r0.get("recipe")), _metrics(rrows, with_domain=True), out)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _present(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and str(v) != "nan"
+
+
+def _parents_first(manifests: list[Any]) -> list[Any]:
+    """Manifests ordered so that every parent comes before its children (then by creation time)."""
+    by = {m.id: m for m in manifests}
+    done: set[str] = set()
+    out: list[Any] = []
+
+    def visit(m: Any) -> None:
+        stack = [(m, False)]
+        while stack:
+            cur, expanded = stack.pop()
+            if cur.id in done:
+                continue
+            if expanded:
+                done.add(cur.id)
+                out.append(cur)
+                continue
+            stack.append((cur, True))
+            stack += [(by[p.id], False) for p in cur.parents if p.id in by and p.id not in done]
+
+    for m in sorted(manifests, key=lambda x: x.created):
+        visit(m)
+    return out
+
+
+def _existing_runs(client: Any, exp_id: str) -> dict[str, Any]:
+    """mmgrid key -> the run already in the experiment (data: metrics, params, tags)."""
+    out: dict[str, Any] = {}
+    token = None
+    while True:
+        page = client.search_runs([exp_id], max_results=1000, page_token=token)
+        for r in page:
+            k = r.data.tags.get(KEY_TAG)
+            if k:
+                out[k] = r
+        token = getattr(page, "token", None)
+        if not token:
+            return out
+
+
+def _sync_run(client: Any, exp_id: str, existing: dict[str, Any], key: str, name: str, tags: dict[str, Any],
+              params: dict[str, Any], metrics: dict[str, float], out: ExportSummary) -> str:
+    """Create the run ``key`` (or find it) and log whatever of tags/params/metrics it lacks; returns its id."""
+    from mlflow.entities import Metric, Param, RunTag  # lazy: mlflow, as in _client
+
+    tags = {k: _text(v, 5000) for k, v in tags.items()}
+    run = existing.get(key)
+    if run is None:
+        run = client.create_run(exp_id, tags={KEY_TAG: key, "mlflow.runName": name}, run_name=name)
+        client.set_terminated(run.info.run_id)
+        have_m, have_p, have_t = {}, {}, {KEY_TAG: key, "mlflow.runName": name}
+        existing[key] = run
+        out.runs_created += 1
+    else:
+        have_m, have_p, have_t = run.data.metrics, run.data.params, run.data.tags
+        out.runs_found += 1
+    rid = run.info.run_id
+    now = int(time.time() * 1000)
+    new_m = [Metric(k, float(v), now, 0) for k, v in metrics.items() if k not in have_m]
+    new_p = [Param(k, _text(v, MAX_PARAM)) for k, v in params.items() if k not in have_p]
+    new_t = [RunTag(k, v) for k, v in tags.items() if have_t.get(k) != v]
+    for chunk in _chunks(new_m, 1000):
+        client.log_batch(rid, metrics=chunk)
+    for chunk in _chunks(new_p, 100):
+        client.log_batch(rid, params=chunk)
+    for chunk in _chunks(new_t, 100):
+        client.log_batch(rid, tags=chunk)
+    out.metrics_logged += len(new_m)
+    out.params_logged += len(new_p)
+    out.tags_logged += len(new_t)
+    return rid
+
+
+def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def _text(v: Any, limit: int) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else str(v)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested parameters as ``a.b.c`` keys (MLflow params are flat)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, key + "."))
+        else:
+            out[_metric_name(key)] = v
+    return out
+
+
+def _metric_name(text: str) -> str:
+    """A name MLflow accepts (letters, digits, ``_ - . space /``): ``recall@10`` -> ``recall_at_10``."""
+    return re.sub(r"[^A-Za-z0-9_\-. /]", "_", str(text).replace("@", "_at_"))
+
+
+def _metrics(rows: Any, with_domain: bool) -> dict[str, float]:
+    """``SPLIT/GROUP[/EVAL_DOMAIN]/METRIC`` -> value (and ``_ci_low``/``_ci_high``), newest record per key."""
+    out: dict[str, float] = {}
+    if rows is None or rows.empty:
+        return out
+    rows = rows.sort_values("created") if "created" in rows.columns else rows
+    for r in rows.to_dict("records"):
+        parts = [r["split"], r["group"]]
+        ed = r.get("eval_domain")
+        if _present(ed) and (with_domain or ed != r.get("domain")):
+            parts.append(f"on_{ed}")
+        key = _metric_name("/".join(map(str, [*parts, r["metric"]])))
+        for suffix, col in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):
+            v = r.get(col)
+            if _present(v) and math.isfinite(float(v)):
+                out[key + suffix] = float(v)
+    return out
+
+
+def _recipe(recipe: Any) -> dict[str, Any]:
+    if not isinstance(recipe, str):
+        return {}
+    try:
+        d = json.loads(recipe)
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _recipe_inputs(recipe: Any) -> list[str]:
+    return [str(i) for i in _recipe(recipe).get("inputs") or []]
+
+
+def _recipe_params(recipe: Any) -> dict[str, Any]:
+    d = _recipe(recipe)
+    return _flat({k: v for k, v in d.items() if k != "inputs"})
