@@ -476,9 +476,6 @@ PRIVATE_IMPORTS_ALLOWED: dict[str, str] = {
         "mmgrid.merge.lora.factorize._dense_factors", "mmgrid.merge.lora.factorize._factors",
         "mmgrid.merge.lora.factorize._finite", "mmgrid.merge.lora.factorize._lowrank_norm",
         "mmgrid.merge.lora.factorize._lowrank_svd")},
-    "mmgrid/sweep/commands.py:mmgrid.sweep.report_temporal._lam": f"{PARALLEL} (report)",
-    "mmgrid/sweep/report.py:mmgrid.sweep.report_temporal._prediction": f"{PARALLEL} (report)",
-    "mmgrid/sweep/report.py:mmgrid.sweep.report_temporal._temporal": f"{PARALLEL} (report)",
     "mmgrid/sweep/evidence.py:mmgrid.eval.table._newest": f"{PARALLEL} (hardening edits eval/table.py, which "
                                                           "should export it)",
     "mmgrid/sweep/evidence.py:mmgrid.eval.table._seed_of": f"{PARALLEL} (hardening edits eval/table.py, which "

@@ -82,7 +82,7 @@ def _temporal(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.evidence import robust_stars, temporal_curves
     from mmgrid.sweep.lambda_model import extend_temporal
-    from mmgrid.sweep.report_temporal import _lam
+    from mmgrid.sweep.report_temporal import lam_text
     from mmgrid.sweep.selection import lambda_stars
     from mmgrid.sweep.temporal import run_temporal, temporal_results
 
@@ -94,7 +94,7 @@ def _temporal(args: argparse.Namespace) -> int:
     curves = temporal_curves(reg, t.paradigm, t.variant, t.metric)
     if curves:  # the report's lambda*: seed-averaged curve, 95% interval, (edge) flag
         rs = robust_stars(curves, t.smooth)
-        rs["cell"] = [_lam(r.lambda_star, r.ci_low, r.ci_high, r.on_edge) for r in rs.itertuples()]
+        rs["cell"] = [lam_text(r.lambda_star, r.ci_low, r.ci_high, r.on_edge) for r in rs.itertuples()]
         stars = rs.pivot(index="domain", columns="group", values="cell")
     else:
         stars = lambda_stars(df, t.metric).pivot(index="domain", columns="group", values="lambda_star")

@@ -107,7 +107,7 @@ def export_mlflow(registry: Any, tracking_uri: str, experiment: str = "mmgrid") 
     exp = client.get_experiment_by_name(experiment)
     exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
     out = ExportSummary(experiment_id=str(exp_id))
-    existing = _existing_runs(client, exp_id)
+    sync = _Experiment(client, exp_id, _existing_runs(client, exp_id), out)
     runs: dict[str, str] = {}  # mmgrid key -> run id
     res = registry.results()
     own = res[res["id"].notna() & (res["study"].isna() if "study" in res.columns else True)] if not res.empty else res
@@ -127,14 +127,14 @@ def export_mlflow(registry: Any, tracking_uri: str, experiment: str = "mmgrid") 
         variant = m.coords.get("variant", "default")
         name += (f"/{variant}" if variant != "default" else "") + (f" seed {m.seed}" if m.seed is not None else "")
         rows = own[own["id"] == m.id] if not own.empty else own
-        runs[m.id] = _sync_run(client, exp_id, existing, f"checkpoint:{m.id}", name, tags, _flat(m.params),
-                               _metrics(rows, with_domain=False), out)
+        runs[m.id] = sync.sync_run(f"checkpoint:{m.id}", name, tags, _flat(m.params),
+                                   _metrics(rows, with_domain=False))
     if not res.empty and "study" in res.columns:
         studies = res[res["study"].notna() & res["recipe_hash"].notna()]
         for (study, paradigm, variant), srows in studies.groupby(["study", "paradigm", "variant"], dropna=False):
             skey = f"study:{study}:{paradigm}:{variant}"
-            parent = _sync_run(client, exp_id, existing, skey, f"study {study} {paradigm}/{variant}",
-                               {"mmgrid.study": study, "mmgrid.paradigm": paradigm, "mmgrid.variant": variant}, {}, {}, out)
+            parent = sync.sync_run(skey, f"study {study} {paradigm}/{variant}",
+                                  {"mmgrid.study": study, "mmgrid.paradigm": paradigm, "mmgrid.variant": variant}, {}, {})
             for (recipe, seed), rrows in srows.groupby(["recipe_hash", srows["seed"].astype(str)], dropna=False):
                 r0 = rrows.iloc[0]
                 tags = {"mmgrid.study": study, "mmgrid.recipe_hash": recipe, "mlflow.parentRunId": parent}
@@ -144,8 +144,8 @@ def export_mlflow(registry: Any, tracking_uri: str, experiment: str = "mmgrid") 
                     tags["mmgrid.parent.merge_input"] = ",".join(inputs)
                 label = " ".join(f"{c}={tags[f'mmgrid.{c}']}" for c in ("domain", "pair", "method", "base_kind", "alpha",
                                                                          "lambda", "seed") if f"mmgrid.{c}" in tags)
-                _sync_run(client, exp_id, existing, f"recipe:{recipe}:{seed}", f"{study} {label}", tags,
-                          _recipe_params(r0.get("recipe")), _metrics(rrows, with_domain=True), out)
+                sync.sync_run(f"recipe:{recipe}:{seed}", f"{study} {label}", tags,
+                             _recipe_params(r0.get("recipe")), _metrics(rrows, with_domain=True))
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -193,11 +193,26 @@ def _existing_runs(client: Any, exp_id: str) -> dict[str, Any]:
             return out
 
 
-def _sync_run(client: Any, exp_id: str, existing: dict[str, Any], key: str, name: str, tags: dict[str, Any],
-              params: dict[str, Any], metrics: dict[str, float], out: ExportSummary) -> str:
+@dataclass
+class _Experiment:
+    """One experiment being synced: the client, its id, its runs by ``mmgrid.key`` and the running summary."""
+
+    client: Any
+    exp_id: str
+    existing: dict[str, Any]
+    out: ExportSummary
+
+    def sync_run(self, key: str, name: str, tags: dict[str, Any], params: dict[str, Any],
+                 metrics: dict[str, float]) -> str:
+        return _sync_run(self, key, name, tags, params, metrics)
+
+
+def _sync_run(exp: _Experiment, key: str, name: str, tags: dict[str, Any], params: dict[str, Any],
+              metrics: dict[str, float]) -> str:
     """Create the run ``key`` (or find it) and log whatever of tags/params/metrics it lacks; returns its id."""
     from mlflow.entities import Metric, Param, RunTag  # lazy: mlflow, as in _client
 
+    client, exp_id, existing, out = exp.client, exp.exp_id, exp.existing, exp.out
     tags = {k: _text(v, 5000) for k, v in tags.items()}
     run = existing.get(key)
     if run is None:

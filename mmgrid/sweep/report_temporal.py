@@ -13,7 +13,6 @@ from mmgrid.sweep import tables as tb
 from mmgrid.sweep.study_results import MissingInputs, PredictionResults, TemporalResults, lam_text  # noqa: F401
 
 README_FIGURE = "figure5_lambda.png"
-_lam = lam_text  # the console's `mmgrid sweep temporal` prints the same cells
 
 
 def render_temporal(rep: Any, r: TemporalResults) -> None:
