@@ -16,20 +16,25 @@ Two modes:
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from mmgrid.errors import RegistryError
+from mmgrid.errors import MmgridError, RegistryError, describe_os_error
 import mmgrid.registry.aliases as alias_files
 import mmgrid.registry.hf as hf
 import mmgrid.registry.maintenance as maintenance
 import mmgrid.registry.names as names
 import mmgrid.registry.peruser as peruser
 import mmgrid.registry.writing as writing
-from mmgrid.registry.errors import AmbiguousCheckpointError, UnknownCheckpointError
-from mmgrid.registry.index import Index
+from mmgrid.registry.errors import (AmbiguousCheckpointError, CorruptIndexError, ReadOnlyRegistryError,
+                                    RegistryStorageError, UnknownCheckpointError)
+from mmgrid.registry.index import Index, manifest_stat
+from mmgrid.registry.locks import WritersLock
 from mmgrid.registry.maintenance import GcReport, VerifyReport
 from mmgrid.registry.manifest import Manifest, Parent, code_version, read_manifest
 from mmgrid.registry.results import ResultsLog, make_record
@@ -43,6 +48,61 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1": Registry.open defaults to worker mode (no SQLite)
+FOLDERS = ("blobs", "files", "manifests", "aliases", "results", "tmp")  # peruser/, verified/: on first use
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def read_only_reason(root: Path) -> str | None:
+    """Why the registry at ``root`` cannot be written (None: it can). ``os.access`` sees a read-only
+    mount (for every user) and missing write permission; a registry not created yet is judged by
+    the nearest folder that exists."""
+    probe = Path(root)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        return f"{probe} is not writable (a read-only mount, or no write permission)"
+    index = Path(root) / "index.sqlite"
+    if index.exists() and not os.access(index, os.W_OK):
+        return f"{index} is not writable (no write permission)"
+    return None
+
+
+def _storage_error(exc: OSError, action: str, root: Path) -> MmgridError:
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return ReadOnlyRegistryError(
+            f"{describe_os_error(exc, action)} The registry {root} cannot be written here: read commands work as "
+            "they are; write to a writable copy (`cp -r`) or remount it read-write.")
+    err = RegistryStorageError(describe_os_error(exc, action) + " Nothing half-written was kept: run it again once "
+                               f"fixed (`mmgrid registry gc {root}` removes unreferenced blobs and temporary files).")
+    err.errno = exc.errno
+    return err
+
+
+def _writes(action: str) -> Callable[[F], F]:
+    """Decorate a Registry method that writes: refused on a read-only registry before any work;
+    creates the registry's folders on first use; holds the writers' lock (gc waits for it);
+    operating-system errors (a full disk) become :class:`RegistryStorageError`."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: "Registry", *args: Any, **kwargs: Any) -> Any:
+            self.require_writable(action)
+            if self._index_broken is not None and fn.__name__ != "reindex":
+                raise self._index_broken
+            with self._guard(action):
+                self._ensure_created()
+                try:
+                    with self._writers.shared():
+                        out = fn(self, *args, **kwargs)
+                except BaseException:
+                    self._undo_created()
+                    raise
+                self._made = None
+                return out
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
 
 
 class Registry:
@@ -50,41 +110,115 @@ class Registry:
 
     make_id = staticmethod(names.make_id)
 
-    def __init__(self, root: str | Path, index: bool = True, durable: bool = True) -> None:
+    def __init__(self, root: str | Path, index: bool = True, durable: bool = True,
+                 read_only: bool | None = None) -> None:
         self.root = Path(root)
         self.indexed = index
         self.durable = durable
+        self.read_only_reason = (read_only_reason(self.root) if read_only is None
+                                 else "opened with read_only=True" if read_only else None)
         self.store = BlobStore(self.root, durable=durable)
         self._log = ResultsLog(self.root, durable=durable)
-        self._index = Index(self.root, self.root / "index.sqlite" if index else ":memory:")
+        self._writers = WritersLock(self.root)
+        self._created = (self.root / "manifests").is_dir()
+        # a registry not created yet has an in-memory index until its first write (opening writes nothing)
+        self._index = Index(self.root, self.root / "index.sqlite" if index and self._created else ":memory:",
+                            read_only=self.read_only_reason is not None)
         self._manifests: dict[str, Manifest] = {}
+        self._pending: list[dict[str, Any]] | None = None  # records of an open recording() block
+        self._made: Path | None = None  # the folder the first write created (see _undo_created)
+        self._new_files: list[Path] = []  # per-user files written inside the open recording() block
+        self._index_broken: CorruptIndexError | None = None  # the index file is damaged (until reindex)
 
     @classmethod
-    def open(cls, root: str | Path, index: bool | None = None, durable: bool = True) -> "Registry":
-        """Open (creating if missing) the registry at ``root``.
+    def open(cls, root: str | Path, index: bool | None = None, durable: bool = True,
+             read_only: bool | None = None) -> "Registry":
+        """Open the registry at ``root``; nothing is created or written until the first write.
 
         Args:
-            root: the registry folder.
+            root: the registry folder (made, with its sub-folders, by the first write).
             index: False for worker processes that must never touch the SQLite index.
                 None (default): worker mode when the environment has
                 ``MMGRID_REGISTRY_WORKER=1`` (set by mmgrid's Ray executor), else True.
             durable: fsync every write (default). False only for throwaway registries
                 (benchmarks, scratch), where a power loss may lose recent writes.
+            read_only: True: never write (reads only; writes raise ReadOnlyRegistryError).
+                None (default): read-only when the folder cannot be written (a read-only
+                mount, no permission); its index is then read into memory, never written.
         """
         root = Path(root)
         if root.exists() and not root.is_dir():
             raise RegistryError(f"registry root {root} is a file; give a folder (it is created if missing).")
-        try:
-            for sub in ("blobs", "files", "manifests", "aliases", "results", "tmp"):  # peruser/: on first use
-                (root / sub).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RegistryError(f"cannot create the registry folders under {root} ({exc}); give a folder you can write to.") from exc
+        probe = root
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise RegistryError(f"cannot create the registry folders under {root}: {probe} is a file, not a folder; "
+                                "give a registry folder whose parents are folders.")
         if index is None:
             index = os.environ.get(WORKER_ENV) != "1"
-        reg = cls(root, index=index, durable=durable)
+        reg = cls(root, index=index, durable=durable, read_only=read_only)
         if index:
-            reg.sync()  # pick up what workers or killed writers left unindexed
+            try:
+                reg.sync()  # pick up what workers or killed writers left unindexed
+            except CorruptIndexError as exc:
+                # open anyway: reading manifests (get, load, lineage) and reindex work; queries and writes
+                # raise this error, which names the index file and the fix
+                reg._index_broken = exc
         return reg
+
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_reason is not None
+
+    def require_writable(self, action: str = "this command") -> None:
+        """Raise :class:`ReadOnlyRegistryError` now, before any work, if the registry cannot be written.
+
+        Commands that compute before they write (a merge, an evaluation that records) call this first."""
+        if self.read_only_reason is not None:
+            raise ReadOnlyRegistryError(
+                f"registry {self.root} is read-only ({self.read_only_reason}), and {action} writes to it. Read "
+                "commands (query, results, show, lineage, eval --no-record, registry verify) work as they are; to "
+                "write, copy it somewhere writable (`cp -r`) or remount it read-write.")
+
+    @contextmanager
+    def _guard(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except MmgridError:
+            raise
+        except OSError as exc:
+            raise _storage_error(exc, action, self.root) from exc
+
+    def _ensure_created(self) -> None:
+        """Make the registry's folders (first write) and switch to its index file."""
+        if self._created:
+            return
+        top = self.root  # the outermost folder this creates (removed again if the first write fails)
+        while not top.parent.exists() and top.parent != top.parent.parent:
+            top = top.parent
+        self._made = top if not top.exists() else None
+        for sub in FOLDERS:
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        if self.indexed and self._index.path == ":memory:":
+            self._index.close()
+            self._index = Index(self.root, self.root / "index.sqlite")
+            self._index.sync()
+        self._created = True
+
+    def _undo_created(self) -> None:
+        """After a failed first write: remove the empty skeleton :meth:`_ensure_created` made (a failed
+        command leaves nothing behind). Only a registry still without any manifest or result."""
+        made, self._made = getattr(self, "_made", None), None
+        if made is None or any((self.root / "results").glob("*.jsonl")) \
+                or any((self.root / "manifests").glob("*/*.json")):
+            return
+        self._index.close()
+        import shutil
+
+        shutil.rmtree(made, ignore_errors=True)
+        self._created = False
+        self._index = Index(self.root, ":memory:")
 
     def close(self) -> None:
         self._index.close()
@@ -102,14 +236,26 @@ class Registry:
     # -- index maintenance ------------------------------------------------------
     def sync(self) -> int:
         """Index manifests, aliases and results written by other processes (incremental)."""
-        return self._index.sync()
+        n = self._index.sync()
+        self._index_broken = None
+        return n
 
+    @_writes("reindex")
     def reindex(self) -> int:
-        """Rebuild the index from the files alone; returns the number of rows indexed.
+        """Rebuild the index from the files alone, whatever state the index file is in (a damaged
+        one is replaced); returns the number of rows indexed.
 
         Unreadable manifests and aliases are skipped with a :class:`RegistryWarning` and
         listed in :attr:`index_problems` (``mmgrid registry reindex`` then exits 1)."""
-        return self._index.rebuild()
+        n = self._index.rebuild()
+        self._index_broken = None
+        return n
+
+    @property
+    def index_repairs(self) -> list[str]:
+        """Where the index disagreed with the files since this registry was opened (a results file
+        gone, an index built for another folder, a manifest changed): each was brought in line."""
+        return list(self._index.repairs)
 
     @property
     def index_problems(self) -> list[tuple[str, str]]:
@@ -117,6 +263,8 @@ class Registry:
         return list(self._index.problems)
 
     def _reader(self) -> Index:
+        if self._index_broken is not None:
+            raise self._index_broken
         if not self.indexed:
             self._index.sync()  # workers: an in-memory index over the files
         return self._index
@@ -130,6 +278,7 @@ class Registry:
         return isinstance(cid, str) and names.is_hex(cid) and self.manifest_path(cid).is_file()
 
     # -- writing --------------------------------------------------------------------
+    @_writes("put")
     def put(
         self,
         state_or_path: "Mapping[str, torch.Tensor] | str | Path",
@@ -198,10 +347,12 @@ class Registry:
     def _commit(self, m: Manifest) -> None:
         """Write the manifest last: until its rename the checkpoint does not exist."""
         m.check_paths()
-        atomic_write(self.manifest_path(m.id), m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written")
+        path = self.manifest_path(m.id)
+        atomic_write(path, m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written")
         self._manifests[m.id] = m
         if self.indexed:
-            self._index.write(lambda conn: Index.add_manifest(conn, m))
+            mstat = manifest_stat(os.stat(path))
+            self._index.write(lambda conn: Index.add_manifest(conn, m, mstat))
 
     # -- reading ---------------------------------------------------------------------
     def resolve(self, ref: "str | Mapping[str, Any] | Manifest") -> str:
@@ -324,15 +475,77 @@ class Registry:
         if extra and "per_user" in extra:
             peruser.resolve(self.root, extra["per_user"])
         rec = make_record(cid, split, group, metrics, recipe, extra, ci)
-        self._log.append(rec)
-        if self.indexed:
-            self._index.write(lambda conn: Index.add_record(conn, rec))
+        if self._pending is not None:  # inside recording(): written with the others at its end
+            self._pending.append(rec)
+        else:
+            self._write_records([rec])
         return rec["key"]
 
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Group writes of one evaluation: its per-user file and every ``record_eval`` inside the block
+        are recorded together (one append, one index transaction) when the block ends, or not at all
+        when it raises or the disk is full. gc waits for the block (writers' lock).
+
+        Raises:
+            ReadOnlyRegistryError: before the block runs, if the registry cannot be written.
+        """
+        if self._pending is not None:  # nested: the outer block writes
+            yield
+            return
+        self.require_writable("recording evaluations")
+        if self._index_broken is not None:
+            raise self._index_broken
+        with self._guard("recording evaluations"):
+            self._ensure_created()
+        try:
+            with self._guard("recording evaluations"), self._writers.shared():
+                self._pending, self._new_files = [], []
+                try:
+                    yield
+                    pending = self._pending
+                finally:
+                    self._pending = None
+                if pending:
+                    self._write_records(pending)
+        except BaseException:
+            for path in self._new_files:  # per-user files no record will name
+                path.unlink(missing_ok=True)
+            self._undo_created()
+            raise
+        finally:
+            self._new_files = []
+        self._made = None
+
+    @_writes("recording an evaluation")
+    def _write_records(self, records: list[dict[str, Any]]) -> None:
+        """Append records to this process's results file and index them: all or none."""
+        start = self._log.append(*records)
+        if not self.indexed:
+            return
+        path = self._log.path
+
+        def add(conn: Any) -> None:
+            Index.track_results_file(conn, path)
+            for rec in records:
+                Index.add_record(conn, rec, path.name)
+
+        try:
+            self._index.write(add)
+        except BaseException:
+            self._log.undo(start)  # the file is the source of truth: what the index lacks is not recorded
+            raise
+
+    @_writes("storing per-user values")
     def put_per_user(self, users: Any, active: Any, metrics: Mapping[str, Any]) -> str:
         """Store one evaluation's per-user values (``peruser.py``); returns the path to put in ``extra.per_user``."""
-        return peruser.write(self.root, self.store.tmp, peruser.to_parquet(*peruser.check_columns(users, active, metrics)),
-                             self.durable)
+        data = peruser.to_parquet(*peruser.check_columns(users, active, metrics))
+        rel = peruser.rel_path(data)
+        new = not (self.root / rel).exists()
+        peruser.write(self.root, self.store.tmp, data, self.durable)
+        if new and self._pending is not None:
+            self._new_files.append(self.root / rel)  # removed again if the recording() block fails
+        return rel
 
     def per_user(self, row_or_key: Any) -> "pd.DataFrame":
         """The per-user values behind one result row (a ``results()`` row or its ``key``): columns user_idx,
@@ -358,6 +571,7 @@ class Registry:
         return grid_frame(self, paradigm, variant, value, split, group, kind, seed)
 
     # -- aliases ------------------------------------------------------------------------
+    @_writes("alias")
     def alias(self, name: str, ref: Any) -> str:
         """Point ``name`` at a checkpoint (moving it if it existed); returns the id."""
         names.check_alias(name)
@@ -376,6 +590,7 @@ class Registry:
         """Write a plain Hugging Face folder (model.safetensors + config/tokenizer files)."""
         return hf.export_hf(self, ref, Path(out_dir))
 
+    @_writes("import-hf")
     def import_hf(self, path: str | Path, coords: Mapping[str, Any], **kw: Any) -> str:
         """Bring in a Hugging Face folder trained elsewhere (see :func:`mmgrid.registry.hf.import_hf`)."""
         return hf.import_hf(self, Path(path), coords, **kw)
@@ -387,8 +602,15 @@ class Registry:
 
     def gc(self, keep: Iterable[Any] | None = None, dry_run: bool = False, grace_s: float = 3600.0) -> GcReport:
         """Remove unreachable checkpoints, unreferenced blobs and stale temporary files
-        (rule: :func:`mmgrid.registry.maintenance.gc`)."""
-        return maintenance.gc(self, keep=keep, dry_run=dry_run, grace_s=grace_s)
+        (rule: :func:`mmgrid.registry.maintenance.gc`). It waits for writes in flight (puts,
+        recorded evaluations) and writes wait for it: whatever ``grace_s``, it never races a writer."""
+        if dry_run or not self._created:  # nothing to remove from a registry not created yet
+            return maintenance.gc(self, keep=keep, dry_run=dry_run, grace_s=grace_s)
+        self.require_writable("gc")
+        if self._index_broken is not None:
+            raise self._index_broken
+        with self._guard("gc"), self._writers.exclusive():
+            return maintenance.gc(self, keep=keep, dry_run=dry_run, grace_s=grace_s)
 
     def iter_manifest_paths(self) -> list[Path]:
         return sorted((self.root / "manifests").glob("*/*.json"))

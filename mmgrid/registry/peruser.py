@@ -96,10 +96,15 @@ def to_parquet(users: np.ndarray, active: np.ndarray, metrics: Mapping[str, np.n
     return buf.getvalue()
 
 
+def rel_path(data: bytes) -> str:
+    """The path (relative to the registry root) parquet bytes are stored under."""
+    sha = hashlib.sha256(data).hexdigest()
+    return f"{DIR}/{sha[:2]}/{sha}.parquet"
+
+
 def write(root: Path, tmp: Path, data: bytes, durable: bool = True) -> str:
     """Store parquet bytes content-addressed; returns the path relative to ``root``."""
-    sha = hashlib.sha256(data).hexdigest()
-    rel = f"{DIR}/{sha[:2]}/{sha}.parquet"
+    rel = rel_path(data)
     path = Path(root) / rel
     if path.exists():
         return rel
