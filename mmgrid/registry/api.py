@@ -70,10 +70,11 @@ def read_only_reason(root: Path) -> str | None:
 def _storage_error(exc: OSError, action: str, root: Path) -> MmgridError:
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return ReadOnlyRegistryError(
-            f"{describe_os_error(exc, action)} The registry {root} cannot be written here: read commands work as "
+            f"{describe_os_error(exc, f'{action} in the registry {root}')} The registry {root} cannot be written here: read commands work as "
             "they are; write to a writable copy (`cp -r`) or remount it read-write.")
-    err = RegistryStorageError(describe_os_error(exc, action) + " Nothing half-written was kept: run it again once "
-                               f"fixed (`mmgrid registry gc {root}` removes unreferenced blobs and temporary files).")
+    err = RegistryStorageError(describe_os_error(exc, f"{action} in the registry {root}") + " Nothing half-written "
+                               f"was kept: run it again once fixed (`mmgrid registry gc {root}` removes unreferenced "
+                               "blobs and temporary files).")
     err.errno = exc.errno
     return err
 
@@ -509,8 +510,13 @@ class Registry:
                 if pending:
                     self._write_records(pending)
         except BaseException:
-            for path in self._new_files:  # per-user files no record will name
+            for path in self._new_files:  # per-user files no record will name (and folders they made)
                 path.unlink(missing_ok=True)
+                for folder in (path.parent, path.parent.parent):
+                    try:
+                        folder.rmdir()
+                    except OSError:
+                        break  # not empty
             self._undo_created()
             raise
         finally:
