@@ -502,15 +502,18 @@ class Index:
         return self.root / "manifests" / cid[:2] / f"{cid}.json"
 
     def _stale(self, pairs: Iterable[tuple[str, str | None]]) -> list[str]:
-        """Ids whose manifest's stat identity is not the one indexed (changed, gone, unreadable)."""
+        """Ids whose manifest's stat identity is not the one indexed (changed, gone, unreadable).
+
+        The hot path of every query: one ``os.stat`` per checkpoint on plain strings (no pathlib)."""
         out = []
+        mdir, stat = os.fsencode(self.root / "manifests"), os.stat
         for cid, mstat in pairs:
             try:
-                st = os.stat(self._manifest_path(cid))
-            except OSError:
+                st = stat(b"%s/%s/%s.json" % (mdir, cid[:2].encode(), cid.encode()))
+            except (OSError, ValueError):
                 out.append(cid)
                 continue
-            if manifest_stat(st) != mstat:
+            if f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}" != mstat:
                 out.append(cid)
         return out
 
