@@ -266,6 +266,12 @@ class Registry:
     def _reader(self) -> Index:
         if self._index_broken is not None:
             raise self._index_broken
+        if not self._created and self.indexed and (self.root / "manifests").is_dir():
+            # created by another process since this one opened it: read its index (creating nothing)
+            self._created = True
+            self._index.close()
+            self._index = Index(self.root, self.root / "index.sqlite", read_only=self.read_only)
+            self.sync()
         if not self.indexed:
             self._index.sync()  # workers: an in-memory index over the files
         return self._index

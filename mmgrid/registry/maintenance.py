@@ -182,6 +182,9 @@ def _verify_index(reg: "Registry", report: VerifyReport) -> None:
     if not reg.indexed:
         return  # worker mode: the index is built from the files anyway
     report.index_problems = list(reg.index_repairs)
+    if reg._index_broken is not None:
+        report.index_problems.append(str(reg._index_broken))
+        return
     fresh = Index(reg.root, ":memory:")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RegistryWarning)  # unreadable files are listed above already

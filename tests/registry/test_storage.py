@@ -417,3 +417,18 @@ def test_a_registry_under_a_non_utf8_folder_name_is_readable(tmp_path) -> None:
     assert set(reg.load(ids[0])) == set(tiny_state(0))
     assert set(reg.query()["id"]) == set(ids) and len(reg.per_user(reg.results().iloc[0])) > 0
     assert len(reg.lineage("last")) == 2
+
+
+def test_verify_on_a_damaged_index_still_checks_everything_and_names_it(tmp_path) -> None:
+    root = tmp_path / "reg"
+    _filled(root)
+    (root / "index.sqlite").write_bytes(b"not a database" * 100)
+    report = Registry.open(root).verify()
+    assert not report.ok and report.blobs_checked > 0 and "reindex" in report.summary()
+
+
+def test_a_registry_created_by_another_process_after_opening_is_read(tmp_path) -> None:
+    root = tmp_path / "reg"
+    early = Registry.open(root)  # nothing there yet
+    ids, _ = _filled(root)  # another writer creates it
+    assert set(early.query()["id"]) == set(ids)
