@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,9 +127,8 @@ class Registry:
         self._index = Index(self.root, self.root / "index.sqlite" if index and self._created else ":memory:",
                             read_only=self.read_only_reason is not None)
         self._manifests: dict[str, Manifest] = {}
-        self._pending: list[dict[str, Any]] | None = None  # records of an open recording() block
+        self._rec = threading.local()  # this thread's open recording() block: .pending records, .new_files
         self._made: Path | None = None  # the folder the first write created (see _undo_created)
-        self._new_files: list[Path] = []  # per-user files written inside the open recording() block
         self._index_broken: CorruptIndexError | None = None  # the index file is damaged (until reindex)
 
     @classmethod
@@ -482,8 +482,9 @@ class Registry:
         if extra and "per_user" in extra:
             peruser.resolve(self.root, extra["per_user"])
         rec = make_record(cid, split, group, metrics, recipe, extra, ci)
-        if self._pending is not None:  # inside recording(): written with the others at its end
-            self._pending.append(rec)
+        pending = getattr(self._rec, "pending", None)
+        if pending is not None:  # inside recording(): written with the others at its end
+            pending.append(rec)
         else:
             self._write_records([rec])
         return rec["key"]
@@ -497,7 +498,7 @@ class Registry:
         Raises:
             ReadOnlyRegistryError: before the block runs, if the registry cannot be written.
         """
-        if self._pending is not None:  # nested: the outer block writes
+        if getattr(self._rec, "pending", None) is not None:  # nested: the outer block writes
             yield
             return
         self.require_writable("recording evaluations")
@@ -507,16 +508,16 @@ class Registry:
             self._ensure_created()
         try:
             with self._guard("recording evaluations"), self._writers.shared():
-                self._pending, self._new_files = [], []
+                self._rec.pending, self._rec.new_files = [], []
                 try:
                     yield
-                    pending = self._pending
+                    pending = self._rec.pending
                 finally:
-                    self._pending = None
+                    self._rec.pending = None
                 if pending:
                     self._write_records(pending)
         except BaseException:
-            for path in self._new_files:  # per-user files no record will name (and folders they made)
+            for path in self._rec.new_files:  # per-user files no record will name (and folders they made)
                 path.unlink(missing_ok=True)
                 for folder in (path.parent, path.parent.parent):
                     try:
@@ -526,7 +527,7 @@ class Registry:
             self._undo_created()
             raise
         finally:
-            self._new_files = []
+            self._rec.new_files = []
         self._made = None
 
     @_writes("recording an evaluation")
@@ -555,8 +556,8 @@ class Registry:
         rel = peruser.rel_path(data)
         new = not (self.root / rel).exists()
         peruser.write(self.root, self.store.tmp, data, self.durable)
-        if new and self._pending is not None:
-            self._new_files.append(self.root / rel)  # removed again if the recording() block fails
+        if new and getattr(self._rec, "pending", None) is not None:
+            self._rec.new_files.append(self.root / rel)  # removed again if the recording() block fails
         return rel
 
     def per_user(self, row_or_key: Any) -> "pd.DataFrame":
