@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
 def _storage_message(exc: BaseException, command: str) -> str | None:
     """The one-line message of an ``OSError``, a ``sqlite3.Error`` or a safetensors I/O error that a
     command let escape (what, where, the system's reason, how to fix); None for any other error."""
-    import sqlite3  # cheap (the module is in the standard library); only reached on an error
+    import sqlite3  # lazy: only reached on an error (sqlite3 stays out of `mmgrid --help`)
 
-    from mmgrid.errors import describe_os_error
+    from mmgrid.errors import describe_os_error  # lazy: only reached on an error
 
     if isinstance(exc, OSError):
         return describe_os_error(exc, f"`mmgrid {command}` reading or writing a file")

@@ -7,6 +7,7 @@ without a traceback and exits with status 2.
 from __future__ import annotations
 
 import difflib
+import errno as errno_mod
 
 
 class MmgridError(Exception):
@@ -34,8 +35,6 @@ class StorageError(MmgridError):
 def describe_os_error(exc: BaseException, action: str, path: object = None) -> str:
     """One sentence for an ``OSError`` (or sqlite's / safetensors' I/O errors): what failed (``action``),
     where (``path``, else the error's own file name), the system's reason and how to fix it."""
-    import errno as errno_mod
-
     where = path if path is not None else getattr(exc, "filename", None)
     code = getattr(exc, "errno", None)
     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

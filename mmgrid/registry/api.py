@@ -16,98 +16,39 @@ Two modes:
 
 from __future__ import annotations
 
-import errno
-import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from mmgrid.errors import MmgridError, RegistryError, describe_os_error
+from mmgrid.errors import RegistryError
 import mmgrid.registry.aliases as alias_files
 import mmgrid.registry.hf as hf
 import mmgrid.registry.maintenance as maintenance
 import mmgrid.registry.names as names
-import mmgrid.registry.peruser as peruser
 import mmgrid.registry.writing as writing
-from mmgrid.registry.errors import (AmbiguousCheckpointError, CorruptIndexError, ReadOnlyRegistryError,
-                                    RegistryStorageError, UnknownCheckpointError)
-from mmgrid.registry.index import Index, manifest_stat
+from mmgrid.registry.errors import AmbiguousCheckpointError, CorruptIndexError, UnknownCheckpointError
+from mmgrid.registry.evals import Evaluations
+from mmgrid.registry.guard import read_only_reason, writes
+from mmgrid.registry.index import Index
+from mmgrid.registry.indexsync import manifest_stat
 from mmgrid.registry.locks import WritersLock
 from mmgrid.registry.maintenance import GcReport, VerifyReport
 from mmgrid.registry.manifest import Manifest, Parent, code_version, read_manifest
-from mmgrid.registry.results import ResultsLog, make_record
+from mmgrid.registry.results import ResultsLog
 from mmgrid.registry.fsio import atomic_write
 from mmgrid.registry.store import BlobStore
 from mmgrid.registry.tensors import LazyTensors, iter_state, torch_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
-    import pandas as pd
     import torch
 
 WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1": Registry.open defaults to worker mode (no SQLite)
-FOLDERS = ("blobs", "files", "manifests", "aliases", "results", "tmp")  # peruser/, verified/: on first use
-F = TypeVar("F", bound=Callable[..., Any])
 
 
-def read_only_reason(root: Path) -> str | None:
-    """Why the registry at ``root`` cannot be written (None: it can). ``os.access`` sees a read-only
-    mount (for every user) and missing write permission; a registry not created yet is judged by
-    the nearest folder that exists."""
-    probe = Path(root)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not os.access(probe, os.W_OK):
-        return f"{probe} is not writable (a read-only mount, or no write permission)"
-    index = Path(root) / "index.sqlite"
-    if index.exists() and not os.access(index, os.W_OK):
-        return f"{index} is not writable (no write permission)"
-    return None
-
-
-def _storage_error(exc: OSError, action: str, root: Path) -> MmgridError:
-    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return ReadOnlyRegistryError(
-            f"{describe_os_error(exc, f'{action} in the registry {root}')} The registry {root} cannot be written here: read commands work as "
-            "they are; write to a writable copy (`cp -r`) or remount it read-write.")
-    err = RegistryStorageError(describe_os_error(exc, f"{action} in the registry {root}") + " Nothing half-written "
-                               f"was kept: run it again once fixed (`mmgrid registry gc {root}` removes unreferenced "
-                               "blobs and temporary files).")
-    err.errno = exc.errno
-    return err
-
-
-def _writes(action: str) -> Callable[[F], F]:
-    """Decorate a Registry method that writes: refused on a read-only registry before any work;
-    creates the registry's folders on first use; holds the writers' lock (gc waits for it);
-    operating-system errors (a full disk) become :class:`RegistryStorageError`."""
-
-    def deco(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(self: "Registry", *args: Any, **kwargs: Any) -> Any:
-            self.require_writable(action)
-            if self._index_broken is not None and fn.__name__ != "reindex":
-                raise self._index_broken
-            with self._guard(action):
-                self._ensure_created()
-                try:
-                    with self._writers.shared():
-                        out = fn(self, *args, **kwargs)
-                except BaseException:
-                    self._undo_created()
-                    raise
-                self._made = None
-                return out
-
-        return wrapper  # type: ignore[return-value]
-
-    return deco
-
-
-class Registry:
+class Registry(Evaluations):
     """A checkpoint-grid registry rooted at one folder (see the module docstring)."""
 
     make_id = staticmethod(names.make_id)
@@ -168,59 +109,6 @@ class Registry:
                 reg._index_broken = exc
         return reg
 
-    @property
-    def read_only(self) -> bool:
-        return self.read_only_reason is not None
-
-    def require_writable(self, action: str = "this command") -> None:
-        """Raise :class:`ReadOnlyRegistryError` now, before any work, if the registry cannot be written.
-
-        Commands that compute before they write (a merge, an evaluation that records) call this first."""
-        if self.read_only_reason is not None:
-            raise ReadOnlyRegistryError(
-                f"registry {self.root} is read-only ({self.read_only_reason}), and {action} writes to it. Read "
-                "commands (query, results, show, lineage, eval --no-record, registry verify) work as they are; to "
-                "write, copy it somewhere writable (`cp -r`) or remount it read-write.")
-
-    @contextmanager
-    def _guard(self, action: str) -> Iterator[None]:
-        try:
-            yield
-        except MmgridError:
-            raise
-        except OSError as exc:
-            raise _storage_error(exc, action, self.root) from exc
-
-    def _ensure_created(self) -> None:
-        """Make the registry's folders (first write) and switch to its index file."""
-        if self._created:
-            return
-        top = self.root  # the outermost folder this creates (removed again if the first write fails)
-        while not top.parent.exists() and top.parent != top.parent.parent:
-            top = top.parent
-        self._made = top if not top.exists() else None
-        for sub in FOLDERS:
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        if self.indexed and self._index.path == ":memory:":
-            self._index.close()
-            self._index = Index(self.root, self.root / "index.sqlite")
-            self._index.sync()
-        self._created = True
-
-    def _undo_created(self) -> None:
-        """After a failed first write: remove the empty skeleton :meth:`_ensure_created` made (a failed
-        command leaves nothing behind). Only a registry still without any manifest or result."""
-        made, self._made = getattr(self, "_made", None), None
-        if made is None or any((self.root / "results").glob("*.jsonl")) \
-                or any((self.root / "manifests").glob("*/*.json")):
-            return
-        self._index.close()
-        import shutil
-
-        shutil.rmtree(made, ignore_errors=True)
-        self._created = False
-        self._index = Index(self.root, ":memory:")
-
     def close(self) -> None:
         self._index.close()
         self._log.close()
@@ -241,7 +129,7 @@ class Registry:
         self._index_broken = None
         return n
 
-    @_writes("reindex")
+    @writes("reindex")
     def reindex(self) -> int:
         """Rebuild the index from the files alone, whatever state the index file is in (a damaged
         one is replaced); returns the number of rows indexed.
@@ -285,7 +173,7 @@ class Registry:
         return isinstance(cid, str) and names.is_hex(cid) and self.manifest_path(cid).is_file()
 
     # -- writing --------------------------------------------------------------------
-    @_writes("put")
+    @writes("put")
     def put(
         self,
         state_or_path: "Mapping[str, torch.Tensor] | str | Path",
@@ -459,132 +347,8 @@ class Registry:
 
         return build(self, self.resolve(ref))
 
-    # -- evaluations -------------------------------------------------------------------
-    def record_eval(
-        self,
-        ref: Any,
-        split: str,
-        group: str,
-        metrics: Mapping[str, float],
-        recipe: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-        ci: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Record metrics of a checkpoint (or of a merge ``recipe`` never stored, with ref=None).
-
-        ``ci``: ``{metric: [low, high]}`` intervals; ``extra["per_user"]``: the path returned by
-        :meth:`put_per_user` (checked to be one).
-
-        Returns:
-            The record's key (one line in this process's results file, one row per metric).
-        """
-        cid = self.resolve(ref) if ref is not None else None
-        if extra and "per_user" in extra:
-            peruser.resolve(self.root, extra["per_user"])
-        rec = make_record(cid, split, group, metrics, recipe, extra, ci)
-        pending = getattr(self._rec, "pending", None)
-        if pending is not None:  # inside recording(): written with the others at its end
-            pending.append(rec)
-        else:
-            self._write_records([rec])
-        return rec["key"]
-
-    @contextmanager
-    def recording(self) -> Iterator[None]:
-        """Group writes of one evaluation: its per-user file and every ``record_eval`` inside the block
-        are recorded together (one append, one index transaction) when the block ends, or not at all
-        when it raises or the disk is full. gc waits for the block (writers' lock).
-
-        Raises:
-            ReadOnlyRegistryError: before the block runs, if the registry cannot be written.
-        """
-        if getattr(self._rec, "pending", None) is not None:  # nested: the outer block writes
-            yield
-            return
-        self.require_writable("recording evaluations")
-        if self._index_broken is not None:
-            raise self._index_broken
-        with self._guard("recording evaluations"):
-            self._ensure_created()
-        try:
-            with self._guard("recording evaluations"), self._writers.shared():
-                self._rec.pending, self._rec.new_files = [], []
-                try:
-                    yield
-                    pending = self._rec.pending
-                finally:
-                    self._rec.pending = None
-                if pending:
-                    self._write_records(pending)
-        except BaseException:
-            for path in self._rec.new_files:  # per-user files no record will name (and folders they made)
-                path.unlink(missing_ok=True)
-                for folder in (path.parent, path.parent.parent):
-                    try:
-                        folder.rmdir()
-                    except OSError:
-                        break  # not empty
-            self._undo_created()
-            raise
-        finally:
-            self._rec.new_files = []
-        self._made = None
-
-    @_writes("recording an evaluation")
-    def _write_records(self, records: list[dict[str, Any]]) -> None:
-        """Append records to this process's results file and index them: all or none."""
-        start = self._log.append(*records)
-        if not self.indexed:
-            return
-        path = self._log.path
-
-        def add(conn: Any) -> None:
-            Index.track_results_file(conn, path)
-            for rec in records:
-                Index.add_record(conn, rec, path.name)
-
-        try:
-            self._index.write(add)
-        except BaseException:
-            self._log.undo(start)  # the file is the source of truth: what the index lacks is not recorded
-            raise
-
-    @_writes("storing per-user values")
-    def put_per_user(self, users: Any, active: Any, metrics: Mapping[str, Any]) -> str:
-        """Store one evaluation's per-user values (``peruser.py``); returns the path to put in ``extra.per_user``."""
-        data = peruser.to_parquet(*peruser.check_columns(users, active, metrics))
-        rel = peruser.rel_path(data)
-        new = not (self.root / rel).exists()
-        peruser.write(self.root, self.store.tmp, data, self.durable)
-        if new and getattr(self._rec, "pending", None) is not None:
-            self._rec.new_files.append(self.root / rel)  # removed again if the recording() block fails
-        return rel
-
-    def per_user(self, row_or_key: Any) -> "pd.DataFrame":
-        """The per-user values behind one result row (a ``results()`` row or its ``key``): columns user_idx,
-        active and one per metric, the row's group only. Raises RegistryError (no per-user file) and the
-        errors of ``peruser.read`` (UnsafePathError, MissingBlobError, CorruptBlobError)."""
-        key = row_or_key if isinstance(row_or_key, str) else row_or_key["key"]
-        return peruser.of_record(self.root, self._reader().result_rows({"key": key}), key)
-
-    def results(self, **filters: Any) -> "pd.DataFrame":
-        """Evaluation rows (id or recipe_hash, split, group, metric, value, ci_low, ci_high, coords, seed,
-        extra keys); see :func:`mmgrid.registry.frames.results_frame`."""
-        from mmgrid.registry.frames import results_frame  # lazy: pandas (~0.5-1 s)
-
-        return results_frame(self._reader().result_rows(filters))
-
-    def grid(self, paradigm: str, variant: str = "default", value: str = "id", split: str | None = None,
-             group: str | None = None, kind: str | list[str] | None = None, seed: int | None = None) -> "pd.DataFrame":
-        """A domain x period table of ids (``value="id"``) or of one metric's values (of one training
-        ``seed``'s replicate, if given). Where a cell has several checkpoints (or evaluations), the newest wins.
-        """
-        from mmgrid.registry.frames import grid_frame  # lazy: pandas (~0.5-1 s)
-
-        return grid_frame(self, paradigm, variant, value, split, group, kind, seed)
-
     # -- aliases ------------------------------------------------------------------------
-    @_writes("alias")
+    @writes("alias")
     def alias(self, name: str, ref: Any) -> str:
         """Point ``name`` at a checkpoint (moving it if it existed); returns the id."""
         names.check_alias(name)
@@ -603,7 +367,7 @@ class Registry:
         """Write a plain Hugging Face folder (model.safetensors + config/tokenizer files)."""
         return hf.export_hf(self, ref, Path(out_dir))
 
-    @_writes("import-hf")
+    @writes("import-hf")
     def import_hf(self, path: str | Path, coords: Mapping[str, Any], **kw: Any) -> str:
         """Bring in a Hugging Face folder trained elsewhere (see :func:`mmgrid.registry.hf.import_hf`)."""
         return hf.import_hf(self, Path(path), coords, **kw)
