@@ -44,9 +44,9 @@ def read_only_reason(root: Path) -> str | None:
 
 def _storage_error(exc: OSError, action: str, root: Path) -> MmgridError:
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return ReadOnlyRegistryError(
-            f"{describe_os_error(exc, f'{action} in the registry {root}')} The registry {root} cannot be written here: read commands work as "
-            "they are; write to a writable copy (`cp -r`) or remount it read-write.")
+        what = describe_os_error(exc, f"{action} in the registry {root}")
+        return ReadOnlyRegistryError(f"{what} The registry {root} cannot be written here: read commands work as they "
+                                     "are; write to a writable copy (`cp -r`) or remount it read-write.")
     err = RegistryStorageError(describe_os_error(exc, f"{action} in the registry {root}") + " Nothing half-written "
                                f"was kept: run it again once fixed (`mmgrid registry gc {root}` removes unreferenced "
                                "blobs and temporary files).")
@@ -73,7 +73,8 @@ def writes(action: str) -> Callable[[F], F]:
                 except BaseException:
                     self._undo_created()
                     raise
-                self._made = None
+                if not getattr(self._writers._local, "depth", 0):  # the outermost write succeeded
+                    self._made = None
                 return out
 
         return wrapper  # type: ignore[return-value]
