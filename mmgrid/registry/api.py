@@ -8,16 +8,19 @@ of all of these (``index.py``) that ``reindex()`` rebuilds.
 Two modes:
 
 * ``Registry.open(root)`` (driver, default): keeps the SQLite index current.
-* ``Registry.open(root, index=False)`` (worker): writes blobs, manifests, aliases and
-  results files only and never opens ``index.sqlite``, so workers on a shared file system
-  without reliable SQLite locking are safe. Its queries go through an in-memory index
-  built from the files. The driver calls :meth:`Registry.sync` to index what workers wrote.
+* ``Registry.open(root, index=False)`` (worker): never opens ``index.sqlite`` (safe on file
+  systems without reliable SQLite locking); queries go through an in-memory index built
+  from the files. The driver calls :meth:`Registry.sync` to index what workers wrote.
+
+Writes go through ``guard.py`` (read-only, first write, writers' lock, OS errors);
+evaluations live in ``evals.py``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -28,9 +31,10 @@ import mmgrid.registry.hf as hf
 import mmgrid.registry.maintenance as maintenance
 import mmgrid.registry.names as names
 import mmgrid.registry.writing as writing
-from mmgrid.registry.errors import AmbiguousCheckpointError, CorruptIndexError, UnknownCheckpointError
+from mmgrid.registry.errors import (AmbiguousCheckpointError, CorruptIndexError, RegistryStorageError, RegistryWarning,
+                                    UnknownCheckpointError)
 from mmgrid.registry.evals import Evaluations
-from mmgrid.registry.guard import read_only_reason, writes
+from mmgrid.registry.guard import check_root, read_only_reason, writes
 from mmgrid.registry.index import Index
 from mmgrid.registry.indexsync import manifest_stat
 from mmgrid.registry.locks import WritersLock
@@ -88,15 +92,7 @@ class Registry(Evaluations):
                 None (default): read-only when the folder cannot be written (a read-only
                 mount, no permission); its index is then read into memory, never written.
         """
-        root = Path(root)
-        if root.exists() and not root.is_dir():
-            raise RegistryError(f"registry root {root} is a file; give a folder (it is created if missing).")
-        probe = root
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        if not probe.is_dir():
-            raise RegistryError(f"cannot create the registry folders under {root}: {probe} is a file, not a folder; "
-                                "give a registry folder whose parents are folders.")
+        root = check_root(Path(root))
         if index is None:
             index = os.environ.get(WORKER_ENV) != "1"
         reg = cls(root, index=index, durable=durable, read_only=read_only)
@@ -107,6 +103,11 @@ class Registry(Evaluations):
                 # open anyway: reading manifests (get, load, lineage) and reindex work; queries and writes
                 # raise this error, which names the index file and the fix
                 reg._index_broken = exc
+            except RegistryStorageError as exc:  # a full disk: the index cannot be brought up to date in place
+                warnings.warn(f"{exc} Reading {root} from an in-memory index meanwhile.", RegistryWarning, stacklevel=2)
+                reg._index.close()
+                reg._index = Index(root, root / "index.sqlite", read_only=True)
+                reg.sync()
         return reg
 
     def close(self) -> None:

@@ -18,13 +18,26 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from mmgrid.errors import MmgridError, describe_os_error
+from mmgrid.errors import MmgridError, RegistryError, describe_os_error
 from mmgrid.registry.errors import CorruptIndexError, ReadOnlyRegistryError, RegistryStorageError
 from mmgrid.registry.index import Index
 from mmgrid.registry.locks import WritersLock
 
 FOLDERS = ("blobs", "files", "manifests", "aliases", "results", "tmp")  # peruser/, verified/: on first use
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def check_root(root: Path) -> Path:
+    """``root`` if it is, or can become, a registry folder; else a named error (nothing is created)."""
+    if root.exists() and not root.is_dir():
+        raise RegistryError(f"registry root {root} is a file; give a folder (it is created if missing).")
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise RegistryError(f"cannot create the registry folders under {root}: {probe} is a file, not a folder; "
+                            "give a registry folder whose parents are folders.")
+    return root
 
 
 def read_only_reason(root: Path) -> str | None:

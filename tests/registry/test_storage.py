@@ -432,3 +432,23 @@ def test_a_registry_created_by_another_process_after_opening_is_read(tmp_path) -
     early = Registry.open(root)  # nothing there yet
     ids, _ = _filled(root)  # another writer creates it
     assert set(early.query()["id"]) == set(ids)
+
+
+def test_reads_of_a_registry_on_a_full_disk_without_its_index_work(tmp_path) -> None:
+    disk = _tmpfs(tmp_path / "disk", "1m")
+    try:
+        ids, _ = _filled(disk / "reg")
+        (disk / "reg" / "index.sqlite").unlink()
+        (disk / "filler").write_bytes(b"")
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as fh:  # fill the disk to the last byte
+            while True:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+        with pytest.warns(RegistryWarning, match="in-memory index"):
+            reg = Registry.open(disk / "reg")  # before: `database or disk is full` on the first query
+        assert set(reg.query()["id"]) == set(ids) and len(reg.results()) == 3
+        with pytest.raises((RegistryStorageError, ReadOnlyRegistryError)):
+            reg.put(tiny_state(8), {**COORDS, "period": "p8"}, "base")
+        reg.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
