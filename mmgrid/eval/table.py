@@ -72,7 +72,9 @@ class PerUser:
             try:
                 self._cache[key] = self.registry.per_user(row)
             except RegistryError as exc:
-                what = ", ".join(f"{k}={row.get(k)}" for k in ("id", "split", "group") if row.get(k) is not None)
+                what = ", ".join(f"{k}={v}" for k in ("id", "recipe_hash", "paradigm", "domain", "period", "seed",
+                                                     "split", "group")
+                                 if (v := row.get(k)) is not None and not (isinstance(v, float) and math.isnan(v)))
                 raise type(exc)(f"{exc} (needed for the evaluation {what}; its interval and every table built "
                                 "on it cannot be computed without it)") from exc
         return self._cache[key]
