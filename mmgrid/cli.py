@@ -71,10 +71,37 @@ def main(argv: list[str] | None = None) -> int:
     except MmgridError as exc:
         print(f"mmgrid: error: {exc}", file=sys.stderr)
         return 2
+    # --- storage errors that escaped a command (issue 30): named at the boundary, one line, exit 2
+    except BrokenPipeError:
+        raise  # a closed pipe (`| head`) is not a storage error
+    except Exception as exc:  # noqa: BLE001 - only OSError, sqlite3 and safetensors I/O errors are named here
+        msg = _storage_message(exc, getattr(args, "command", None) or "mmgrid")
+        if msg is None:
+            raise
+        print(f"mmgrid: error: {msg}", file=sys.stderr)
+        return 2
+    # --- end of storage errors
     except KeyboardInterrupt:
         print("mmgrid: interrupted; finished checkpoints are kept in the registry.", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def _storage_message(exc: BaseException, command: str) -> str | None:
+    """The one-line message of an ``OSError``, a ``sqlite3.Error`` or a safetensors I/O error that a
+    command let escape (what, where, the system's reason, how to fix); None for any other error."""
+    import sqlite3  # lazy: only reached on an error (sqlite3 stays out of `mmgrid --help`)
+
+    from mmgrid.errors import describe_os_error  # lazy: only reached on an error
+
+    if isinstance(exc, OSError):
+        return describe_os_error(exc, f"`mmgrid {command}` reading or writing a file")
+    if isinstance(exc, sqlite3.Error):
+        return describe_os_error(exc, f"`mmgrid {command}` using a registry index (index.sqlite)") + (
+            " If the index is damaged, `mmgrid registry reindex ROOT` rebuilds it from the registry's files.")
+    if type(exc).__name__ == "SafetensorError":
+        return describe_os_error(exc, f"`mmgrid {command}` reading or writing a safetensors file")
+    return None
 
 
 def add_overrides(p: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ without a traceback and exits with status 2.
 from __future__ import annotations
 
 import difflib
+import errno as errno_mod
 
 
 class MmgridError(Exception):
@@ -23,6 +24,33 @@ class DataError(MmgridError, ValueError):
 
 class RegistryError(MmgridError):
     """A registry operation failed (unknown id, missing or corrupt blob...)."""
+
+
+class StorageError(MmgridError):
+    """Reading or writing a file failed for a reason of the storage, not of the input: a full
+    disk, an I/O error, a read-only file system, a permission. The message names the file, the
+    operating system's reason and what to do; nothing half-written is left behind."""
+
+
+def describe_os_error(exc: BaseException, action: str, path: object = None) -> str:
+    """One sentence for an ``OSError`` (or sqlite's / safetensors' I/O errors): what failed (``action``),
+    where (``path``, else the error's own file name), the system's reason and how to fix it."""
+    where = path if path is not None else getattr(exc, "filename", None)
+    code = getattr(exc, "errno", None)
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    text = str(exc).lower()
+    if code in (errno_mod.ENOSPC, errno_mod.EDQUOT) or "disk is full" in text or "no space" in text:
+        fix = "free space on that file system (or write elsewhere) and run the command again"
+    elif code == errno_mod.EROFS or "read-only" in text or "readonly" in text:
+        fix = "write to a writable folder (copy the data there) or remount the file system read-write"
+    elif code in (errno_mod.EACCES, errno_mod.EPERM):
+        fix = "check the permissions of that path (or write to a folder you own) and run the command again"
+    elif code == errno_mod.EIO or "i/o error" in text:
+        fix = "the disk may be failing: check it (`dmesg`), then run `mmgrid registry verify ROOT` on any registry there"
+    else:
+        fix = "check that path and its file system, then run the command again"
+    at = f" ({where})" if where else ""
+    return f"{action}{at} failed: {reason}; {fix}."
 
 
 class MergeError(MmgridError, ValueError):

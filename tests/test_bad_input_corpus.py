@@ -12,7 +12,9 @@ subprocess). Every case asserts
 * nothing was written: the names and sizes of every file under ``tmp_path`` are the same
   before and after (SQLite's own ``-wal``/``-shm``/``-journal`` side files excepted).
 
-The counts (cases, named errors, wrote nothing) are printed at the end of the module.
+The counts (cases, named errors, wrote nothing) are printed at the end of the module. Storage,
+derived state and concurrency (read-only, full or damaged registries, an index that disagrees
+with its files, gc racing writers) have their own table: ``tests/test_storage_corpus.py``.
 """
 
 from __future__ import annotations

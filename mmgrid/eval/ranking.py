@@ -14,6 +14,8 @@ their 95% bootstrap intervals (``ci``) and a reference to that file (``extra.per
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -156,18 +158,20 @@ def record_evaluation(registry: Any, ref: Any, split: str, results: Mapping[str,
     """
     per = getattr(results, "per_user", None)
     extra = dict(extra or {})
-    if per is not None:
-        extra["per_user"] = registry.put_per_user(per.users, per.active, per.metrics)
     out: dict[str, dict[str, float]] = {}
-    for group, metrics in results.items():
-        clean = {k: float(v) for k, v in metrics.items() if v == v}
-        if not set(clean) - {"n"}:
-            continue
-        ci = None
-        if per is not None and group in GROUPS:
-            ci = {k: v for k, v in intervals(per.active, per.metrics, group, per.users).items() if k in clean}
-        registry.record_eval(ref, split, group, clean, recipe=recipe, extra=extra, ci=ci)
-        out[group] = clean
+    recording = getattr(registry, "recording", None)  # all groups recorded together, or none (a full disk)
+    with recording() if recording is not None else contextlib.nullcontext():
+        if per is not None:
+            extra["per_user"] = registry.put_per_user(per.users, per.active, per.metrics)
+        for group, metrics in results.items():
+            clean = {k: float(v) for k, v in metrics.items() if v == v}
+            if not set(clean) - {"n"}:
+                continue
+            ci = None
+            if per is not None and group in GROUPS:
+                ci = {k: v for k, v in intervals(per.active, per.metrics, group, per.users).items() if k in clean}
+            registry.record_eval(ref, split, group, clean, recipe=recipe, extra=extra, ci=ci)
+            out[group] = clean
     return out
 
 

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from mmgrid.errors import RegistryError
 from mmgrid.stats import mean_ci
 
 PRETTY = {"text": "Text-grounded (BIGRec)", "semid": "SemID (LC-Rec)", "emb": "SemEmb (HLLM)", "sasrec": "SASRec",
@@ -54,7 +55,15 @@ class PerUser:
         self._cache: dict[str, pd.DataFrame | None] = {}
 
     def frame(self, row: Any) -> pd.DataFrame | None:
-        """The per-user frame of one results row, or None when the record has none."""
+        """The per-user frame of one results row, or None when the record has none (recorded before
+        mmgrid kept per-user values).
+
+        Raises:
+            RegistryError (MissingBlobError, CorruptBlobError, UnsafePathError): the record names a
+            per-user file that is missing, damaged or not a per-user path. Never a silently smaller
+            sample: the message names the file, the evaluation and the fix (``mmgrid registry verify``,
+            then evaluate again).
+        """
         ref = row.get("per_user") if hasattr(row, "get") else None
         if ref is None or (isinstance(ref, float) and math.isnan(ref)) or not hasattr(self.registry, "per_user"):
             return None
@@ -62,8 +71,12 @@ class PerUser:
         if key not in self._cache:
             try:
                 self._cache[key] = self.registry.per_user(row)
-            except Exception:  # noqa: BLE001 - a missing file degrades to "no interval", reported as such
-                self._cache[key] = None
+            except RegistryError as exc:
+                what = ", ".join(f"{k}={v}" for k in ("id", "recipe_hash", "paradigm", "domain", "period", "seed",
+                                                     "split", "group")
+                                 if (v := row.get(k)) is not None and not (isinstance(v, float) and math.isnan(v)))
+                raise type(exc)(f"{exc} (needed for the evaluation {what}; its interval and every table built "
+                                "on it cannot be computed without it)") from exc
         return self._cache[key]
 
     def matrix(self, rows: "pd.DataFrame | list[Any]", metric: str) -> tuple[np.ndarray, np.ndarray] | None:

@@ -8,15 +8,19 @@ of all of these (``index.py``) that ``reindex()`` rebuilds.
 Two modes:
 
 * ``Registry.open(root)`` (driver, default): keeps the SQLite index current.
-* ``Registry.open(root, index=False)`` (worker): writes blobs, manifests, aliases and
-  results files only and never opens ``index.sqlite``, so workers on a shared file system
-  without reliable SQLite locking are safe. Its queries go through an in-memory index
-  built from the files. The driver calls :meth:`Registry.sync` to index what workers wrote.
+* ``Registry.open(root, index=False)`` (worker): never opens ``index.sqlite`` (safe on file
+  systems without reliable SQLite locking); queries go through an in-memory index built
+  from the files. The driver calls :meth:`Registry.sync` to index what workers wrote.
+
+Writes go through ``guard.py`` (read-only, first write, writers' lock, OS errors);
+evaluations live in ``evals.py``.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -26,64 +30,84 @@ import mmgrid.registry.aliases as alias_files
 import mmgrid.registry.hf as hf
 import mmgrid.registry.maintenance as maintenance
 import mmgrid.registry.names as names
-import mmgrid.registry.peruser as peruser
 import mmgrid.registry.writing as writing
-from mmgrid.registry.errors import AmbiguousCheckpointError, UnknownCheckpointError
+from mmgrid.registry.errors import (AmbiguousCheckpointError, CorruptIndexError, RegistryStorageError, RegistryWarning,
+                                    UnknownCheckpointError)
+from mmgrid.registry.evals import Evaluations
+from mmgrid.registry.guard import check_root, read_only_reason, writes
 from mmgrid.registry.index import Index
+from mmgrid.registry.indexsync import manifest_stat
+from mmgrid.registry.locks import WritersLock
 from mmgrid.registry.maintenance import GcReport, VerifyReport
 from mmgrid.registry.manifest import Manifest, Parent, code_version, read_manifest
-from mmgrid.registry.results import ResultsLog, make_record
+from mmgrid.registry.results import ResultsLog
 from mmgrid.registry.fsio import atomic_write
 from mmgrid.registry.store import BlobStore
 from mmgrid.registry.tensors import LazyTensors, iter_state, torch_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
-    import pandas as pd
     import torch
 
 WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1": Registry.open defaults to worker mode (no SQLite)
 
 
-class Registry:
+class Registry(Evaluations):
     """A checkpoint-grid registry rooted at one folder (see the module docstring)."""
 
     make_id = staticmethod(names.make_id)
 
-    def __init__(self, root: str | Path, index: bool = True, durable: bool = True) -> None:
+    def __init__(self, root: str | Path, index: bool = True, durable: bool = True,
+                 read_only: bool | None = None) -> None:
         self.root = Path(root)
         self.indexed = index
         self.durable = durable
+        self.read_only_reason = (read_only_reason(self.root) if read_only is None
+                                 else "opened with read_only=True" if read_only else None)
         self.store = BlobStore(self.root, durable=durable)
         self._log = ResultsLog(self.root, durable=durable)
-        self._index = Index(self.root, self.root / "index.sqlite" if index else ":memory:")
+        self._writers = WritersLock(self.root)
+        self._created = (self.root / "manifests").is_dir()
+        # a registry not created yet has an in-memory index until its first write (opening writes nothing)
+        self._index = Index(self.root, self.root / "index.sqlite" if index and self._created else ":memory:",
+                            read_only=self.read_only_reason is not None)
         self._manifests: dict[str, Manifest] = {}
+        self._rec = threading.local()  # this thread's open recording() block: .pending records, .new_files
+        self._made: Path | None = None  # the folder the first write created (see _undo_created)
+        self._index_broken: CorruptIndexError | None = None  # the index file is damaged (until reindex)
 
     @classmethod
-    def open(cls, root: str | Path, index: bool | None = None, durable: bool = True) -> "Registry":
-        """Open (creating if missing) the registry at ``root``.
+    def open(cls, root: str | Path, index: bool | None = None, durable: bool = True,
+             read_only: bool | None = None) -> "Registry":
+        """Open the registry at ``root``; nothing is created or written until the first write.
 
         Args:
-            root: the registry folder.
+            root: the registry folder (made, with its sub-folders, by the first write).
             index: False for worker processes that must never touch the SQLite index.
                 None (default): worker mode when the environment has
                 ``MMGRID_REGISTRY_WORKER=1`` (set by mmgrid's Ray executor), else True.
             durable: fsync every write (default). False only for throwaway registries
                 (benchmarks, scratch), where a power loss may lose recent writes.
+            read_only: True: never write (reads only; writes raise ReadOnlyRegistryError).
+                None (default): read-only when the folder cannot be written (a read-only
+                mount, no permission); its index is then read into memory, never written.
         """
-        root = Path(root)
-        if root.exists() and not root.is_dir():
-            raise RegistryError(f"registry root {root} is a file; give a folder (it is created if missing).")
-        try:
-            for sub in ("blobs", "files", "manifests", "aliases", "results", "tmp"):  # peruser/: on first use
-                (root / sub).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RegistryError(f"cannot create the registry folders under {root} ({exc}); give a folder you can write to.") from exc
+        root = check_root(Path(root))
         if index is None:
             index = os.environ.get(WORKER_ENV) != "1"
-        reg = cls(root, index=index, durable=durable)
+        reg = cls(root, index=index, durable=durable, read_only=read_only)
         if index:
-            reg.sync()  # pick up what workers or killed writers left unindexed
+            try:
+                reg.sync()  # pick up what workers or killed writers left unindexed
+            except CorruptIndexError as exc:
+                # open anyway: reading manifests (get, load, lineage) and reindex work; queries and writes
+                # raise this error, which names the index file and the fix
+                reg._index_broken = exc
+            except RegistryStorageError as exc:  # a full disk: the index cannot be brought up to date in place
+                warnings.warn(f"{exc} Reading {root} from an in-memory index meanwhile.", RegistryWarning, stacklevel=2)
+                reg._index.close()
+                reg._index = Index(root, root / "index.sqlite", read_only=True)
+                reg.sync()
         return reg
 
     def close(self) -> None:
@@ -102,14 +126,26 @@ class Registry:
     # -- index maintenance ------------------------------------------------------
     def sync(self) -> int:
         """Index manifests, aliases and results written by other processes (incremental)."""
-        return self._index.sync()
+        n = self._index.sync()
+        self._index_broken = None
+        return n
 
+    @writes("reindex")
     def reindex(self) -> int:
-        """Rebuild the index from the files alone; returns the number of rows indexed.
+        """Rebuild the index from the files alone, whatever state the index file is in (a damaged
+        one is replaced); returns the number of rows indexed.
 
         Unreadable manifests and aliases are skipped with a :class:`RegistryWarning` and
         listed in :attr:`index_problems` (``mmgrid registry reindex`` then exits 1)."""
-        return self._index.rebuild()
+        n = self._index.rebuild()
+        self._index_broken = None
+        return n
+
+    @property
+    def index_repairs(self) -> list[str]:
+        """Where the index disagreed with the files since this registry was opened (a results file
+        gone, an index built for another folder, a manifest changed): each was brought in line."""
+        return list(self._index.repairs)
 
     @property
     def index_problems(self) -> list[tuple[str, str]]:
@@ -117,6 +153,14 @@ class Registry:
         return list(self._index.problems)
 
     def _reader(self) -> Index:
+        if self._index_broken is not None:
+            raise self._index_broken
+        if not self._created and self.indexed and (self.root / "manifests").is_dir():
+            # created by another process since this one opened it: read its index (creating nothing)
+            self._created = True
+            self._index.close()
+            self._index = Index(self.root, self.root / "index.sqlite", read_only=self.read_only)
+            self.sync()
         if not self.indexed:
             self._index.sync()  # workers: an in-memory index over the files
         return self._index
@@ -130,6 +174,7 @@ class Registry:
         return isinstance(cid, str) and names.is_hex(cid) and self.manifest_path(cid).is_file()
 
     # -- writing --------------------------------------------------------------------
+    @writes("put")
     def put(
         self,
         state_or_path: "Mapping[str, torch.Tensor] | str | Path",
@@ -198,10 +243,12 @@ class Registry:
     def _commit(self, m: Manifest) -> None:
         """Write the manifest last: until its rename the checkpoint does not exist."""
         m.check_paths()
-        atomic_write(self.manifest_path(m.id), m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written")
+        path = self.manifest_path(m.id)
+        atomic_write(path, m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written")
         self._manifests[m.id] = m
         if self.indexed:
-            self._index.write(lambda conn: Index.add_manifest(conn, m))
+            mstat = manifest_stat(os.stat(path))
+            self._index.write(lambda conn: Index.add_manifest(conn, m, mstat))
 
     # -- reading ---------------------------------------------------------------------
     def resolve(self, ref: "str | Mapping[str, Any] | Manifest") -> str:
@@ -301,63 +348,8 @@ class Registry:
 
         return build(self, self.resolve(ref))
 
-    # -- evaluations -------------------------------------------------------------------
-    def record_eval(
-        self,
-        ref: Any,
-        split: str,
-        group: str,
-        metrics: Mapping[str, float],
-        recipe: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-        ci: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Record metrics of a checkpoint (or of a merge ``recipe`` never stored, with ref=None).
-
-        ``ci``: ``{metric: [low, high]}`` intervals; ``extra["per_user"]``: the path returned by
-        :meth:`put_per_user` (checked to be one).
-
-        Returns:
-            The record's key (one line in this process's results file, one row per metric).
-        """
-        cid = self.resolve(ref) if ref is not None else None
-        if extra and "per_user" in extra:
-            peruser.resolve(self.root, extra["per_user"])
-        rec = make_record(cid, split, group, metrics, recipe, extra, ci)
-        self._log.append(rec)
-        if self.indexed:
-            self._index.write(lambda conn: Index.add_record(conn, rec))
-        return rec["key"]
-
-    def put_per_user(self, users: Any, active: Any, metrics: Mapping[str, Any]) -> str:
-        """Store one evaluation's per-user values (``peruser.py``); returns the path to put in ``extra.per_user``."""
-        return peruser.write(self.root, self.store.tmp, peruser.to_parquet(*peruser.check_columns(users, active, metrics)),
-                             self.durable)
-
-    def per_user(self, row_or_key: Any) -> "pd.DataFrame":
-        """The per-user values behind one result row (a ``results()`` row or its ``key``): columns user_idx,
-        active and one per metric, the row's group only. Raises RegistryError (no per-user file) and the
-        errors of ``peruser.read`` (UnsafePathError, MissingBlobError, CorruptBlobError)."""
-        key = row_or_key if isinstance(row_or_key, str) else row_or_key["key"]
-        return peruser.of_record(self.root, self._reader().result_rows({"key": key}), key)
-
-    def results(self, **filters: Any) -> "pd.DataFrame":
-        """Evaluation rows (id or recipe_hash, split, group, metric, value, ci_low, ci_high, coords, seed,
-        extra keys); see :func:`mmgrid.registry.frames.results_frame`."""
-        from mmgrid.registry.frames import results_frame  # lazy: pandas (~0.5-1 s)
-
-        return results_frame(self._reader().result_rows(filters))
-
-    def grid(self, paradigm: str, variant: str = "default", value: str = "id", split: str | None = None,
-             group: str | None = None, kind: str | list[str] | None = None, seed: int | None = None) -> "pd.DataFrame":
-        """A domain x period table of ids (``value="id"``) or of one metric's values (of one training
-        ``seed``'s replicate, if given). Where a cell has several checkpoints (or evaluations), the newest wins.
-        """
-        from mmgrid.registry.frames import grid_frame  # lazy: pandas (~0.5-1 s)
-
-        return grid_frame(self, paradigm, variant, value, split, group, kind, seed)
-
     # -- aliases ------------------------------------------------------------------------
+    @writes("alias")
     def alias(self, name: str, ref: Any) -> str:
         """Point ``name`` at a checkpoint (moving it if it existed); returns the id."""
         names.check_alias(name)
@@ -376,6 +368,7 @@ class Registry:
         """Write a plain Hugging Face folder (model.safetensors + config/tokenizer files)."""
         return hf.export_hf(self, ref, Path(out_dir))
 
+    @writes("import-hf")
     def import_hf(self, path: str | Path, coords: Mapping[str, Any], **kw: Any) -> str:
         """Bring in a Hugging Face folder trained elsewhere (see :func:`mmgrid.registry.hf.import_hf`)."""
         return hf.import_hf(self, Path(path), coords, **kw)
@@ -387,8 +380,15 @@ class Registry:
 
     def gc(self, keep: Iterable[Any] | None = None, dry_run: bool = False, grace_s: float = 3600.0) -> GcReport:
         """Remove unreachable checkpoints, unreferenced blobs and stale temporary files
-        (rule: :func:`mmgrid.registry.maintenance.gc`)."""
-        return maintenance.gc(self, keep=keep, dry_run=dry_run, grace_s=grace_s)
+        (rule: :func:`mmgrid.registry.maintenance.gc`). It waits for writes in flight (puts,
+        recorded evaluations) and writes wait for it: whatever ``grace_s``, it never races a writer."""
+        if dry_run or not self._created:  # nothing to remove from a registry not created yet
+            return maintenance.gc(self, keep=keep, dry_run=dry_run, grace_s=grace_s)
+        self.require_writable("gc")
+        if self._index_broken is not None:
+            raise self._index_broken
+        with self._guard("gc"), self._writers.exclusive():
+            return maintenance.gc(self, keep=keep, dry_run=dry_run, grace_s=grace_s)
 
     def iter_manifest_paths(self) -> list[Path]:
         return sorted((self.root / "manifests").glob("*/*.json"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmgrid.errors import RegistryError
+from mmgrid.errors import RegistryError, StorageError
 
 
 class UnknownCheckpointError(RegistryError, KeyError):
@@ -56,6 +56,25 @@ class NonFiniteTensorError(RegistryError, ValueError):
 
 class IdentityConflictError(RegistryError, ValueError):
     """A checkpoint identity already stored was put again with different content."""
+
+
+class ReadOnlyRegistryError(RegistryError):
+    """A write (put, record_eval, alias, gc, reindex, import) was asked of a registry that cannot
+    be written (read-only mount, no write permission); raised before any work is done."""
+
+
+class CorruptIndexError(RegistryError):
+    """``index.sqlite`` is damaged (not a database, malformed pages); it is a cache of the files,
+    so ``mmgrid registry reindex ROOT`` rebuilds it."""
+
+
+class RegistryStorageError(RegistryError, StorageError):
+    """A full disk or another operating-system error while the registry read or wrote a file;
+    what was being written is undone (nothing half-written), the message says what to do."""
+
+
+class RegistryLockedError(RegistryError):
+    """``gc`` waited too long for writers (puts, recorded evaluations) to finish."""
 
 
 class RegistryWarning(UserWarning):

@@ -6,24 +6,31 @@ lock upgrade) under a long ``busy_timeout``, and is retried on "database is lock
 :meth:`Index.sync` picks up files written by other processes (or by workers that never
 touch SQLite) incrementally: a manifest folder is listed again only when its mtime moved,
 a results file is read only past the offset already ingested.
+
+The index is checked against the files it was built from (``indexsync.py``), so it never serves
+what the files no longer say; a damaged index file is :class:`CorruptIndexError`.
+
+On a registry that cannot be written (``read_only=True``) the index file is opened
+read-only and copied into memory, where the same checks bring it up to date: reading a
+read-only registry writes nothing, and needs no ``-wal``/``-shm`` files.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import sqlite3
 import time
-import warnings
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from mmgrid.errors import RegistryError
-import mmgrid.registry.aliases as alias_files
-import mmgrid.registry.results as results_io
-from mmgrid.registry.errors import IndexLockedError, RegistryWarning
-from mmgrid.registry.manifest import Manifest, read_manifest
+from mmgrid.errors import RegistryError, describe_os_error
+from mmgrid.registry.errors import CorruptIndexError, IndexLockedError, ReadOnlyRegistryError, RegistryStorageError
+from mmgrid.registry.indexsync import IndexSync
+from mmgrid.registry.manifest import Manifest
 
 T = TypeVar("T")
 
@@ -31,7 +38,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints(
   id TEXT PRIMARY KEY, paradigm TEXT NOT NULL, domain TEXT NOT NULL, period TEXT NOT NULL,
   variant TEXT NOT NULL, kind TEXT NOT NULL, method TEXT, seed INTEGER, created TEXT, coords TEXT, params TEXT,
-  n_tensors INTEGER, nbytes INTEGER);
+  n_tensors INTEGER, nbytes INTEGER, mstat TEXT);
 CREATE INDEX IF NOT EXISTS ck_coords ON checkpoints(paradigm, domain, period, variant);
 CREATE INDEX IF NOT EXISTS ck_domain ON checkpoints(domain, period);
 CREATE INDEX IF NOT EXISTS ck_period ON checkpoints(period);
@@ -46,42 +53,97 @@ CREATE INDEX IF NOT EXISTS edges_parent ON edges(parent);
 CREATE TABLE IF NOT EXISTS aliases(name TEXT PRIMARY KEY, id TEXT NOT NULL, created TEXT);
 CREATE TABLE IF NOT EXISTS results(
   key TEXT NOT NULL, metric TEXT NOT NULL, id TEXT, recipe_hash TEXT, recipe TEXT,
-  split TEXT, grp TEXT, value REAL, ci_low REAL, ci_high REAL, extra TEXT, created TEXT, PRIMARY KEY(key, metric));
+  split TEXT, grp TEXT, value REAL, ci_low REAL, ci_high REAL, extra TEXT, created TEXT, src TEXT,
+  PRIMARY KEY(key, metric));
 CREATE INDEX IF NOT EXISTS res_id ON results(id);
+CREATE INDEX IF NOT EXISTS res_src ON results(src);
 CREATE INDEX IF NOT EXISTS res_metric ON results(metric, split, grp);
 CREATE TABLE IF NOT EXISTS sync_state(path TEXT PRIMARY KEY, stamp TEXT);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 """
-SCHEMA_VERSION = 4  # bump when the schema changes: older index files are rebuilt from the files
+SCHEMA_VERSION = 5  # bump when the schema changes: older index files are rebuilt from the files
 CK_COLS = ("id", "paradigm", "domain", "period", "variant", "kind", "method", "seed", "created", "n_tensors", "nbytes",
            "coords", "params")
 CK_DIRECT = CK_COLS[:8]  # filters on a column of their own (the rest: coord_kv rows)
 STD = ("paradigm", "domain", "period", "variant")
-RECENT_NS = 2_000_000_000  # re-list folders touched in the last 2 s (coarse mtimes on network file systems)
+CORRUPT_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+STORAGE_CODES = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN)
+READONLY_CODES = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
 
 
-class Index:
-    """One SQLite connection per process (re-opened after a fork)."""
+def _primary(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
 
-    def __init__(self, root: Path, path: str | Path) -> None:
+
+class Index(IndexSync):
+    """One SQLite connection per process (re-opened after a fork).
+
+    ``path`` ``":memory:"``: an in-memory index over the files (worker mode, a registry not created
+    yet). ``read_only``: never write the file; the rows live in an in-memory copy of it.
+    """
+
+    schema_version = SCHEMA_VERSION
+
+    def __init__(self, root: Path, path: str | Path, read_only: bool = False) -> None:
         self.root = Path(root)
         self.path = str(path)
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self.problems: list[tuple[str, str]] = []  # (path, what is wrong) met by the last sync or rebuild
+        self.repairs: list[str] = []  # where the index disagreed with the files (and was brought back in line)
 
     # -- connection and transactions ---------------------------------------------
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout=60000")
-            if self.path != ":memory:":
+            self._conn, self._pid = self._connect(), os.getpid()
+        return self._conn
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path == ":memory:":
+            conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        elif self.read_only:
+            conn = self._memory_copy()
+        else:
+            conn = self._retry(lambda: sqlite3.connect(os.fsencode(self.path), timeout=60.0, isolation_level=None,
+                                                       check_same_thread=False))
+            try:
+                conn.execute("PRAGMA busy_timeout=60000")
                 self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
                 conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                conn.close()
+                raise self._named(exc) from exc
+        try:
             self._retry(lambda: self._drop_other_schema(conn))
             self._retry(lambda: conn.executescript(SCHEMA))
-            self._conn, self._pid = conn, os.getpid()
-        return self._conn
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _memory_copy(self) -> sqlite3.Connection:
+        """The index file copied into memory (opened read-only and immutable: no lock, no -wal/-shm
+        files needed); a damaged or missing file gives an empty copy, filled from the files by sync."""
+        mem = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        if not os.path.exists(self.path):
+            return mem
+        uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(self.path))) + "?mode=ro&immutable=1"
+        try:
+            src = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            try:
+                src.execute("PRAGMA quick_check(1)")  # a damaged file must not seed the copy
+                src.backup(mem)
+            finally:
+                src.close()
+        except sqlite3.Error as exc:
+            mem.close()
+            self._repair(f"the index {self.path} cannot be read ({exc}); this read-only registry is served from its "
+                         f"files (slower); `mmgrid registry reindex {self.root}` rebuilds the index where it is writable")
+            mem = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        return mem
 
     @staticmethod
     def _drop_other_schema(conn: sqlite3.Connection) -> None:
@@ -107,23 +169,45 @@ class Index:
             self._conn.close()
         self._conn = None
 
-    @staticmethod
-    def _retry(fn: Callable[[], T], tries: int = 50) -> T:
+    def _named(self, exc: sqlite3.Error) -> Exception:
+        """The named error of a SQLite failure (the index file, what happened, the fix)."""
+        code = _primary(exc)
+        msg = str(exc).lower()
+        if code in CORRUPT_CODES or "malformed" in msg or "not a database" in msg:
+            return CorruptIndexError(
+                f"the registry index {self.path} is damaged ({exc}); it is only a cache of the registry's files: "
+                f"rebuild it with `mmgrid registry reindex {self.root}`.")
+        if code in READONLY_CODES or "readonly" in msg:
+            return ReadOnlyRegistryError(
+                f"the registry index {self.path} cannot be written ({exc}); the registry {self.root} is read-only "
+                "here: read commands work as they are; write to a writable copy (`cp -r`) or remount it read-write.")
+        if code in STORAGE_CODES or "disk" in msg or "i/o" in msg or "unable to open" in msg:
+            err = RegistryStorageError(describe_os_error(exc, "updating the registry index", self.path))
+            err.errno = errno.ENOSPC if code == sqlite3.SQLITE_FULL else None
+            return err
+        return exc
+
+    def _retry(self, fn: Callable[[], T], tries: int = 50) -> T:
         delay = 0.01
         for attempt in range(tries):
             try:
                 return fn()
-            except sqlite3.OperationalError as exc:
+            except sqlite3.Error as exc:
                 msg = str(exc).lower()
-                if "locked" not in msg and "busy" not in msg or attempt == tries - 1:
-                    if "locked" in msg or "busy" in msg:
-                        raise IndexLockedError(
-                            f"the registry index stayed locked after {tries} tries ({exc}); another process holds "
-                            "it for long, or the file system lacks POSIX locks — open workers with index=False."
-                        ) from exc
+                busy = "locked" in msg or "busy" in msg
+                if busy and attempt < tries - 1:
+                    time.sleep(delay * (1 + random.random()))
+                    delay = min(delay * 2, 1.0)
+                    continue
+                if busy:
+                    raise IndexLockedError(
+                        f"the registry index stayed locked after {tries} tries ({exc}); another process holds "
+                        "it for long, or the file system lacks POSIX locks — open workers with index=False."
+                    ) from exc
+                named = self._named(exc)
+                if named is exc:
                     raise
-                time.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 1.0)
+                raise named from exc
         raise AssertionError("unreachable")
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -135,7 +219,10 @@ class Index:
             try:
                 out = fn(conn)
             except BaseException:
-                conn.execute("ROLLBACK")
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite may have rolled back itself (a full disk, a damaged file)
                 raise
             conn.execute("COMMIT")
             return out
@@ -147,12 +234,13 @@ class Index:
 
     # -- rows ------------------------------------------------------------------------
     @staticmethod
-    def add_manifest(conn: sqlite3.Connection, m: Manifest) -> None:
+    def add_manifest(conn: sqlite3.Connection, m: Manifest, mstat: str | None = None) -> None:
         c = m.coords
         conn.execute(
-            "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (m.id, c["paradigm"], c["domain"], c["period"], c.get("variant", "default"), m.kind, _method(m), m.seed,
-             m.created, json.dumps(c, sort_keys=True), json.dumps(m.params, sort_keys=True), len(m.blobs), m.nbytes),
+             m.created, json.dumps(c, sort_keys=True), json.dumps(m.params, sort_keys=True), len(m.blobs), m.nbytes,
+             mstat),
         )
         conn.execute("DELETE FROM coord_kv WHERE id=?", (m.id,))
         conn.executemany("INSERT INTO coord_kv VALUES (?,?,?)", [(m.id, k, v) for k, v in c.items() if k not in STD])
@@ -170,131 +258,23 @@ class Index:
         conn.execute("DELETE FROM aliases WHERE id=?", (cid,))
 
     @staticmethod
-    def add_record(conn: sqlite3.Connection, rec: Mapping[str, Any]) -> None:
+    def add_record(conn: sqlite3.Connection, rec: Mapping[str, Any], src: str | None = None) -> None:
         extra = json.dumps(rec.get("extra") or {}, sort_keys=True)
         ci = rec.get("ci") or {}
         rows = [(rec["key"], name, rec.get("id"), rec.get("recipe_hash"), rec.get("recipe"), rec.get("split"),
-                 rec.get("group"), float(v), *_bounds(ci.get(name)), extra, rec.get("created"))
+                 rec.get("group"), float(v), *_bounds(ci.get(name)), extra, rec.get("created"), src)
                 for name, v in rec["metrics"].items()]
         for row in rows:  # all or nothing: refuse a record before any of its rows is inserted
             bad = [x for x in row if x is not None and not isinstance(x, (str, int, float))]
             if bad:
                 raise TypeError(f"values {bad!r} are not text or numbers")
-        conn.executemany("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-
-    # -- sync from files ---------------------------------------------------------------
-    def _stamps(self, conn: sqlite3.Connection) -> dict[str, str]:
-        return dict(conn.execute("SELECT path, stamp FROM sync_state").fetchall())
-
-    def sync(self) -> int:
-        """Index what other processes wrote since the last sync; returns the number of changes.
-
-        A manifest or alias file that cannot be read is skipped (it must not block the
-        index), listed in :attr:`problems` and announced with a :class:`RegistryWarning`.
-        """
-        self.problems = []
-        n = self.write(self._sync)
-        self._warn()
-        return n
-
-    def _skip(self, path: str, problem: str) -> None:
-        if (path, problem) not in self.problems:
-            self.problems.append((path, problem))
-
-    def _warn(self) -> None:
-        for path, problem in self.problems:
-            warnings.warn(f"registry index skipped {path}: {problem}", RegistryWarning, stacklevel=3)
-
-    def _sync(self, conn: sqlite3.Connection) -> int:
-        if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-            return self._clear_and_sync(conn)  # an index file from an older mmgrid
-        stamps = self._stamps(conn)
-        now = time.time_ns()
-        n = self._sync_manifests(conn, stamps, now) + self._sync_aliases(conn, stamps, now)
-        return n + self._sync_results(conn, stamps)
+        conn.executemany("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
 
     @staticmethod
-    def _changed(stamps: dict[str, str], key: str, mtime: int, now: int) -> bool:
-        return stamps.get(key) != str(mtime) or now - mtime < RECENT_NS
-
-    def _sync_manifests(self, conn: sqlite3.Connection, stamps: dict[str, str], now: int) -> int:
-        mdir = self.root / "manifests"
-        n = 0
-        subs = {e.name: e for e in os.scandir(mdir) if e.is_dir()} if mdir.is_dir() else {}
-        known_subs = {k[2:] for k in stamps if k.startswith("m:")}
-        for name in sorted(set(subs) | known_subs):
-            entry = subs.get(name)
-            mtime = entry.stat().st_mtime_ns if entry else -1
-            if entry and not self._changed(stamps, f"m:{name}", mtime, now):
-                continue
-            on_disk = {f[:-5] for f in os.listdir(entry.path) if f.endswith(".json")} if entry else set()
-            hi = name[:-1] + chr(ord(name[-1]) + 1) if name else ""
-            indexed = {r[0] for r in conn.execute("SELECT id FROM checkpoints WHERE id >= ? AND id < ?", (name, hi))}
-            for cid in sorted(on_disk - indexed):
-                path = Path(entry.path) / f"{cid}.json"
-                try:
-                    m = read_manifest(path)
-                    if m.id != cid:
-                        raise RegistryError(f"manifest {path} claims id {m.id}; the file was renamed or edited.")
-                    self.add_manifest(conn, m)
-                except (RegistryError, OSError) as exc:
-                    self._skip(str(path), str(exc))  # one bad file must not block the index; verify() lists it too
-                    continue
-                n += 1
-            for cid in indexed - on_disk:
-                self.remove_checkpoint(conn, cid)
-                n += 1
-            conn.execute("INSERT OR REPLACE INTO sync_state VALUES (?,?)", (f"m:{name}", str(mtime)))
-        return n
-
-    def _sync_aliases(self, conn: sqlite3.Connection, stamps: dict[str, str], now: int) -> int:
-        adir = self.root / "aliases"
-        mtime = adir.stat().st_mtime_ns if adir.is_dir() else -1
-        if not self._changed(stamps, "aliases", mtime, now) or mtime < 0:
-            return 0
-        rows, bad = alias_files.scan(self.root)
-        for path, problem in bad:
-            self._skip(path, problem)
-        old = set(conn.execute("SELECT name, id, created FROM aliases").fetchall())
-        conn.execute("INSERT OR REPLACE INTO sync_state VALUES (?,?)", ("aliases", str(mtime)))
-        if old == set(rows):
-            return 0
-        conn.execute("DELETE FROM aliases")
-        conn.executemany("INSERT INTO aliases VALUES (?,?,?)", rows)
-        return len(old ^ set(rows))
-
-    def _sync_results(self, conn: sqlite3.Connection, stamps: dict[str, str]) -> int:
-        n = 0
-        for path in results_io.iter_files(self.root):
-            key = f"r:{path.name}"
-            offset = int(stamps.get(key, "0"))
-            if path.stat().st_size <= offset:
-                continue
-            records, new_offset = results_io.read_lines(path, offset)
-            for rec in records:
-                try:
-                    self.add_record(conn, rec)
-                except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                    self._skip(str(path), f"record {rec.get('key')!r} is malformed ({exc!r}); the file was edited: "
-                                          "restore it from a backup or delete that line.")
-                    continue
-                n += 1
-            conn.execute("INSERT OR REPLACE INTO sync_state VALUES (?,?)", (key, str(new_offset)))
-        return n
-
-    def rebuild(self) -> int:
-        """Forget everything and index all files again (``mmgrid registry reindex``); files
-        that cannot be read are skipped and listed in :attr:`problems` (see :meth:`sync`)."""
-        self.problems = []
-        n = self.write(self._clear_and_sync)
-        self._warn()
-        return n
-
-    def _clear_and_sync(self, conn: sqlite3.Connection) -> int:
-        for table in ("checkpoints", "coord_kv", "edges", "aliases", "results", "sync_state"):
-            conn.execute(f"DELETE FROM {table}")
-        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        return self._sync(conn)
+    def track_results_file(conn: sqlite3.Connection, path: Path) -> None:
+        """Make sure sync watches a results file this process appends to (so its rows go if it goes)."""
+        st = path.stat()
+        conn.execute("INSERT OR IGNORE INTO sync_state VALUES (?,?)", (f"r:{path.name}", f"0:{st.st_ino}:0:0"))
 
     # -- queries ------------------------------------------------------------------
     def query_rows(self, filters: Mapping[str, Any]) -> list[tuple]:
@@ -308,10 +288,23 @@ class Index:
                 sub: list[str] = []
                 _clause(sub, args, "value", value)
                 where.append(f"id IN (SELECT id FROM coord_kv WHERE key = '{_safe_key(key)}' AND {sub[0]})")
-        sql = f"SELECT {', '.join(CK_COLS)} FROM checkpoints"
+        sql = f"SELECT {', '.join(CK_COLS)}, mstat FROM checkpoints"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        return self.read(sql + " ORDER BY created, id", args)
+        return self._checked(sql + " ORDER BY created, id", args, lambda r: (r[0], r[-1]))
+
+    def _checked(self, sql: str, args: list[Any], pair: Callable[[tuple], tuple[str | None, str | None]]
+                 ) -> list[tuple]:
+        """Rows of ``sql`` (its last column: the manifest stat identity), each checkpoint's manifest
+        checked first (one ``stat`` per distinct checkpoint returned); rows whose manifest changed
+        are read again from the files. The last column is dropped."""
+        rows = self.read(sql, args)
+        pairs = {pair(r) for r in rows}
+        stale = self._stale((cid, ms) for cid, ms in pairs if cid is not None and ms is not None)
+        if stale:
+            self._refresh(stale)
+            rows = self.read(sql, args)
+        return [r[:-1] for r in rows]
 
     def result_rows(self, filters: Mapping[str, Any]) -> list[tuple]:
         direct = {"id": "r.id", "split": "r.split", "group": "r.grp", "metric": "r.metric",
@@ -330,11 +323,11 @@ class Index:
         sql = (
             "SELECT r.id, r.recipe_hash, r.split, r.grp, r.metric, r.value, r.ci_low, r.ci_high, "
             + ", ".join(f"COALESCE(c.{k}, json_extract(r.extra, '$.{k}'))" for k in (*STD, "seed"))
-            + ", c.kind, r.extra, r.recipe, r.created, r.key FROM results r LEFT JOIN checkpoints c ON c.id = r.id"
+            + ", c.kind, r.extra, r.recipe, r.created, r.key, c.mstat FROM results r LEFT JOIN checkpoints c ON c.id = r.id"
         )
         if where:
             sql += " WHERE " + " AND ".join(where)
-        return self.read(sql + " ORDER BY r.created, r.key, r.metric", args)
+        return self._checked(sql + " ORDER BY r.created, r.key, r.metric", args, lambda r: (r[0], r[-1]))
 
 
 def _method(m: Manifest) -> str | None:

@@ -20,6 +20,7 @@ other process is writing, as with ``git gc``.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -27,7 +28,7 @@ from mmgrid.errors import RegistryError
 import mmgrid.registry.aliases as alias_files
 import mmgrid.registry.peruser as peruser
 import mmgrid.registry.verified as verified
-from mmgrid.registry.errors import UnsafePathError
+from mmgrid.registry.errors import RegistryWarning, UnsafePathError
 from mmgrid.registry.index import Index
 from mmgrid.registry.manifest import Manifest, read_manifest
 
@@ -56,11 +57,12 @@ class VerifyReport:
     per_user_checked: int = 0  # per-user parquet files re-hashed (corrupt ones are listed in ``corrupt``)
     per_user_missing: list[tuple[str, str]] = field(default_factory=list)  # (record key, per-user path) not on disk
     bad_per_user_refs: list[tuple[str, str]] = field(default_factory=list)  # (record key, path) naming no per-user file
+    index_problems: list[str] = field(default_factory=list)  # where index.sqlite disagreed with the files
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.corrupt or self.bad_manifests or self.bad_aliases or self.per_user_missing
-                    or self.bad_per_user_refs)
+                    or self.bad_per_user_refs or self.index_problems)
 
     def summary(self) -> str:
         head = "OK" if self.ok else "PROBLEMS FOUND"
@@ -74,6 +76,11 @@ class VerifyReport:
                   for key, rel in self.per_user_missing]
         lines += [f"bad per-user reference: {rel!r} (result record {key}) is not peruser/xx/<sha256>.parquet"
                   for key, rel in self.bad_per_user_refs]
+        lines += [f"index disagreed with the files: {p}" for p in self.index_problems]
+        if self.index_problems:
+            lines.append("the files are the source of truth: `mmgrid registry reindex ROOT` rebuilds the index from "
+                         "them (an index this process already brought in line needs nothing more; a results file or "
+                         "manifest that vanished is lost unless restored from a backup).")
         if self.affected:
             lines.append(f"affected checkpoints: {', '.join(self.affected)}; restore the blobs from a backup or re-create them.")
         if self.temp_files:
@@ -165,7 +172,27 @@ def verify(reg: "Registry") -> VerifyReport:
             report.problems[path] = f"points at {cid}, which has no (valid) manifest; re-point or delete the alias."
     report.temp_files = [str(p) for p in reg.store.temp_files()]
     _verify_per_user(reg, report)
+    _verify_index(reg, report)
     return report
+
+
+def _verify_index(reg: "Registry", report: VerifyReport) -> None:
+    """Compare the index with one built from the files now; list what it served differently
+    (including what this process's opening sync already found and brought in line)."""
+    if not reg.indexed:
+        return  # worker mode: the index is built from the files anyway
+    report.index_problems = list(reg.index_repairs)
+    if reg._index_broken is not None:
+        report.index_problems.append(str(reg._index_broken))
+        return
+    fresh = Index(reg.root, ":memory:")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RegistryWarning)  # unreadable files are listed above already
+        fresh.rebuild()
+    try:
+        report.index_problems += [f"{reg.root / 'index.sqlite'}: {d}" for d in reg._reader().compare(fresh)]
+    finally:
+        fresh.close()
 
 
 def _verify_per_user(reg: "Registry", report: VerifyReport) -> None:

@@ -96,10 +96,15 @@ def to_parquet(users: np.ndarray, active: np.ndarray, metrics: Mapping[str, np.n
     return buf.getvalue()
 
 
+def rel_path(data: bytes) -> str:
+    """The path (relative to the registry root) parquet bytes are stored under."""
+    sha = hashlib.sha256(data).hexdigest()
+    return f"{DIR}/{sha[:2]}/{sha}.parquet"
+
+
 def write(root: Path, tmp: Path, data: bytes, durable: bool = True) -> str:
     """Store parquet bytes content-addressed; returns the path relative to ``root``."""
-    sha = hashlib.sha256(data).hexdigest()
-    rel = f"{DIR}/{sha[:2]}/{sha}.parquet"
+    rel = rel_path(data)
     path = Path(root) / rel
     if path.exists():
         return rel
@@ -154,16 +159,20 @@ def read(root: Path, rel: Any) -> "pd.DataFrame":
 def _read_checked(path: Path) -> "pd.DataFrame":
     import pyarrow.parquet as pq  # lazy: pyarrow.parquet (~0.6 s) only when per-user values are read
 
+    root = path.parent.parent.parent
+    fix = (f"run `mmgrid registry verify {root}` to list every damaged or missing file, then evaluate the "
+           "checkpoint again (or restore the file from a backup)")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise MissingBlobError(f"per-user file {path} is missing; restore it from a backup or evaluate again "
-                               "(`mmgrid registry verify ROOT` lists every missing one).") from None
+        raise MissingBlobError(f"per-user file {path} is missing; {fix}.") from None
     got = hashlib.sha256(data).hexdigest()
     if got != path.stem:
-        raise CorruptBlobError(f"per-user file {path} is corrupt: its sha256 is {got}; restore it from a backup "
-                               "or evaluate again.")
-    return pq.read_table(io.BytesIO(data)).to_pandas()
+        raise CorruptBlobError(f"per-user file {path} is corrupt (its sha256 is {got}, not its name); {fix}.")
+    try:
+        return pq.read_table(io.BytesIO(data)).to_pandas()
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises its own types; the bytes hash to the name
+        raise CorruptBlobError(f"per-user file {path} is not a readable parquet file ({exc}); {fix}.") from exc
 
 
 def check(path: Path) -> bool:

@@ -8,6 +8,7 @@ of truth; the SQLite ``results`` table is rebuilt from them.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -84,12 +85,37 @@ class ResultsLog:
         self._pid = -1
         self.path: Path | None = None
 
-    def append(self, record: Mapping[str, Any]) -> None:
-        line = (canonical_json(record) + "\n").encode()
+    def append(self, *records: Mapping[str, Any]) -> int:
+        """Append records (one line each) with one ``write``; returns the offset they start at.
+
+        All or nothing: a failed or short write (a full disk), or a failed fsync, cuts the file
+        back to where it was (a file this call created is removed) and raises ``OSError``.
+        """
+        data = b"".join((canonical_json(r) + "\n").encode() for r in records)
         fd = self._open()
-        os.write(fd, line)  # one write: the line is either whole or torn at the very end
-        if self.durable:
-            os.fsync(fd)
+        start = os.lseek(fd, 0, os.SEEK_END)  # only this process appends to this file
+        try:
+            n = os.write(fd, data)  # one write: the lines are either whole or torn at the very end
+            if n != len(data):
+                raise OSError(errno.ENOSPC, f"short write ({n} of {len(data)} bytes; disk full?)", str(self.path))
+            if self.durable:
+                os.fsync(fd)
+        except BaseException:
+            self.undo(start)
+            raise
+        return start
+
+    def undo(self, start: int) -> None:
+        """Cut this process's file back to ``start`` (records appended since are not recorded)."""
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, start)
+            if start == 0 and self.path is not None:
+                self.path.unlink(missing_ok=True)
+                self.close()
+        except OSError:
+            pass  # the file system refuses even that; a torn last line is skipped by readers
 
     def _open(self) -> int:
         if self._fd is None or self._pid != os.getpid():  # a forked child gets its own file

@@ -47,6 +47,14 @@ def forget_verified(persistent: bool = True) -> None:
     verified.forget(persistent)
 
 
+def _utf8(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class _Batch:
     """Blob writes of one put: hashed and written by a thread pool, made durable together."""
 
@@ -287,6 +295,12 @@ class BlobStore:
         from safetensors import safe_open  # lazy: safetensors' torch bindings import torch
 
         try:
+            if not _utf8(path):  # safe_open takes UTF-8 paths only (a registry under a non-UTF-8 folder name)
+                with open(path, "rb") as fh:
+                    data = bytearray(os.fstat(fh.fileno()).st_size)
+                    fh.readinto(data)
+                tensor = from_blob(data, path)
+                return tensor if device == "cpu" else tensor.to(device)
             with safe_open(str(path), framework="pt", device=device) as fh:
                 return fh.get_tensor(TENSOR_KEY)
         except FileNotFoundError:
