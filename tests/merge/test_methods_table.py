@@ -137,6 +137,8 @@ def test_dare_unbiased_statistically(p, seed):
 #   model_stock      c = 1, mass 1 (t in [0, 1] with the cosine clamped; update t mean_i tau_i)
 #   nearswap         c = 1, mass 1 (entrywise w tau with w in [0, 1])
 #   passthrough      c = |scale|, mass 1
+#   ramplus_tl       c = (1 + r rho_max) sqrt(n), mass 1 (RAM's mean, unique entries times lambda_i)
+#   arcee_fusion     c = 1, mass 1 (a mask on tau)
 #   magmax           c = |scale| sqrt(T), mass 1 (each entry the largest-magnitude one of the T)
 #   opcm, dop        no per-tensor bound (see their docstrings): OPCM rescales globally (the
 #                    whole model's merged norm is the mean input norm, checked in
@@ -189,6 +191,8 @@ BOUND = {
     "nearswap": lambda p, n: 1.0,
     "passthrough": lambda p, n: abs(p.scale),
     "magmax": lambda p, n: abs(p.scale) * math.sqrt(n),
+    "ramplus_tl": lambda p, n: (1.0 + p.r * p.rho_max) * math.sqrt(n),
+    "arcee_fusion": lambda p, n: 1.0,
 }
 NO_TENSOR_BOUND = {"orthomerge", "opcm", "dop"}  # checked by their own tests
 ORIGIN = {"slerp", "karcher", "passthrough"}  # bounded around theta_0 = 0 (no base)
@@ -223,6 +227,8 @@ VARIANTS = {
     "nearswap": [{}, {"t": 0.05}, {"t": 10.0}],
     "passthrough": [{}, {"scale": -2.0}],
     "magmax": [{}, {"scale": 0.5}, {"scale": -1.5}],
+    "ramplus_tl": [{}, {"epsilon": 0.05, "r": 2.0, "rho_max": 3.0}, {"r": 0.0}],
+    "arcee_fusion": [{}],
     "opcm": [{}, {"energy": 0.0}, {"energy": 0.9}],
     "dop": [{}, {"stability": 0.3, "space": "u"}, {"rank": 1}, {"stability": 1.0, "space": "v"}],
 }
@@ -315,7 +321,8 @@ def test_identical_inputs(seed, n, shape):
         ("model_stock", {"filter_wise": True}, one),
         ("nearswap", {"t": 1e9}, one),
         ("passthrough", {}, one),
-        ("magmax", {}, one),  # every entry the same: tau
+        ("magmax", {}, one),
+        ("ramplus_tl", {"epsilon": 0.0}, one),  # n > 1: all shared, their mean; n = 1: lambda = 1  # every entry the same: tau
         ("dop", {}, one),  # both losses vanish at the input, and the average is the input
         ("dop", {"rank": 1, "space": "u"}, one),
     ]
@@ -342,7 +349,8 @@ def test_identical_inputs(seed, n, shape):
     if shape[0] >= shape[1] and float(torch.linalg.eigvals(r).real.min()) > -0.5:
         out = merge("orthomerge", [small[0]] * n, base=base, weights=[1.0 / n] * n)
         assert all(torch.allclose(out[k], small[0][k], rtol=1e-4, atol=1e-4) for k in out)
-    assert {m for m, _, _ in expect} | {"temporal", "orthomerge", "opcm"} == set(ALL)  # opcm: test_continual.py
+    assert {m for m, _, _ in expect} | {"temporal", "orthomerge", "opcm", "arcee_fusion"} == set(ALL)
+    # opcm: test_continual.py; arcee_fusion takes one input: test_mergekit_family below
 
 
 @settings(max_examples=10, deadline=None, derandomize=True)

@@ -19,6 +19,7 @@ from mmgrid.configtools import build
 from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import (  # noqa: F401  (importing a method module registers it)
+    arcee_fusion,
     average,
     breadcrumbs,
     breadcrumbs_ties,
@@ -37,6 +38,7 @@ from mmgrid.merge.methods import (  # noqa: F401  (importing a method module reg
     orthomerge,
     passthrough,
     ram,
+    ramplus_tl,
     sce,
     slerp,
     task_arithmetic,
