@@ -1,4 +1,4 @@
-"""LoRA-to-LoRA merging: several PEFT LoRA adapters into one LoRA adapter.
+"""LoRA extraction from full fine-tunes (:mod:`mmgrid.merge.lora.extract`) and LoRA-to-LoRA merging: several PEFT LoRA adapters into one LoRA adapter.
 
 No base model is read and nothing is merged into a base. For every target module m and
 adapter i the low-rank update is (LoRA, Hu et al. 2021, Eq. 3; rsLoRA, Kalajdzievski 2023)
@@ -43,15 +43,20 @@ from mmgrid.merge.lora.adapters import (
     lora_scaling,
     read_adapter,
 )
+from mmgrid.merge.lora.extract import LoraExtractReport, apply_lora, extract_lora, store_applied
 from mmgrid.merge.lora.merging import LoraMergeReport, merge_lora
 
 __all__ = [
     "AdapterFormatError",
     "AdapterMismatchError",
+    "LoraExtractReport",
     "LoraMergeReport",
+    "apply_lora",
     "UnsafeAdapterError",
     "check_compatible",
+    "extract_lora",
     "lora_scaling",
     "merge_lora",
     "read_adapter",
+    "store_applied",
 ]
