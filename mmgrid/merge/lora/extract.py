@@ -241,8 +241,16 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
     return report
 
 
+def _registry_id(registry: Any, ref: Any) -> str | None:
+    """The registry id of ``ref``, or None for a state dict, a path or a source."""
+    if registry is None or not isinstance(ref, str) or Path(ref).exists():
+        return None
+    return registry.get(ref).id
+
+
 def _coords(registry: Any, checkpoint: Any, rank: int | None, energy: float | None) -> dict[str, Any]:
-    coords = dict(registry.get(checkpoint).coords) if isinstance(checkpoint, str) else {}
+    cid = _registry_id(registry, checkpoint)
+    coords = dict(registry.get(cid).coords) if cid else {"paradigm": "unknown", "domain": "none", "period": "none"}
     rule = "-".join(x for x in (f"r{rank}" if rank else "", f"e{energy:g}" if energy else "") if x)
     coords["variant"] = f"lora-{rule}"
     return coords
@@ -307,13 +315,15 @@ def store_applied(adapter: str | os.PathLike, base: Any, registry: Any, coords: 
     digest = hashlib.sha256((Path(adapter) / WEIGHTS_NAME).read_bytes()).hexdigest()
     state = apply_lora(adapter, base, registry, scale)
     template = open_source(source if source is not None else base, "source", registry)
-    base_id = registry.get(base).id if isinstance(base, str) else None
-    parents = ([(base_id, "merge_base")] if base_id else []) + \
-        ([(registry.get(source).id, "merge_input")] if isinstance(source, str) else [])
+    base_id, source_id = _registry_id(registry, base), _registry_id(registry, source)
+    parents = ([(base_id, "merge_base")] if base_id else []) + ([(source_id, "merge_input")] if source_id else [])
     method = METHOD if source is not None else APPLY_METHOD
     store_params = {"method": method, **(params or {}), "adapter_sha256": digest, "scale": scale}
     store_params = {k: v for k, v in store_params.items() if k not in ("checkpoint", "base")}
     meta = {k: v for k, v in template.meta.items() if k != "merge"}
     meta["merge"] = {"method": method, "params": store_params, "adapter": str(ad.path)}
-    coords = coords or dict(registry.get(source if isinstance(source, str) else base).coords)
+    if coords is None:
+        ref = source_id or base_id
+        coords = dict(registry.get(ref).coords) if ref else {"paradigm": "unknown", "domain": "none", "period": "none"}
+        coords["variant"] = "lora-applied"
     return registry.put(state, coords, "merged", parents=parents, params=store_params, files=template.files, meta=meta)
