@@ -143,6 +143,7 @@ def compare_ranking(args: argparse.Namespace, reg: Any, applied: str, full: str)
 
 
 def _apply(args: argparse.Namespace) -> int:
+    # lazy: torch (seconds cold), which `mmgrid --help` must not pay
     from mmgrid.merge.lora import store_applied
     from mmgrid.registry.api import Registry
 

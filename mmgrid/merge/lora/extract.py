@@ -24,6 +24,7 @@ extracted or merged adapter can be evaluated as any checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -309,8 +310,6 @@ def store_applied(adapter: str | os.PathLike, base: Any, registry: Any, coords: 
     the adapter was made, with a hash of its weights, so another adapter gets another id.
     Files and meta are the source's (else the base's): the paradigm reads its item tables there.
     """
-    import hashlib
-
     ad = read_adapter(adapter)
     digest = hashlib.sha256((Path(adapter) / WEIGHTS_NAME).read_bytes()).hexdigest()
     state = apply_lora(adapter, base, registry, scale)
