@@ -8,8 +8,8 @@ test window (all / active / non-active users) with its per-user values recorded:
 
 * ``lambda=1``: theta_t2 itself (MMGRid Eq. 10 at lambda = 1): the reference of every test;
 * ``lambda*``: Eq. 10 at the temporal sweep's robust lambda* of the domain (all users; chosen
-  on the test window itself, so an oracle, reported but not used by the verdict), when the
-  sweep was run;
+  on the test window itself, so an oracle: the verdict uses it only where lambda_hat* is not
+  recorded, and says so), when the sweep was run;
 * ``lambda_hat*``: Eq. 10 at the leave-one-out prediction of Eq. 11 (``mmgrid predict-lambda``),
   when it was run;
 * continual merges over [theta_t1, theta_t2] with base theta_0: ``magmax`` (MagMax),
@@ -192,7 +192,8 @@ class ContinualStudy:
             kept), diff / diff_low / diff_high (strategy - lambda=1 on the same users), p, p_holm
             (within the group), n_users, n_seeds; plus domain "all" rows pooling every domain.
         best_baseline: the continual merge with the highest pooled mean (all users).
-        verdict: holds / does not hold / inconclusive for :data:`CLAIM` (lambda_hat* vs best_baseline).
+        verdict: holds / does not hold / inconclusive for :data:`CLAIM` (lambda_hat* vs best_baseline;
+            lambda*, flagged as an oracle, where lambda_hat* was not recorded).
         evidence: the pooled difference behind the verdict, as text.
         lambdas: strategy -> domain -> the lambda evaluated (lambda*, lambda_hat*).
     """
@@ -311,11 +312,14 @@ def _verdict(study: ContinualStudy, vals: dict) -> None:
         return
     best = max(means, key=means.__getitem__)
     study.best_baseline = best
-    lam = "lambda_hat*" if any(s == "lambda_hat*" for (_, _, s) in vals) else None
+    have = {s for (_, _, s) in vals}
+    lam = next((x for x in ("lambda_hat*", "lambda*") if x in have), None)
     if lam is None:
-        study.evidence = (f"best continual merge {best}; lambda_hat* not evaluated (run `mmgrid predict-lambda` "
-                          "before this study)")
+        study.evidence = (f"best continual merge {best}; neither lambda_hat* nor lambda* evaluated (run `mmgrid sweep "
+                          "temporal` and `mmgrid predict-lambda` before this study)")
         return
+    caveat = ("" if lam == "lambda_hat*" else "; lambda_hat* not recorded, so lambda* stands in: it is chosen on "
+              "this test window, an optimistic reading of lambda scaling")
     st = _stack(vals, "all", lam, best)
     if st is None:
         study.evidence = f"lambda_hat* and {best} share no domains, seeds and users"
@@ -323,9 +327,9 @@ def _verdict(study: ContinualStudy, vals: dict) -> None:
     users, a, b = st
     r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
     study.verdict = verdict(r.ci_low, r.ci_high, "greater")
-    study.evidence = (f"{study.metric}, all users of {len({u // 10**9 for u in users})} domains: lambda_hat* "
+    study.evidence = (f"{study.metric}, all users of {len({u // 10**9 for u in users})} domains: {lam} "
                       f"{r.mean_a:.4f} vs {best} {r.mean_b:.4f}, difference {r.diff:+.4f} "
-                      f"[{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, {r.n_seeds} seed(s)")
+                      f"[{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, {r.n_seeds} seed(s){caveat}")
 
 
 def render(study: ContinualStudy, group: str = "all") -> str:
