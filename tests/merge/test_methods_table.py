@@ -386,9 +386,10 @@ def test_gcwm_stays_within_the_inputs_on_the_fixture(models):
 
 
 def test_method_version_is_part_of_the_identity():
-    """Only GCWM was fixed (version 2): its recipe identity changes, every other's stays."""
+    """GCWM was fixed and slerp's statistics are streamed (version 2 each): their recipe identities
+    change, every other's stays."""
     from mmgrid.merge.methods import identity
 
     for m in ALL:
-        want = {"method": m, "method_version": 2} if m == "gcwm" else {"method": m}
+        want = {"method": m, "method_version": 2} if m in ("gcwm", "slerp") else {"method": m}
         assert identity(m) == want, m

@@ -31,3 +31,54 @@ def row_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     parts = [torch.linalg.vecdot(a2[i:i + step].double(), b2[i:i + step].double()) for i in range(0, a2.shape[0], step)]
     out = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
     return out.reshape(a.shape[:-1])
+
+
+BLOCK = 1 << 16  # entries per block of :class:`BlockedDots`
+
+
+class BlockedDots:
+    """<a, b>, <a, a>, <b, b> of one tensor fed in consecutive pieces of any size, the same to
+    the last bit however it is cut: the flattened tensor is split into fixed blocks of
+    :data:`BLOCK` entries (a piece's tail waits for the next piece), each block's three dots are
+    taken in float64, and the blocks' values are summed exactly (``math.fsum``). The fast file
+    pass (flat chunks) and the reference path (row chunks) therefore get the same statistics."""
+
+    def __init__(self) -> None:
+        self._a: list[torch.Tensor] = []
+        self._b: list[torch.Tensor] = []
+        self._held = 0
+        self.ab: list[float] = []
+        self.aa: list[float] = []
+        self.bb: list[float] = []
+
+    def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        a, b = a.reshape(-1), b.reshape(-1)
+        i = 0
+        if self._held:
+            take = min(BLOCK - self._held, a.numel())
+            self._a.append(a[:take].double())
+            self._b.append(b[:take].double())
+            self._held += take
+            i = take
+            if self._held == BLOCK:
+                self._block(torch.cat(self._a), torch.cat(self._b))
+                self._a, self._b, self._held = [], [], 0
+        while a.numel() - i >= BLOCK:
+            self._block(a[i:i + BLOCK].double(), b[i:i + BLOCK].double())
+            i += BLOCK
+        if i < a.numel():
+            self._a.append(a[i:].double())
+            self._b.append(b[i:].double())
+            self._held += a.numel() - i
+
+    def _block(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        self.ab.append(float(torch.dot(a, b)))
+        self.aa.append(float(torch.dot(a, a)))
+        self.bb.append(float(torch.dot(b, b)))
+
+    def result(self) -> tuple[float, float, float]:
+        """(<a, b>, ||a||, ||b||)."""
+        if self._held:
+            self._block(torch.cat(self._a), torch.cat(self._b))
+            self._a, self._b, self._held = [], [], 0
+        return math.fsum(self.ab), math.sqrt(math.fsum(self.aa)), math.sqrt(math.fsum(self.bb))
