@@ -82,3 +82,50 @@ class BlockedDots:
             self._block(torch.cat(self._a), torch.cat(self._b))
             self._a, self._b, self._held = [], [], 0
         return math.fsum(self.ab), math.sqrt(math.fsum(self.aa)), math.sqrt(math.fsum(self.bb))
+
+
+class BlockedGram:
+    """The Gram matrix <v_i, v_j> of k vectors fed in consecutive pieces, chunking-independent as
+    :class:`BlockedDots` (fixed blocks of :data:`BLOCK` entries, float64 dots, exact sums)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self._held: list[list[torch.Tensor]] = [[] for _ in range(k)]
+        self._n = 0
+        self._parts: list[list[list[float]]] = [[[] for _ in range(k)] for _ in range(k)]
+
+    def add(self, vs: list[torch.Tensor]) -> None:
+        vs = [v.reshape(-1) for v in vs]
+        m, i = vs[0].numel(), 0
+        if self._n:
+            take = min(BLOCK - self._n, m)
+            for h, v in zip(self._held, vs):
+                h.append(v[:take].double())
+            self._n += take
+            i = take
+            if self._n == BLOCK:
+                self._block([torch.cat(h) for h in self._held])
+                self._held, self._n = [[] for _ in range(self.k)], 0
+        while m - i >= BLOCK:
+            self._block([v[i:i + BLOCK].double() for v in vs])
+            i += BLOCK
+        if i < m:
+            for h, v in zip(self._held, vs):
+                h.append(v[i:].double())
+            self._n += m - i
+
+    def _block(self, vs: list[torch.Tensor]) -> None:
+        for a in range(self.k):
+            for b in range(a, self.k):
+                self._parts[a][b].append(float(torch.dot(vs[a], vs[b])))
+
+    def result(self) -> list[list[float]]:
+        """The k x k Gram matrix (symmetric)."""
+        if self._n:
+            self._block([torch.cat(h) for h in self._held])
+            self._held, self._n = [[] for _ in range(self.k)], 0
+        g = [[0.0] * self.k for _ in range(self.k)]
+        for a in range(self.k):
+            for b in range(a, self.k):
+                g[a][b] = g[b][a] = math.fsum(self._parts[a][b])
+        return g
