@@ -33,6 +33,7 @@ CASES = [
     ("slerp", 2, {"t": 1.0}),
     ("model_stock", 3, {}),
     ("model_stock", 2, {"clamp_cos": False}),
+    ("nuslerp", 2, {"weights": [0.3, 1.0]}),
 ]
 
 
@@ -63,7 +64,7 @@ def test_fast_pass_equals_reference_sampled_threshold(trio, monkeypatch, chunk):
     assert _same(ref, merge("ties", ins, base=trio["base"], **params))
 
 
-@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], CASES[-4], CASES[-2]])
+@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], CASES[-5], CASES[-3], CASES[-1]])
 @pytest.mark.parametrize("block_bytes,threads", [(1 << 22, 2), (40, 2), (40, 1)])
 @pytest.mark.parametrize("on_disk", [True, False])
 def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, method, n, params, block_bytes, threads, on_disk):
