@@ -40,8 +40,6 @@ def test_extract_merge_apply_evaluate(tmp_path_factory, tmp_path, capsys):
         text = capsys.readouterr().out
         assert "relative reconstruction error" in text and "stored base + adapter as" in text
         assert "adapter" in text and "checkpoint" in text and "recall@10" in text.lower()
-        with capsys.disabled():
-            print(f"\n{d}:\n{text}")
         ads.append(out)
     assert main(["merge-lora", *map(str, ads), "--out", str(tmp_path / "merged"), "--weights", "0.5", "0.5",
                  "--rank", "8"]) == 0
