@@ -22,7 +22,16 @@ point (how a mergekit user produces 21 merges; the mean of ``--sweep-cli-points`
 times 21, each run being a separate process), and the stricter ``run_merge`` called 21
 times in one Python process (no repeated start-up).
 
+``--all`` times every mergekit method mmgrid maps (all 20), each as the *same* mergekit
+recipe run by mergekit (``run_merge``) and by mmgrid's reader (``run_mergekit_recipe``), both
+writing an HF folder, and writes the table to bench/results/merge.md: wall time, peak
+memory, mmgrid / mergekit ratios against the goals (>= 2x mergekit's speed at <= 1/4 of its
+peak memory), and the bandwidth floor of each case. ``--shape small`` builds a tiny
+Qwen3-shaped model instead (a smoke run of the benchmark itself; its numbers measure start-up,
+not merging).
+
 Usage: python bench/merge.py [--sweep-mergekit-points 21] [--sweep-cli-points 3] [--no-cli] [--only CASE ...] [--keep]
+       python bench/merge.py --all [--shape small] [--repeat 1] [--out bench/results/merge.md]
 """
 
 from __future__ import annotations
@@ -37,9 +46,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from mmgrid.merge.mergekit.oracle import find_mergekit_python
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # this checkout's mmgrid (the children get it through PYTHONPATH too)
+
+from mmgrid.merge.mergekit.oracle import find_mergekit_python  # noqa: E402
 LAMBDAS = [round(-0.5 + 0.1 * i, 2) for i in range(21)]
 
 
@@ -52,13 +62,22 @@ def qwen3_06b_config():
                        tie_word_embeddings=True, dtype="bfloat16", architectures=["Qwen3ForCausalLM"])
 
 
-def build_models(root: Path) -> dict[str, Path]:
+def small_config():
+    """A tiny Qwen3 (the smoke run of ``--shape small``)."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                       tie_word_embeddings=True, dtype="bfloat16", architectures=["Qwen3ForCausalLM"])
+
+
+def build_models(root: Path, shape: str = "0.6b") -> dict[str, Path]:
     """base, ft1, ft2 folders with config.json + model.safetensors (bf16)."""
     import torch
     from safetensors.torch import save_file
     from transformers import Qwen3ForCausalLM
 
-    cfg = qwen3_06b_config()
+    cfg = qwen3_06b_config() if shape == "0.6b" else small_config()
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in Qwen3ForCausalLM(cfg).state_dict().items() if "lm_head" not in k}
     gen = torch.Generator().manual_seed(0)
@@ -212,6 +231,107 @@ def mergekit_cli(python: str, config: str, out: Path, work: Path) -> dict:
     return {"wall_s": wall}
 
 
+# Every mergekit method mmgrid maps, as one recipe body each (models: base / ft1 / ft2), for --all.
+def _w(*names, **params):
+    return [{"model": n, "parameters": dict(params)} for n in names]
+
+
+ALL_RECIPES: dict[str, dict] = {
+    "linear": {"models": _w("ft1", "ft2", weight=0.5)},
+    "task_arithmetic": {"base_model": "base", "models": _w("ft1", "ft2", weight=1.0)},
+    "ties": {"base_model": "base", "models": _w("ft1", "ft2", weight=1.0, density=0.2)},
+    "dare_linear": {"base_model": "base", "models": _w("ft1", "ft2", weight=1.0, density=0.5)},
+    "dare_ties": {"base_model": "base", "models": _w("ft1", "ft2", weight=1.0, density=0.5)},
+    "slerp": {"base_model": "ft1", "models": [{"model": "ft1"}, {"model": "ft2"}], "parameters": {"t": 0.5}},
+    "nuslerp": {"models": _w("ft1", "ft2", weight=0.5)},
+    "multislerp": {"models": _w("ft1", "ft2", weight=0.5)},
+    "karcher": {"models": [{"model": "ft1"}, {"model": "ft2"}]},
+    "model_stock": {"base_model": "base", "models": [{"model": "ft1"}, {"model": "ft2"}]},
+    "nearswap": {"base_model": "base", "models": [{"model": "base"}, {"model": "ft1"}], "parameters": {"t": 0.001}},
+    "passthrough": {"models": [{"model": "ft1"}]},
+    "breadcrumbs": {"base_model": "base", "models": _w("ft1", "ft2", weight=1.0, density=0.5, gamma=0.01)},
+    "breadcrumbs_ties": {"base_model": "base", "models": _w("ft1", "ft2", weight=1.0, density=0.5, gamma=0.01)},
+    "della": {"base_model": "base", "models": _w("ft1", "ft2", weight=1.0, density=0.5, epsilon=0.1)},
+    "della_linear": {"base_model": "base", "models": _w("ft1", "ft2", weight=1.0, density=0.5, epsilon=0.1)},
+    "sce": {"base_model": "base", "models": [{"model": "ft1"}, {"model": "ft2"}]},
+    "ram": {"base_model": "base", "models": [{"model": "ft1"}, {"model": "ft2"}]},
+    "ramplus_tl": {"base_model": "base", "models": [{"model": "ft1"}, {"model": "ft2"}]},
+    "arcee_fusion": {"base_model": "base", "models": [{"model": "base"}, {"model": "ft1"}]},
+}
+
+
+def all_recipe(method: str, p: dict[str, Path]) -> str:
+    import yaml
+
+    body = json.loads(json.dumps(ALL_RECIPES[method]))
+    if "base_model" in body:
+        body["base_model"] = str(p[body["base_model"]])
+    for m in body["models"]:
+        m["model"] = str(p[m["model"]])
+    return yaml.safe_dump({"merge_method": method, **body, "dtype": "bfloat16"})
+
+
+def mmgrid_recipe(config: str, out: Path) -> dict:
+    """mmgrid's mergekit reader on the recipe, writing an HF folder (as mergekit does)."""
+    return child(
+        "import torch\ntorch.set_num_threads(2)\nfrom mmgrid.merge.mergekit import run_mergekit_recipe\n"
+        f"t_ready = time.perf_counter()\nrun_mergekit_recipe({config!r}, {str(out)!r}, overwrite=True)\n"
+    )
+
+
+def run_all(p: dict[str, Path], root: Path, mk_py: str | None, repeat: int, size: int, rbw: float, wbw: float,
+            shape: str, out_md: Path, only: list[str] | None = None) -> None:
+    """Every mapped method against mergekit on the same recipe; the table to ``out_md``."""
+    from mmgrid.merge.mergekit.spec import METHOD_TABLE, supported_methods
+    from mmgrid.merge.methods import method_names
+
+    mapped = supported_methods(set(method_names()))
+    missing = sorted(set(METHOD_TABLE) - set(ALL_RECIPES))
+    assert not missing, f"add --all recipes for {missing}"
+    rows = []
+    for method in [m for m in mapped if not only or m in only]:
+        cfg = all_recipe(method, p)
+        n_in = len({m["model"] for m in ALL_RECIPES[method]["models"]} | {ALL_RECIPES[method].get("base_model")} - {None})
+        floor = n_in * size / rbw + size / wbw
+        ours = best(lambda: mmgrid_recipe(cfg, root / "ours"), n=repeat)
+        theirs = None
+        if mk_py:
+            try:
+                theirs = best(lambda: mergekit_run(mk_py, [cfg], root / "theirs"), n=repeat)
+            except RuntimeError as exc:
+                print(f"mergekit failed on {method}: {str(exc)[-300:]}")
+        r = {"method": method, "ours": ours, "theirs": theirs, "floor": floor}
+        rows.append(r)
+        mk = f"{theirs['wall_s']:.1f} s, {theirs['peak_gb']:.2f} GB" if theirs else "-"
+        print(f"{method:<18} mmgrid {ours['wall_s']:.1f} s, {ours['peak_gb']:.2f} GB; mergekit {mk}; "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    lines = [f"# Merge benchmark: every mapped mergekit method (bench/merge.py --all --shape {shape})", "",
+             f"Three {'Qwen3-0.6B' if shape == '0.6b' else 'tiny Qwen3'}-shaped bf16 checkpoints "
+             f"({size / 1e9:.3f} GB each); each method runs the same mergekit recipe in mergekit (its own venv, "
+             "`run_merge`) and in mmgrid (`run_mergekit_recipe`), both writing an HF folder, in a fresh process "
+             f"(start-up and imports included), the fastest of {repeat} run(s). Read bandwidth {rbw / 1e9:.2f} GB/s, "
+             f"write {wbw / 1e9:.2f} GB/s (same run); load average at the end {os.getloadavg()[0]:.1f}.",
+             "Goals: mmgrid >= 2x mergekit's speed at <= 1/4 of its peak memory.", "",
+             "| method | mmgrid s | mmgrid GB | mergekit s | mergekit GB | speed (mergekit / mmgrid) | memory (mmgrid / mergekit) "
+             "| goals | bandwidth floor s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        o, t = r["ours"], r["theirs"]
+        if t:
+            sp, mem = t["wall_s"] / o["wall_s"], o["peak_gb"] / t["peak_gb"]
+            ok = "met" if sp >= 2 and mem <= 0.25 else ("speed " + ("met" if sp >= 2 else "missed") +
+                                                          ", memory " + ("met" if mem <= 0.25 else "missed"))
+            lines.append(f"| {r['method']} | {o['wall_s']:.1f} | {o['peak_gb']:.2f} | {t['wall_s']:.1f} | {t['peak_gb']:.2f} "
+                         f"| {sp:.2f}x | {mem:.2f} | {ok} | {r['floor']:.2f} |")
+        else:
+            lines.append(f"| {r['method']} | {o['wall_s']:.1f} | {o['peak_gb']:.2f} | - | - | - | - | no baseline | {r['floor']:.2f} |")
+    if shape != "0.6b":
+        lines += ["", "A smoke run on a tiny model: both tools' times are start-up and imports, not merging; "
+                  "run `--shape 0.6b` (the default) for the numbers the goals are about."]
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out_md}")
+
+
 def bandwidth(src: Path, tmp: Path) -> tuple[float, float]:
     """Plain sequential read and write bandwidth (bytes/s) of one big file, no fsync
     (neither mergekit nor the benchmarked merges fsync): the best of three tries each,
@@ -267,24 +387,35 @@ def main() -> None:
     ap.add_argument("--no-cli", action="store_true",
                     help="skip the command-line case (mmgrid merge on registry ids vs mergekit-yaml)")
     ap.add_argument("--only", nargs="+", metavar="CASE",
-                    choices=["ties", "task_arithmetic", "sweep21", *FAMILY],
                     help="time only these cases (default all: ties task_arithmetic sweep21 "
-                         f"{' '.join(FAMILY)}); the CLI case runs unless --no-cli")
+                         f"{' '.join(FAMILY)}; with --all: mergekit method names); the CLI case runs unless --no-cli")
     ap.add_argument("--repeat", type=int, default=2,
                     help="runs per case and tool, the fastest counts (default 2, 3 when the first is under 15 s)")
+    ap.add_argument("--all", action="store_true",
+                    help="time every mapped mergekit method (the same recipe in both tools) and write --out")
+    ap.add_argument("--shape", choices=("0.6b", "small"), default="0.6b",
+                    help="model shape: Qwen3-0.6B (default) or a tiny Qwen3 (a smoke run of the benchmark)")
+    ap.add_argument("--out", default=str(HERE / "results" / "merge.md"), help="--all: the Markdown table's path")
     ap.add_argument("--models", metavar="DIR",
                     help="reuse base/, ft1/, ft2/ built by an earlier run (--keep) instead of building them")
     args = ap.parse_args()
+    allowed = set(ALL_RECIPES) if args.all else {"ties", "task_arithmetic", "sweep21", *FAMILY}
+    bad = sorted(set(args.only or []) - allowed)
+    if bad:
+        ap.error(f"--only: unknown case(s) {bad}; choose from {sorted(allowed)}")
     want = set(args.only or ["ties", "task_arithmetic", "sweep21", *FAMILY])
     root = Path(tempfile.mkdtemp(prefix="mmgrid-bench-merge-", dir="/tmp"))
     try:
         t0 = time.perf_counter()
-        p = {k: Path(args.models) / k for k in ("base", "ft1", "ft2")} if args.models else build_models(root)
+        p = {k: Path(args.models) / k for k in ("base", "ft1", "ft2")} if args.models else build_models(root, args.shape)
         size = (p["base"] / "model.safetensors").stat().st_size
-        print(f"{'reused' if args.models else 'built'} 3 Qwen3-0.6B-shaped bf16 checkpoints ({size / 1e9:.2f} GB each) "
-              f"in {time.perf_counter() - t0:.0f} s")
+        print(f"{'reused' if args.models else 'built'} 3 {'Qwen3-0.6B' if args.shape == '0.6b' else 'tiny Qwen3'}-shaped "
+              f"bf16 checkpoints ({size / 1e9:.3f} GB each) in {time.perf_counter() - t0:.0f} s")
         rbw, wbw = bandwidth(p["base"] / "model.safetensors", root)
         print(f"bandwidth: read {rbw / 1e9:.2f} GB/s, write {wbw / 1e9:.2f} GB/s (page cache, same run); load average {os.getloadavg()}")
+        if args.all:
+            run_all(p, root, find_mergekit(), args.repeat, size, rbw, wbw, args.shape, Path(args.out), args.only)
+            return
         out = root / "out.safetensors"
         mk_py = find_mergekit()
         mk_out = root / "mk_out"

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "mmgrid.registry.commands",  # query, show, lineage, registry ...
     "mmgrid.merge.commands",  # merge
     "mmgrid.merge.lora_commands",  # merge-lora
+    "mmgrid.merge.lora.commands",  # extract-lora, apply-lora
     "mmgrid.train.commands",  # build
     "mmgrid.eval.commands",  # eval
     "mmgrid.sweep.commands",  # sweep, predict-lambda, report

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaSweep", "apply_inplace", "merge_lora"]
+__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaSweep", "apply_inplace", "merge_lora", "extract_lora"]
 
 
 def __getattr__(name: str) -> Any:
@@ -38,4 +38,8 @@ def __getattr__(name: str) -> Any:
         from mmgrid.merge.lora import merge_lora  # lazy: torch, see above
 
         return merge_lora
+    if name == "extract_lora":  # a LoRA adapter from a full fine-tune (mmgrid.merge.lora.extract)
+        from mmgrid.merge.lora import extract_lora  # lazy: torch, see above
+
+        return extract_lora
     raise AttributeError(f"module 'mmgrid.merge' has no attribute {name!r}")

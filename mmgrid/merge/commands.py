@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Merge registry checkpoints with a named method; the result is stored with "
         "lineage edges (merge_input, merge_base). Methods: average, task_arithmetic, ties, dare, "
         "ties_dare, temporal, orthomerge, gcwm, slerp, nuslerp, multislerp, karcher, model_stock, nearswap, "
-        "passthrough, breadcrumbs, breadcrumbs_ties, della, della_linear, sce, ram (see docs/merging.md).",
+        "passthrough, breadcrumbs, breadcrumbs_ties, della, della_linear, sce, ram, ramplus_tl, arcee_fusion; "
+        "continual merges over inputs in arrival order: magmax, opcm, dop (see docs/merging.md).",
     )
     p.add_argument("--method", help="merge method name")
     p.add_argument("--inputs", nargs="+", metavar="ID", help="input checkpoint ids, in order")

@@ -28,7 +28,7 @@ def reference_tensor(method: Method, models: list[TensorSource], base: TensorSou
         return passthrough(models, name)
     use_base, chunked = base is not None, method.elementwise
     parts = []
-    coefs = method.linear(len(models)) if chunked else None
+    coefs = (method.tensor_linear(name) or method.linear(len(models))) if chunked else None
     if coefs is not None:
         parts = list(linear_chunks(models, base if use_base else None, plan, name, coefs, dtype, method.name))
     views = () if coefs is not None else tensor_views(models, base, plan, name, use_base, chunked, method.verify_inputs)

@@ -30,6 +30,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_overrides(c)
     add_executor_args(c)
     c.set_defaults(func=_cross_domain)
+    k = ssub.add_parser("continual", help="lambda scaling vs continual merging (MagMax, OPCM, DOP, TA, TIES) "
+                                          "over pretrain -> t1 -> t2, paired tests vs lambda = 1")
+    k.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    k.add_argument("--group", default="all", help="user group of the printed table (all, active, non_active)")
+    add_overrides(k)
+    add_executor_args(k)
+    k.set_defaults(func=_continual)
     sw.set_defaults(func=lambda a: (sw.print_help(), 0)[1])
 
     p = sub.add_parser("predict-lambda", help="leave-one-out regression of lambda* on domain statistics (Eq. 11)")
@@ -101,6 +108,15 @@ def _temporal(args: argparse.Namespace) -> int:
     print(f"temporal sweep: {df['lambda'].nunique()} lambdas x {df['domain'].nunique()} domains recorded in {reg.root}")
     print(f"lambda* ({t.metric}, [95% interval], as in report.md):")
     print(stars.to_string(float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
+def _continual(args: argparse.Namespace) -> int:
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.sweep.continual import render, run_continual
+
+    cfg, reg, prepared = _open(args)
+    print(render(run_continual(cfg, reg, prepared, executor=_executor(args, cfg)), group=args.group))
     return 0
 
 

@@ -29,6 +29,11 @@ CASES = [
     ("ties", 2, {"density": 0.3, "alpha": 0.6}),
     ("ties", 2, {"density": 0.3, "combine": "sum", "scale": 0.8}),
     ("ties", 2, {"density": 1.0}),
+    ("slerp", 2, {"t": 0.3}),  # per-tensor coefficients from the first pass (BlockedDots)
+    ("slerp", 2, {"t": 1.0}),
+    ("model_stock", 3, {}),
+    ("model_stock", 2, {"clamp_cos": False}),
+    ("nuslerp", 2, {"weights": [0.3, 1.0]}),
 ]
 
 
@@ -36,7 +41,7 @@ CASES = [
 @pytest.mark.parametrize("chunk", [5, 1 << 18])
 def test_fast_pass_equals_reference(trio, monkeypatch, method, n, params, chunk):
     ins = [trio[k] for k in "abc"[:n]]
-    base = trio["base"] if method not in ("average", "temporal") else None
+    base = trio["base"] if method not in ("average", "temporal", "slerp") else None
     monkeypatch.setattr(executor, "FAST", False)
     ref = merge(method, ins, base=base, **params)
     monkeypatch.setattr(executor, "FAST", True)
@@ -59,7 +64,7 @@ def test_fast_pass_equals_reference_sampled_threshold(trio, monkeypatch, chunk):
     assert _same(ref, merge("ties", ins, base=trio["base"], **params))
 
 
-@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9]])
+@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], CASES[-5], CASES[-3], CASES[-1]])
 @pytest.mark.parametrize("block_bytes,threads", [(1 << 22, 2), (40, 2), (40, 1)])
 @pytest.mark.parametrize("on_disk", [True, False])
 def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, method, n, params, block_bytes, threads, on_disk):

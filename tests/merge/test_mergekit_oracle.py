@@ -128,6 +128,11 @@ ROWS: dict[str, tuple[dict, str]] = {
                     "parameters": {"select_topk": 0.4}}, EXACT),
     "ram": ({"merge_method": "ram", "base_model": "base", "models": [{"model": m} for m in M],
              "parameters": {"epsilon": 0.04}}, EXACT),
+    "ramplus_tl": ({"merge_method": "ramplus_tl", "base_model": "base", "models": [{"model": m} for m in M],
+                    "parameters": {"epsilon": 0.04}}, EXACT),
+    "ramplus_tl_params": ({"merge_method": "ramplus_tl", "base_model": "base", "models": [{"model": m} for m in M[:2]],
+                           "parameters": {"epsilon": 0.06, "r": 0.7, "alpha": 1.5}}, EXACT),
+    "arcee_fusion": ({"merge_method": "arcee_fusion", "base_model": "base", "models": [{"model": "base"}, {"model": "a"}]}, EXACT),
     # DELLA: mergekit's Bernoulli draws and mmgrid's masks replaced by the same content-keyed mask (_inject_u)
     "della": ({"merge_method": "della", "base_model": "base", "models": _models([0.7, 0.3, 0.5], density=0.5, epsilon=0.2)}, INJECT),
     "della_sum_no_rescale": ({"merge_method": "della", "base_model": "base", "models": _models([0.6, 0.9], density=0.6, epsilon=0.1),

@@ -73,7 +73,8 @@ def test_method_table_and_unknown_methods():
     assert all(METHOD_TABLE[k].method in method_names() for k in ok)
     with pytest.raises(MergekitRecipeError, match="unknown mergekit method 'tiez'.*supported: .*ties"):
         load({"merge_method": "tiez", "models": [{"model": "A"}]})
-    with pytest.raises(MergekitUnsupportedError, match="arcee_fusion.*not supported"):
+    assert set(ok) == set(METHOD_TABLE) and len(ok) == 20  # every mergekit method is mapped
+    with pytest.raises(MergekitRecipeError, match="base_model: arcee_fusion .*needs a base"):
         load({"merge_method": "arcee_fusion", "models": [{"model": "A"}]})
 
 
@@ -279,6 +280,14 @@ def test_new_rows_refuse_bad_parameters_by_name(recipe, err, match):
         spec.row.build(spec.resolve("model.layers.0.mlp.up_proj.weight", 0.0), set())
 
 
-def test_ramplus_is_named_unsupported():
-    with pytest.raises(MergekitUnsupportedError, match="ramplus_tl.*not supported .*mmgrid has no such method"):
-        load({"merge_method": "ramplus_tl", "base_model": "B", "models": [{"model": "A"}]})
+def test_ramplus_and_arcee_fusion_map_their_parameters():
+    spec = load({"merge_method": "ramplus_tl", "base_model": "B", "models": [{"model": "A"}, {"model": "C"}],
+                 "parameters": {"r": 0.3, "alpha": 0.5}})
+    got = spec.row.build(spec.resolve("model.layers.0.mlp.up_proj.weight", 0.0), set())
+    assert got == ("ramplus_tl", {"r": 0.3, "rho_max": 0.5, "epsilon": 1e-5}, None)
+    spec = load({"merge_method": "arcee_fusion", "base_model": "B", "models": [{"model": "B"}, {"model": "A"}]})
+    assert spec.models == ["A"]
+    assert spec.row.build(spec.resolve("model.norm.weight", 0.0), set()) == ("arcee_fusion", {}, None)
+    spec = load({"merge_method": "arcee_fusion", "base_model": "B", "models": [{"model": "A"}, {"model": "C"}]})
+    with pytest.raises(MergekitRecipeError, match="arcee_fusion merges one model"):
+        spec.row.build(spec.resolve("model.norm.weight", 0.0), set())

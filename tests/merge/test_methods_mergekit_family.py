@@ -171,3 +171,46 @@ def test_ram_disjoint_updates_are_kept_whole(models):
 def test_ram_epsilon_must_be_non_negative():
     with pytest.raises(MergeParamError, match="epsilon"):
         validate_params("ram", {"epsilon": -1.0})
+
+
+# --- ramplus_tl -------------------------------------------------------------------------
+
+def test_ramplus_hand_case():
+    """Entry 0: three contributors (mean 0.3); 1: input 2 alone; 2 and 4: input 1 alone; 3: below eps.
+    Input 1 changes 1 shared and 2 unique entries: rho 0.5; input 2 1 and 1: rho 1.
+    r = 0.5, rho_max = 2: lambda = 1.25, 1.5; the defaults (r 0.1, rho_max 0.2) give 1.02 for both."""
+    ins = [{"w": t(0.5, 0, 2, 1e-6, 1)}, {"w": t(0.1, 3, 0, 0, 0)}, {"w": t(0.3, 0, 0, 0, 0)}]
+    out = merge("ramplus_tl", ins, base=zeros(5), r=0.5, rho_max=2.0)["w"]
+    assert torch.allclose(out, t(0.3, 4.5, 2.5, 0, 1.25))
+    out = merge("ramplus_tl", ins, base=zeros(5))["w"]
+    assert torch.allclose(out, t(0.3, 3.06, 2.04, 0, 1.02))
+    # r = 0 is RAM
+    assert torch.equal(merge("ramplus_tl", ins, base=zeros(5), r=0.0)["w"], merge("ram", ins, base=zeros(5))["w"])
+
+
+def test_ramplus_params_are_checked():
+    with pytest.raises(MergeParamError, match="rho_max"):
+        validate_params("ramplus_tl", {"rho_max": -0.1})
+
+
+# --- arcee_fusion -----------------------------------------------------------------------
+
+def test_arcee_fusion_hand_case():
+    """1-D: one softmax row, so KL is one positive number and the mask is |tau| >= the fence of
+    |tau|: sorted, the quantiles at floor(q * 8) are 0.3, 0.5, 0.7, fence 0.5 + 1.5 * 0.4 = 1.1."""
+    other = {"w": t(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 5.0)}
+    out = merge("arcee_fusion", [other], base=zeros(9))["w"]
+    assert torch.equal(out, t(0, 0, 0, 0, 0, 0, 0, 0, 5.0))
+
+
+def test_arcee_fusion_ignores_rows_shifted_by_a_constant():
+    """softmax is shift-invariant: a row moved by a constant has KL 0, importance 0, and stays
+    at the base, however large the shift; a row with the outlying change is taken."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 5, generator=g)
+    other = base + 0.01 * torch.randn(6, 5, generator=g)
+    other[0] = base[0] + 50.0  # a large constant shift
+    other[3, 2] = base[3, 2] + 4.0  # an outlying change
+    out = merge("arcee_fusion", [{"w": other}], base={"w": base})["w"]
+    assert torch.equal(out[0], base[0])
+    assert out[3, 2] == other[3, 2]

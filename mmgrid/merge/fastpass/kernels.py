@@ -33,6 +33,8 @@ class Kernel:
         combine: sum | disjoint_mean.
         elect_sign: TIES sign election.
         scale: factor on the combined delta.
+        tensor_coefs: linear methods whose coefficients differ by tensor (slerp: computed
+            by the method's first pass): tensor name -> (c_0, [c_i]).
     """
 
     coefs: tuple[float | None, list[float]] | None = None
@@ -42,6 +44,7 @@ class Kernel:
     combine: str = "sum"
     elect_sign: bool = False
     scale: float = 1.0
+    tensor_coefs: dict | None = None
 
 
 class Buffers:
@@ -179,6 +182,8 @@ def kernel_chunk(k: Kernel, parts: list[torch.Tensor], bufs: Buffers, ins: list,
         acc.copy_(parts[0])
         tmp.copy_(parts[1])
         return torch.lerp(acc, tmp, k.lerp, out=acc)
+    if k.tensor_coefs is not None:
+        k = Kernel(coefs=k.tensor_coefs[name])
     if k.coefs is None:
         return pipeline_chunk(k, parts[1:], parts[0], bufs)
     acc, skipped = linear_chunk(k, parts, bufs)

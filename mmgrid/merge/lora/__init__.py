@@ -1,4 +1,4 @@
-"""LoRA-to-LoRA merging: several PEFT LoRA adapters into one LoRA adapter.
+"""LoRA extraction from full fine-tunes (:mod:`mmgrid.merge.lora.extract`) and LoRA-to-LoRA merging: several PEFT LoRA adapters into one LoRA adapter.
 
 No base model is read and nothing is merged into a base. For every target module m and
 adapter i the low-rank update is (LoRA, Hu et al. 2021, Eq. 3; rsLoRA, Kalajdzievski 2023)
@@ -35,23 +35,35 @@ it is written, after every module has been merged and checked. Only ``adapter_mo
 a folder with only a pickle (``adapter_model.bin``) is refused.
 """
 
-from mmgrid.merge.lora.adapters import (
-    AdapterFormatError,
-    AdapterMismatchError,
-    UnsafeAdapterError,
-    check_compatible,
-    lora_scaling,
-    read_adapter,
-)
-from mmgrid.merge.lora.merging import LoraMergeReport, merge_lora
+# Names resolved on first use (PEP 562): importing this package, e.g. for its ``commands``
+# module while `mmgrid --help` builds the parser, must not import torch.
+_HOMES = {
+    "AdapterFormatError": "adapters", "AdapterMismatchError": "adapters", "UnsafeAdapterError": "adapters",
+    "check_compatible": "adapters", "lora_scaling": "adapters", "read_adapter": "adapters",
+    "LoraExtractReport": "extract", "apply_lora": "extract", "extract_lora": "extract", "store_applied": "extract",
+    "LoraMergeReport": "merging", "merge_lora": "merging",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        import importlib  # lazy: the submodules import torch (see _HOMES)
+
+        return getattr(importlib.import_module(f"mmgrid.merge.lora.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'mmgrid.merge.lora' has no attribute {name!r}")
+
 
 __all__ = [
     "AdapterFormatError",
     "AdapterMismatchError",
+    "LoraExtractReport",
     "LoraMergeReport",
+    "apply_lora",
     "UnsafeAdapterError",
     "check_compatible",
+    "extract_lora",
     "lora_scaling",
     "merge_lora",
     "read_adapter",
+    "store_applied",
 ]

@@ -212,6 +212,17 @@ def _ram(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None
     return "ram", {"epsilon": _num(r, "epsilon", "ram", 0.0)}, None
 
 
+def _ramplus(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    return "ramplus_tl", {"r": _num(r, "r", "ramplus_tl", 0.0), "rho_max": _num(r, "alpha", "ramplus_tl", 0.0),
+                          "epsilon": _num(r, "epsilon", "ramplus_tl", 0.0)}, None
+
+
+def _arcee_fusion(r: Resolved, fields: set[str]) -> tuple[str, dict[str, Any], str | None]:
+    if len(r.per_model) != 1:
+        raise MergekitRecipeError(f"arcee_fusion merges one model onto base_model, got {len(r.per_model)} others")
+    return "arcee_fusion", {}, None
+
+
 _GTA = {"int8_mask": False, "normalize": False, "rescale": False, "lambda": 1.0}
 _W = {"weight": REQUIRED, "density": 1.0}
 
@@ -256,8 +267,10 @@ METHOD_TABLE: dict[str, Row] = {r.mergekit: r for r in [
         note="density, epsilon, rescale -> l1|none, lambda -> scale, normalize divides the weights by their sum"),
     Row("sce", "sce", {"int8_mask": False, "select_topk": 1.0}, {}, _sce, note="select_topk -> select_topk; no weights"),
     Row("ram", "ram", {"epsilon": 1e-5}, {}, _ram, note="epsilon -> epsilon"),
-    Row("ramplus_tl", "", {}, {}, None, note="RAM+ (rho / lambda rescaling of unique entries): not in mmgrid"),
-    Row("arcee_fusion", "", {}, {}, None, note="not in mmgrid"),
+    Row("ramplus_tl", "ramplus_tl", {"r": 0.1, "alpha": 0.2, "epsilon": 1e-5}, {}, _ramplus,
+        note="r -> r, alpha -> rho_max, epsilon -> epsilon"),
+    Row("arcee_fusion", "arcee_fusion", {}, {}, _arcee_fusion,
+        note="the other model onto base_model (exact quantiles where mergekit samples tensors over 10^6 entries)"),
 ]}
 
 

@@ -134,6 +134,11 @@ class Method:
         """(c_0, [c_i]) if the result is c_0 theta_0 + sum_i c_i theta_i (a fast path)."""
         return None
 
+    def tensor_linear(self, name: str) -> tuple[float | None, list[float]] | None:
+        """(c_0, [c_i]) if tensor ``name``'s result is c_0 theta_0 + sum_i c_i theta_i with
+        coefficients of its own (known after :meth:`prepare`; slerp), else None."""
+        return None
+
     def fast_kernel(self, n: int) -> Any:
         """A :class:`mmgrid.merge.fastpass.kernels.Kernel` doing this method's arithmetic chunk by
         chunk (bitwise equal to :meth:`merge_tensor`), or None. Linear elementwise

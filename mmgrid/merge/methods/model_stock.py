@@ -23,16 +23,26 @@ Bound, per tensor, with the clamp: ||theta* - theta_0|| = t ||mean_i tau_i|| <=
 max_i ||tau_i|| (t in [0, 1]); with ``filter_wise`` the same holds row by row and so for
 the tensor: c = 1, mass 1. Without the clamp no constant exists (|t| -> inf as
 cos -> -1/(N - 1)).
+
+Streaming (computation version 2, per tensor, ``filter_wise=False``): a first pass reads the
+inputs in chunks and sums the task vectors' Gram matrix over fixed blocks, exactly
+(:class:`mmgrid.merge.methods.spherical.BlockedGram`); the merge pass is then the linear
+(1 - t) theta_0 + (t / N) sum_i theta_i with each tensor's own t, on the fast file pass. Version 1
+computed t from whole float32 task vectors and added t mean_i tau_i to the base; the bits differ,
+so stored model_stock merges of version 1 are recomputed. ``filter_wise`` (one t per row) keeps
+the whole-tensor path.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods import spherical as sp
-from mmgrid.merge.methods.base import Method, TensorView
+from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
 
 NORM_FLOOR = 1e-6  # mergekit's floor of ||tau_i|| ||tau_j||
@@ -59,8 +69,57 @@ class ModelStock(Method):
     paper = "Jang, Yun & Han 2024 (Model Stock, ECCV) Sec. 3; mergekit model_stock"
     Params = ModelStockParams
     min_inputs = 2
+    version = 2  # streaming statistics (module docstring)
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self._coefs: dict[str, tuple[float, list[float]]] = {}
+
+    @property
+    def elementwise(self) -> bool:
+        return not self.params.filter_wise  # per tensor: linear after the first pass
+
+    def ratio(self, gram: list[list[float]]) -> float:
+        """t of one tensor from its task vectors' Gram matrix (the module docstring's rules)."""
+        n = len(gram)
+        cos = 0.0
+        for i in range(n):
+            for j in range(i + 1, n):
+                c = gram[i][j] / max(math.sqrt(gram[i][i]) * math.sqrt(gram[j][j]), NORM_FLOOR)
+                cos += min(1.0, max(-1.0, c))
+        cos /= n * (n - 1) / 2
+        if self.params.clamp_cos:
+            cos = min(1.0, max(0.0, cos))
+        denom = 1.0 + (n - 1) * cos
+        return 0.0 if abs(denom) < SINGULAR else n * cos / denom
+
+    def prepare(self, stream: ViewStream) -> None:
+        if self.params.filter_wise:
+            return
+        acc: dict[str, sp.BlockedGram] = {}
+        for view in stream():  # consecutive pieces of each tensor, in order
+            acc.setdefault(view.name, sp.BlockedGram(len(view.raw))).add(view.deltas())
+        self._coefs.clear()
+        for name, g in acc.items():
+            t = self.ratio(g.result())
+            n = g.k
+            self._coefs[name] = (1.0 - t, [t / n] * n)
+
+    def tensor_linear(self, name: str):
+        return self._coefs.get(name)
+
+    def fast_kernel(self, n: int):
+        return None if self.params.filter_wise else Kernel(tensor_coefs=self._coefs)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        if not self.params.filter_wise:  # added vocabulary rows (a view of their own): their own t
+            g = sp.BlockedGram(len(view.raw))
+            g.add(view.deltas())
+            t = self.ratio(g.result())
+            out = view.base.clone().mul_(1.0 - t)
+            for x in view.models:
+                out.add_(x, alpha=t / len(view.models))
+            return out
         assert view.base is not None
         taus = view.deltas()
         shape = taus[0].shape

@@ -24,17 +24,27 @@ weights are >= 0, so t in [0, 1] and both coefficients are >= 0 with sum
 cos((1 - 2t) Omega / 2) / cos(Omega / 2) <= 1 / cos(Omega / 2) <= sqrt(2 / 0.0005), per
 vector; summing the squared rows gives the same factor for the tensor:
 c = 63.25 (slerp's), mass 1.
+
+Streaming (computation version 2, ``flatten=True``): a first pass sums each tensor's dot
+product and norms of v_0, v_1 over fixed blocks, exactly
+(:class:`mmgrid.merge.methods.spherical.BlockedDots`); the merge pass is then the linear
+s_0 v_0 + s_1 v_1 (plus the base) with each tensor's own coefficients on the fast file pass.
+Version 1 computed them from whole float32 tensors; stored version-1 merges are recomputed.
+``flatten=False`` (per row or column) keeps the whole-tensor path.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import torch
 
 from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods import spherical as sp
-from mmgrid.merge.methods.base import Method, TensorView
+from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.slerp import DOT_THRESHOLD
 from mmgrid.merge.methods.weights import Weights
@@ -95,16 +105,59 @@ class NuSlerp(Method):
         w0, w1 = self.params.per_input(2)
         return 0.5 if abs(w0 + w1) < 1e-6 else w1 / (w0 + w1)
 
+    version = 2  # streaming statistics with flatten=True (module docstring)
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self._coefs: dict[str, tuple[float | None, list[float]]] = {}
+
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
         self.params.per_input(n)
+
+    @property
+    def elementwise(self) -> bool:
+        return self.params.flatten  # per tensor: linear after the first pass
+
+    def coefs(self, dot: float, n0: float, n1: float) -> tuple[float, float]:
+        """(s_0, s_1) of one flattened vector pair (the rules of :func:`nuslerp_rows`)."""
+        t = self.t()
+        cos = min(1.0, max(-1.0, dot / (max(n0, NORM_EPS) * max(n1, NORM_EPS))))
+        omega = math.acos(cos)
+        sin = math.sin(omega)
+        if abs(sin) < SIN_EPS or cos < -DOT_THRESHOLD:
+            return 1.0 - t, t
+        return math.sin((1.0 - t) * omega) / sin, math.sin(t * omega) / sin
+
+    def prepare(self, stream: ViewStream) -> None:
+        if not self.params.flatten:
+            return
+        acc: dict[str, sp.BlockedDots] = {}
+        for view in stream():  # consecutive pieces of each tensor, in order
+            v0, v1 = view.deltas() if view.raw_base is not None else view.raw
+            acc.setdefault(view.name, sp.BlockedDots()).add(v0, v1)
+        self._coefs.clear()
+        for name, a in acc.items():
+            s0, s1 = self.coefs(*a.result())
+            self._coefs[name] = ((1.0 - s0 - s1) if self.needs_base else None, [s0, s1])
+
+    def tensor_linear(self, name: str):
+        return self._coefs.get(name)
+
+    def fast_kernel(self, n: int):
+        return Kernel(tensor_coefs=self._coefs) if self.params.flatten else None
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         base = view.base if view.raw_base is not None else None
         v0, v1 = view.deltas() if base is not None else view.models
         shape = v0.shape
         p = self.params
-        if p.flatten or v0.ndim < 2:
+        if p.flatten:  # added vocabulary rows (a view of their own): their own coefficients
+            a = sp.BlockedDots()
+            a.add(v0, v1)
+            s0, s1 = self.coefs(*a.result())
+            out = v0.mul(s0).add_(v1, alpha=s1)
+        elif v0.ndim < 2:
             out = nuslerp_rows(self.t(), v0.reshape(1, -1), v1.reshape(1, -1)).reshape(shape)
         elif p.row_wise:
             out = nuslerp_rows(self.t(), v0.transpose(0, -1), v1.transpose(0, -1)).transpose(0, -1)

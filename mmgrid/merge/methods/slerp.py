@@ -18,6 +18,14 @@ s_0 + s_1 = cos((1 - 2t) Omega / 2) / cos(Omega / 2) <= 1 / cos(Omega / 2); the 
 only taken for cos Omega >= -0.9995, so cos(Omega / 2) >= sqrt((1 - 0.9995) / 2) and
 c = sqrt(2 / 0.0005) = 63.25 (the lerp branch has c = 1). On inputs at most 90 degrees
 apart the factor is <= sqrt(2).
+
+Streaming (version 2): the dot product and the norms of each tensor are taken in a first pass
+over the inputs in chunks (:class:`mmgrid.merge.methods.spherical.BlockedDots`: fixed blocks,
+summed exactly, so the statistics do not depend on how the tensor is cut); the merge pass is
+then the linear s_0 A + s_1 B of each tensor's own coefficients, on the fast file pass (chunks,
+never a whole tensor in float32). Version 1 took the statistics from whole float32 copies
+(chunks of 2^20 entries); the coefficients may differ in the last bits, so stored slerp merges
+of version 1 are recomputed.
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ from dataclasses import dataclass
 
 import torch
 
+from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods import spherical as sp
-from mmgrid.merge.methods.base import Method, TensorView, check_range
+from mmgrid.merge.methods.base import Method, TensorView, ViewStream, check_range
 from mmgrid.merge.methods.registry import register
 
 DOT_THRESHOLD = 0.9995  # |cos Omega| above this: linear interpolation (mergekit's constant)
@@ -53,8 +62,14 @@ class SlerpParams:
 
 def slerp_coefs(t: float, v0: torch.Tensor, v1: torch.Tensor) -> tuple[float, float]:
     """(s_0, s_1) of slerp(t) = s_0 v_0 + s_1 v_1 on the flattened tensors (module docstring)."""
-    n0, n1 = sp.norm(v0), sp.norm(v1)
-    dot = sp.dot(v0, v1) / ((n0 if n0 > EPS else 1.0) * (n1 if n1 > EPS else 1.0))
+    acc = sp.BlockedDots()
+    acc.add(v0, v1)
+    return coefs_from(t, *acc.result())
+
+
+def coefs_from(t: float, dot: float, n0: float, n1: float) -> tuple[float, float]:
+    """(s_0, s_1) from <v_0, v_1>, ||v_0||, ||v_1||."""
+    dot = dot / ((n0 if n0 > EPS else 1.0) * (n1 if n1 > EPS else 1.0))
     if abs(dot) > DOT_THRESHOLD:
         return 1.0 - t, t
     omega = math.acos(max(-1.0, min(1.0, dot)))
@@ -72,8 +87,32 @@ class Slerp(Method):
     symmetric = False  # slerp(A, B, t) = slerp(B, A, 1 - t)
     min_inputs = 2
     max_inputs = 2
+    version = 2  # streaming statistics (module docstring)
+    elementwise = True  # after prepare: each tensor is a linear combination with its own coefficients
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self._coefs: dict[str, tuple[None, list[float]]] = {}
+
+    def prepare(self, stream: ViewStream) -> None:
+        acc: dict[str, sp.BlockedDots] = {}
+        for view in stream():  # consecutive pieces of each tensor, in order
+            acc.setdefault(view.name, sp.BlockedDots()).add(view.raw[0], view.raw[1])
+        self._coefs.clear()
+        for name, a in acc.items():
+            self._coefs[name] = (None, list(coefs_from(self.params.t, *a.result())))
+
+    def tensor_linear(self, name: str):
+        return self._coefs.get(name)
+
+    def fast_kernel(self, n: int) -> Kernel:
+        return Kernel(tensor_coefs=self._coefs)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        # added vocabulary rows (a view of their own): their own statistics
         v0, v1 = view.models
         s0, s1 = slerp_coefs(self.params.t, v0, v1)
-        return v0 * s0 + v1 * s1
+        out = v0.clone()
+        if s0 != 1.0:
+            out.mul_(s0)
+        return out.add_(v1, alpha=s1)

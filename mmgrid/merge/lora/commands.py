@@ -1,0 +1,155 @@
+"""CLI sub-commands ``mmgrid extract-lora`` and ``mmgrid apply-lora`` (see
+:mod:`mmgrid.merge.lora.extract`).
+
+``mmgrid extract-lora CHECKPOINT --base BASE --out DIR (--rank N | --energy E) [--include RE ...]
+[--exclude RE ...] [--dtype DTYPE] [--overwrite] [--registry ROOT [--store] [--evaluate [--domain D]
+[--split S] [--prepared DIR] [--config CONFIG]]] [--per-module] [--json]``: writes a PEFT LoRA
+adapter and prints its rank and reconstruction error; ``--store`` also stores base + adapter in
+the registry (lineage: merge_input the checkpoint, merge_base the base); ``--evaluate`` then
+evaluates the adapter-applied model and the full checkpoint on the same users and prints the
+ranking metrics side by side (both recorded in the registry).
+
+``mmgrid apply-lora ADAPTER --base BASE --registry ROOT [--source ID] [--scale S] [--variant NAME]``:
+stores base + adapter (e.g. the output of ``mmgrid merge-lora``) and prints its id, to be
+evaluated with ``mmgrid eval --registry ROOT ID``.
+
+An entry-layer module (it evaluates through :mod:`mmgrid.eval`); the extraction itself is
+:func:`mmgrid.merge.lora.extract_lora`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from mmgrid.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``extract-lora`` and ``apply-lora`` to the `mmgrid` parser."""
+    p = sub.add_parser(
+        "extract-lora",
+        help="extract a PEFT LoRA adapter from a checkpoint's task vector against a base",
+        description="Write a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors) whose "
+        "B A is the best rank-r approximation of each linear weight's task vector (checkpoint - base; "
+        "truncated SVD). Prints the relative reconstruction error per module and overall, and the share "
+        "of the task vector the adapter does not carry (embeddings, LM head, norms stay at the base). "
+        "See docs/merging.md, LoRA extraction.",
+    )
+    p.add_argument("checkpoint", help="the fine-tuned checkpoint: a registry id / alias (with --registry) or a "
+                                      ".safetensors file / folder")
+    p.add_argument("--base", required=True, help="the base the task vector is taken against (id, alias or path)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write the adapter to")
+    p.add_argument("--rank", type=int, help="rank of every module (at most its smaller side)")
+    p.add_argument("--energy", type=float, help="or: the smallest rank holding this fraction of sum sigma^2, "
+                                                "per module (with --rank: the smaller of the two)")
+    p.add_argument("--include", nargs="+", metavar="RE", help="only modules matching one of these regexes")
+    p.add_argument("--exclude", nargs="+", metavar="RE", help="leave out modules matching these regexes")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="adapter dtype (default: the checkpoint's)")
+    p.add_argument("--overwrite", action="store_true", help="replace an adapter already in --out")
+    p.add_argument("--registry", help="registry root (ids; where --store puts the applied model)")
+    p.add_argument("--store", action="store_true", help="also store base + adapter in the registry (prints its id)")
+    p.add_argument("--evaluate", action="store_true",
+                   help="store, then evaluate the adapter-applied model and the full checkpoint (Recall/NDCG, all / "
+                        "active / non-active users) and print them side by side")
+    p.add_argument("--domain", help="--evaluate: the domain (default: the checkpoint's)")
+    p.add_argument("--split", help="--evaluate: the phase (default: eval.split)")
+    p.add_argument("--prepared", help="--evaluate: the prepared data folder (default: beside the registry)")
+    p.add_argument("--config", help="--evaluate: grid YAML with paradigm params and eval settings")
+    p.add_argument("--per-module", action="store_true", help="also print rank and error of every module")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.set_defaults(func=_extract)
+
+    a = sub.add_parser(
+        "apply-lora",
+        help="store base + a LoRA adapter in the registry (to evaluate extracted or merged adapters)",
+        description="Add a PEFT LoRA adapter's updates (alpha/r) B A to a registry checkpoint (PEFT's "
+        "merge_and_unload) and store the result with lineage (merge_base; merge_input with --source). "
+        "Prints the new id; evaluate it with `mmgrid eval --registry ROOT ID`.",
+    )
+    a.add_argument("adapter", help="the adapter folder")
+    a.add_argument("--base", required=True, help="registry id / alias of the base the adapter applies to")
+    a.add_argument("--registry", required=True, help="registry root")
+    a.add_argument("--source", help="the checkpoint the adapter stands for (files, meta and coords are taken from "
+                                    "it; default: the base's)")
+    a.add_argument("--scale", type=float, default=1.0, help="factor on the adapter's update (default 1)")
+    a.add_argument("--variant", help="coords variant of the stored model (default: lora-applied)")
+    a.set_defaults(func=_apply)
+
+
+def _extract(args: argparse.Namespace) -> int:
+    # lazy: torch (seconds cold), which `mmgrid --help` must not pay
+    from mmgrid.merge.lora import extract_lora
+    from mmgrid.registry.api import Registry
+
+    if (args.store or args.evaluate) and not args.registry:
+        raise ConfigError("extract-lora --store/--evaluate: give --registry ROOT (where the applied model goes)")
+    reg = Registry.open(args.registry) if args.registry else None
+    report = extract_lora(args.checkpoint, args.base, args.out, rank=args.rank, energy=args.energy,
+                          include=args.include, exclude=args.exclude, dtype=args.dtype, overwrite=args.overwrite,
+                          registry=reg, store=args.store or args.evaluate)
+    compared = compare_ranking(args, reg, report.applied_id, args.checkpoint) if args.evaluate else None
+    if args.json:
+        print(json.dumps({**report.to_dict(), "ranking": compared}, indent=2))
+        return 0
+    print(report.summary())
+    if args.per_module:
+        for name in report.ranks:
+            print(f"  {name}  rank {report.ranks[name]}  error {report.errors[name]:.3g}")
+    if report.applied_id:
+        print(f"stored base + adapter as {report.applied_id}")
+    if compared:
+        for group, metrics in compared.items():
+            n = metrics.get("n", (None, None))[1]
+            print(f"  {group} ({n:.0f} users, the same for both):" if n is not None else f"  {group}:")
+            for m, (ad, full) in metrics.items():
+                if m == "n":
+                    continue
+                ratio = f" ({ad / full:.3f} of it)" if full else ""
+                print(f"    {m:<10} adapter {ad:.4f}  checkpoint {full:.4f}{ratio}")
+    return 0
+
+
+def compare_ranking(args: argparse.Namespace, reg: Any, applied: str, full: str) -> dict[str, dict[str, tuple]]:
+    """Evaluate the adapter-applied model and the full checkpoint on the same domain, split and
+    users; record both; return group -> metric -> (adapter, checkpoint)."""
+    # lazy: see the note at the top of mmgrid/eval/commands.py (start-up cost of `mmgrid --help`)
+    from mmgrid.eval.commands import _config, _eval_kwargs, _prepared
+    from mmgrid.eval.ranking import evaluate_state, record_results
+    from mmgrid.paradigms import get_paradigm
+    from mmgrid.runtime.checkpoints import load_checkpoint
+
+    args.overrides = []
+    cfg = _config(args)
+    man = reg.get(full)
+    prepared = _prepared(args, cfg, man)
+    domain = args.domain or man.coords.get("domain")
+    if domain not in prepared.domains:
+        raise ConfigError(f"extract-lora --evaluate: domain {domain!r} is not in {prepared.root}; pass --domain "
+                          f"(one of {prepared.domains})")
+    par = get_paradigm(man.coords["paradigm"])
+    split = args.split or cfg.eval.split
+    dom = prepared.domain(domain)
+    out: dict[str, dict[str, list]] = {}
+    for slot, cid in enumerate((applied, man.id)):
+        res = evaluate_state(par, load_checkpoint(reg, cid), dom, cfg.paradigm_params.get(par.name, {}),
+                             **_eval_kwargs(cfg, split))
+        record_results(reg, cid, split, res, domain)
+        for group, metrics in res.items():
+            for m, v in metrics.items():
+                out.setdefault(group, {}).setdefault(m, [None, None])[slot] = float(v)
+    return {g: {m: tuple(v) for m, v in ms.items()} for g, ms in out.items()}
+
+
+def _apply(args: argparse.Namespace) -> int:
+    # lazy: torch (seconds cold), which `mmgrid --help` must not pay
+    from mmgrid.merge.lora import store_applied
+    from mmgrid.registry.api import Registry
+
+    reg = Registry.open(args.registry)
+    coords = dict(reg.get(args.source or args.base).coords)
+    coords["variant"] = args.variant or "lora-applied"
+    cid = store_applied(args.adapter, args.base, reg, coords=coords, source=args.source, scale=args.scale)
+    print(cid)
+    return 0
