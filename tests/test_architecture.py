@@ -464,6 +464,8 @@ PARAMS_ALLOWED: dict[str, str] = {
     "mmgrid/merge/fastpass/tensor.py:merge_tensor": f"{PARALLEL} (merging: the fast path's hooks)",
     "mmgrid/merge/lora/merging.py:_check_params": f"{PARALLEL} (merging: LoRA)",
     "mmgrid/merge/lora/merging.py:merge_lora": f"{PARALLEL} (merging: LoRA's public entry point)",
+    "mmgrid/merge/lora/extract.py:extract_lora": "the public entry point of `mmgrid extract-lora`: its flags as "
+                                                  "keyword options with defaults, like merge_lora's",
     "mmgrid/registry/api.py:put": f"{PARALLEL} (hardening: put's keywords are a manifest's fields)",
     "mmgrid/registry/hf.py:import_hf": f"{PARALLEL} (hardening)",
     "mmgrid/sweep/temporal.py:sweep_domain": f"{PARALLEL} (merging: the temporal study, Eq. 9-10)",
@@ -471,15 +473,6 @@ PARAMS_ALLOWED: dict[str, str] = {
 }
 PRIVATE_IMPORTS_ALLOWED: dict[str, str] = {
     "mmgrid/merge/interpolation.py:mmgrid.merge.tensors._numel": f"{PARALLEL} (merging)",
-    **{f"mmgrid/merge/lora/merging.py:{m}": f"{PARALLEL} (merging: LoRA)" for m in (
-        "mmgrid.merge.lora.adapters._model_name", "mmgrid.merge.lora.factorize._choose_rank",
-        "mmgrid.merge.lora.factorize._dense_factors", "mmgrid.merge.lora.factorize._factors",
-        "mmgrid.merge.lora.factorize._finite", "mmgrid.merge.lora.factorize._lowrank_norm",
-        "mmgrid.merge.lora.factorize._lowrank_svd")},
-    "mmgrid/sweep/evidence.py:mmgrid.eval.table._newest": f"{PARALLEL} (hardening edits eval/table.py, which "
-                                                          "should export it)",
-    "mmgrid/sweep/evidence.py:mmgrid.eval.table._seed_of": f"{PARALLEL} (hardening edits eval/table.py, which "
-                                                           "should export it)",
 }
 
 

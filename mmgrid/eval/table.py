@@ -32,7 +32,7 @@ def metric_columns(ks: Sequence[int] = (10, 20)) -> list[tuple[str, str]]:
     return [(f"{m}@{k}", f"{m[0].upper()}@{k}") for k in ks for m in ("recall", "ndcg")]
 
 
-def _newest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def newest_rows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if df.empty:
         return df
     if "created" in df.columns:
@@ -40,7 +40,7 @@ def _newest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return df.drop_duplicates(keys, keep="last")
 
 
-def _seed_of(v: Any) -> int:
+def seed_number(v: Any) -> int:
     try:
         return int(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else -1
     except (TypeError, ValueError):
@@ -180,8 +180,8 @@ def seed_ids(registry: Any, paradigm: str, period: str | None, variant: str = "d
     if ck.empty:
         return {}
     ck = ck.copy()
-    ck["seed_k"] = [_seed_of(v) for v in ck["seed"]] if "seed" in ck.columns and paradigm != "popular" else -1
-    ck = _newest(ck, ["domain", "seed_k"])
+    ck["seed_k"] = [seed_number(v) for v in ck["seed"]] if "seed" in ck.columns and paradigm != "popular" else -1
+    ck = newest_rows(ck, ["domain", "seed_k"])
     out: dict[str, dict[int, str]] = {}
     for r in ck.itertuples():
         out.setdefault(str(r.domain), {})[int(r.seed_k)] = str(r.id)
@@ -197,7 +197,7 @@ def checkpoint_rows(registry: Any, ids: list[str], split: str, group: str = "all
         return res
     if "study" in res.columns:
         res = res[res["study"].isna()]
-    return _newest(res, ["id", "metric"])
+    return newest_rows(res, ["id", "metric"])
 
 
 class CheckpointValues:

@@ -42,7 +42,7 @@ import pandas as pd
 from mmgrid.config import GridConfig, grid_from_dict
 from mmgrid.data.dataset import load_prepared
 from mmgrid.eval.ranking import record_evaluation
-from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, _newest, _seed_of, align
+from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, newest_rows, seed_number, align
 from mmgrid.exec.base import Job
 from mmgrid.merge.api import merge
 from mmgrid.merge.methods import identity
@@ -218,8 +218,8 @@ def _values(registry: Any, metric: str, paradigm: str, variant: str) -> dict[tup
         if col in df.columns:
             df = df[df[col] == want]
     df = df.copy()
-    df["seed_k"] = [_seed_of(v) for v in df["seed"]] if "seed" in df.columns else -1
-    df = _newest(df, ["domain", "group", "strategy", "seed_k"])
+    df["seed_k"] = [seed_number(v) for v in df["seed"]] if "seed" in df.columns else -1
+    df = newest_rows(df, ["domain", "group", "strategy", "seed_k"])
     pu = PerUser(registry)
     out = {}
     for key, g in df.groupby(["domain", "group", "strategy"], sort=True):

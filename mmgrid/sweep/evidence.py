@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.eval.table import (KEY_SPAN, LEVEL, N_RESAMPLES, Cell, CheckpointValues, PerUser,  # noqa: F401
-                               _newest, _seed_of, align, checkpoint_rows, fmt_ci, fmt_p, seed_ids)
+                               newest_rows, seed_number, align, checkpoint_rows, fmt_ci, fmt_p, seed_ids)
 from mmgrid.stats.bootstrap import cluster_index, cluster_sums, resample_counts
 from mmgrid.stats import (LambdaStar, curve_band, domains_lambda_star_replicates, holm, mean_ci,
                           paired_difference, robust_lambda_star)
@@ -94,8 +94,8 @@ def study_rows(registry: Any, study: str, paradigm: str, variant: str, metric: s
         return pd.DataFrame()
     df = df.copy()
     df["lambda"] = pd.to_numeric(df["lambda"], errors="coerce").round(9)
-    df["seed_k"] = [_seed_of(v) for v in df["seed"]] if "seed" in df.columns else -1
-    return _newest(df, ["domain", "group", "seed_k", "lambda"])
+    df["seed_k"] = [seed_number(v) for v in df["seed"]] if "seed" in df.columns else -1
+    return newest_rows(df, ["domain", "group", "seed_k", "lambda"])
 
 
 def temporal_curves(registry: Any, paradigm: str, variant: str, metric: str, study: str = "temporal",
@@ -211,7 +211,7 @@ def cross_domain_cells(registry: Any, metric: str, group: str = "all") -> tuple[
         if c not in df.columns:
             df[c] = None
     df["alpha_k"] = df["alpha"].fillna(-1.0).round(9)
-    return _newest(df, ["paradigm", "domain", "eval_domain", "method", "base_kind", "alpha_k"]), PerUser(registry)
+    return newest_rows(df, ["paradigm", "domain", "eval_domain", "method", "base_kind", "alpha_k"]), PerUser(registry)
 
 
 def _user_pairs(pu: PerUser, merged: Any, single: Any, metric: str) -> tuple[np.ndarray, np.ndarray] | None:

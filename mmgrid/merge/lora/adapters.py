@@ -86,7 +86,7 @@ def lora_scaling(config: dict, module: str, rank: int) -> float:
     return alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
 
 
-def _model_name(module: str) -> str:
+def module_model_name(module: str) -> str:
     return module[len(PREFIX):] if module.startswith(PREFIX) else module
 
 
@@ -176,7 +176,7 @@ def read_adapter(path: str | os.PathLike) -> Adapter:
                 f"LoRA adapter {str(p)!r}: module {name!r} has A {list(a)} and B {list(b)}; expected A (r, in) "
                 f"and B (out, r) of a linear layer (convolution and embedding LoRA are not supported)"
             )
-        want = _pattern_value(config.get("rank_pattern"), _model_name(name), config.get("r"))
+        want = _pattern_value(config.get("rank_pattern"), module_model_name(name), config.get("r"))
         if want is not None and int(want) != a[0]:
             raise AdapterFormatError(
                 f"LoRA adapter {str(p)!r}: module {name!r} has rank {a[0]} but its config says r={want}; "

@@ -41,9 +41,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from mmgrid.merge.errors import MergeParamError, ShapeMismatchError
-from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES, PREFIX, WEIGHTS_NAME, _model_name,
+from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES, PREFIX, WEIGHTS_NAME, module_model_name,
                                         lora_scaling, read_adapter)
-from mmgrid.merge.lora.factorize import _dense_factors, _finite
+from mmgrid.merge.lora.factorize import dense_factors, check_finite
 from mmgrid.merge.plan import is_vocab
 from mmgrid.merge.tensors import TensorSource, open_source
 
@@ -193,7 +193,7 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
         if b is None or tuple(b.shape) != tuple(a.shape):
             sq[name] = float(a.double().square().sum()) if b is None else math.nan  # not comparable
             continue
-        tau = _finite(a.to(torch.float64) - b.to(torch.float64), f"checkpoint - base at {name}")
+        tau = check_finite(a.to(torch.float64) - b.to(torch.float64), f"checkpoint - base at {name}")
         sq[name] = float(tau.square().sum())
         if name not in targets:
             continue
@@ -202,7 +202,7 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
             unchanged.append(module)
             continue
         limit = min(tau.shape) if rank is None else min(rank, min(tau.shape))
-        bf, af, r = _dense_factors(tau, limit, energy, limit, out_dtype)
+        bf, af, r = dense_factors(tau, limit, energy, limit, out_dtype)
         err = float(torch.linalg.matrix_norm(tau - bf.to(torch.float64) @ af.to(torch.float64)))
         key = PREFIX + module
         tensors[key + A_SUFFIX], tensors[key + B_SUFFIX] = af, bf
@@ -286,17 +286,17 @@ def apply_lora(adapter: str | os.PathLike, base: Any, registry: Any = None, scal
     out = {n: bs.get(n).clone() for n in bs.shapes}
     with safe_open(str(ad.weights), framework="pt") as f:
         for module in ad.modules:
-            name = _model_name(module) + ".weight"
+            name = module_model_name(module) + ".weight"
             if name not in out:
-                raise ShapeMismatchError(f"LoRA adapter {str(ad.path)!r}: module {_model_name(module)!r} is not in the "
+                raise ShapeMismatchError(f"LoRA adapter {str(ad.path)!r}: module {module_model_name(module)!r} is not in the "
                                          f"base {bs.label} (no tensor {name!r}); apply it to the base it was made for")
-            a = _finite(f.get_tensor(module + A_SUFFIX), f"{module}{A_SUFFIX}").to(torch.float64)
-            b = _finite(f.get_tensor(module + B_SUFFIX), f"{module}{B_SUFFIX}").to(torch.float64)
+            a = check_finite(f.get_tensor(module + A_SUFFIX), f"{module}{A_SUFFIX}").to(torch.float64)
+            b = check_finite(f.get_tensor(module + B_SUFFIX), f"{module}{B_SUFFIX}").to(torch.float64)
             w = out[name]
             if tuple(w.shape) != (b.shape[0], a.shape[1]):
-                raise ShapeMismatchError(f"LoRA adapter {str(ad.path)!r}: module {_model_name(module)!r} maps "
+                raise ShapeMismatchError(f"LoRA adapter {str(ad.path)!r}: module {module_model_name(module)!r} maps "
                                          f"{a.shape[1]} -> {b.shape[0]} but the base's {name} is {list(w.shape)}")
-            s = scale * lora_scaling(ad.config, _model_name(module), ad.rank(module))
+            s = scale * lora_scaling(ad.config, module_model_name(module), ad.rank(module))
             out[name] = (w.to(torch.float64) + s * (b @ a)).to(w.dtype)
     return out
 

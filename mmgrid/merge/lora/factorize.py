@@ -7,13 +7,13 @@ import torch
 
 from mmgrid.merge.errors import NonFiniteError
 
-def _finite(t: torch.Tensor, what: str) -> torch.Tensor:
+def check_finite(t: torch.Tensor, what: str) -> torch.Tensor:
     if not bool(torch.isfinite(t).all()):
         raise NonFiniteError(f"{what} holds NaN or Inf; fix or drop that adapter before merging")
     return t
 
 
-def _choose_rank(s: torch.Tensor, rank: int | str | None, energy: float | None, default: int) -> int:
+def choose_rank(s: torch.Tensor, rank: int | str | None, energy: float | None, default: int) -> int:
     """The kept rank: ``rank`` (None: ``default``; "full": every singular value), cut by ``energy``."""
     if rank == "full":
         r = int(s.numel())
@@ -33,7 +33,7 @@ def _choose_rank(s: torch.Tensor, rank: int | str | None, energy: float | None, 
     return max(1, r)
 
 
-def _factors(u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, r: int, dtype: torch.dtype) -> tuple:
+def update_factors(u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, r: int, dtype: torch.dtype) -> tuple:
     """B' = U_r sqrt(S_r), A' = sqrt(S_r) V_r^T, zero-padded to rank r if fewer values exist."""
     k = min(r, s.numel())
     root = s[:k].clamp_min(0).sqrt()
@@ -44,7 +44,7 @@ def _factors(u: torch.Tensor, s: torch.Tensor, vh: torch.Tensor, r: int, dtype: 
     return b.to(dtype).contiguous(), a.to(dtype).contiguous()
 
 
-def _lowrank_svd(bcat: torch.Tensor, acat: torch.Tensor) -> tuple:
+def lowrank_svd(bcat: torch.Tensor, acat: torch.Tensor) -> tuple:
     """SVD of bcat @ acat through QR of both factors (exact; cost linear in out and in)."""
     qb, rb = torch.linalg.qr(bcat)
     qa, ra = torch.linalg.qr(acat.T)
@@ -52,7 +52,7 @@ def _lowrank_svd(bcat: torch.Tensor, acat: torch.Tensor) -> tuple:
     return qb @ u, s, vh @ qa.T
 
 
-def _dense_factors(delta: torch.Tensor, rank, energy, default: int, dtype: torch.dtype) -> tuple:
+def dense_factors(delta: torch.Tensor, rank, energy, default: int, dtype: torch.dtype) -> tuple:
     """Best rank-r factors of a dense delta (float64) through the eigenvectors of its smaller Gram.
 
     With delta delta^T = U diag(sigma^2) U^T (or delta^T delta = V diag(sigma^2) V^T when
@@ -66,7 +66,7 @@ def _dense_factors(delta: torch.Tensor, rank, energy, default: int, dtype: torch
     order = torch.argsort(evals, descending=True)
     u = evecs[:, order]
     s = evals[order].clamp_min(0).sqrt()
-    r = _choose_rank(s, rank, energy, default)
+    r = choose_rank(s, rank, energy, default)
     k = min(r, s.numel())
     left = u[:, :k]  # orthonormal columns
     right = left.T @ m  # rows of norm sigma_j
@@ -81,7 +81,7 @@ def _dense_factors(delta: torch.Tensor, rank, energy, default: int, dtype: torch
     return b.to(dtype).contiguous(), a.to(dtype).contiguous(), r
 
 
-def _lowrank_norm(g: torch.Tensor, h: torch.Tensor) -> float:
+def lowrank_norm(g: torch.Tensor, h: torch.Tensor) -> float:
     """||g @ h||_F without forming the product: ||R h|| with g = Q R."""
     _, r = torch.linalg.qr(g)
     return float(torch.linalg.matrix_norm(r @ h))

@@ -19,9 +19,9 @@ from safetensors.torch import save_file
 from mmgrid.merge import ops
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES, METHODS, REPORT_NAME, SIGN_RULES,
-                                        WEIGHTS_NAME, Adapter, _model_name, check_compatible, lora_scaling,
+                                        WEIGHTS_NAME, Adapter, module_model_name, check_compatible, lora_scaling,
                                         read_adapter)
-from mmgrid.merge.lora.factorize import _choose_rank, _dense_factors, _factors, _finite, _lowrank_norm, _lowrank_svd
+from mmgrid.merge.lora.factorize import choose_rank, dense_factors, update_factors, check_finite, lowrank_norm, lowrank_svd
 
 @dataclass
 class LoraMergeReport:
@@ -108,14 +108,14 @@ def _check_params(n: int, method: str, weights, scale, rank, energy, density, si
 
 
 def _load(f, ad: Adapter, module: str) -> tuple[torch.Tensor, torch.Tensor]:
-    a = _finite(f.get_tensor(module + A_SUFFIX), f"LoRA adapter {str(ad.path)!r}: {module}{A_SUFFIX}")
-    b = _finite(f.get_tensor(module + B_SUFFIX), f"LoRA adapter {str(ad.path)!r}: {module}{B_SUFFIX}")
+    a = check_finite(f.get_tensor(module + A_SUFFIX), f"LoRA adapter {str(ad.path)!r}: {module}{A_SUFFIX}")
+    b = check_finite(f.get_tensor(module + B_SUFFIX), f"LoRA adapter {str(ad.path)!r}: {module}{B_SUFFIX}")
     return a, b
 
 
 def _merge_module(handles, adapters, module: str, p: dict, out_dtype: torch.dtype) -> tuple:
     """One module: (B', A', rank, ||delta - B'A'||_F, ||delta||_F)."""
-    name = _model_name(module)
+    name = module_model_name(module)
     default = max(ad.rank(module) for ad in adapters)
     if p["method"] == "task_arithmetic":
         bs, as_ = [], []
@@ -125,13 +125,13 @@ def _merge_module(handles, adapters, module: str, p: dict, out_dtype: torch.dtyp
             bs.append(b.to(torch.float64) * (p["scale"] * w * s))
             as_.append(a.to(torch.float64))
         bcat, acat = torch.cat(bs, 1), torch.cat(as_, 0)
-        u, s, vh = _lowrank_svd(bcat, acat)
-        r = _choose_rank(s, p["rank"], p["energy"], default)
-        b2, a2 = _factors(u, s, vh, r, out_dtype)
-        _finite(b2, f"merged {module}{B_SUFFIX}")
-        _finite(a2, f"merged {module}{A_SUFFIX}")
-        norm = _lowrank_norm(bcat, acat)
-        err = _lowrank_norm(torch.cat([bcat, -b2.to(torch.float64)], 1), torch.cat([acat, a2.to(torch.float64)], 0))
+        u, s, vh = lowrank_svd(bcat, acat)
+        r = choose_rank(s, p["rank"], p["energy"], default)
+        b2, a2 = update_factors(u, s, vh, r, out_dtype)
+        check_finite(b2, f"merged {module}{B_SUFFIX}")
+        check_finite(a2, f"merged {module}{A_SUFFIX}")
+        norm = lowrank_norm(bcat, acat)
+        err = lowrank_norm(torch.cat([bcat, -b2.to(torch.float64)], 1), torch.cat([acat, a2.to(torch.float64)], 0))
         return b2, a2, r, err, norm
     trimmed = []
     for f, ad in zip(handles, adapters):
@@ -143,12 +143,12 @@ def _merge_module(handles, adapters, module: str, p: dict, out_dtype: torch.dtyp
     del voters
     delta = ops.disjoint_mean(trimmed, sign, p["weights"]).mul_(p["scale"])
     del trimmed, sign
-    _finite(delta, f"merged update of {module}")
+    check_finite(delta, f"merged update of {module}")
     ref = delta.to(torch.float64)
     del delta
-    b2, a2, r = _dense_factors(ref, p["rank"], p["energy"], default, out_dtype)
-    _finite(b2, f"merged {module}{B_SUFFIX}")
-    _finite(a2, f"merged {module}{A_SUFFIX}")
+    b2, a2, r = dense_factors(ref, p["rank"], p["energy"], default, out_dtype)
+    check_finite(b2, f"merged {module}{B_SUFFIX}")
+    check_finite(a2, f"merged {module}{A_SUFFIX}")
     err = float(torch.linalg.matrix_norm(ref - b2.to(torch.float64) @ a2.to(torch.float64)))
     return b2, a2, r, err, float(torch.linalg.matrix_norm(ref))
 
@@ -225,8 +225,8 @@ def merge_lora(
     top = max(ranks.values())
     config = json.loads(json.dumps(read[0].config))
     config.update(r=top, lora_alpha=top, use_rslora=False, inference_mode=True,
-                  rank_pattern={_model_name(m): r for m, r in ranks.items() if r != top},
-                  alpha_pattern={_model_name(m): r for m, r in ranks.items() if r != top})
+                  rank_pattern={module_model_name(m): r for m, r in ranks.items() if r != top},
+                  alpha_pattern={module_model_name(m): r for m, r in ranks.items() if r != top})
     params = {"adapters": [str(ad.path) for ad in read], **p, "out_dtype": str(out_dtype).removeprefix("torch.")}
     report = LoraMergeReport(out, method, top, ranks, errors, overall, params)
     out.mkdir(parents=True, exist_ok=True)
