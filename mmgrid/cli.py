@@ -15,6 +15,7 @@ import os
 import sys
 
 from mmgrid import __version__
+from mmgrid.cliargs import add_overrides  # noqa: F401 - the old home of this helper; command modules import mmgrid.cliargs
 from mmgrid.errors import MmgridError
 
 COMMAND_MODULES = (
@@ -66,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:  # `mmgrid query ... | head -1`: the reader has what it wanted
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as git and the shell report it
     except MmgridError as exc:
         print(f"mmgrid: error: {exc}", file=sys.stderr)
         return 2
@@ -75,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     return int(rc or 0)
 
 
-def add_overrides(p: argparse.ArgumentParser) -> None:
-    """Add the ``key=value`` positional overrides every config-driven command accepts."""
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. data.root=/data/amazon train.seed=1",
-    )
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush into the closed pipe
+    prints no second traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from mmgrid.cli import add_overrides
+from mmgrid.cliargs import add_overrides, save_run
 
 # --quick: fewer domains, fewer users, fewer steps, two training seeds; still every step of the study.
 QUICK_OVERRIDES = [
@@ -114,6 +114,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
 
     cfg, out_dir = demo_config(quick, out, config, overrides)
     validate_grid(cfg)
+    save_run(cfg, out_dir, "demo")  # follow-ups name out_dir (or its registry) instead of repeating the overrides
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     with _step("world", timings):
@@ -132,6 +133,8 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
         reg = Registry.open(cfg.registry)
         with _step("baselines (Table 2)", timings):
             print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared, executor=executor))
+            for name, cid in demo_aliases(cfg, reg).items():
+                print(f"   alias {name} -> {cid[:12]}")
         with _step("temporal sweep", timings):
             run_temporal(cfg, reg, prepared, executor=executor)
             # sweeps.temporal.extend_steps: grow the grid past an edge lambda*
@@ -148,6 +151,28 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     print("\n" + "  ".join(f"{k}: {v:.1f}s" for k, v in timings.items()))
     print(f"demo finished in {total:.1f} s; report: {report}")
     return report
+
+
+def demo_aliases(cfg, reg) -> dict[str, str]:  # noqa: ANN001 - GridConfig, Registry imported lazily
+    """Point the aliases the README's examples use at this run's checkpoints: ``DOMAIN-best``
+    (lower case) is the trained last-stage checkpoint of the grid's default row with the highest
+    test Recall@10 on its domain (seed-0 replicate; ties: the first paradigm of ``paradigms``)."""
+    t2 = cfg.train.stages[-1]
+    res = reg.results(split=cfg.eval.split, group="all", metric="recall@10", kind="trained", period=t2,
+                      variant="default")
+    if res.empty:
+        return {}
+    res = res[res["paradigm"].isin(cfg.paradigms)]
+    seeds = res["seed"].dropna()
+    if not seeds.empty:
+        res = res[res["seed"] == seeds.min()]
+    order = {p: i for i, p in enumerate(cfg.paradigms)}
+    out = {}
+    for dom, rows in res.groupby("domain"):
+        rows = rows.assign(_o=rows["paradigm"].map(order)).sort_values(["value", "_o"], ascending=[False, True])
+        name = f"{str(dom).lower()}-best"
+        out[name] = reg.alias(name, rows.iloc[0]["id"])
+    return out
 
 
 def _demo(args: argparse.Namespace) -> int:

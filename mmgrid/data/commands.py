@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mmgrid.cli import add_overrides
+from mmgrid.cliargs import add_overrides
 from mmgrid.config import WorldConfig
 from mmgrid.configtools import check_flag
 
