@@ -66,7 +66,6 @@ def _run(args: argparse.Namespace) -> int:
         return _run_mergekit(args)
     if args.out:
         raise MergeParamError("--out writes an HF folder for --mergekit recipes; registry merges print an id instead")
-    root = registry_path(args, "merge")
     if args.recipe:
         recipe = Recipe.load(args.recipe)
     else:
@@ -75,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
         base = None if not args.base else (args.base[0] if len(args.base) == 1 else list(args.base))
         recipe = Recipe(args.method, list(args.inputs), base, _parse_pairs(args.params, "--set"), args.seed)
         recipe.method_params()  # validate before opening anything
-    reg = Registry.open(root)
+    reg = Registry.open(registry_path(args, "merge"))
     coords = _parse_pairs(args.out_coords, "--out-coords") or None
     print(run_recipe(recipe, reg, coords=coords, dry_run=args.dry_run))
     return 0
