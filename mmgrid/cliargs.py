@@ -38,7 +38,7 @@ RUN_FILE = "mmgrid-run.yaml"
 ENV = "MMGRID_REGISTRY"
 DEMO_RUN = Path("runs/demo")
 REGISTRY_HELP = (f"registry folder or run folder (default: ${ENV}, else ./{RUN_FILE}'s registry, "
-                 f"else {DEMO_RUN}/registry)")
+                 f"else ./{DEMO_RUN}/registry)")
 
 
 def add_overrides(p: argparse.ArgumentParser) -> None:

@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, list[list[str]], bool]] = [
     ("models", [["mmgrid.models"], ["mmgrid.paradigms"]], False),
     ("runtime", [["mmgrid.runtime"]], False),
     ("run", [["mmgrid.train", "mmgrid.eval"]], True),
-    ("studies", [["mmgrid.sweep"], ["mmgrid.research"]], False),
+    ("studies", [["mmgrid.sweep"], ["mmgrid.query"]], False),
     ("entry", [["mmgrid.cliargs", "mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.validate", "*.commands"]], False),
 ]
 

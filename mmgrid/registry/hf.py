@@ -10,7 +10,7 @@
 * ``emb`` and ``sasrec``: refused with :class:`ExportUnsupportedError`: their scoring head (an
   item LLM plus a user LLM, or a SASRec network) is no transformers model, and a causal-LM
   folder of their tensors would load with every weight missing. Load them through mmgrid
-  (:func:`mmgrid.runtime.checkpoints.load_checkpoint` and the paradigm's ``load``).
+  (:func:`mmgrid.research.load_model`).
 
 Files are written into a hidden folder beside the target and renamed into place at the end
 (a failure, a full disk included, leaves no folder behind), with the permissions the user's
@@ -89,10 +89,10 @@ def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = T
     kind = export_kind(m)
     if kind in OWN_LOADER:
         raise ExportUnsupportedError(
-            f"checkpoint {m.id[:12]} is a {kind} model ({OWN_LOADER[kind]}), which no Hugging Face auto class "
+            f"checkpoint {m.id[:12]} is of paradigm {kind} ({OWN_LOADER[kind]}), which no Hugging Face auto class "
             f"opens: a causal-LM folder of its tensors would load with every weight missing. Load it with "
-            f"mmgrid instead: `mmgrid.runtime.checkpoints.load_checkpoint(reg, {m.id[:12]!r})` and the paradigm's "
-            f"`load` (docs/registry.md, \"Exporting\"); nothing was written.")
+            f"mmgrid instead: `mmgrid.research.load_model(reg, {m.id[:12]!r})` (README, \"Export a checkpoint\"); "
+            "nothing was written.")
     if require_config and "config.json" not in m.files:
         raise RegistryError(
             f"checkpoint {m.id} has no config.json, so transformers could not open the export; "
