@@ -133,8 +133,9 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
         reg = Registry.open(cfg.registry)
         with _step("baselines (Table 2)", timings):
             print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared, executor=executor))
-            for name, cid in demo_aliases(cfg, reg).items():
-                print(f"   alias {name} -> {cid[:12]}")
+            made = demo_aliases(cfg, reg)
+            best = {k: v[:12] for k, v in made.items() if k.endswith("-best")}
+            print(f"   aliases: {len(made)} (DOMAIN-PARADIGM-STAGE, e.g. books-emb-p2; and {best})")
         with _step("temporal sweep", timings):
             run_temporal(cfg, reg, prepared, executor=executor)
             # sweeps.temporal.extend_steps: grow the grid past an edge lambda*
@@ -154,25 +155,35 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
 
 
 def demo_aliases(cfg, reg) -> dict[str, str]:  # noqa: ANN001 - GridConfig, Registry imported lazily
-    """Point the aliases the README's examples use at this run's checkpoints: ``DOMAIN-best``
-    (lower case) is the trained last-stage checkpoint of the grid's default row with the highest
-    test Recall@10 on its domain (seed-0 replicate; ties: the first paradigm of ``paradigms``)."""
+    """Point the aliases the README's examples use at this run's checkpoints (lower-case domain
+    names; the default row, seed-0 replicate):
+
+    * ``DOMAIN-PARADIGM-STAGE``: the trained checkpoint of that cell (``books-emb-p2``);
+    * ``DOMAIN-best``: the trained last-stage checkpoint with the highest test Recall@10 on its
+      domain (ties: the first paradigm of ``paradigms``).
+    """
+    trained = reg.query(kind="trained", variant="default")
+    if trained.empty:
+        return {}
+    seeds = trained["seed"].dropna()
+    first = int(seeds.min()) if not seeds.empty else None
+    out = {}
+    for r in trained.sort_values("created").itertuples():
+        if first is not None and r.seed == r.seed and int(r.seed) != first:
+            continue
+        if r.paradigm in cfg.paradigms and r.period in cfg.train.stages:
+            out[f"{str(r.domain).lower()}-{r.paradigm}-{r.period}"] = r.id
     t2 = cfg.train.stages[-1]
     res = reg.results(split=cfg.eval.split, group="all", metric="recall@10", kind="trained", period=t2,
                       variant="default")
-    if res.empty:
-        return {}
-    res = res[res["paradigm"].isin(cfg.paradigms)]
-    seeds = res["seed"].dropna()
-    if not seeds.empty:
-        res = res[res["seed"] == seeds.min()]
+    res = res[res["paradigm"].isin(cfg.paradigms)] if not res.empty else res
+    if first is not None and not res.empty:
+        res = res[res["seed"] == first]
     order = {p: i for i, p in enumerate(cfg.paradigms)}
-    out = {}
-    for dom, rows in res.groupby("domain"):
+    for dom, rows in (res.groupby("domain") if not res.empty else []):
         rows = rows.assign(_o=rows["paradigm"].map(order)).sort_values(["value", "_o"], ascending=[False, True])
-        name = f"{str(dom).lower()}-best"
-        out[name] = reg.alias(name, rows.iloc[0]["id"])
-    return out
+        out[f"{str(dom).lower()}-best"] = rows.iloc[0]["id"]
+    return {name: reg.alias(name, cid) for name, cid in out.items()}
 
 
 def _demo(args: argparse.Namespace) -> int:
