@@ -30,11 +30,13 @@ def mmgrid(*args: str, cwd: Path | None = None, env: dict | None = None, timeout
 @pytest.fixture(scope="session")
 def quick_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of a finished ``mmgrid demo --quick`` (world, prepared, registry, report,
-    mmgrid-run.yaml, the books-best and phones-best aliases)."""
+    mmgrid-run.yaml, the DOMAIN-PARADIGM-STAGE and DOMAIN-best aliases)."""
     reuse = os.environ.get("MMGRID_TEST_DEMO")
     if reuse and (Path(reuse) / "mmgrid-run.yaml").is_file():
         return Path(reuse).resolve()
     out = tmp_path_factory.mktemp("demo") / "quick"
-    proc = mmgrid("demo", "--quick", "--out", str(out), timeout=1200)
+    # one process: the follow-ups the docs run reuse this run's grid, and a worker pool's start-up
+    # (a few seconds each) would be most of their cost; ids and results do not depend on it
+    proc = mmgrid("demo", "--quick", "--out", str(out), "exec.workers=1", timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
