@@ -224,12 +224,13 @@ def load_config(target: str | None, overrides: list[str] | None, args: argparse.
 
 def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: list[str] | None = None,
                            domains: list[str] | None = None, stages: list[str] | None = None,
-                           command: str = "") -> None:
+                           command: str = "", fingerprint: str | None = None) -> None:
     """Compare what a study will look up with what the registry holds, before any work.
 
     For each paradigm, variant, domain and stage (default ``cfg.train.stages``) the registry must hold
     a trained checkpoint of every seed ``cfg.train.seeds`` names (a shared stage: of the first
-    seed). Every mismatch is named with its fix in one error.
+    seed). With ``fingerprint`` (the prepared dataset's), the checkpoints must have been trained
+    on that data. Every mismatch is named with its fix in one error.
 
     Raises:
         ConfigError: listing each mismatch (what the config says, what the registry holds, the fix).
@@ -267,6 +268,13 @@ def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: l
                                f"build it (`mmgrid build RUN train.stages=...`) or drop stage {stage!r}")
                         problems.append(f"{par}/{var}/{dom}/{stage}: train.seeds names {want}, the registry holds "
                                         f"seeds {have}; {fix}, or run `mmgrid build` with these seeds first.")
+    if fingerprint is not None and paradigms:
+        held = {reg.get(cid).data_fingerprint for cid in df[df["paradigm"].isin(paradigms)]["id"].head(20)}
+        held.discard(None)
+        if held and fingerprint not in held:
+            problems.insert(0, f"the prepared data ({cfg.prepared}, fingerprint {fingerprint}) is not the data the "
+                               f"registry's checkpoints were trained on ({', '.join(sorted(held))}); pass prepared=DIR "
+                               "of the run that built them (its mmgrid-run.yaml names it).")
     if problems:
         shown = problems[:12] + ([f"... and {len(problems) - 12} more"] if len(problems) > 12 else [])
         raise ConfigError(f"mmgrid {command}: the config does not match the registry {reg.root} "

@@ -85,7 +85,8 @@ def _open(args: argparse.Namespace, command: str = "") -> tuple[Any, Any, Any]:
     if command in study:
         paradigms, variant, domains = study[command]
         check_against_registry(cfg, reg, paradigms, [variant], list(domains or prepared.domains),
-                               list(periods(cfg)), command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}")
+                               list(periods(cfg)), command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}",
+                               fingerprint=getattr(prepared, "fingerprint", None))
     return cfg, reg, prepared
 
 

@@ -129,3 +129,13 @@ def test_merge_parameters_have_one_spelling(quick_demo: Path, tmp_path: Path) ->
     nowhere = tmp_path / "reg"
     huge = mmgrid("merge", "--registry", str(nowhere), "--method", "temporal", "--inputs", t1, t2, "--set", "lam=1e308")
     assert huge.returncode == 2 and "float32" in huge.stderr and not nowhere.exists()
+
+
+def test_prepared_data_the_registry_was_not_trained_on_is_named(quick_demo: Path, tmp_path: Path) -> None:
+    world = mmgrid("world", "--out", str(tmp_path / "w"), "--domains", "2", "--scale", "0.3", "--seed", "5")
+    assert world.returncode == 0, world.stderr
+    prep = mmgrid("prepare", str(quick_demo), f"data.root={tmp_path / 'w'}", "--out", str(tmp_path / "p"))
+    assert prep.returncode == 0, prep.stderr
+    proc = mmgrid("sweep", "temporal", str(quick_demo), f"prepared={tmp_path / 'p'}")
+    assert proc.returncode == 2
+    assert "is not the data the registry's checkpoints were trained on" in proc.stderr
