@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from mmgrid.cliargs import add_overrides, save_run
+from mmgrid.cliargs import add_overrides, grid_source, save_run
 
 # --quick: fewer domains, fewer users, fewer steps, two training seeds; still every step of the study.
 QUICK_OVERRIDES = [
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check a grid YAML (schema, names, phases) without running or downloading anything",
         description="Load a grid YAML with safe_load, apply overrides, and validate every section.",
     )
-    p.add_argument("config", help="grid YAML, or a packaged grid name such as demo or amazon2023")
+    p.add_argument("config", help="grid YAML, a packaged grid name such as demo or amazon2023, or a run folder")
     add_overrides(p)
     p.set_defaults(func=_validate)
 
@@ -68,7 +68,7 @@ def _validate(args: argparse.Namespace) -> int:
     from mmgrid.config import load_grid
     from mmgrid.validate import validate_grid
 
-    cfg = load_grid(args.config, args.overrides)
+    cfg = load_grid(grid_source(args.config, command="validate"), args.overrides)
     for w in validate_grid(cfg):
         print(f"warning: {w}")
     print(f"{args.config}: valid grid {cfg.name!r} (hash {cfg.hash()})")
