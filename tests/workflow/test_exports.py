@@ -94,3 +94,19 @@ def test_export_to_a_folder_whose_name_is_not_utf8(quick_demo: Path, tmp_path: P
     target = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9-export"))
     out = g.registry.export_hf(_one(g, "text"), target)
     assert (out / "model.safetensors").stat().st_size > 1000
+
+
+def test_a_registry_under_a_folder_name_that_is_not_utf8(tmp_path: Path) -> None:
+    """safetensors opens UTF-8 paths only: a verified blob is read, and exported, all the same."""
+    from mmgrid import Registry
+
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9")) / "registry"
+    reg = Registry.open(root)
+    cid = reg.put({"w": torch.arange(6.0).reshape(2, 3)}, {"paradigm": "text", "domain": "Books", "period": "p1"},
+                  "trained", files={"config.json": b"{}"})
+    for _ in range(2):  # the second read is of a blob already verified in this process
+        torch.testing.assert_close(reg.load(cid)["w"], torch.arange(6.0).reshape(2, 3))
+    out = reg.export_hf(cid, root.parent / "export")
+    from safetensors.torch import load
+
+    torch.testing.assert_close(load((out / "model.safetensors").read_bytes())["w"], torch.arange(6.0).reshape(2, 3))
