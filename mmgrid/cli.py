@@ -16,6 +16,7 @@ import sys
 
 from mmgrid import __version__
 from mmgrid.cliargs import add_overrides  # noqa: F401 - the old home of this helper; command modules import mmgrid.cliargs
+from mmgrid.cliargs import flush_notes
 from mmgrid.errors import MmgridError
 
 COMMAND_MODULES = (
@@ -65,6 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    rc = 2
+    try:
+        rc = _run(args)
+        return rc
+    finally:
+        flush_notes(show=rc == 0)  # a failure keeps its one error line
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; named errors become one line and exit status 2."""
     try:
         rc = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

@@ -41,6 +41,22 @@ REGISTRY_HELP = (f"registry folder or run folder (default: ${ENV}, else ./{RUN_F
                  f"else ./{DEMO_RUN}/registry)")
 
 
+NOTES: list[str] = []  # printed by mmgrid.cli after the command (an error line stays the first line)
+
+
+def note(text: str) -> None:
+    """A remark for the user (a deprecated spelling, say), printed once the command has run."""
+    if text not in NOTES:
+        NOTES.append(text)
+
+
+def flush_notes(show: bool = True) -> None:
+    """Print (``show``) and forget the pending notes (stderr)."""
+    for text in NOTES if show else []:
+        print(f"mmgrid: note: {text}", file=sys.stderr)
+    NOTES.clear()
+
+
 def add_overrides(p: argparse.ArgumentParser) -> None:
     """Add the ``key=value`` positional overrides every config-driven command accepts."""
     p.add_argument(
@@ -115,8 +131,7 @@ def registry_path(args: argparse.Namespace, command: str, *, must_exist: bool = 
     if root is not None:
         if flag is not None and Path(flag) != Path(root):
             raise RegistryError(f"mmgrid {command}: ROOT {root} and --registry {flag} name two registries; give one.")
-        print(f"mmgrid: note: `mmgrid {command} ROOT` is deprecated; write `mmgrid {command} --registry {root}` "
-              f"(or set {ENV}).", file=sys.stderr)
+        note(f"`mmgrid {command} ROOT` is deprecated; write `mmgrid {command} --registry {root}` (or set {ENV}).")
         flag = root
     if flag is not None:
         path = _as_registry(flag, "--registry") if must_exist or find_run(flag) else Path(flag)

@@ -64,7 +64,7 @@ def _add_source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
 
 
-def _open(args: argparse.Namespace, command: str = "") -> tuple[Any, Any, Any]:
+def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(GridConfig, Registry, PreparedDataset) of the command's grid, after the one validation
     pass and, for a study, the check of the config against the registry (before any work)."""
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
@@ -72,7 +72,8 @@ def _open(args: argparse.Namespace, command: str = "") -> tuple[Any, Any, Any]:
     from mmgrid.data.dataset import load_prepared
     from mmgrid.sweep.temporal import periods
 
-    command = command or getattr(args, "study", None) or "sweep"
+    top = getattr(args, "command", None) or "sweep"  # the sub-command's name (cli.py's dest)
+    command = (getattr(args, "study", None) or "sweep") if top == "sweep" else top
     cfg = load_config(args.config, args.overrides, args if hasattr(args, "registry") else None, command=command)
     prepared = load_prepared(cfg.prepared)
     if not (Path(cfg.registry) / "manifests").is_dir():
@@ -162,7 +163,7 @@ def _predict(args: argparse.Namespace) -> int:
     from mmgrid.configtools import check_flag
 
     check_flag("--level", args.level, PredictLambdaConfig, "level", "sweeps.predict_lambda.level")
-    cfg, reg, prepared = _open(args, "predict-lambda")
+    cfg, reg, prepared = _open(args)
     new = _parse_stats(args.stats)
     pred = predict_lambda(cfg, reg, prepared, evaluate=not args.no_eval and not new)
     print(table4(pred, stars=pred.stars)[0].to_string(float_format=lambda v: f"{v:.3f}"))
@@ -188,7 +189,7 @@ def _report(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.report import write_report
 
-    cfg, reg, prepared = _open(args, "report")
+    cfg, reg, prepared = _open(args)
     path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics)
     print(f"report written to {path}")
     return 0
