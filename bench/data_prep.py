@@ -138,4 +138,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from record import recorded  # bench/record.py: writes bench/results/data_prep.md
+
+    with recorded("data_prep"):
+        main()

@@ -527,4 +527,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from record import recorded  # bench/record.py: writes bench/results/merge.md
+
+    with recorded("merge"):
+        main()

@@ -232,4 +232,8 @@ def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from record import recorded  # bench/record.py: writes bench/results/paradigms.md
+
+    with recorded("paradigms"):
+        rc = main()
+    raise SystemExit(rc)

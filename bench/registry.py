@@ -252,4 +252,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from record import recorded  # bench/record.py: writes bench/results/registry.md
+
+    with recorded("registry"):
+        main()

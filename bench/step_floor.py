@@ -161,4 +161,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from record import recorded  # bench/record.py: writes bench/results/step_floor.md
+
+    with recorded("step_floor"):
+        rc = main()
+    raise SystemExit(rc)

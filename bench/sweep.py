@@ -120,4 +120,8 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    sys.exit(main(sys.argv[1:]))
+    from record import recorded  # bench/record.py: writes bench/results/sweep.md
+
+    with recorded("sweep"):
+        rc = main(sys.argv[1:])
+    sys.exit(rc)

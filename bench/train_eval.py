@@ -221,4 +221,8 @@ def report(old: dict, new: list[dict], args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from record import recorded  # bench/record.py: writes bench/results/train_eval.md
+
+    with recorded("train_eval"):
+        rc = main()
+    raise SystemExit(rc)

@@ -15,6 +15,8 @@ import os
 import sys
 
 from mmgrid import __version__
+from mmgrid.cliargs import add_overrides  # noqa: F401 - the old home of this helper; command modules import mmgrid.cliargs
+from mmgrid.cliargs import flush_notes
 from mmgrid.errors import MmgridError
 
 COMMAND_MODULES = (
@@ -67,21 +69,32 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    rc = 2
+    try:
+        rc = _run(args)
+        return rc
+    finally:
+        flush_notes(show=rc == 0)  # a failure keeps its one error line
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; named errors become one line and exit status 2."""
     try:
         rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:  # `mmgrid query ... | head -1`: the reader has what it wanted
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as git and the shell report it
     except MmgridError as exc:
         print(f"mmgrid: error: {exc}", file=sys.stderr)
         return 2
-    # --- storage errors that escaped a command (issue 30): named at the boundary, one line, exit 2
-    except BrokenPipeError:
-        raise  # a closed pipe (`| head`) is not a storage error
+    # storage errors that escaped a command: named at the boundary, one line, exit 2
     except Exception as exc:  # noqa: BLE001 - only OSError, sqlite3 and safetensors I/O errors are named here
         msg = _storage_message(exc, getattr(args, "command", None) or "mmgrid")
         if msg is None:
             raise
         print(f"mmgrid: error: {msg}", file=sys.stderr)
         return 2
-    # --- end of storage errors
     except KeyboardInterrupt:
         print("mmgrid: interrupted; finished checkpoints are kept in the registry.", file=sys.stderr)
         return 130
@@ -105,11 +118,11 @@ def _storage_message(exc: BaseException, command: str) -> str | None:
     return None
 
 
-def add_overrides(p: argparse.ArgumentParser) -> None:
-    """Add the ``key=value`` positional overrides every config-driven command accepts."""
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. data.root=/data/amazon train.seed=1",
-    )
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush into the closed pipe
+    prints no second traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from mmgrid.cli import add_overrides
+from mmgrid.cliargs import add_overrides, grid_source, save_run
 
 # --quick: fewer domains, fewer users, fewer steps, two training seeds; still every step of the study.
 QUICK_OVERRIDES = [
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check a grid YAML (schema, names, phases) without running or downloading anything",
         description="Load a grid YAML with safe_load, apply overrides, and validate every section.",
     )
-    p.add_argument("config", help="grid YAML, or a packaged grid name such as demo or amazon2023")
+    p.add_argument("config", help="grid YAML, a packaged grid name such as demo or amazon2023, or a run folder")
     add_overrides(p)
     p.set_defaults(func=_validate)
 
@@ -68,7 +68,7 @@ def _validate(args: argparse.Namespace) -> int:
     from mmgrid.config import load_grid
     from mmgrid.validate import validate_grid
 
-    cfg = load_grid(args.config, args.overrides)
+    cfg = load_grid(grid_source(args.config, command="validate"), args.overrides)
     for w in validate_grid(cfg):
         print(f"warning: {w}")
     print(f"{args.config}: valid grid {cfg.name!r} (hash {cfg.hash()})")
@@ -114,6 +114,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
 
     cfg, out_dir = demo_config(quick, out, config, overrides)
     validate_grid(cfg)
+    save_run(cfg, out_dir, "demo")  # follow-ups name out_dir (or its registry) instead of repeating the overrides
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     with _step("world", timings):
@@ -132,6 +133,9 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
         reg = Registry.open(cfg.registry)
         with _step("baselines (Table 2)", timings):
             print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared, executor=executor))
+            made = demo_aliases(cfg, reg)
+            best = {k: v[:12] for k, v in made.items() if k.endswith("-best")}
+            print(f"   aliases: {len(made)} (DOMAIN-PARADIGM-STAGE, e.g. books-emb-p2; and {best})")
         with _step("temporal sweep", timings):
             run_temporal(cfg, reg, prepared, executor=executor)
             # sweeps.temporal.extend_steps: grow the grid past an edge lambda*
@@ -148,6 +152,38 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     print("\n" + "  ".join(f"{k}: {v:.1f}s" for k, v in timings.items()))
     print(f"demo finished in {total:.1f} s; report: {report} (interactive: {report.with_name('report.html')})")
     return report
+
+
+def demo_aliases(cfg, reg) -> dict[str, str]:  # noqa: ANN001 - GridConfig, Registry imported lazily
+    """Point the aliases the README's examples use at this run's checkpoints (lower-case domain
+    names; the default row, seed-0 replicate):
+
+    * ``DOMAIN-PARADIGM-STAGE``: the trained checkpoint of that cell (``books-emb-p2``);
+    * ``DOMAIN-best``: the trained last-stage checkpoint with the highest test Recall@10 on its
+      domain (ties: the first paradigm of ``paradigms``).
+    """
+    trained = reg.query(kind="trained", variant="default")
+    if trained.empty:
+        return {}
+    seeds = trained["seed"].dropna()
+    first = int(seeds.min()) if not seeds.empty else None
+    out = {}
+    for r in trained.sort_values("created").itertuples():
+        if first is not None and r.seed == r.seed and int(r.seed) != first:
+            continue
+        if r.paradigm in cfg.paradigms and r.period in cfg.train.stages:
+            out[f"{str(r.domain).lower()}-{r.paradigm}-{r.period}"] = r.id
+    t2 = cfg.train.stages[-1]
+    res = reg.results(split=cfg.eval.split, group="all", metric="recall@10", kind="trained", period=t2,
+                      variant="default")
+    res = res[res["paradigm"].isin(cfg.paradigms)] if not res.empty else res
+    if first is not None and not res.empty:
+        res = res[res["seed"] == first]
+    order = {p: i for i, p in enumerate(cfg.paradigms)}
+    for dom, rows in (res.groupby("domain") if not res.empty else []):
+        rows = rows.assign(_o=rows["paradigm"].map(order)).sort_values(["value", "_o"], ascending=[False, True])
+        out[f"{str(dom).lower()}-best"] = rows.iloc[0]["id"]
+    return {name: reg.alias(name, cid) for name, cid in out.items()}
 
 
 def _demo(args: argparse.Namespace) -> int:

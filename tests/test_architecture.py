@@ -47,8 +47,8 @@ LAYERS: list[tuple[str, list[list[str]], bool]] = [
     ("models", [["mmgrid.models"], ["mmgrid.paradigms"]], False),
     ("runtime", [["mmgrid.runtime"]], False),
     ("run", [["mmgrid.train", "mmgrid.eval"]], True),
-    ("studies", [["mmgrid.sweep"]], False),
-    ("entry", [["mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.validate", "*.commands"]], False),
+    ("studies", [["mmgrid.sweep"], ["mmgrid.query"]], False),
+    ("entry", [["mmgrid.cliargs", "mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.validate", "*.commands"]], False),
 ]
 
 # Imports the table allows although they point up: (importer, imported) -> why.

@@ -39,3 +39,22 @@ def test_report_takes_overrides_after_out(tmp_path, capsys: pytest.CaptureFixtur
                f"registry={tmp_path / 'registry'}"])  # never the checkout's runs/demo/registry
     assert rc == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_no_module_imports_back_from_cli() -> None:
+    """`mmgrid.cli` loads the command modules; they (and everything else but `__main__`) take
+    shared helpers from `mmgrid.cliargs`, below it (issue: imports back from cli)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "mmgrid"
+    back = []
+    for path in root.rglob("*.py"):
+        if path.name == "__main__.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "mmgrid.cli" for n in names):
+                back.append(str(path.relative_to(root)))
+    assert back == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mmgrid.cli import add_overrides
+from mmgrid.cliargs import add_overrides, grid_source
 from mmgrid.config import WorldConfig
 from mmgrid.configtools import check_flag
 
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Dedupe, k-core, phase split and examples per domain. "
         "Skips work when inputs and config are unchanged.",
     )
-    p.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    p.add_argument("config", help="grid YAML, a packaged grid name such as demo, or a run folder")
     p.add_argument(
         "--out", nargs="+", action=_OutThenOverrides, default=None, metavar="DIR",
         help="output folder (default: the grid's `prepared`); KEY=VALUE overrides may follow it",
@@ -87,7 +87,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from mmgrid.data.pipeline import prepare
     from mmgrid.data.stats import format_stats
 
-    cfg = load_grid(args.config, list(args.overrides) + list(getattr(args, "late_overrides", []) or []))
+    cfg = load_grid(grid_source(args.config, command="prepare"), list(args.overrides) + list(getattr(args, "late_overrides", []) or []))
     ds = prepare(cfg, out=args.out, strict=args.strict)
     print(format_stats(ds.stats()))
     return 0

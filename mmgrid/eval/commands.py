@@ -8,7 +8,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from mmgrid.cliargs import REGISTRY_HELP, find_run, grid_source, load_config, registry_path
 from mmgrid.errors import ConfigError, MmgridError
+
+# paradigms whose checkpoint holds an item table of its own domain: they rank that catalog only
+OWN_CATALOG = {"emb": "its item-id table and item embeddings", "sasrec": "its item-id embedding table"}
 
 # lazy: every handler imports what it runs inside itself, so that `mmgrid --help` (which imports
 # this module to register `eval`) does not pay for torch (~3.5 s), transformers and the registry
@@ -19,16 +23,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
     e = sub.add_parser("eval", help="evaluate a grid, a registry checkpoint, or a merge recipe",
                        description="Recall@K / NDCG@K (full ranking, all / active / non-active users) and text "
-                                   "retention, recorded in the registry. Forms: `mmgrid eval CONFIG [KEY=VALUE...]`; "
-                                   "`mmgrid eval --registry ROOT ID [--domain D] [--prepared DIR] [--config CONFIG]`; "
-                                   "`mmgrid eval --recipe FILE.yaml [--config CONFIG]`.")
-    e.add_argument("target", nargs="?", help="a grid YAML, or (with --registry) a checkpoint id / alias")
-    e.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    e.add_argument("--registry", help="registry root (evaluate one checkpoint)")
+                                   "retention, recorded in the registry. Forms: `mmgrid eval CONFIG|RUN [KEY=VALUE...]`; "
+                                   "`mmgrid eval --registry PATH ID [--domain D] [KEY=VALUE...]` (the settings of the "
+                                   "run that built PATH, or --config CONFIG); "
+                                   "`mmgrid eval --recipe FILE.yaml [--registry PATH]`. KEY=VALUE overrides apply to "
+                                   "that grid (e.g. eval.max_users=50).")
+    e.add_argument("target", nargs="?", help="a grid YAML or run folder; or (with --registry) a checkpoint id / alias")
+    e.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="override a key of the grid, e.g. eval.max_users=50")
+    e.add_argument("--registry", metavar="PATH", help="evaluate one checkpoint of this registry (or run folder); " + REGISTRY_HELP)
     e.add_argument("--recipe", help="merge recipe YAML: method, models, base, params (evaluated, never stored)")
     e.add_argument("--domain", help="domain to evaluate on (default: the checkpoint's own)")
     e.add_argument("--prepared", help="prepared dataset folder (default: the config's)")
-    e.add_argument("--config", help="grid YAML giving paradigm params and eval settings (default: demo defaults)")
+    e.add_argument("--config", help="grid YAML or run folder giving paradigm params and eval settings (default: the "
+                                    "registry's saved run, else the defaults)")
     e.add_argument("--split", help="phase to evaluate (default: eval.split)")
     e.add_argument("--no-record", action="store_true", help="print only, record nothing")
     e.set_defaults(func=_eval)
@@ -42,15 +49,21 @@ def _eval(args: argparse.Namespace) -> int:
     return eval_grid_cli(args)
 
 
-def _config(args: argparse.Namespace) -> Any:
-    """The grid config giving paradigm params and eval settings (``--config``, else defaults),
-    through the one validation pass."""
+def _config(args: argparse.Namespace, registry: Path | None = None) -> Any:
+    """The grid config giving paradigm params and eval settings, with the command's KEY=VALUE
+    overrides applied (never ignored): ``--config``, else the saved run of ``registry``
+    (``mmgrid-run.yaml`` beside it), else the defaults; through the one validation pass.
+    ``args.from_run`` says which was used."""
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.config import GridConfig, load_grid
-    from mmgrid.configtools import build
+    from mmgrid.config import GridConfig
+    from mmgrid.configtools import apply_overrides, build
     from mmgrid.validate import validate_grid
 
-    cfg = load_grid(args.config, args.overrides) if getattr(args, "config", None) else build(GridConfig, {"name": "eval"})
+    source = args.config or (str(find_run(registry)) if registry is not None and find_run(registry) else None)
+    args.from_run = source is not None
+    if source is not None:
+        return load_config(source, args.overrides, command="eval")
+    cfg = build(GridConfig, apply_overrides({"name": "eval"}, args.overrides), where="KEY=VALUE")
     validate_grid(cfg)
     return cfg
 
@@ -71,8 +84,8 @@ def eval_grid_cli(args: argparse.Namespace) -> int:
     from mmgrid.validate import validate_grid
 
     if not args.target:
-        raise ConfigError("mmgrid eval: give a grid YAML, or --registry ROOT ID, or --recipe FILE.yaml.")
-    cfg = load_grid(args.target, args.overrides)
+        raise ConfigError("mmgrid eval: give a grid YAML or run folder, or --registry PATH ID, or --recipe FILE.yaml.")
+    cfg = load_grid(grid_source(args.target, command="eval"), args.overrides)
     validate_grid(cfg)
     print(evaluate_and_tabulate(cfg, redo=True))
     return 0
@@ -87,9 +100,10 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     from mmgrid.runtime.checkpoints import load_checkpoint
 
     if not args.target:
-        raise ConfigError("mmgrid eval --registry ROOT ID: the checkpoint id (or alias) is missing.")
-    cfg = _config(args)
-    reg = Registry.open(args.registry)
+        raise ConfigError("mmgrid eval --registry PATH ID: the checkpoint id (or alias) is missing.")
+    root = registry_path(args, "eval")
+    cfg = _config(args, root)
+    reg = Registry.open(root)
     man = reg.get(args.target)
     prepared = _prepared(args, cfg, man)
     if man.coords.get("paradigm") == "base":
@@ -98,6 +112,12 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     if domain not in prepared.domains:
         raise ConfigError(f"checkpoint {man.id[:12]} has domain {domain!r}, which is not in {prepared.root}; "
                           f"pass --domain (one of {prepared.domains}).")
+    own = man.coords.get("domain")
+    if man.coords.get("paradigm") in OWN_CATALOG and own != domain:
+        raise ConfigError(f"checkpoint {man.id[:12]} ({man.coords['paradigm']}, trained on {own}) ranks {own}'s "
+                          f"items only ({OWN_CATALOG[man.coords['paradigm']]} has one row per {own} item), so it cannot rank "
+                          f"{domain}'s items. Evaluate it on {own} (drop --domain), or evaluate a text or semid "
+                          f"checkpoint on {domain} (their items are text, not table rows).")
     par = get_paradigm(man.coords["paradigm"])
     split = args.split or cfg.eval.split
     dom = prepared.domain(domain)
@@ -120,9 +140,10 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     from mmgrid.registry.api import Registry
     from mmgrid.runtime.checkpoints import load_checkpoint
 
-    cfg = _config(args)
     recipe = Recipe.load(args.recipe)
-    reg = Registry.open(args.registry or cfg.registry)
+    root = registry_path(args, "eval") if (args.registry or args.config is None) else None
+    cfg = _config(args, root)
+    reg = Registry.open(root if root is not None else cfg.registry)
     first = reg.get(recipe.inputs[0])
     domain = args.domain or first.coords.get("domain")
     prepared = _prepared(args, cfg)
@@ -164,8 +185,8 @@ def _prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.runtime.context import open_prepared
 
-    if not args.prepared and not getattr(args, "config", None) and args.registry and man is not None:
-        beside = Path(args.registry).parent / "prepared"
+    if not args.prepared and not getattr(args, "from_run", False) and args.registry and man is not None:
+        beside = registry_path(args, "eval").parent / "prepared"
         want = getattr(man, "data_fingerprint", None)
         try:
             found = open_prepared(beside)

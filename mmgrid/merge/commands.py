@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from mmgrid.cliargs import REGISTRY_HELP, registry_path
 from mmgrid.configtools import parse_override
 from mmgrid.merge.errors import MergeParamError
 
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="with --mergekit --out: replace an existing folder")
     p.add_argument("--max-shard-size", type=float, default=5.0, metavar="GB",
                    help="with --mergekit --out: shard the weights above this many GB (default 5, as save_pretrained)")
-    p.add_argument("--registry", metavar="ROOT", help="registry folder (required except for --mergekit --out)")
+    p.add_argument("--registry", metavar="PATH", help="the registry the inputs are in and the result goes to; " + REGISTRY_HELP)
     p.add_argument("--out-coords", nargs="*", default=[], metavar="KEY=VALUE",
                    help="coords of the result (default: inputs' paradigm, joined domains/periods, variant merge-METHOD)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the id without merging")
@@ -66,8 +67,6 @@ def _run(args: argparse.Namespace) -> int:
         return _run_mergekit(args)
     if args.out:
         raise MergeParamError("--out writes an HF folder for --mergekit recipes; registry merges print an id instead")
-    if not args.registry:
-        raise MergeParamError("give --registry ROOT (the registry the inputs are in and the result goes to)")
     if args.recipe:
         recipe = Recipe.load(args.recipe)
     else:
@@ -76,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         base = None if not args.base else (args.base[0] if len(args.base) == 1 else list(args.base))
         recipe = Recipe(args.method, list(args.inputs), base, _parse_pairs(args.params, "--set"), args.seed)
         recipe.method_params()  # validate before opening anything
-    reg = Registry.open(args.registry)
+    reg = Registry.open(registry_path(args, "merge"))
     coords = _parse_pairs(args.out_coords, "--out-coords") or None
     print(run_recipe(recipe, reg, coords=coords, dry_run=args.dry_run))
     return 0

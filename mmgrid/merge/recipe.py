@@ -24,7 +24,7 @@ from mmgrid.configtools import build
 from mmgrid.errors import ConfigError
 from mmgrid.merge.api import merge_to_file, prepare
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.methods import get_method, identity, validate_params
+from mmgrid.merge.methods import canonical_params, get_method, identity, validate_params
 from mmgrid.merge.tensors import open_source
 from mmgrid.registry.names import make_id, normalize_coords, normalize_parents
 
@@ -40,12 +40,23 @@ class Recipe:
     seed: int = 0
 
     def method_params(self) -> dict[str, Any]:
-        """The parameters with the recipe's seed filled in where the method takes one."""
+        """The parameters in their canonical spelling (``lambda`` -> ``lam``: one parameter, one id;
+        :func:`mmgrid.merge.methods.canonical_params`) with the recipe's seed filled in where the
+        method takes one."""
+        fields = {f.name for f in dataclasses.fields(get_method(self.method).Params)}
+        params = canonical_params(self.method, self.params)
+        if "seed" in fields:
+            params.setdefault("seed", self.seed)
+        validate_params(self.method, params)
+        return params
+
+    def legacy_params(self) -> dict[str, Any]:
+        """The parameters as spelled in the recipe (what ids were computed from before the
+        spellings were made canonical), seed filled in as :meth:`method_params` does."""
         fields = {f.name for f in dataclasses.fields(get_method(self.method).Params)}
         params = dict(self.params)
         if "seed" in fields:
             params.setdefault("seed", self.seed)
-        validate_params(self.method, params)
         return params
 
     def to_yaml(self) -> str:
@@ -102,9 +113,15 @@ def run_recipe(recipe: Recipe, registry: Any, coords: dict[str, Any] | None = No
     bases = [] if recipe.base is None else ([recipe.base] if isinstance(recipe.base, str) else list(recipe.base))
     parents = [(registry.get(i).id, "merge_input") for i in recipe.inputs]
     parents += [(registry.get(b).id, "merge_base") for b in bases]
+    cid = make_id(normalize_coords(coords), "merged", normalize_parents(parents), store_params, None, recipe.seed)
+    legacy = {**identity(recipe.method), **recipe.legacy_params()}
+    if legacy != store_params:  # a merge stored before spellings were canonical (`lambda`) keeps its id
+        old = make_id(normalize_coords(coords), "merged", normalize_parents(parents), legacy, None, recipe.seed)
+        if not registry.has(cid) and registry.has(old):
+            return old
     if dry_run:
         prepare(recipe.method, recipe.inputs, recipe.base, registry, **params)
-        return make_id(normalize_coords(coords), "merged", normalize_parents(parents), store_params, None, recipe.seed)
+        return cid
     first = open_source(recipe.inputs[0], "input[0]", registry)
     with tempfile.TemporaryDirectory(prefix="mmgrid-merge-") as tmp:
         out = Path(tmp) / "model.safetensors"

@@ -1,39 +1,45 @@
 """CLI sub-commands of mmgrid.registry (see mmgrid/cli.py).
 
-``mmgrid query ROOT``, ``mmgrid show ID``, ``mmgrid lineage ID``, ``mmgrid results ROOT``
-and ``mmgrid registry verify|reindex|gc|alias ROOT``.
+``mmgrid query``, ``mmgrid show ID``, ``mmgrid lineage ID``, ``mmgrid results`` and ``mmgrid
+registry verify|reindex|gc|alias|export-hf|import-hf``; each names its registry by the one rule of
+:mod:`mmgrid.cliargs` (``--registry``, ``$MMGRID_REGISTRY``, the run in the current folder).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
 
-from mmgrid.errors import RegistryError
+from mmgrid.cliargs import REGISTRY_HELP, add_registry, open_registry, registry_path
+from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.registry.errors import RegistryWarning
 
-DEFAULT_ROOT = "./runs/demo/registry"
-ROOT_HELP = f"registry folder (default: $MMGRID_REGISTRY, else {DEFAULT_ROOT})"
+
+def _open(args: argparse.Namespace, command: str, create: bool = False, quiet: bool = False):  # noqa: ANN202
+    """Open the command's registry (``--registry``, ``$MMGRID_REGISTRY``, the run here; see
+    mmgrid.cliargs); ``create``: make it when missing (import-hf); ``quiet``: no warning for
+    files the index skips (the command lists them)."""
+    if create:
+        from mmgrid.registry.api import Registry  # lazy: sqlite3 and the registry (~0.1 s) stay out of `mmgrid --help`
+
+        return Registry.open(registry_path(args, command, must_exist=False))
+    return open_registry(args, command, quiet=quiet)
 
 
-def _default_root() -> str:
-    return os.environ.get("MMGRID_REGISTRY") or DEFAULT_ROOT
-
-
-def _open(root: str, create: bool = False, quiet: bool = False):  # noqa: ANN202 - Registry imported lazily
-    """Open a registry; ``quiet``: no warning for files the index skips (the command lists them)."""
-    from mmgrid.registry.api import Registry  # lazy: sqlite3 and the registry (~0.1 s) stay out of `mmgrid --help`
-
-    if not create and not (Path(root) / "manifests").is_dir():
-        raise RegistryError(f"{root} is not a registry (no manifests/ folder); pass the right ROOT or --registry, or set MMGRID_REGISTRY.")
-    with warnings.catch_warnings():
-        if quiet:
-            warnings.simplefilter("ignore", RegistryWarning)
-        return Registry.open(root)
+def _select(df, columns: str | None, limit: int | None):  # noqa: ANN001, ANN202 - pandas imported lazily
+    """Keep the ``--columns`` named (in that order) and the first ``--limit`` rows."""
+    if columns:
+        want = [c.strip() for c in columns.split(",") if c.strip()]
+        unknown = [c for c in want if c not in df.columns]
+        if unknown:
+            raise ConfigError(f"--columns: {unknown} are not columns; the columns are {list(df.columns)}.")
+        df = df[want]
+    if limit is not None:
+        df = df.head(limit)
+    return df
 
 
 def _emit(df, fmt: str) -> None:  # noqa: ANN001
@@ -51,28 +57,32 @@ def _emit(df, fmt: str) -> None:  # noqa: ANN001
             print(df.to_string(index=False))
 
 
+QUERY_FILTERS = ("paradigm", "domain", "period", "kind", "variant", "method")
+RESULT_FILTERS = ("id", "paradigm", "domain", "period", "variant", "kind", "split", "group", "metric", "study")
+
+
 def cmd_query(args: argparse.Namespace) -> int:
-    reg = _open(args.root)
-    filters = {k: getattr(args, k) for k in ("paradigm", "domain", "period", "kind", "variant", "seed")}
+    reg = _open(args, "query")
+    filters = {k: getattr(args, k) for k in (*QUERY_FILTERS, "seed")}
     df = reg.query(**filters)
-    if args.format == "table":
+    if args.format == "table" and not args.columns:
         df = df.drop(columns=["params"])
-    _emit(df, args.format)
+    _emit(_select(df, args.columns, args.limit), args.format)
     return 0
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    reg = _open(args.root)
-    filters = {k: getattr(args, k) for k in ("id", "paradigm", "domain", "period", "split", "group", "metric", "seed")}
+    reg = _open(args, "results")
+    filters = {k: getattr(args, k) for k in (*RESULT_FILTERS, "seed")}
     df = reg.results(**filters)
-    if args.format == "table":
-        df = df.drop(columns=["recipe", "key"])
-    _emit(df, args.format)
+    if args.format == "table" and not args.columns:
+        df = df.drop(columns=[c for c in ("recipe", "key", "per_user", "extra") if c in df.columns])
+    _emit(_select(df, args.columns, args.limit), args.format)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    m = _open(args.registry).get(args.id)
+    m = _open(args, "show").get(args.id)
     d = m.to_json()
     if not args.tensors:
         d["blobs"] = f"{len(m.blobs)} tensors, {m.nbytes / 1e6:.2f} MB (add --tensors to list them)"
@@ -83,20 +93,20 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_lineage(args: argparse.Namespace) -> int:
     from mmgrid.registry.lineage import text_tree  # lazy: networkx (~0.3 s) stays out of `mmgrid --help`
 
-    reg = _open(args.registry)
+    reg = _open(args, "lineage")
     cid = reg.resolve(args.id)
     print(text_tree(reg.lineage(cid), cid))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    report = _open(args.root, quiet=True).verify()
+    report = _open(args, "registry verify", quiet=True).verify()
     print(report.summary())
     return 0 if report.ok else 1
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    reg = _open(args.root, quiet=True)
+    reg = _open(args, "registry reindex", quiet=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RegistryWarning)  # listed below instead
         n = reg.reindex()
@@ -111,26 +121,44 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    report = _open(args.root).gc(keep=args.keep if args.keep else None, dry_run=args.dry_run, grace_s=args.grace)
+    report = _open(args, "registry gc").gc(keep=args.keep if args.keep else None, dry_run=args.dry_run, grace_s=args.grace)
     print(report.summary())
     return 0
 
 
+def _legacy(args: argparse.Namespace, names: tuple[str, ...], command: str) -> None:
+    """Spread ``args.items`` over ``names``; one item more is the deprecated leading ROOT."""
+    items = list(args.items)
+    if len(items) == len(names) + 1:
+        args.root = items.pop(0)
+    elif len(items) != len(names):
+        raise ConfigError(f"mmgrid {command}: expected {' '.join(n.upper() for n in names)} "
+                          f"(and --registry PATH), got {len(items)} arguments: {' '.join(items)}.")
+    for n, v in zip(names, items):
+        setattr(args, n, v)
+
+
 def cmd_alias(args: argparse.Namespace) -> int:
-    cid = _open(args.root).alias(args.name, args.id)
+    _legacy(args, ("name", "id"), "registry alias")
+    cid = _open(args, "registry alias").alias(args.name, args.id)
     print(f"{args.name} -> {cid}")
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    out = _open(args.root).export_hf(args.id, args.out)
-    print(f"wrote {out} (open it with AutoModelForCausalLM.from_pretrained)")
+    _legacy(args, ("id", "out"), "registry export-hf")
+    from mmgrid.registry.hf import loader_hint  # lazy: the export pulls in torch (~2-4 s)
+
+    reg = _open(args, "registry export-hf")
+    out = reg.export_hf(args.id, Path(args.out))
+    print(f"wrote {out} ({loader_hint(reg.get(args.id))})")
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    _legacy(args, ("path",), "registry import-hf")
     coords = {"paradigm": args.paradigm, "domain": args.domain, "period": args.period, "variant": args.variant}
-    cid = _open(args.root, create=True).import_hf(args.path, coords, expect_arch=args.expect_arch, like=args.like)
+    cid = _open(args, "registry import-hf", create=True).import_hf(args.path, coords, expect_arch=args.expect_arch, like=args.like)
     print(cid)
     return 0
 
@@ -138,66 +166,77 @@ def cmd_import(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
     fmt = {"choices": ("table", "csv", "json"), "default": "table", "help": "output format (default table)"}
+    sel = {"columns": {"default": None, "metavar": "A,B,...", "help": "only these columns, in this order"},
+           "limit": {"type": int, "default": None, "metavar": "N", "help": "only the first N rows"}}
     q = sub.add_parser("query", help="list checkpoints of a registry, filtered by coords",
-                       description="One row per checkpoint matching all given filters.")
-    q.add_argument("root", metavar="ROOT", help="registry folder")
-    for name in ("paradigm", "domain", "period", "kind", "variant"):
+                       description="One row per checkpoint matching all given filters. The registry: --registry, "
+                                   "else $MMGRID_REGISTRY, else the run in the current folder.")
+    add_registry(q, legacy_root=True)
+    for name in QUERY_FILTERS:
         q.add_argument(f"--{name}", default=None, help=f"only checkpoints with this {name}")
     q.add_argument("--seed", type=int, default=None, help="only checkpoints of this training seed (replicate)")
+    for name, kw in sel.items():
+        q.add_argument(f"--{name}", **kw)
     q.add_argument("--format", **fmt)
     q.set_defaults(func=cmd_query)
 
-    r = sub.add_parser("results", help="list recorded evaluation results of a registry")
-    r.add_argument("root", metavar="ROOT", help="registry folder")
-    for name in ("id", "paradigm", "domain", "period", "split", "group", "metric"):
+    r = sub.add_parser("results", help="list recorded evaluation results of a registry",
+                       description="One row per recorded metric value, filtered. The registry: --registry, "
+                                   "else $MMGRID_REGISTRY, else the run in the current folder.")
+    add_registry(r, legacy_root=True)
+    for name in RESULT_FILTERS:
         r.add_argument(f"--{name}", default=None, help=f"only rows with this {name}")
     r.add_argument("--seed", type=int, default=None, help="only rows of this training seed (replicate)")
+    for name, kw in sel.items():
+        r.add_argument(f"--{name}", **kw)
     r.add_argument("--format", **fmt)
     r.set_defaults(func=cmd_results)
 
     s = sub.add_parser("show", help="print a checkpoint's manifest (id, id prefix or alias)")
     s.add_argument("id", metavar="ID", help="checkpoint id, unique id prefix (>= 6 digits) or alias")
-    s.add_argument("--registry", default=_default_root(), metavar="ROOT", help=ROOT_HELP)
+    add_registry(s)
     s.add_argument("--tensors", action="store_true", help="list every tensor's blob, shape and dtype")
     s.set_defaults(func=cmd_show)
 
     ln = sub.add_parser("lineage", help="print a checkpoint's ancestors as a text tree")
     ln.add_argument("id", metavar="ID", help="checkpoint id, unique id prefix (>= 6 digits) or alias")
-    ln.add_argument("--registry", default=_default_root(), metavar="ROOT", help=ROOT_HELP)
+    add_registry(ln)
     ln.set_defaults(func=cmd_lineage)
 
     reg = sub.add_parser("registry", help="maintain a registry: verify, reindex, gc, alias, export-hf, import-hf")
     rs = reg.add_subparsers(dest="registry_command", metavar="ACTION", required=True)
     v = rs.add_parser("verify", help="re-hash every blob; report missing or corrupt ones (exit 1 if any)")
-    v.add_argument("root", metavar="ROOT")
+    add_registry(v, legacy_root=True)
     v.set_defaults(func=cmd_verify)
     ri = rs.add_parser("reindex", help="rebuild index.sqlite from manifests, aliases and results files")
-    ri.add_argument("root", metavar="ROOT")
+    add_registry(ri, legacy_root=True)
     ri.set_defaults(func=cmd_reindex)
     g = rs.add_parser("gc", help="remove unreferenced blobs; with --keep also checkpoints nothing kept needs",
                       description="Without --keep: only blobs no manifest references. With --keep: keep those "
-                                  "checkpoints, every aliased one and all their ancestors; remove the rest.")
-    g.add_argument("root", metavar="ROOT")
+                                  "checkpoints, every aliased one and all their ancestors; remove the rest. "
+                                  "Try it with --dry-run first.")
+    add_registry(g, legacy_root=True)
     g.add_argument("--keep", nargs="*", default=None, metavar="REF", help="ids or aliases to keep (with ancestors)")
     g.add_argument("--dry-run", action="store_true", help="only report what would be removed")
     g.add_argument("--grace", type=float, default=3600.0, help="spare unreferenced blobs younger than this many seconds (default 3600)")
     g.set_defaults(func=cmd_gc)
-    a = rs.add_parser("alias", help="point an alias at a checkpoint")
-    a.add_argument("root", metavar="ROOT")
-    a.add_argument("name", metavar="NAME")
-    a.add_argument("id", metavar="ID")
-    a.set_defaults(func=cmd_alias)
-    e = rs.add_parser("export-hf", help="write a checkpoint as a Hugging Face folder (model.safetensors + config/tokenizer)")
-    e.add_argument("root", metavar="ROOT")
-    e.add_argument("id", metavar="ID", help="id, id prefix or alias")
-    e.add_argument("out", metavar="OUT_DIR", help="new or empty folder")
-    e.set_defaults(func=cmd_export)
+    a = rs.add_parser("alias", help="point an alias at a checkpoint: NAME ID")
+    a.add_argument("items", nargs="+", metavar="NAME ID", help="the alias and the checkpoint (id, prefix or alias)")
+    a.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
+    a.set_defaults(func=cmd_alias, root=None)
+    e = rs.add_parser("export-hf", help="write a checkpoint as a folder its paradigm's loader opens: ID OUT_DIR",
+                      description="text and semid: a Hugging Face causal-LM folder (AutoModelForCausalLM); emb and "
+                                  "sasrec: refused with a named error (their scoring head lives outside a "
+                                  "transformers model; see docs/registry.md).")
+    e.add_argument("items", nargs="+", metavar="ID OUT_DIR", help="id, id prefix or alias; a new or empty folder")
+    e.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
+    e.set_defaults(func=cmd_export, root=None)
     im = rs.add_parser("import-hf", help="bring in a Hugging Face folder (safetensors only; prints the id)")
-    im.add_argument("root", metavar="ROOT")
-    im.add_argument("path", metavar="HF_DIR")
+    im.add_argument("items", nargs="+", metavar="HF_DIR")
+    im.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
     for name in ("paradigm", "domain", "period"):
         im.add_argument(f"--{name}", required=True, help=f"grid {name} of the imported checkpoint")
     im.add_argument("--variant", default="default")
     im.add_argument("--expect-arch", default=None, help="architecture or model_type config.json must name")
     im.add_argument("--like", default=None, metavar="REF", help="checkpoint whose tensor names and shapes must match")
-    im.set_defaults(func=cmd_import)
+    im.set_defaults(func=cmd_import, root=None)

@@ -139,8 +139,10 @@ class Evaluations(Guarded):
 
     def grid(self, paradigm: str, variant: str = "default", value: str = "id", split: str | None = None,
              group: str | None = None, kind: str | list[str] | None = None, seed: int | None = None) -> "pd.DataFrame":
-        """A domain x period table of ids (``value="id"``) or of one metric's values (of one training
-        ``seed``'s replicate, if given). Where a cell has several checkpoints (or evaluations), the newest wins.
+        """A domain x period table of ids (``value="id"``) or of one metric's values: of one training
+        ``seed``'s replicate if given, else ids of the lowest seed and values averaged over the seeds;
+        ``table.attrs["shows"]`` says which. Where a cell has several checkpoints (or evaluations) of
+        one seed, the newest wins. Intervals: :meth:`mmgrid.query.Grid.summary`.
         """
         from mmgrid.registry.frames import grid_frame  # lazy: pandas (~0.5-1 s)
 

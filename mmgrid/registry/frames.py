@@ -54,24 +54,35 @@ def results_frame(rows: list[tuple]) -> pd.DataFrame:
 
 def grid_frame(reg: "Registry", paradigm: str, variant: str, value: str, split: str | None,
                group: str | None, kind: Any, seed: int | None = None) -> pd.DataFrame:
-    """Domain x period table; periods in order of first creation, newest checkpoint per cell
-    (of the training seed ``seed``, if given)."""
+    """Domain x period table; periods in order of first creation. ``seed`` given: that training
+    seed's replicate (newest checkpoint per cell). ``seed=None``: ids of the lowest seed's
+    replicate; a metric's value is the mean over every seed's replicate of the cell (each
+    checkpoint's newest evaluation). ``table.attrs["shows"]`` says which; the seed-pooled
+    interval of each cell: :meth:`mmgrid.query.Grid.summary`."""
     ck = reg.query(paradigm=paradigm, variant=variant, kind=kind, seed=seed)
     if ck.empty:
         return pd.DataFrame()
     periods = list(dict.fromkeys(ck.sort_values("created")["period"]))
     domains = sorted(ck["domain"].unique())
-    newest = ck.sort_values("created").groupby(["domain", "period"]).tail(1)
+    seeds = sorted({int(x) for x in ck["seed"].dropna()})
+    by = ["domain", "period", "seed"] if seed is None else ["domain", "period"]
+    newest = ck.assign(seed=ck["seed"].fillna(-1)).sort_values("created").groupby(by).tail(1)
     if value == "id":
-        table = newest.pivot(index="domain", columns="period", values="id")
+        first = newest.sort_values("seed").groupby(["domain", "period"]).head(1)
+        table = first.pivot(index="domain", columns="period", values="id")
+        shows = f"checkpoint ids of seed {seed}" if seed is not None else (
+            f"checkpoint ids of the lowest seed in each cell (seeds held: {seeds}); pass seed= for another")
     else:
         res = reg.results(id=list(newest["id"]), metric=value, split=split, group=group)
         if res.empty:
             table = pd.DataFrame(index=domains, columns=periods, dtype=float)
         else:
             last = res.sort_values("created").groupby("id").tail(1).set_index("id")["value"]
-            cells = newest.assign(value=newest["id"].map(last))
-            table = cells.pivot(index="domain", columns="period", values="value")
+            cells = newest.assign(value=newest["id"].map(last)).groupby(["domain", "period"])["value"].mean()
+            table = cells.reset_index().pivot(index="domain", columns="period", values="value")
+        shows = f"{value} of seed {seed}" if seed is not None else (
+            f"{value}, mean over the seeds each cell holds ({seeds}); intervals: mmgrid.query.Grid.summary")
     table = table.reindex(index=domains, columns=periods)
+    table.attrs["shows"] = shows
     table.index.name, table.columns.name = "domain", "period"
     return table

@@ -1,8 +1,22 @@
 """Hugging Face folders in and out of the registry.
 
-``export_hf`` writes ``model.safetensors`` (tensor names exactly as stored, e.g.
-``model.layers.0...``) plus the stored files (config.json, tokenizer files...), which is
-what ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` read.
+``export_hf`` writes a folder its paradigm's documented loader opens into the trained model:
+
+* ``text``, ``semid``, the ``base`` LM and their merges: a Hugging Face causal-LM folder,
+  ``model.safetensors`` (tensor names exactly as stored, e.g. ``model.layers.0...``; the
+  vocabulary size of ``config.json`` set to the embedding rows the state holds, which a
+  merge of two semid models can grow) plus the tokenizer files, which is what
+  ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` read;
+* ``emb`` and ``sasrec``: refused with :class:`ExportUnsupportedError`: their scoring head (an
+  item LLM plus a user LLM, or a SASRec network) is no transformers model, and a causal-LM
+  folder of their tensors would load with every weight missing. Load them through mmgrid
+  (:func:`mmgrid.research.load_model`).
+
+Files are written into a hidden folder beside the target and renamed into place at the end
+(a failure, a full disk included, leaves no folder behind), with the permissions the user's
+umask gives new files (never a library's 0600 temporary-file mode). Tensors are serialised in
+memory and written with Python's own file calls, so a registry or target under a folder name
+that is not valid UTF-8 works.
 ``import_hf`` brings in a folder trained elsewhere (the released MMGRid checkpoints, say):
 its safetensors shards and small files; pickles are refused.
 """
@@ -16,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from mmgrid.errors import RegistryError
+from mmgrid.errors import MmgridError, RegistryError
 import mmgrid.registry.names as names
 import mmgrid.registry.writing as writing
 from mmgrid.registry.errors import ArchitectureMismatchError, InvalidFileError, UnsafePathError
@@ -30,16 +44,55 @@ MAX_FILE_BYTES = 64 << 20  # small assets only; anything bigger is not a config 
 _SKIP = (".safetensors", ".safetensors.index.json", ".lock", ".md5")
 
 
+LM_PARADIGMS = ("text", "semid", "base")  # a transformers causal LM is the whole trained model
+OWN_LOADER = {
+    "emb": "an item LLM and a user LLM scoring item embeddings (mmgrid/paradigms/emb.py)",
+    "sasrec": "a SASRec network over item ids (mmgrid/paradigms/sasrec.py)",
+}
+
+
+class ExportUnsupportedError(MmgridError):
+    """The checkpoint's paradigm has no folder format a standard loader opens into the trained model."""
+
+
+def export_kind(m: Manifest) -> str:
+    """``"causal-lm"`` for the paradigms a transformers causal LM holds whole; else the paradigm."""
+    par = str(m.coords.get("paradigm") or m.meta.get("paradigm") or "")
+    return "causal-lm" if par in LM_PARADIGMS else par
+
+
+def loader_hint(m: Manifest) -> str:
+    """How to open what :func:`export_hf` wrote for ``m`` (printed by ``mmgrid registry export-hf``)."""
+    return ("open it with transformers: AutoModelForCausalLM.from_pretrained(DIR) and "
+            "AutoTokenizer.from_pretrained(DIR)")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = True) -> Path:
-    """Write ``out_dir`` as a Hugging Face model folder; returns it.
+    """Write ``out_dir`` as a Hugging Face causal-LM folder; returns it.
 
     Raises:
-        RegistryError: ``out_dir`` is a non-empty folder, or the checkpoint has no
-            config.json (put it with ``files={"config.json": ...}``).
+        ExportUnsupportedError: an emb or sasrec checkpoint (no standard loader opens it into
+            the trained model; load it through mmgrid), named before anything is written.
+        RegistryError: ``out_dir`` is a non-empty folder, the checkpoint has no config.json
+            (put it with ``files={"config.json": ...}``), or the disk refused a write (full,
+            read-only): nothing is left behind.
     """
-    from safetensors.torch import save_file  # lazy: imports torch (~2-4 s)
+    from safetensors.torch import save as to_bytes  # lazy: imports torch (~2-4 s)
 
     m = reg.get(ref)  # refuses a manifest whose file names or blob hashes could leave a folder
+    kind = export_kind(m)
+    if kind in OWN_LOADER:
+        raise ExportUnsupportedError(
+            f"checkpoint {m.id[:12]} is of paradigm {kind} ({OWN_LOADER[kind]}), which no Hugging Face auto class "
+            f"opens: a causal-LM folder of its tensors would load with every weight missing. Load it with "
+            f"mmgrid instead: `mmgrid.research.load_model(reg, {m.id[:12]!r})` (README, \"Export a checkpoint\"); "
+            "nothing was written.")
     if require_config and "config.json" not in m.files:
         raise RegistryError(
             f"checkpoint {m.id} has no config.json, so transformers could not open the export; "
@@ -47,22 +100,42 @@ def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = T
         )
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise RegistryError(f"{out_dir} exists and is not an empty folder; choose a new folder or empty it.")
+    mode = 0o666 & ~_umask()
     tmp = out_dir.parent / f".{out_dir.name}.{uuid.uuid4().hex[:8]}.tmp"
-    tmp.mkdir(parents=True)
     try:
-        save_file(reg.load(m.id), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        for name in m.files:
+        tmp.mkdir(parents=True)
+        state = reg.load(m.id)
+        files = {name: reg.file(m.id, name) for name in m.files}
+        if "config.json" in files and "model.embed_tokens.weight" in state:
+            config = json.loads(files["config.json"])
+            config["vocab_size"] = int(state["model.embed_tokens.weight"].shape[0])  # a merge may add rows
+            files["config.json"] = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
+        _write(tmp / "model.safetensors", to_bytes(state, metadata={"format": "pt"}), mode)
+        for name, data in files.items():
             target = tmp / names.check_file_name(name)
             if not names.inside(tmp, target):  # defence in depth: check_file_name already forbids it
                 raise UnsafePathError(f"file {name!r} of {m.id} would be written outside {out_dir}; nothing was exported.")
-            target.write_bytes(reg.file(m.id, name))
+            _write(target, data, mode)
         if out_dir.exists():
             out_dir.rmdir()
         os.replace(tmp, out_dir)  # readers never see a half-written export
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RegistryError(f"cannot write the export to {out_dir} ({exc.strerror or exc}); free space or pick "
+                            "a folder you can write to. Nothing was left behind.") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to a new file with ``mode`` (already masked by the umask) and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _asset_files(path: Path) -> dict[str, bytes]:

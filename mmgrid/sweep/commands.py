@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
-from mmgrid.cli import add_overrides
-from mmgrid.errors import ConfigError
+from mmgrid.cliargs import REGISTRY_HELP, add_overrides, check_against_registry, load_config
+from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
 
@@ -21,12 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     sw = sub.add_parser("sweep", help="merge studies: temporal lambda sweeps, cross-domain merges")
     ssub = sw.add_subparsers(dest="study", metavar="STUDY")
     t = ssub.add_parser("temporal", help="theta_t1 + lambda (theta_t2 - theta_t1) per domain (MMGRid Eq. 10)")
-    t.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    _add_source(t)
     add_overrides(t)
     add_executor_args(t)
     t.set_defaults(func=_temporal)
     c = ssub.add_parser("cross-domain", help="pairs x methods x bases x alpha (MMGRid Eq. 7-8)")
-    c.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    _add_source(c)
     add_overrides(c)
     add_executor_args(c)
     c.set_defaults(func=_cross_domain)
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sw.set_defaults(func=lambda a: (sw.print_help(), 0)[1])
 
     p = sub.add_parser("predict-lambda", help="leave-one-out regression of lambda* on domain statistics (Eq. 11)")
-    p.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    _add_source(p)
     p.add_argument("--stats", action="append", default=[], metavar="NAME=VALUE",
                    help="statistics of a new domain (e.g. --stats avg_gap_days=300 --stats p_active=0.4): "
                         "answer which lambda to use for it")
@@ -68,15 +69,43 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=_report)
 
 
-def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(GridConfig, Registry, PreparedDataset) of the command's grid, after the one validation pass."""
-    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.config import load_grid
-    from mmgrid.sweep.results import open_grid
-    from mmgrid.validate import validate_grid
+SOURCE_HELP = ("a run folder (as `mmgrid demo --out` or `mmgrid build` leave, with mmgrid-run.yaml) or its "
+               "registry, a grid YAML, or a packaged grid name such as demo; default: the run of --registry "
+               "(or $MMGRID_REGISTRY, or the current folder's run)")
 
-    validate_grid(load_grid(args.config, args.overrides))
-    return open_grid(args.config, args.overrides)
+
+def _add_source(p: argparse.ArgumentParser) -> None:
+    """The grid a study runs on: a run folder (its saved config, plus only the overrides given),
+    its registry, or a grid YAML; and ``--registry`` (mmgrid.cliargs' one rule)."""
+    p.add_argument("config", nargs="?", default=None, metavar="RUN|CONFIG", help=SOURCE_HELP)
+    p.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
+
+
+def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(GridConfig, Registry, PreparedDataset) of the command's grid, after the one validation
+    pass and, for a study, the check of the config against the registry (before any work)."""
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.registry.api import Registry
+    from mmgrid.data.dataset import load_prepared
+    from mmgrid.sweep.temporal import periods
+
+    top = getattr(args, "command", None) or "sweep"  # the sub-command's name (cli.py's dest)
+    command = (getattr(args, "study", None) or "sweep") if top == "sweep" else top
+    cfg = load_config(args.config, args.overrides, args if hasattr(args, "registry") else None, command=command)
+    prepared = load_prepared(cfg.prepared)
+    if not (Path(cfg.registry) / "manifests").is_dir():
+        raise RegistryError(f"mmgrid {command}: {cfg.registry} is not a registry (no manifests/ folder); build the "
+                            f"grid first (`mmgrid build CONFIG` or `mmgrid demo`) or pass --registry PATH.")
+    reg = Registry.open(cfg.registry)
+    study = {"temporal": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
+             "predict-lambda": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
+             "cross-domain": (list(cfg.sweeps.cross_domain.paradigms), cfg.sweeps.cross_domain.variant, None)}
+    if command in study:
+        paradigms, variant, domains = study[command]
+        check_against_registry(cfg, reg, paradigms, [variant], list(domains or prepared.domains),
+                               list(periods(cfg)), command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}",
+                               fingerprint=getattr(prepared, "fingerprint", None))
+    return cfg, reg, prepared
 
 
 def _executor(args: argparse.Namespace, cfg: Any) -> Any:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from mmgrid.cliargs import REGISTRY_HELP, load_config, save_run
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
 from mmgrid.exec.ddp import is_main
@@ -14,7 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="build (or resume) every checkpoint of a grid: base -> pretrain -> p1 -> p2",
                        description="Train the grid of a YAML config. Finished stages are registry cache hits, so "
                                    "re-running after a kill resumes at the first unfinished stage.")
-    p.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    p.add_argument("config", nargs="?", default=None, metavar="CONFIG|RUN",
+                   help="grid YAML, a packaged grid name such as demo, or a run folder (its saved grid); the resolved "
+                        "grid is saved as mmgrid-run.yaml beside the registry")
+    p.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.seed=1")
     p.add_argument("--eval", action="store_true", help="evaluate the grid afterwards and print the baseline table")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -25,18 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _build(args: argparse.Namespace) -> int:
     # lazy: `mmgrid --help` imports this module to register `build`; training pulls in torch (~3.5 s)
     # and transformers (~1.7 s), measured with `python -X importtime` (docs/architecture.md)
-    from mmgrid.config import load_grid
     from mmgrid.eval.grid import evaluate_and_tabulate
     from mmgrid.train.build import build_grid
-    from mmgrid.validate import validate_grid
 
-    cfg = load_grid(args.config, args.overrides)
-    validate_grid(cfg)
+    cfg = load_config(args.config, args.overrides, args if args.registry else None, command="build")
     executor = executor_from_args(args, cfg)
     try:
         res = build_grid(cfg, executor=executor, progress=not args.no_progress)
         if not is_main():  # under torchrun only rank 0 reports and evaluates
             return 0
+        save_run(cfg, Path(cfg.registry).resolve().parent, "build")  # follow-ups name this folder
         print(f"grid {cfg.name!r}: {len(res.stages)} stages ({len(res.trained)} trained, {len(res.cached)} cached) "
               f"+ base {res.base_id[:12]} in {res.seconds:.1f}s; registry {cfg.registry}")
         if args.eval:  # the evaluation's jobs on the same executor (the local one: in this process, in order)

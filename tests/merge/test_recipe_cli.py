@@ -149,18 +149,20 @@ def test_temporal_sweep_over_registry_ids_maps_the_blobs(reg, models):
 def test_fixed_method_gets_a_new_id_others_keep_theirs(reg):
     """GCWM's version 2 (issue 18) changes its merges' ids; an unchanged method's id is the
     one computed the way it was before method versions existed."""
+    from mmgrid.merge.methods import canonical_params
     from mmgrid.merge.recipe import default_coords
     from mmgrid.registry.names import make_id
 
     r, ids = reg
     parents = [(ids["a"], "merge_input"), (ids["b"], "merge_input"), (ids["base"], "merge_base")]
     cases = (("gcwm", {"threshold": 0.0}), ("ties", {"density": 0.3}), ("task_arithmetic", {}),
-             ("task_arithmetic", {"lambdas": [0.5, 0.5]}))  # a stored recipe's old spelling keeps its id
+             ("task_arithmetic", {"lambdas": [0.5, 0.5]}))  # an old spelling: its canonical spelling's id
     for method, params in cases:
         rec = Recipe(method, [ids["a"], ids["b"]], ids["base"], params)
-        old = make_id(default_coords(r, rec), "merged", parents, {"method": method, **params}, None, 0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
+            old = make_id(default_coords(r, rec), "merged", parents,
+                          {"method": method, **canonical_params(method, params)}, None, 0)
             assert (run_recipe(rec, r, dry_run=True) != old) == (method == "gcwm"), method
 
 

@@ -57,9 +57,21 @@ __all__ = ["Method", "TensorView", "Weights", "eq7", "get_method", "identity", "
 ALIASES = {"lambda": "lam", "lambda_": "lam"}
 
 
+# Floats a merge parameter may hold: the tensors it scales are float32 at most in range.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def canonical_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    """``params`` with aliases resolved and deprecated spellings renamed (with a warning)."""
+    """``params`` with aliases resolved and deprecated spellings renamed (with a warning): the
+    one spelling a stored id, a recipe hash and a manifest record (``lambda`` and ``lam`` are one
+    parameter, so one id).
+
+    Raises:
+        MergeParamError: one parameter given under two spellings (``lam`` and ``lambda``), or a
+            number no float32 tensor holds (``lam=1e308``).
+    """
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for k, v in (params or {}).items():
         if k in DEPRECATED and weighs(get_method(name).Params):
             new = DEPRECATED[k]
@@ -68,8 +80,33 @@ def canonical_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]
             if new in params:
                 raise MergeParamError(f"merge method {name!r}: give {new!r} or its old spelling {k!r}, not both")
             k = new
-        out[ALIASES.get(k, k)] = v
+        key = ALIASES.get(k, k)
+        if key in given:
+            raise MergeParamError(f"merge method {name!r}: parameter {key!r} is given twice, as {given[key]!r}={out[key]!r} "
+                                  f"and {k!r}={v!r} (two spellings of one parameter); give it once.")
+        given[key] = k
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            num = _number(x)
+            if num is not None and abs(num) > FLOAT32_MAX:
+                raise MergeParamError(f"merge method {name!r}: parameter {k}={v!r} is beyond what a float32 tensor "
+                                      f"holds (|x| <= {FLOAT32_MAX:.3g}); give a value in the method's range "
+                                      "(docs/merging.md).")
+        out[key] = v
     return out
+
+
+def _number(x: Any) -> float | None:
+    """``x`` as a float when it is a number or a numeric string (YAML 1.1 reads ``1e308`` as one)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    if isinstance(x, str):
+        try:
+            return float(x)
+        except ValueError:
+            return None
+    return None
 
 
 def method_names() -> list[str]:

@@ -1,0 +1,112 @@
+"""Each benchmark's record: ``bench/results/<name>.md``, written by the benchmark itself.
+
+``with recorded("data_prep"):`` around a benchmark's ``main()`` copies what it prints to the
+terminal and, when it finishes without an error, writes the record: the machine (platform, CPU
+model and count, memory, Python and torch versions), the load average before and after, the
+command, the UTC time, and the output. The previous records of that file are kept below,
+under "Earlier records", so a rerun adds a measurement and loses none. Child processes a
+benchmark starts (``--child``) and ``MMGRID_BENCH_NO_RECORD=1`` write nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import platform
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+RESULTS = Path(__file__).resolve().parent / "results"
+EARLIER = "## Earlier records"
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams: io.TextIOBase) -> None:
+        self.streams = streams
+
+    def write(self, s: str) -> int:
+        for st in self.streams:
+            st.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        for st in self.streams:
+            st.flush()
+
+
+def machine() -> str:
+    """One line naming the machine the benchmark ran on."""
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        mem = f"{pages * size / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        pass
+    torch = sys.modules.get("torch")
+    tv = f", torch {torch.__version__}" if torch is not None else ""
+    return (f"{platform.platform()}; {cpu}; {os.cpu_count()} CPUs; {mem} memory; "
+            f"Python {platform.python_version()}{tv}")
+
+
+def _load() -> str:
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def render(name: str, command: str, output: str, load_before: str, load_after: str, seconds: float,
+           earlier: str = "") -> str:
+    """The Markdown of one record (plus the earlier ones, kept below)."""
+    text = (f"# bench/{name}.py\n\nWritten by the benchmark when it finished "
+            f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seconds:.0f} s).\n\n"
+            f"- machine: {machine()}\n- load average (1, 5, 15 min) before: {load_before}; after: {load_after}\n"
+            f"- command: `{command}`\n\n```\n{output.rstrip()}\n```\n")
+    if earlier.strip():
+        text += f"\n{EARLIER}\n\n{earlier.strip()}\n"
+    return text
+
+
+def _earlier(path: Path) -> str:
+    """The records a file holds now, as they will sit under "Earlier records"."""
+    if not path.is_file():
+        return ""
+    old = path.read_text()
+    if old.startswith("# bench/") and EARLIER in old:  # one of ours with older ones below
+        head, _, rest = old.partition(EARLIER)
+        return head.split("\n", 1)[1].strip() + "\n\n" + rest.strip()
+    return old.split("\n", 1)[1].strip() if old.startswith("# ") else old
+
+
+@contextmanager
+def recorded(name: str) -> Iterator[None]:
+    """Copy stdout and write ``bench/results/<name>.md`` when the block ends without an error."""
+    if os.environ.get("MMGRID_BENCH_NO_RECORD") == "1" or "--child" in sys.argv:
+        yield
+        return
+    buf, real = io.StringIO(), sys.stdout
+    before, t0 = _load(), time.perf_counter()
+    sys.stdout = _Tee(real, buf)
+    try:
+        yield
+    finally:
+        sys.stdout = real
+    path = RESULTS / f"{name}.md"
+    command = "python " + " ".join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    text = render(name, command, buf.getvalue(), before, _load(), time.perf_counter() - t0, _earlier(path))
+    RESULTS.mkdir(exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    print(f"record written to {path}", file=sys.stderr)

@@ -1,0 +1,303 @@
+"""The one command-line grammar every ``mmgrid`` command shares.
+
+Naming a registry (``--registry``): every command that reads or writes a registry finds it the
+same way, first match wins:
+
+1. ``--registry PATH``: a registry folder, or a *run folder* (one holding ``mmgrid-run.yaml``,
+   which names its registry);
+2. ``$MMGRID_REGISTRY`` (the same two forms);
+3. the run in the current folder (``./mmgrid-run.yaml``);
+4. ``./runs/demo`` when ``mmgrid demo`` wrote it there.
+
+A positional ``ROOT`` still works where older versions took one (``mmgrid query ROOT``) and
+prints a deprecation note naming the new spelling.
+
+A run remembers itself: every command that writes an output folder (``demo``, ``build``,
+``report --out``) saves the resolved grid there as ``mmgrid-run.yaml`` (:func:`save_run`).
+Follow-ups (``sweep``, ``eval``, ``predict-lambda``, ``report``, ``merge``) accept that folder
+or its registry in place of a grid YAML (:func:`load_config`) and apply only the
+``KEY=VALUE`` overrides given; :func:`check_against_registry` then compares the config with
+what the registry holds (seeds, variants, stages, domains) before any work and names each
+mismatch with its fix.
+
+This module sits below ``mmgrid.cli`` so that command modules never import back from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from mmgrid.errors import ConfigError, RegistryError
+
+RUN_FILE = "mmgrid-run.yaml"
+ENV = "MMGRID_REGISTRY"
+DEMO_RUN = Path("runs/demo")
+REGISTRY_HELP = (f"registry folder or run folder (default: ${ENV}, else ./{RUN_FILE}'s registry, "
+                 f"else ./{DEMO_RUN}/registry)")
+
+
+NOTES: list[str] = []  # printed by mmgrid.cli after the command (an error line stays the first line)
+
+
+def note(text: str) -> None:
+    """A remark for the user (a deprecated spelling, say), printed once the command has run."""
+    if text not in NOTES:
+        NOTES.append(text)
+
+
+def flush_notes(show: bool = True) -> None:
+    """Print (``show``) and forget the pending notes (stderr)."""
+    for text in NOTES if show else []:
+        print(f"mmgrid: note: {text}", file=sys.stderr)
+    NOTES.clear()
+
+
+def add_overrides(p: argparse.ArgumentParser) -> None:
+    """Add the ``key=value`` positional overrides every config-driven command accepts."""
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. data.root=/data/amazon train.seed=1",
+    )
+
+
+def add_registry(p: argparse.ArgumentParser, *, legacy_root: bool = False) -> None:
+    """Add ``--registry PATH``; ``legacy_root``: also take the deprecated positional ROOT."""
+    p.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
+    if legacy_root:
+        p.add_argument("root", nargs="?", default=None, metavar="ROOT", help=argparse.SUPPRESS)
+
+
+def is_registry(path: Path) -> bool:
+    """True for a folder holding a registry (its ``manifests/`` folder)."""
+    return (path / "manifests").is_dir()
+
+
+def find_run(path: str | Path) -> Path | None:
+    """The ``mmgrid-run.yaml`` of a run folder, or of the run a registry folder belongs to
+    (its parent folder's, when that file names this registry); None if there is none."""
+    p = Path(path)
+    if p.is_file() and p.name == RUN_FILE:
+        return p
+    if (p / RUN_FILE).is_file():
+        return p / RUN_FILE
+    parent = p.resolve().parent / RUN_FILE
+    if is_registry(p) and parent.is_file():
+        reg = saved_registry(parent)
+        if reg is not None and Path(reg).resolve() == p.resolve():
+            return parent
+    return None
+
+
+def saved_registry(run_file: Path) -> str | None:
+    """The registry a saved run names (None when the file names none)."""
+    import yaml  # lazy: yaml (~0.05 s) stays out of `mmgrid --help`
+
+    try:
+        data = yaml.safe_load(run_file.read_text()) or {}
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        raise ConfigError(f"{run_file}: cannot read the saved run ({exc}); restore it or pass --registry.") from exc
+    return data.get("registry") if isinstance(data, dict) else None
+
+
+def _as_registry(path: str, where: str) -> Path:
+    """A registry folder from ``path`` (a registry, or a run folder naming one)."""
+    p = Path(path)
+    if is_registry(p):
+        return p
+    run = find_run(p)
+    if run is not None:
+        reg = saved_registry(run)
+        if reg is not None:
+            return Path(reg)
+    raise RegistryError(f"{path} ({where}) is not a registry (no manifests/ folder) and holds no {RUN_FILE}; "
+                        f"pass --registry with a registry folder or a run folder (as `mmgrid demo --out` writes).")
+
+
+def registry_path(args: argparse.Namespace, command: str, *, must_exist: bool = True) -> Path:
+    """The registry a command works on, by the rule of this module's docstring.
+
+    Raises:
+        RegistryError: no registry found (naming every place looked), or the one named is none.
+    """
+    root = getattr(args, "root", None)
+    flag = getattr(args, "registry", None)
+    if root is not None:
+        if flag is not None and Path(flag) != Path(root):
+            raise RegistryError(f"mmgrid {command}: ROOT {root} and --registry {flag} name two registries; give one.")
+        note(f"`mmgrid {command} ROOT` is deprecated; write `mmgrid {command} --registry {root}` (or set {ENV}).")
+        flag = root
+    if flag is not None:
+        path = _as_registry(flag, "--registry") if must_exist or find_run(flag) else Path(flag)
+        return path
+    env = os.environ.get(ENV)
+    if env:
+        return _as_registry(env, f"${ENV}") if must_exist else Path(env)
+    here = Path(RUN_FILE)
+    if here.is_file():
+        reg = saved_registry(here)
+        if reg is not None:
+            return _as_registry(reg, f"./{RUN_FILE}")
+    if is_registry(DEMO_RUN / "registry"):
+        return DEMO_RUN / "registry"
+    raise RegistryError(f"mmgrid {command}: which registry? pass --registry PATH (a registry or run folder), "
+                        f"set {ENV}, or run it in a run folder (one with {RUN_FILE}).")
+
+
+def open_registry(args: argparse.Namespace, command: str, quiet: bool = False) -> Any:
+    """Open the command's registry (never creating one); ``quiet``: no warning for the files the
+    index skips (the command lists them itself)."""
+    # lazy: sqlite3 and the registry (~0.1 s) stay out of `mmgrid --help`
+    from mmgrid.registry.api import Registry
+    from mmgrid.registry.errors import RegistryWarning
+
+    path = registry_path(args, command)
+    with warnings.catch_warnings():
+        if quiet:
+            warnings.simplefilter("ignore", RegistryWarning)
+        return Registry.open(path)
+
+
+# -- a run remembers itself ---------------------------------------------------------------------
+
+def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
+    """Write ``folder/mmgrid-run.yaml``: the resolved grid (paths made absolute), so that a
+    follow-up command can name the folder instead of repeating the grid and its overrides.
+    Written atomically (a reader sees the old file or the new one)."""
+    # lazy: yaml and the config stay out of `mmgrid --help`
+    import yaml
+    from mmgrid.config import GridConfig
+
+    assert isinstance(cfg, GridConfig)
+    data = cfg.to_dict()
+    data["prepared"] = str(Path(cfg.prepared).resolve())
+    data["registry"] = str(Path(cfg.registry).resolve())
+    data["data"]["root"] = str(Path(cfg.data.root).resolve())
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / RUN_FILE
+    head = (f"# The resolved grid of `mmgrid {command}` (grid hash {cfg.hash()}).\n"
+            f"# Follow-ups take this folder in place of a grid YAML, e.g. `mmgrid sweep temporal {folder}`.\n")
+    tmp = target.with_name(f".{RUN_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(head + yaml.safe_dump(data, sort_keys=False))
+    os.replace(tmp, target)
+    return target
+
+
+def grid_source(target: str | None, args: argparse.Namespace | None = None, command: str = "") -> str:
+    """What to load a grid from: ``target`` as given (a YAML or packaged name), the saved run
+    of a run folder or registry folder, or (no target) the run of the command's registry."""
+    if target is not None and Path(target).is_dir():
+        run = find_run(target)
+        if run is None:
+            raise ConfigError(f"{target} is a folder without {RUN_FILE} (and not the registry of a saved run); "
+                              "pass a grid YAML, a packaged grid name such as demo, or a run folder.")
+        return str(run)
+    if target is not None:
+        return target
+    if args is not None:
+        try:
+            reg = registry_path(args, command)
+        except RegistryError as exc:
+            raise ConfigError(f"mmgrid {command}: no grid given and {exc}") from exc
+        run = find_run(reg)
+        if run is not None:
+            return str(run)
+        raise ConfigError(f"mmgrid {command}: no grid given and the registry {reg} has no saved run "
+                          f"({RUN_FILE} beside it); pass the grid YAML the registry was built with.")
+    raise ConfigError(f"mmgrid {command}: give a grid YAML, a packaged grid name or a run folder.")
+
+
+def load_config(target: str | None, overrides: list[str] | None, args: argparse.Namespace | None = None,
+                command: str = "") -> Any:
+    """The grid of ``target`` (see :func:`grid_source`) with ``overrides`` applied, validated once.
+
+    When ``args`` has ``--registry`` (or the environment names one) and the grid names another
+    registry, the one given wins: ``registry=`` is set to it.
+    """
+    # lazy: yaml, the config and the validation pass (names of every registry) stay out of `mmgrid --help`
+    from mmgrid.config import load_grid
+    from mmgrid.validate import validate_grid
+
+    extra = list(overrides or [])
+    if target is not None and "=" in target and not Path(target).exists():  # `mmgrid sweep temporal KEY=VALUE`
+        target, extra = None, [target, *extra]
+    if args is not None and target is not None and (getattr(args, "registry", None) or getattr(args, "root", None)):
+        reg = registry_path(args, command)
+        if not any(o.split("=", 1)[0].strip() == "registry" for o in extra):
+            extra.append(f"registry={reg}")
+    cfg = load_grid(grid_source(target, args, command), extra)
+    validate_grid(cfg)
+    return cfg
+
+
+def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: list[str] | None = None,
+                           domains: list[str] | None = None, stages: list[str] | None = None,
+                           command: str = "", fingerprint: str | None = None) -> None:
+    """Compare what a study will look up with what the registry holds, before any work.
+
+    For each paradigm, variant, domain and stage (default ``cfg.train.stages``) the registry must hold
+    a trained checkpoint of every seed ``cfg.train.seeds`` names (a shared stage: of the first
+    seed). With ``fingerprint`` (the prepared dataset's), the checkpoints must have been trained
+    on that data. Every mismatch is named with its fix in one error.
+
+    Raises:
+        ConfigError: listing each mismatch (what the config says, what the registry holds, the fix).
+    """
+    df = reg.query(kind="trained")
+    if df.empty:
+        raise ConfigError(f"mmgrid {command}: the registry {reg.root} holds no trained checkpoint; "
+                          f"run `mmgrid build` (or `mmgrid demo`) first.")
+    seeds = list(cfg.train.seed_list)
+    shared = set(getattr(cfg.train, "shared_stages", []) or [])
+    variants = variants or [v.name for v in cfg.variants]
+    problems: list[str] = []
+    held_paradigms = sorted(set(df["paradigm"].dropna()))
+    for par in paradigms:
+        if par not in held_paradigms:
+            problems.append(f"paradigm {par!r}: the registry holds none (it holds {held_paradigms}); "
+                            f"drop it from the study or run `mmgrid build` with it in `paradigms`.")
+            continue
+        sub = df[df["paradigm"] == par]
+        held_variants = sorted(set(sub["variant"].dropna()))
+        for var in variants:
+            vs = sub[sub["variant"] == var]
+            if vs.empty:
+                problems.append(f"{par}: variant {var!r} is not in the registry (it holds {held_variants}); "
+                                f"pick one of those, or build it.")
+                continue
+            for dom in domains or sorted(set(vs["domain"].dropna())):
+                ds = vs[vs["domain"] == dom]
+                for stage in stages or cfg.train.stages:
+                    want = seeds[:1] if stage in shared else seeds
+                    have = sorted({int(s) for s in ds[ds["period"] == stage]["seed"].dropna()})
+                    missing = [s for s in want if s not in have]
+                    if missing:
+                        fix = (f"pass train.seeds=[{','.join(map(str, have))}]" if have else
+                               f"build it (`mmgrid build RUN train.stages=...`) or drop stage {stage!r}")
+                        problems.append(f"{par}/{var}/{dom}/{stage}: train.seeds names {want}, the registry holds "
+                                        f"seeds {have}; {fix}, or run `mmgrid build` with these seeds first.")
+    if fingerprint is not None and paradigms:
+        held = {reg.get(cid).data_fingerprint for cid in df[df["paradigm"].isin(paradigms)]["id"].head(20)}
+        held.discard(None)
+        if held and fingerprint not in held:
+            problems.insert(0, f"the prepared data ({cfg.prepared}, fingerprint {fingerprint}) is not the data the "
+                               f"registry's checkpoints were trained on ({', '.join(sorted(held))}); pass prepared=DIR "
+                               "of the run that built them (its mmgrid-run.yaml names it).")
+    if problems:
+        shown = problems[:12] + ([f"... and {len(problems) - 12} more"] if len(problems) > 12 else [])
+        raise ConfigError(f"mmgrid {command}: the config does not match the registry {reg.root} "
+                          f"({len(problems)} mismatches); nothing was run:\n  " + "\n  ".join(shown))
+
+
+def refuse_overrides(overrides: list[str] | None, command: str, why: str) -> None:
+    """A command form that takes no ``KEY=VALUE``: refuse them by name rather than ignore them."""
+    if overrides:
+        raise ConfigError(f"mmgrid {command}: {' '.join(overrides)} would be ignored ({why}); drop them, "
+                          "or give a grid (a run folder or --config) for them to apply to.")

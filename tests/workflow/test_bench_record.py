@@ -1,0 +1,39 @@
+"""bench/record.py: a benchmark writes its own record (machine, load, command, output) and keeps
+the earlier ones."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.workflow.conftest import REPO
+
+
+def test_a_benchmark_record_keeps_the_earlier_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import record
+
+    monkeypatch.setattr(record, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bench/x.py", "--quick"])
+    (tmp_path / "x.md").write_text("# as recorded before\n\nspeed-up 11.2x\n")
+    with record.recorded("x"):
+        print("speed-up 12.0x")
+    with record.recorded("x"):
+        print("speed-up 12.5x")
+    text = (tmp_path / "x.md").read_text()
+    assert capsys.readouterr().out == "speed-up 12.0x\nspeed-up 12.5x\n"  # still printed as it ran
+    head, earlier = text.split("## Earlier records")
+    assert "speed-up 12.5x" in head and "command: `python bench/x.py --quick`" in head
+    assert "load average" in head and "CPUs" in head
+    assert earlier.index("12.0x") < earlier.index("11.2x")  # newest first, nothing lost
+    with pytest.raises(RuntimeError):  # a failed run writes nothing
+        with record.recorded("y"):
+            raise RuntimeError("boom")
+    assert not (tmp_path / "y.md").exists()
+    monkeypatch.setattr(sys, "argv", ["bench/x.py", "--child", "a"])  # a benchmark's own child process
+    with record.recorded("z"):
+        print("child")
+    assert not (tmp_path / "z.md").exists()

@@ -1,0 +1,141 @@
+"""A researcher's day on a built grid (issue 29's frictions), each reproduced on a quick demo:
+follow-up commands take the run they follow, KEY=VALUE is honoured or refused by name, one way
+to name a registry, a closed pipe is quiet, merge parameters have one spelling."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.workflow.conftest import REPO, mmgrid
+
+pytestmark = pytest.mark.slow
+
+
+def _ids(demo: Path, *filters: str) -> list[str]:
+    proc = mmgrid("query", "--registry", str(demo), *filters, "--columns", "id", "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    return pd.read_csv(io.StringIO(proc.stdout))["id"].tolist()
+
+
+def test_the_demo_saves_its_run_and_the_aliases_the_readme_uses(quick_demo: Path) -> None:
+    saved = (quick_demo / "mmgrid-run.yaml").read_text()
+    assert "grid hash" in saved and str((quick_demo / "registry").resolve()) in saved
+    for alias in ("books-best", "phones-best"):
+        proc = mmgrid("show", alias, "--registry", str(quick_demo))
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["coords"]["domain"] == alias.split("-")[0].capitalize()
+
+
+def test_a_follow_up_reuses_the_saved_run_without_repeating_overrides(quick_demo: Path) -> None:
+    # the quick demo's overrides (2 seeds, 2 domains, lambda step 0.25) come from mmgrid-run.yaml:
+    # the sweep finds every point it needs already recorded
+    before = len(mmgrid("results", "--registry", str(quick_demo), "--study", "temporal", "--format", "csv").stdout)
+    proc = mmgrid("sweep", "temporal", str(quick_demo))
+    assert proc.returncode == 0, proc.stderr
+    assert "lambda*" in proc.stdout
+    after = len(mmgrid("results", "--registry", str(quick_demo), "--study", "temporal", "--format", "csv").stdout)
+    assert after == before  # nothing new was evaluated: the same config as the demo's
+
+
+def test_a_config_that_disagrees_with_the_registry_is_named_before_any_work(quick_demo: Path) -> None:
+    proc = mmgrid("sweep", "temporal", "--registry", str(quick_demo / "registry"), "train.seeds=[0,1,2]")
+    assert proc.returncode == 2
+    err = proc.stderr
+    assert "does not match the registry" in err and "train.seeds names [0, 1, 2]" in err
+    assert "pass train.seeds=[0,1]" in err and "nothing was run" in err
+    proc = mmgrid("sweep", "temporal", str(quick_demo), "sweeps.temporal.variant=nope")
+    assert proc.returncode == 2 and "variant 'nope' is not in the registry" in proc.stderr
+
+
+def test_eval_honours_overrides_and_refuses_unknown_ones(quick_demo: Path) -> None:
+    proc = mmgrid("eval", "--registry", str(quick_demo), "books-best", "--no-record", "eval.max_users=50")
+    assert proc.returncode == 0, proc.stderr
+    assert "all        n=50 " in proc.stdout  # not the 100 the quick demo's config says
+    proc = mmgrid("eval", "--registry", str(quick_demo), "books-best", "--no-record", "eval.max_userz=50")
+    assert proc.returncode == 2 and "Did you mean 'max_users'" in proc.stderr
+
+
+def test_eval_of_a_text_checkpoint_on_another_domain_and_a_named_error_for_emb(quick_demo: Path) -> None:
+    proc = mmgrid("eval", "--registry", str(quick_demo), "books-best", "--domain", "Phones", "--no-record")
+    assert proc.returncode == 0, proc.stderr
+    assert "on Phones/test" in proc.stdout
+    emb = _ids(quick_demo, "--paradigm", "emb", "--domain", "Books", "--period", "p2", "--seed", "0",
+               "--kind", "trained", "--variant", "default")[0]
+    proc = mmgrid("eval", "--registry", str(quick_demo), emb, "--domain", "Phones", "--no-record")
+    assert proc.returncode == 2
+    assert "ranks Books's items only" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_one_way_to_name_a_registry(quick_demo: Path, tmp_path: Path) -> None:
+    reg = str(quick_demo / "registry")
+    by_flag = mmgrid("query", "--registry", reg, "--format", "csv").stdout
+    assert by_flag.count("\n") > 10
+    assert mmgrid("query", "--registry", str(quick_demo), "--format", "csv").stdout == by_flag  # the run folder
+    assert mmgrid("query", "--format", "csv", env={"MMGRID_REGISTRY": reg}, cwd=tmp_path).stdout == by_flag
+    assert mmgrid("query", "--format", "csv", cwd=quick_demo).stdout == by_flag  # the run in the current folder
+    old = mmgrid("query", reg, "--format", "csv")  # the old positional ROOT still works, with a note
+    assert old.stdout == by_flag and "deprecated" in old.stderr and "--registry" in old.stderr
+    for cmd in (["lineage", "books-best"], ["show", "books-best"], ["registry", "verify"]):
+        proc = mmgrid(*cmd, env={"MMGRID_REGISTRY": str(quick_demo)}, cwd=tmp_path)
+        assert proc.returncode == 0, (cmd, proc.stderr)
+    # none found: a named error, and no registry skeleton left behind in the current folder
+    proc = mmgrid("query", cwd=tmp_path)
+    assert proc.returncode == 2 and "which registry?" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_filters_and_columns(quick_demo: Path) -> None:
+    proc = mmgrid("results", "--registry", str(quick_demo), "--study", "temporal", "--paradigm", "emb", "--metric", "ndcg@10",
+                  "--group", "all", "--columns", "domain,lambda,seed,value", "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_csv(io.StringIO(proc.stdout))
+    assert list(df.columns) == ["domain", "lambda", "seed", "value"]
+    assert set(df["seed"]) == {0, 1} and df["lambda"].between(0, 1.5).all()
+    assert len(df) == 2 * 2 * 7  # domains x seeds x lambdas 0..1.5 step 0.25
+    bad = mmgrid("results", "--registry", str(quick_demo), "--columns", "domain,nope")
+    assert bad.returncode == 2 and "'nope'" in bad.stderr
+
+
+def test_a_closed_pipe_exits_quietly(quick_demo: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "mmgrid", "results", "--registry", str(quick_demo)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # what `| head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141)
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_merge_parameters_have_one_spelling(quick_demo: Path, tmp_path: Path) -> None:
+    t1, t2 = (_ids(quick_demo, "--paradigm", "emb", "--domain", "Phones", "--period", p, "--seed", "0",
+                   "--kind", "trained", "--variant", "default")[0] for p in ("p1", "p2"))
+    base = ["merge", "--registry", str(quick_demo), "--method", "temporal", "--inputs", t1, t2]
+    a = mmgrid(*base, "--set", "lambda=0.7")
+    b = mmgrid(*base, "--set", "lam=0.7")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout  # one checkpoint, not two with identical tensors
+    shown = json.loads(mmgrid("show", a.stdout.strip(), "--registry", str(quick_demo)).stdout)
+    assert shown["params"] == {"method": "temporal", "lam": 0.7}
+    twice = mmgrid(*base, "--set", "lam=1.3", "--set", "lambda=0.5")
+    assert twice.returncode == 2 and "given twice" in twice.stderr
+    # an overflowing value: named before the registry is opened (a missing one is not created)
+    nowhere = tmp_path / "reg"
+    huge = mmgrid("merge", "--registry", str(nowhere), "--method", "temporal", "--inputs", t1, t2, "--set", "lam=1e308")
+    assert huge.returncode == 2 and "float32" in huge.stderr and not nowhere.exists()
+
+
+def test_prepared_data_the_registry_was_not_trained_on_is_named(quick_demo: Path, tmp_path: Path) -> None:
+    world = mmgrid("world", "--out", str(tmp_path / "w"), "--domains", "2", "--scale", "0.3", "--seed", "5")
+    assert world.returncode == 0, world.stderr
+    prep = mmgrid("prepare", str(quick_demo), f"data.root={tmp_path / 'w'}", "--out", str(tmp_path / "p"))
+    assert prep.returncode == 0, prep.stderr
+    proc = mmgrid("sweep", "temporal", str(quick_demo), f"prepared={tmp_path / 'p'}")
+    assert proc.returncode == 2
+    assert "is not the data the registry's checkpoints were trained on" in proc.stderr
