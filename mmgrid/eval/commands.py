@@ -49,7 +49,7 @@ def _eval(args: argparse.Namespace) -> int:
     return eval_grid_cli(args)
 
 
-def _config(args: argparse.Namespace, registry: Path | None = None) -> Any:
+def eval_config(args: argparse.Namespace, registry: Path | None = None) -> Any:
     """The grid config giving paradigm params and eval settings, with the command's KEY=VALUE
     overrides applied (never ignored): ``--config``, else the saved run of ``registry``
     (``mmgrid-run.yaml`` beside it), else the defaults; through the one validation pass.
@@ -102,10 +102,12 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     if not args.target:
         raise ConfigError("mmgrid eval --registry PATH ID: the checkpoint id (or alias) is missing.")
     root = registry_path(args, "eval")
-    cfg = _config(args, root)
+    cfg = eval_config(args, root)
     reg = Registry.open(root)
+    if not args.no_record:
+        reg.require_writable("`mmgrid eval` (it records; --no-record only prints)")
     man = reg.get(args.target)
-    prepared = _prepared(args, cfg, man)
+    prepared = eval_prepared(args, cfg, man)
     if man.coords.get("paradigm") == "base":
         return _eval_base(reg, man.id, prepared, cfg, args)
     domain = args.domain or man.coords.get("domain")
@@ -122,7 +124,7 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     split = args.split or cfg.eval.split
     dom = prepared.domain(domain)
     res = evaluate_state(par, load_checkpoint(reg, man.id), dom, cfg.paradigm_params.get(par.name, {}),
-                         **_eval_kwargs(cfg, split))
+                         **evaluator_kwargs(cfg, split))
     _print(f"{man.id[:12]} {man.coords} on {domain}/{split}", res)
     if not args.no_record:
         record_results(reg, man.id, split, res, domain)
@@ -142,11 +144,13 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
 
     recipe = Recipe.load(args.recipe)
     root = registry_path(args, "eval") if (args.registry or args.config is None) else None
-    cfg = _config(args, root)
+    cfg = eval_config(args, root)
     reg = Registry.open(root if root is not None else cfg.registry)
+    if not args.no_record:
+        reg.require_writable("`mmgrid eval` (it records; --no-record only prints)")
     first = reg.get(recipe.inputs[0])
     domain = args.domain or first.coords.get("domain")
-    prepared = _prepared(args, cfg)
+    prepared = eval_prepared(args, cfg)
     if domain not in prepared.domains:
         raise ConfigError(f"recipe {args.recipe}: evaluate on which domain? pass --domain (one of {prepared.domains}).")
     state, info = merge_with_info(recipe.method, recipe.inputs, recipe.base, reg, **recipe.method_params())
@@ -156,7 +160,7 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     par = get_paradigm(first.coords["paradigm"])
     split = args.split or cfg.eval.split
     res = evaluate_state(par, ckpt, prepared.domain(domain), cfg.paradigm_params.get(par.name, {}),
-                         **_eval_kwargs(cfg, split))
+                         **evaluator_kwargs(cfg, split))
     _print(f"recipe {args.recipe} ({recipe.method}) on {domain}/{split}", res)
     if not args.no_record:
         record_results(reg, None, split, res, domain, recipe=dataclasses.asdict(recipe))
@@ -177,7 +181,7 @@ def _eval_base(reg: Any, cid: str, prepared: Any, cfg: Any, args: argparse.Names
     return 0
 
 
-def _prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
+def eval_prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
     """The prepared data: ``--prepared``, else the ``--config`` grid's, else (a checkpoint of a
     registry, no config) the prepared folder beside the registry (``mmgrid demo`` and grids
     write ``runs/NAME/prepared`` next to ``runs/NAME/registry``) when its fingerprint is the one
@@ -204,7 +208,8 @@ def _prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
         raise ConfigError(f"{exc} (pass --prepared DIR or --config CONFIG)") from exc
 
 
-def _eval_kwargs(cfg: Any, split: str) -> dict[str, Any]:
+def evaluator_kwargs(cfg: Any, split: str) -> dict[str, Any]:
+    """The :class:`mmgrid.eval.ranking.Evaluator` settings of ``cfg``'s eval section for ``split``."""
     e = cfg.eval
     return {"split": split, "ks": e.ks, "groups": e.groups, "activity_phase": e.activity_phase,
             "max_users": e.max_users, "seed": cfg.train.seed}

@@ -76,6 +76,8 @@ def _run(args: argparse.Namespace) -> int:
         recipe = Recipe(args.method, list(args.inputs), base, _parse_pairs(args.params, "--set"), args.seed)
         recipe.method_params()  # validate before opening anything
     reg = Registry.open(registry_path(args, "merge"))
+    if not args.dry_run:
+        reg.require_writable("`mmgrid merge`")  # before the merge's work, not after it
     coords = _parse_pairs(args.out_coords, "--out-coords") or None
     print(run_recipe(recipe, reg, coords=coords, dry_run=args.dry_run))
     return 0

@@ -249,6 +249,9 @@ def test_a_read_only_registry_is_fully_readable_and_refuses_writes_by_name(tmp_p
             assert rc == 0 and "Traceback" not in err, (argv, err)
         rc, _, err = _run("registry", "gc", ro, "--grace", "0")
         assert rc == 2 and "read-only" in err and err.count("\n") == 1
+        # commands that compute before they write are refused before the work (named, one line)
+        rc, _, err = _run("merge", "--registry", ro, "--method", "average", "--inputs", ids[0], ids[1])
+        assert rc == 2 and "read-only" in err and "`mmgrid merge`" in err and "Traceback" not in err, err
         reg.close()
     assert snapshot(root) == before  # nothing was written
 

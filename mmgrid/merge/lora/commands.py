@@ -115,15 +115,15 @@ def compare_ranking(args: argparse.Namespace, reg: Any, applied: str, full: str)
     """Evaluate the adapter-applied model and the full checkpoint on the same domain, split and
     users; record both; return group -> metric -> (adapter, checkpoint)."""
     # lazy: see the note at the top of mmgrid/eval/commands.py (start-up cost of `mmgrid --help`)
-    from mmgrid.eval.commands import _config, _eval_kwargs, _prepared
+    from mmgrid.eval.commands import eval_config, eval_prepared, evaluator_kwargs
     from mmgrid.eval.ranking import evaluate_state, record_results
     from mmgrid.paradigms import get_paradigm
     from mmgrid.runtime.checkpoints import load_checkpoint
 
     args.overrides = []
-    cfg = _config(args)
+    cfg = eval_config(args)
     man = reg.get(full)
-    prepared = _prepared(args, cfg, man)
+    prepared = eval_prepared(args, cfg, man)
     domain = args.domain or man.coords.get("domain")
     if domain not in prepared.domains:
         raise ConfigError(f"extract-lora --evaluate: domain {domain!r} is not in {prepared.root}; pass --domain "
@@ -134,7 +134,7 @@ def compare_ranking(args: argparse.Namespace, reg: Any, applied: str, full: str)
     out: dict[str, dict[str, list]] = {}
     for slot, cid in enumerate((applied, man.id)):
         res = evaluate_state(par, load_checkpoint(reg, cid), dom, cfg.paradigm_params.get(par.name, {}),
-                             **_eval_kwargs(cfg, split))
+                             **evaluator_kwargs(cfg, split))
         record_results(reg, cid, split, res, domain)
         for group, metrics in res.items():
             for m, v in metrics.items():
