@@ -27,9 +27,8 @@ COMMAND_MODULES = (
     "mmgrid.merge.lora.commands",  # extract-lora, apply-lora
     "mmgrid.train.commands",  # build
     "mmgrid.eval.commands",  # eval
-    "mmgrid.sweep.commands",  # sweep, predict-lambda, report
+    "mmgrid.sweep.commands",  # sweep, predict-lambda, report, export mlflow
     "mmgrid.sweep.calibration.commands",  # calibrate
-    "mmgrid.sweep.mlflow_export",  # export mlflow
     "mmgrid.demo",  # demo, validate
 )
 

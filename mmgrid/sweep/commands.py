@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mmgrid.cliargs import REGISTRY_HELP, add_overrides, check_against_registry, load_config
+from mmgrid.cliargs import REGISTRY_HELP, add_overrides, add_registry, check_against_registry, load_config, open_registry
 from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=_cross_domain)
     k = ssub.add_parser("continual", help="lambda scaling vs continual merging (MagMax, OPCM, DOP, TA, TIES) "
                                           "over pretrain -> t1 -> t2, paired tests vs lambda = 1")
-    k.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    _add_source(k)
     k.add_argument("--group", default="all", help="user group of the printed table (all, active, non_active)")
     add_overrides(k)
     add_executor_args(k)
@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "PNG figures (and, with --html, one self-contained interactive report.html). "
                                    "All files are written at once or not at all: a failing section or a full disk "
                                    "leaves the previous report. Exit status 2 when a section failed.")
-    r.add_argument("config", help="grid YAML, or a packaged grid name such as demo")
+    _add_source(r)
     r.add_argument("--out", required=True, help="output folder")
     r.add_argument("--no-diagnostics", action="store_true", help="skip Figure 2 and the task-vector diagnostics")
     r.add_argument("--html", action="store_true",
@@ -67,6 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="when a section fails, write the others with the failed one marked (still exits 2)")
     add_overrides(r)
     r.set_defaults(func=_report)
+    _register_export(sub)
 
 
 SOURCE_HELP = ("a run folder (as `mmgrid demo --out` or `mmgrid build` leave, with mmgrid-run.yaml) or its "
@@ -99,6 +100,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     reg = Registry.open(cfg.registry)
     study = {"temporal": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
              "predict-lambda": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
+             "continual": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
              "cross-domain": (list(cfg.sweeps.cross_domain.paradigms), cfg.sweeps.cross_domain.variant, None)}
     if command in study:
         paradigms, variant, domains = study[command]
@@ -219,4 +221,34 @@ def _report(args: argparse.Namespace) -> int:
     path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics, html=args.html,
                         keep_going=args.keep_going)
     print(f"report written to {path}" + (f" and {path.with_name('report.html')}" if args.html else ""))
+    return 0
+
+
+def _register_export(sub: argparse._SubParsersAction) -> None:
+    """``mmgrid export mlflow``."""
+    ex = sub.add_parser("export", help="export the grid to other tools (mlflow)")
+    esub = ex.add_subparsers(dest="target", metavar="TARGET")
+    m = esub.add_parser("mlflow", help="every checkpoint and study as MLflow runs (pip install 'mmgrid[mlflow]')",
+                        description="Write every checkpoint of the registry as an MLflow run (coordinates and seed as "
+                                    "tags, training/merge parameters as params, results with ci_low/ci_high as "
+                                    "metrics, lineage as parent runs and tags) and every study as a parent run of "
+                                    "the merges it evaluated. Running it again adds only what is new. Browse a local "
+                                    "store offline: mlflow ui --backend-store-uri sqlite:///mlflow.db")
+    add_registry(m, legacy_root=True)
+    m.add_argument("--tracking-uri", required=True,
+                   help="MLflow tracking URI, e.g. sqlite:///mlflow.db (a local file: no network)")
+    m.add_argument("--experiment", default="mmgrid", help="experiment name (created if missing; default mmgrid)")
+    m.set_defaults(func=_export_mlflow)
+    ex.set_defaults(func=lambda a: (ex.print_help(), 0)[1])
+
+
+def _export_mlflow(args: argparse.Namespace) -> int:
+    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.sweep.mlflow_export import export_mlflow
+
+    reg = open_registry(args, "export mlflow")
+    s = export_mlflow(reg, args.tracking_uri, args.experiment)
+    print(f"mlflow export to {args.tracking_uri} (experiment {args.experiment!r}, id {s.experiment_id}): "
+          f"{s.runs_created} runs created, {s.runs_found} found again; {s.metrics_logged} metrics, "
+          f"{s.params_logged} params, {s.tags_logged} tags logged in {s.seconds:.1f} s")
     return 0

@@ -19,7 +19,6 @@ needs no network. Needs the ``mlflow`` extra (``pip install 'mmgrid[mlflow]'``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -54,35 +53,6 @@ class ExportSummary:
     @property
     def added(self) -> int:
         return self.runs_created + self.metrics_logged + self.params_logged + self.tags_logged
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """``mmgrid export mlflow``."""
-    ex = sub.add_parser("export", help="export the grid to other tools (mlflow)")
-    esub = ex.add_subparsers(dest="target", metavar="TARGET")
-    m = esub.add_parser("mlflow", help="every checkpoint and study as MLflow runs (pip install 'mmgrid[mlflow]')",
-                        description="Write every checkpoint of the registry as an MLflow run (coordinates and seed as "
-                                    "tags, training/merge parameters as params, results with ci_low/ci_high as "
-                                    "metrics, lineage as parent runs and tags) and every study as a parent run of "
-                                    "the merges it evaluated. Running it again adds only what is new. Browse a local "
-                                    "store offline: mlflow ui --backend-store-uri sqlite:///mlflow.db")
-    m.add_argument("root", help="registry folder")
-    m.add_argument("--tracking-uri", required=True,
-                   help="MLflow tracking URI, e.g. sqlite:///mlflow.db (a local file: no network)")
-    m.add_argument("--experiment", default="mmgrid", help="experiment name (created if missing; default mmgrid)")
-    m.set_defaults(func=_command)
-    ex.set_defaults(func=lambda a: (ex.print_help(), 0)[1])
-
-
-def _command(args: argparse.Namespace) -> int:
-    from mmgrid.registry.api import Registry  # lazy: the registry's API (pandas) only when the command runs
-
-    reg = Registry.open(args.root)
-    s = export_mlflow(reg, args.tracking_uri, args.experiment)
-    print(f"mlflow export to {args.tracking_uri} (experiment {args.experiment!r}, id {s.experiment_id}): "
-          f"{s.runs_created} runs created, {s.runs_found} found again; {s.metrics_logged} metrics, "
-          f"{s.params_logged} params, {s.tags_logged} tags logged in {s.seconds:.1f} s")
-    return 0
 
 
 def _client(tracking_uri: str) -> Any:

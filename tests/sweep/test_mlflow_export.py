@@ -98,7 +98,7 @@ def test_a_second_export_adds_nothing_and_a_new_result_only_itself(exported, cap
     run_id = next(k for k, v in before.items() if v[2].get("mmgrid.id") == cid)
     assert len(client.get_metric_history(run_id, "test/all/recall_at_10")) == 1  # logged once, not once per export
     reg.record_eval(cid, "test", "active", {"recall@10": 0.3})
-    assert main(["export", "mlflow", str(reg.root), "--tracking-uri", uri, "--experiment", "grid"]) == 0
+    assert main(["export", "mlflow", "--registry", str(reg.root), "--tracking-uri", uri, "--experiment", "grid"]) == 0
     assert "0 runs created" in capsys.readouterr().out
     third = export_mlflow(reg, uri, "grid")
     assert third.added == 0
@@ -108,5 +108,5 @@ def test_a_second_export_adds_nothing_and_a_new_result_only_itself(exported, cap
 
 def test_bad_tracking_uri_is_a_named_error(grid, capsys):
     _, reg, _ = grid
-    assert main(["export", "mlflow", str(reg.root), "--tracking-uri", "no-scheme-here"]) == 2
+    assert main(["export", "mlflow", "--registry", str(reg.root), "--tracking-uri", "no-scheme-here"]) == 2
     assert "expected a URI such as sqlite:///mlflow.db" in capsys.readouterr().err
