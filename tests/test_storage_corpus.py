@@ -28,7 +28,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ import pytest
 import torch
 
 from mmgrid.errors import MmgridError, RegistryError, StorageError
+from tests.registry.test_storage import CAN_MOUNT  # the one probe: can this process mount a tmpfs?
 from mmgrid.registry.errors import CorruptIndexError, ReadOnlyRegistryError, RegistryStorageError, RegistryWarning
 
 CLI = "exit status 2"
@@ -102,21 +102,6 @@ def cli(*argv: Any) -> tuple[int, str]:
     return rc, err.getvalue()
 
 
-def can_mount() -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    probe = Path(tempfile.mkdtemp(prefix="mmgrid-mount-probe-"))
-    try:
-        ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
-                            capture_output=True).returncode == 0
-        if ok:
-            subprocess.run(["umount", str(probe)], check=True)
-        return ok
-    finally:
-        probe.rmdir()
-
-
-CAN_MOUNT = can_mount()
 
 
 def read_only_view(src: Path, stack: contextlib.ExitStack) -> Path:

@@ -48,6 +48,7 @@ def forget_verified(persistent: bool = True) -> None:
 
 
 def _utf8(path: Path) -> bool:
+    """True when ``path`` is valid UTF-8 (a folder name in another encoding is not)."""
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
@@ -292,9 +293,6 @@ class BlobStore:
             tensor = from_blob(self._read_verified(sha, path, where), path)
             return tensor if device == "cpu" else tensor.to(device)
         verified.mark({sha})
-        if not _utf8(path):  # safetensors' Rust side opens UTF-8 paths only: read the bytes ourselves
-            tensor = from_blob(bytearray(path.read_bytes()), path)
-            return tensor if device == "cpu" else tensor.to(device)
         from safetensors import safe_open  # lazy: safetensors' torch bindings import torch
 
         try:
@@ -324,12 +322,3 @@ class BlobStore:
     def temp_files(self) -> list[Path]:
         """Temporary files in ``tmp/``: writes in flight, or left by a killed writer."""
         return temp_files(self.tmp)
-
-
-def _utf8(path: Path) -> bool:
-    """True when ``path`` is valid UTF-8 (a folder name in another encoding is not)."""
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
