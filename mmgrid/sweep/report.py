@@ -31,6 +31,7 @@ from mmgrid.sweep import evidence as ev
 from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
 from mmgrid.sweep.report_files import StagedFiles
+from mmgrid.sweep.study_records import finding_notes
 from mmgrid.sweep.report_temporal import README_FIGURE, render_prediction, render_temporal  # noqa: F401
 from mmgrid.sweep.study_results import (FINDINGS, GLOSSARY, SECTION_TITLES, BaselineResults, CrossDomainResults,  # noqa: F401
                                         DiagnosticsResults, MissingInputs, ParetoResults, ReportSectionError, Section,
@@ -184,10 +185,23 @@ def findings_lines(results: StudyResults) -> list[str]:
             lines.append(f"- *not evaluated* at 95%: {where}: {claim} (its inputs are missing; see the section)")
         else:
             lines.append(f"- **{f.verdict}** at 95%: {where}: {claim} ({f.evidence}; [evidence](#{f.section}))")
+            lines += [f"  - {text}" for text in finding_notes(f)]
     cd = results.get("cross_domain")
     if cd is not None and cd.seeds and len(cd.seeds) < len(cd.all_seeds):
         lines.append(f"- _The cross-domain study (Figure 4) ran on training seed(s) {', '.join(map(str, cd.seeds))} only._")
     return [*lines, ""]
+
+
+def console_findings(results: StudyResults) -> list[str]:
+    """The findings as the console prints them after a report: verdict, claim, and the notes."""
+    got = results.findings()
+    lines = []
+    for key, where, claim in FINDINGS:
+        f = got.get(key)
+        if f is not None:
+            lines.append(f"  {f.verdict:>13}  {where}: {claim}")
+            lines += [f"{'':17}{text}" for text in finding_notes(f)]
+    return lines
 
 
 # --------------------------------------------------------------------------- sections
