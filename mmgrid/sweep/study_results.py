@@ -95,6 +95,8 @@ def world_population_values(cfg: GridConfig) -> dict[str, Any]:
     # lazy: the calibration package (the replicate's grid, the executor's job) only when a report is computed
     from mmgrid.sweep.calibration.population import read_world_population
 
+    if cfg.world is None:
+        return {}  # not a synthetic world: no population to draw from
     try:
         return read_world_population(cfg) or {}
     except MmgridError as exc:  # e.g. a grid whose calibrate section is invalid: no population values, said so
