@@ -121,6 +121,10 @@ GLOSSARY = [
                 "first or last point."),
     ("lambda_hat*", "MMGRid Eq. 11: (1 - p_active) lambda*_pred + p_active, lambda*_pred from the leave-one-out "
                     "regression on domain statistics."),
+    ("MDE", "minimum detectable effect: the |effect| a run of this size detects at 80% power, (z_0.975 + z_0.8) x SE "
+            "with SE = width of the 95% interval / (2 x 1.96); given under every inconclusive finding."),
+    ("population value", "what the same pipeline finds on a far larger population of the same synthetic world "
+                         "(`mmgrid calibrate CONFIG --population`); the world's own value of a finding's estimand."),
     ("active / non-active users", "users above / below the activity threshold of the prepared data."),
     ("alpha (cross-domain)", "MMGRid Eq. 7: the weight of the pair's first domain in a cross-domain merge."),
     ("base: original / historical / neutral", "MMGRid Eq. 8: the start model, an earlier checkpoint, or the "
