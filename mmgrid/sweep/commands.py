@@ -65,6 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "with their intervals (one file, no network needed to view it)")
     r.add_argument("--keep-going", action="store_true",
                    help="when a section fails, write the others with the failed one marked (still exits 2)")
+    r.add_argument("--calibration", metavar="DIR", default=None,
+                   help="a `mmgrid calibrate` --out folder: its type-I error, power, coverage and MDE per finding "
+                        "become a section of the report (default: the run folder's calibrate/ beside --out, where "
+                        "there is one)")
     add_overrides(r)
     r.set_defaults(func=_report)
     _register_export(sub)
@@ -219,7 +223,7 @@ def _report(args: argparse.Namespace) -> int:
 
     cfg, reg, prepared = _open(args)
     path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics, html=args.html,
-                        keep_going=args.keep_going)
+                        keep_going=args.keep_going, calibration=args.calibration)
     print(f"report written to {path}" + (f" and {path.with_name('report.html')}" if args.html else ""))
     return 0
 

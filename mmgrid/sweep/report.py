@@ -30,7 +30,10 @@ from mmgrid.runtime.progress import progress as progress_bar
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
+from mmgrid.sweep.report_calibration import TITLE as CALIBRATION_TITLE
+from mmgrid.sweep.report_calibration import calibration_markdown, find_calibration, read_calibration
 from mmgrid.sweep.report_files import StagedFiles
+from mmgrid.sweep.study_records import finding_notes
 from mmgrid.sweep.report_temporal import README_FIGURE, render_prediction, render_temporal  # noqa: F401
 from mmgrid.sweep.study_results import (FINDINGS, GLOSSARY, SECTION_TITLES, BaselineResults, CrossDomainResults,  # noqa: F401
                                         DiagnosticsResults, MissingInputs, ParetoResults, ReportSectionError, Section,
@@ -68,7 +71,8 @@ class Report:
 
 
 def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", out_dir: str | Path,
-                 diagnostics: bool = True, html: bool = False, keep_going: bool = False) -> Path:
+                 diagnostics: bool = True, html: bool = False, keep_going: bool = False,
+                 calibration: str | Path | None = None) -> Path:
     """Write ``out_dir/report.md`` (and ``report.html`` with ``html``) and their figures from the registry.
 
     Args:
@@ -81,6 +85,9 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
         html: also write the self-contained interactive page ``report.html``.
         keep_going: a failing section is marked in the report instead of stopping it; the report is
             written and :class:`ReportIncomplete` raised.
+        calibration: a ``mmgrid calibrate`` output folder (or its calibration.json) whose results the report
+            shows; None: the run folder's ``calibrate/`` beside ``out_dir`` where there is one
+            (:func:`mmgrid.sweep.report_calibration.find_calibration`).
 
     Returns:
         The path of report.md.
@@ -90,10 +97,14 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
         ReportIncomplete: with ``keep_going``, after writing, when a section failed.
         ReportWriteError: a file could not be written; the previous report is unchanged.
     """
+    cal = find_calibration(out_dir, calibration)  # a named error before anything is computed or written
+    cal = read_calibration(cal) if cal is not None else None
     n = len(SECTION_TITLES) - (0 if diagnostics else 1)
     with progress_bar(total=n, desc="report", unit="section", leave=True, min_interval=0.0) as bar:
         results = compute_study_results(cfg, registry, prepared, diagnostics, keep_going,
                                         on_section=lambda title: (bar.set_postfix(section=title.split(":")[0]), bar.update(1)))
+    if cal is not None:
+        results.extras["calibration"] = cal
     view = None
     if html:
         from mmgrid.sweep.grid_view import grid_view  # lazy: the HTML page's grid (pandas only) is read only with --html
@@ -108,6 +119,9 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
             files.write_text("report.html", render_html(results, view))
         files.commit()
     path = Path(out_dir) / "report.md"
+    lines = console_findings(results)
+    if lines:
+        print("Findings (95% intervals; details in report.md):", *lines, sep="\n")
     if results.failed:
         names = "; ".join(f"{s.title} ({s.error})" for s in results.failed)
         raise ReportIncomplete(f"{len(results.failed)} report section(s) failed: {names}. The other sections were "
@@ -134,6 +148,9 @@ def render_markdown(results: StudyResults, out: Path, keep_going: bool = False) 
     rep.add("## Findings", "", *findings_lines(results))
     for key, section in results.sections.items():
         _render_section(rep, section, RENDERERS[key], keep_going)
+    cal = results.get("calibration")
+    if cal is not None:
+        rep.add('<a id="calibration"></a>', "", f"## {CALIBRATION_TITLE}", "", *calibration_markdown(cal))
     rep.add("## Glossary", "", *(f"- **{term}**: {text}" for term, text in GLOSSARY), "")
     rep.add("## Appendix: provenance", "",
             "Each row's numbers were read from registry evaluations of these checkpoint ids or merge-recipe "
@@ -184,10 +201,23 @@ def findings_lines(results: StudyResults) -> list[str]:
             lines.append(f"- *not evaluated* at 95%: {where}: {claim} (its inputs are missing; see the section)")
         else:
             lines.append(f"- **{f.verdict}** at 95%: {where}: {claim} ({f.evidence}; [evidence](#{f.section}))")
+            lines += [f"  - {text}" for text in finding_notes(f)]
     cd = results.get("cross_domain")
     if cd is not None and cd.seeds and len(cd.seeds) < len(cd.all_seeds):
         lines.append(f"- _The cross-domain study (Figure 4) ran on training seed(s) {', '.join(map(str, cd.seeds))} only._")
     return [*lines, ""]
+
+
+def console_findings(results: StudyResults) -> list[str]:
+    """The findings as the console prints them after a report: verdict, claim, and the notes."""
+    got = results.findings()
+    lines = []
+    for key, where, claim in FINDINGS:
+        f = got.get(key)
+        if f is not None:
+            lines.append(f"  {f.verdict:>13}  {where}: {claim}")
+            lines += [f"{'':17}{text}" for text in finding_notes(f)]
+    return lines
 
 
 # --------------------------------------------------------------------------- sections

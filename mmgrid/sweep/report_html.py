@@ -25,15 +25,17 @@ import pandas as pd
 
 from mmgrid.sweep import tables as tb
 from mmgrid.sweep.figures import GROUP_STYLE
+from mmgrid.sweep.report_calibration import TITLE as CALIBRATION_TITLE
+from mmgrid.sweep.report_calibration import calibration_html
 from mmgrid.sweep.report_html_grid import grid_section
-from mmgrid.sweep.study_records import FINDINGS, GLOSSARY, StudyResults
+from mmgrid.sweep.study_records import FINDINGS, GLOSSARY, StudyResults, finding_notes
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.sweep.grid_view import GridView
 
 # key -> (title, renderer(result) -> html): sections a later study adds to the page (e.g. "calibration"
 # from `mmgrid calibrate`); rendered after the studies when StudyResults holds a result under that key.
-EXTRA_SECTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {}
+EXTRA_SECTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {"calibration": (CALIBRATION_TITLE, calibration_html)}
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1150px;margin:0 auto;padding:0 12px 40px;
@@ -171,7 +173,9 @@ def _findings(results: StudyResults) -> str:
         else:
             rows.append(f'<li id="finding-{key}"><span class="verdict {VERDICT_CLASS.get(f.verdict, "")}">{_e(f.verdict)}'
                         f"</span> {_e(where)}: {_e(claim)} <br><small>{_e(f.evidence)} &mdash; "
-                        f'<a href="#{f.section}">evidence</a></small></li>')
+                        f'<a href="#{f.section}">evidence</a></small>'
+                        + "".join(f'<br><small class="finding-note">{_e(t)}</small>' for t in finding_notes(f))
+                        + "</li>")
     return ('<section id="findings"><h2>Findings</h2><p>Each of the papers\' findings judged from the 95% interval '
             "of its effect: <b>holds</b> (on the claimed side), <b>does not hold</b> (on the other side), "
             "<b>inconclusive</b> (straddles no effect).</p><ul>" + "".join(rows) + "</ul></section>")
@@ -305,7 +309,8 @@ def _temporal(r: Any) -> str:
         if world is not None:
             shapes.append(dict(type="line", x0=world, x1=world, yref="paper", y0=0, y1=0.86,
                                line=dict(color="black", dash="dot", width=1.5)))
-            fig.add_annotation(x=world, y=0.02, yref="paper", text="world's lambda", showarrow=False,
+            label = "population lambda*" if r.world_source.startswith("population") else "formula lambda"
+            fig.add_annotation(x=world, y=0.02, yref="paper", text=label, showarrow=False,
                                font=dict(size=9), xanchor="left")
         edges = [g for dd, g in r.edge if dd == d]
         fig.update_layout(title=f"{d}" + (f" (lambda* on the grid's edge: {', '.join(edges)})" if edges else ""),
@@ -316,12 +321,12 @@ def _temporal(r: Any) -> str:
             "mean over users and seeds with its 95% band (shaded); vertical lines mark lambda* (solid: all, dashed: "
             "active, dash-dot: non-active; the legend gives each value), its 95% interval is the bar in the group's "
             "colour at the top of the plot; the dotted "
-            "black line is the synthetic world's own lambda where there is one.</p>")
+            "black line is the synthetic world's own non-active lambda* where there is one.</p>")
     out = [text, '<div class="figs">' + "".join(figs) + "</div>", "<p>lambda* per domain and user group:</p>",
            _table(r.lambda_table)]
     if r.world is not None:
-        out.append("<p>The synthetic world's own lambda against the non-active users' lambda* interval:</p>"
-                   + _table(r.world))
+        out.append(f"<p>The synthetic world's own non-active lambda* ({_e(r.world_source)}) against the non-active "
+                   "users' lambda* interval:</p>" + _table(r.world))
     return "".join(out)
 
 

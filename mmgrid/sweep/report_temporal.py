@@ -31,9 +31,8 @@ def render_temporal(rep: Any, r: TemporalResults) -> None:
                 + ". The true maximum may lie outside the grid: set `sweeps.temporal.extend_steps` (docs/studies.md) "
                 "to let the sweep extend the grid there._", "")
     if r.world is not None:
-        rep.add("Synthetic world: the world's own lambda for its category trend, 1 + cos(2 pi 91 / P) with P the "
-                "trend's period (truth.json; a proxy from the category mix alone), against the non-active users' "
-                "lambda* interval:", "")
+        rep.add(f"Synthetic world: the world's own lambda for the non-active users ({r.world_source or 'source unknown'}), "
+                "against their lambda* interval:", "")
         rep.table(r.world, "World truth")
 
 

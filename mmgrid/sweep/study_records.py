@@ -8,13 +8,15 @@ section in order), with the findings' list and the report's glossary. Computed b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
 from mmgrid.config import GridConfig
 from mmgrid.errors import MmgridError
+from mmgrid.stats import INCONCLUSIVE, mde_note
 from mmgrid.sweep.lambda_model import LambdaPrediction
 from mmgrid.sweep.tables import Provenance
 
@@ -44,11 +46,55 @@ class Finding:
     verdict: str  # mmgrid.stats HOLDS / FAILS / INCONCLUSIVE
     evidence: str
     section: str  # key of the section whose tables are the evidence
+    # inconclusive only: what the run could have seen (:func:`with_mde`), e.g. "inconclusive: this run detects
+    # |rho| >= 1.20 at 80% power; MMGRid reports -0.89, below it: this run could not have seen it"
+    note: str = ""
+    # the population value of the finding's estimand for this world and budget (``mmgrid calibrate CONFIG
+    # --population``), as text; "" where none was computed
+    population: str = ""
+
+
+def with_mde(f: Finding, intervals: list[tuple[float, float]], scale: float = 1.0, unit: str = "",
+             what: str = "effect") -> Finding:
+    """``f`` with its minimum-detectable-effect note when it is inconclusive (else ``f`` unchanged).
+
+    ``intervals``: the 95% interval(s) of the effect the verdict was judged on (in the effect's own units,
+    before ``scale``). With several (one per domain or comparison), the standard error is the mean of those
+    their widths imply, as the calibration study reads it (:mod:`mmgrid.sweep.calibration.measures`):
+    MDE = (z_0.975 + z_0.8) x mean(width / (2 x 1.96)) (:func:`mmgrid.stats.mde_note`). The published value
+    of the finding (:data:`mmgrid.sweep.calibration.measures.PUBLISHED`), where there is one, is compared with it.
+    """
+    if f.verdict != INCONCLUSIVE:
+        return f
+    # lazy: the calibration package loads the replicate machinery (config, registry) only when a note is made
+    from mmgrid.sweep.calibration.measures import PUBLISHED
+
+    widths = [float(hi) - float(lo) for lo, hi in intervals
+              if lo is not None and hi is not None and math.isfinite(float(lo)) and math.isfinite(float(hi))]
+    width = sum(widths) / len(widths) if widths else float("nan")
+    published = PUBLISHED.get(f.key)
+    note = mde_note(-width / 2, width / 2, reported=published[0] if published else None, what=what, unit=unit,
+                    scale=scale)
+    return replace(f, note=note + (f" ({published[1]})" if published and widths else ""))
+
+
+def finding_notes(f: Finding) -> list[str]:
+    """The lines shown under a finding: its MDE note (inconclusive only) and its estimand's population value."""
+    out = [f.note] if f.note else []
+    if f.population:
+        out.append(f"population value of this world and budget: {f.population}")
+    return out
+
+
+def with_population(f: Finding, text: str) -> Finding:
+    """``f`` with the population value of its estimand (``text``; "" leaves it unchanged)."""
+    return replace(f, population=text) if text else f
 
 
 FINDINGS = [
     ("t2_text", "Table 2", "the text-grounded paradigm (BIGRec) underperforms the other GR paradigms (NDCG@10)"),
     ("t2_emb", "Table 2", "SemEmb (HLLM) outperforms SemID (LC-Rec) (NDCG@10)"),
+    ("t2_popular", "Table 2", "every generative-recommendation paradigm beats most-popular (NDCG@10)"),
     ("f4_hist", "Figure 4", "a historical checkpoint as base beats the original base"),
     ("f4_neutral", "Figure 4", "a neutral (averaged) base beats the historical base (the original where no historical ran)"),
     ("f5_not1", "Figure 5", "lambda = 1 is not the best lambda in every domain (all users)"),
@@ -75,6 +121,10 @@ GLOSSARY = [
                 "first or last point."),
     ("lambda_hat*", "MMGRid Eq. 11: (1 - p_active) lambda*_pred + p_active, lambda*_pred from the leave-one-out "
                     "regression on domain statistics."),
+    ("MDE", "minimum detectable effect: the |effect| a run of this size detects at 80% power, (z_0.975 + z_0.8) x SE "
+            "with SE = width of the 95% interval / (2 x 1.96); given under every inconclusive finding."),
+    ("population value", "what the same pipeline finds on a far larger population of the same synthetic world "
+                         "(`mmgrid calibrate CONFIG --population`); the world's own value of a finding's estimand."),
     ("active / non-active users", "users above / below the activity threshold of the prepared data."),
     ("alpha (cross-domain)", "MMGRid Eq. 7: the weight of the pair's first domain in a cross-domain merge."),
     ("base: original / historical / neutral", "MMGRid Eq. 8: the start model, an earlier checkpoint, or the "
@@ -142,6 +192,15 @@ class TemporalResults:
     world_lambdas: dict[str, float]
     findings: list[Finding]
     pu: Any = None  # the per-user reader (its cache serves Table 3)
+    # where world_lambdas come from: the population value of the world and budget (``mmgrid calibrate CONFIG
+    # --population``), or the labelled fallback formula for the category mix alone (:data:`FORMULA_LABEL`)
+    world_source: str = ""
+
+
+POPULATION_LABEL = ("population value: the argmax of the non-active users' NDCG@10 curve of the same pipeline on "
+                    "{worlds} world(s) with {scale:g}x the users, every test user (`mmgrid calibrate CONFIG --population`)")
+FORMULA_LABEL = ("formula for the category mix alone, 1 + cos(2 pi 91 / P) with P the trend's period (truth.json); run "
+                 "`mmgrid calibrate CONFIG --population` for the population value")
 
 
 @dataclass
@@ -194,10 +253,13 @@ class StudyResults:
     sections: dict[str, Section] = field(default_factory=dict)
     registry_root: str = ""
     fingerprint: str = "?"
+    # results that are not a study section of the registry: "calibration" (a `mmgrid calibrate` output,
+    # :mod:`mmgrid.sweep.report_calibration`), rendered after the sections where a renderer is registered
+    extras: dict[str, Any] = field(default_factory=dict)
 
     def get(self, key: str) -> Any:
         s = self.sections.get(key)
-        return s.result if s is not None else None
+        return s.result if s is not None else self.extras.get(key)
 
     @property
     def failed(self) -> list[Section]:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.config import GridConfig
+from mmgrid.errors import MmgridError
 from mmgrid.eval.table import PRETTY, seed_ids
 from mmgrid.stats import HOLDS, INCONCLUSIVE, contains, loo_error_vs_default, verdict
 from mmgrid.sweep import evidence as ev
@@ -28,9 +29,10 @@ from mmgrid.sweep.crossdomain import cross_domain_results, relative_change
 from mmgrid.sweep.diagnose import pairwise_diagnostics, task_vector_norms
 from mmgrid.sweep.lambda_model import association, from_stars, stats_table, study_stars
 from mmgrid.sweep.results import checkpoint_metrics
-from mmgrid.sweep.study_records import (FINDINGS, GLOSSARY, SECTION_TITLES, BaselineResults,  # noqa: F401
-                                        CrossDomainResults, DiagnosticsResults, Finding, MissingInputs, ParetoResults,
-                                        PredictionResults, ReportSectionError, Section, StudyResults, TemporalResults)
+from mmgrid.sweep.study_records import (FINDINGS, FORMULA_LABEL, GLOSSARY, POPULATION_LABEL,  # noqa: F401
+                                        SECTION_TITLES, BaselineResults, CrossDomainResults, DiagnosticsResults,
+                                        Finding, MissingInputs, ParetoResults, PredictionResults, ReportSectionError,
+                                        Section, StudyResults, TemporalResults, with_mde, with_population)
 from mmgrid.sweep.temporal import temporal_results
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,12 +59,13 @@ def compute_study_results(cfg: GridConfig, registry: Any, prepared: "PreparedDat
     domains = list(prepared.domains)
     out = StudyResults(cfg, domains, registry_root=str(getattr(registry, "root", "")),
                        fingerprint=str(getattr(prepared, "fingerprint", "?")))
-    steps: list[tuple[str, Callable[[], Any]]] = [("table2", lambda: baselines(cfg, registry, domains))]
+    pop = world_population_values(cfg)  # read once: every section's population values come from it
+    steps: list[tuple[str, Callable[[], Any]]] = [("table2", lambda: baselines(cfg, registry, domains, pop))]
     if diagnostics:
         steps.append(("diagnostics", lambda: diagnostics_results(cfg, registry, prepared)))
     steps += [("cross_domain", lambda: cross_domain(cfg, registry)),
-              ("temporal", lambda: temporal(cfg, registry)),
-              ("prediction", lambda: prediction(cfg, registry, prepared, out.sections["temporal"])),
+              ("temporal", lambda: temporal(cfg, registry, pop)),
+              ("prediction", lambda: prediction(cfg, registry, prepared, out.sections["temporal"], pop)),
               ("pareto", lambda: pareto(cfg, registry))]
     for key, fn in steps:
         out.sections[key] = run_section(key, SECTION_TITLES[key], fn, keep_going)
@@ -84,6 +87,36 @@ def run_section(key: str, title: str, fn: Callable[[], Any], keep_going: bool) -
         return Section(key, title, error=f"{type(exc).__name__}: {exc}")
 
 
+def world_population_values(cfg: GridConfig) -> dict[str, Any]:
+    """The population values of the grid's world and budget (``<data.root>/population.json``, written by
+    ``mmgrid calibrate CONFIG --population``; :func:`mmgrid.sweep.calibration.population.read_world_population`),
+    or {} where none is cached for this world and budget (or the grid is not one the calibration study can
+    describe)."""
+    # lazy: the calibration package (the replicate's grid, the executor's job) only when a report is computed
+    from mmgrid.sweep.calibration.population import read_world_population
+
+    if cfg.world is None:
+        return {}  # not a synthetic world: no population to draw from
+    try:
+        return read_world_population(cfg) or {}
+    except MmgridError as exc:  # e.g. a grid whose calibrate section is invalid: no population values, said so
+        print(f"mmgrid report: no population values ({exc})", file=sys.stderr)
+        return {}
+
+
+def _pop_num(pop: dict[str, Any], key: str) -> float | None:
+    v = pop.get(key)
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _pop_source(pop: dict[str, Any]) -> str:
+    return f"{pop.get('worlds', '?')} world(s), {float(pop.get('user_scale') or 1):g}x the users"
+
+
 def _seeds(cfg: GridConfig) -> list[int]:
     return list(getattr(cfg.train, "seed_list", None) or [cfg.train.seed])
 
@@ -91,8 +124,9 @@ def _seeds(cfg: GridConfig) -> list[int]:
 # --------------------------------------------------------------------------- Table 2
 
 
-def baselines(cfg: GridConfig, registry: Any, domains: list[str]) -> BaselineResults:
-    """Table 2 with intervals, the paired comparisons with the references and the two findings."""
+def baselines(cfg: GridConfig, registry: Any, domains: list[str], pop: dict[str, Any] | None = None) -> BaselineResults:
+    """Table 2 with intervals, the paired comparisons with the references and the three findings (each
+    inconclusive one with its MDE note; "beats most-popular" with its population value where ``pop`` has one)."""
     t2, prov, cv = tb.table2_ci(cfg, registry, domains)
     if t2.empty:
         raise MissingInputs("no evaluated last-stage checkpoints; run `mmgrid build` and `mmgrid eval`.")
@@ -106,9 +140,25 @@ def baselines(cfg: GridConfig, registry: Any, domains: list[str]) -> BaselineRes
             sub = comp[comp["metric"] == metric]
             if not sub.empty:
                 wide[short] = tb.comparison_table(sub, domains, PRETTY)
-        findings = [Finding(f["key"], f["verdict"], f["evidence"], "table2")
+        findings = [with_mde(Finding(f["key"], f["verdict"], f["evidence"], "table2"), f["intervals"], 100.0, " pts",
+                             "difference")
                     for f in tb.table2_findings(cv, domains, PRETTY)]
+        findings = [with_population(f, _t2_population(cfg, pop or {})) if f.key == "t2_popular" else f
+                    for f in findings]
     return BaselineResults(t2, prov, tb.has_intervals(t2), comp, wide, findings)
+
+
+def _t2_population(cfg: GridConfig, pop: dict[str, Any]) -> str:
+    """The population value of paradigm - most-popular (NDCG@10, users pooled) per calibrated paradigm."""
+    each = {p: v for p, v in (pop.get("t2_each") or {}).items() if isinstance(v, dict) and v.get("value") is not None}
+    if not each and _pop_num(pop, "t2_popular") is not None:
+        each = {cfg.sweeps.temporal.paradigm: {"value": pop["t2_popular"], "se": pop.get("t2_popular_se")}}
+    parts = []
+    for p, v in each.items():
+        se = _pop_num(v, "se")
+        parts.append(f"{PRETTY.get(p, p)} - most-popular N@10 {float(v['value']) * 100:+.2f} pts"
+                     + (f" (SE {se * 100:.2f})" if se is not None else ""))
+    return ("; ".join(parts) + f" ({_pop_source(pop)})") if parts else ""
 
 
 # --------------------------------------------------------------------------- Figure 2
@@ -156,10 +206,11 @@ def cross_domain(cfg: GridConfig, registry: Any) -> CrossDomainResults:
             sub = order[(order["better"] == better) & (order["worse"] == worse)]
             if any(f.key == key for f in findings) or sub.empty:
                 continue  # neutral - original stands in only where no historical base was run
-            findings.append(Finding(key, tb._combine([verdict(r.ci_low, r.ci_high, "greater") for r in sub.itertuples()]),
-                                    "; ".join(f"{r.paradigm}/{r.method} {better} - {worse} "
-                                              f"{ev.fmt_ci(r.diff, r.ci_low, r.ci_high, sign=True)} pts, p {ev.fmt_p(r.p_holm)}"
-                                              for r in sub.itertuples()), "cross_domain"))
+            f = Finding(key, tb._combine([verdict(r.ci_low, r.ci_high, "greater") for r in sub.itertuples()]),
+                        "; ".join(f"{r.paradigm}/{r.method} {better} - {worse} "
+                                  f"{ev.fmt_ci(r.diff, r.ci_low, r.ci_high, sign=True)} pts, p {ev.fmt_p(r.p_holm)}"
+                                  for r in sub.itertuples()), "cross_domain")
+            findings.append(with_mde(f, [(r.ci_low, r.ci_high) for r in sub.itertuples()], 100.0, " pts", "difference"))
     return CrossDomainResults(metric, rel, heat, errors, summary, prov, order, _merged_cells(rel, cells), seeds,
                               _seeds(cfg), findings)
 
@@ -188,8 +239,10 @@ def lam_text(v: float, lo: float, hi: float, edge: Any = False) -> str:
     return text + (" (edge)" if bool(edge) else "")
 
 
-def temporal(cfg: GridConfig, registry: Any) -> TemporalResults:
-    """The temporal study: curves with bands, lambda* per (domain, group) and the findings of Figure 5."""
+def temporal(cfg: GridConfig, registry: Any, pop: dict[str, Any] | None = None) -> TemporalResults:
+    """The temporal study: curves with bands, lambda* per (domain, group) and the findings of Figure 5.
+
+    ``pop``: the world's population values (:func:`world_population_values`; None: read them here)."""
     t = cfg.sweeps.temporal
     res = temporal_results(registry, paradigm=t.paradigm, variant=t.variant)
     if res.empty:
@@ -214,26 +267,56 @@ def temporal(cfg: GridConfig, registry: Any) -> TemporalResults:
     prov = {d: list(dict.fromkeys(res.loc[res["domain"] == d, "recipe_hash"])) for d in wide.index}
     seeds = sorted({s for c in curves.values() for s in c.seeds}) if curves else []
     edge = [(r.domain, r.group) for r in stars[stars["on_edge"].astype(bool)].itertuples()]
-    findings, world, truth = _temporal_findings(cfg, stars)
+    pop = world_population_values(cfg) if pop is None else pop
+    findings, world, truth, source = _temporal_findings(cfg, stars, pop)
     return TemporalResults(t.paradigm, t.metric, t.smooth, res, stars, curves, band, seeds, wide, prov, edge, world,
-                           truth, findings, pu)
+                           truth, findings, pu, source)
 
 
-def _temporal_findings(cfg: GridConfig, stars: pd.DataFrame) -> tuple[list[Finding], pd.DataFrame | None, dict]:
+def world_lambdas(cfg: GridConfig, pop: dict[str, Any]) -> tuple[dict[str, float], str]:
+    """The world's own non-active lambda* per domain and where it comes from: the population value
+    (``pop["lambda_star"]``) where computed for this world and budget, else the labelled fallback formula
+    :func:`mmgrid.sweep.evidence.analytic_lambdas` (the category mix alone)."""
+    popd = {str(d): float(g["non_active"]) for d, g in (pop.get("lambda_star") or {}).items()
+            if isinstance(g, dict) and g.get("non_active") is not None}
+    if popd:
+        return popd, POPULATION_LABEL.format(worlds=pop.get("worlds", "?"), scale=float(pop.get("user_scale") or 1))
+    truth = ev.analytic_lambdas(cfg.data.root)
+    return truth, (FORMULA_LABEL if truth else "")
+
+
+def _width_pairs(rows: pd.DataFrame) -> list[tuple[float, float]]:
+    """For "the best lambda differs": the interval of each pair's difference a normal approximation implies,
+    width sqrt(w_a^2 + w_b^2) (independent domains), centred on 0 (only its width is used)."""
+    w = (rows["ci_high"] - rows["ci_low"]).to_numpy(float)
+    out = []
+    for i in range(len(w)):
+        for j in range(i + 1, len(w)):
+            h = math.hypot(w[i], w[j]) / 2
+            out.append((-h, h))
+    return out
+
+
+def _temporal_findings(cfg: GridConfig, stars: pd.DataFrame, pop: dict[str, Any]
+                       ) -> tuple[list[Finding], pd.DataFrame | None, dict, str]:
     out: list[Finding] = []
     al = stars[stars["group"] == "all"]
     if not al.empty and al["ci_low"].notna().any():
         off = al[(al["ci_low"] > 1.0) | (al["ci_high"] < 1.0)]
-        out.append(Finding("f5_not1", HOLDS if len(off) else INCONCLUSIVE,
-                           f"{len(off)} of {len(al)} domains' lambda* interval (all users) excludes 1"
-                           + (": " + ", ".join(f"{r.domain} {lam_text(r.lambda_star, r.ci_low, r.ci_high)}"
-                                               for r in off.itertuples()) if len(off) else ""), "temporal"))
+        f = Finding("f5_not1", HOLDS if len(off) else INCONCLUSIVE,
+                    f"{len(off)} of {len(al)} domains' lambda* interval (all users) excludes 1"
+                    + (": " + ", ".join(f"{r.domain} {lam_text(r.lambda_star, r.ci_low, r.ci_high)}"
+                                        for r in off.itertuples()) if len(off) else ""), "temporal")
+        f = with_mde(f, list(zip(al["ci_low"], al["ci_high"])), what="lambda* - 1")
+        out.append(with_population(f, _f5_population(pop)))
         disjoint = [(a.domain, b.domain) for a in al.itertuples() for b in al.itertuples()
                     if a.domain < b.domain and (a.ci_high < b.ci_low or b.ci_high < a.ci_low)]
-        out.append(Finding("f5_varies", HOLDS if disjoint else INCONCLUSIVE,
-                           f"{len(disjoint)} pair(s) of domains with disjoint lambda* intervals (all users)"
-                           + (f", e.g. {disjoint[0][0]} vs {disjoint[0][1]}" if disjoint else ""), "temporal"))
-    truth = ev.analytic_lambdas(cfg.data.root)
+        f = Finding("f5_varies", HOLDS if disjoint else INCONCLUSIVE,
+                    f"{len(disjoint)} pair(s) of domains with disjoint lambda* intervals (all users)"
+                    + (f", e.g. {disjoint[0][0]} vs {disjoint[0][1]}" if disjoint else ""), "temporal")
+        out.append(with_mde(f, _width_pairs(al.dropna(subset=["ci_low", "ci_high"])),
+                            what="difference of two domains' lambda*"))
+    truth, source = world_lambdas(cfg, pop)
     na = stars[(stars["group"] == "non_active") & stars["domain"].isin(list(truth))]
     world = None
     if truth and not na.empty and na["ci_low"].notna().any():
@@ -243,21 +326,34 @@ def _temporal_findings(cfg: GridConfig, stars: pd.DataFrame) -> tuple[list[Findi
             outside = value > r.grid_high + 1e-9 or value < r.grid_low - 1e-9 if hasattr(r, "grid_high") else False
             v = INCONCLUSIVE if outside and r.on_edge else contains(r.ci_low, r.ci_high, value)
             verdicts.append(v)
-            rows[r.domain] = {"world's lambda": f"{value:.2f}",
+            rows[r.domain] = {("population lambda*" if source.startswith("population") else "formula lambda"): f"{value:.2f}",
                               "lambda* non-active": lam_text(r.lambda_star, r.ci_low, r.ci_high, r.on_edge),
                               "contains it": v + (" (beyond the grid)" if outside else "")}
         world = pd.DataFrame(rows).T
         n_in = sum(v == HOLDS for v in verdicts)
-        out.append(Finding("world", tb._combine(verdicts), f"{n_in} of {len(verdicts)} domains' intervals contain it",
-                           "temporal"))
-    return out, world, truth
+        f = Finding("world", tb._combine(verdicts), f"{n_in} of {len(verdicts)} domains' intervals contain it ("
+                    + ("the population value" if source.startswith("population") else
+                       "the formula for the category mix alone; no population value computed") + ")", "temporal")
+        out.append(with_mde(f, list(zip(na["ci_low"], na["ci_high"])), what="lambda* - world's value"))
+    return out, world, truth, source
+
+
+def _f5_population(pop: dict[str, Any]) -> str:
+    v = _pop_num(pop, "f5_not1")
+    if v is None:
+        return ""
+    per = {d: g.get("all") for d, g in (pop.get("lambda_star") or {}).items() if isinstance(g, dict)}
+    each = ", ".join(f"{d} {float(x):.2f}" for d, x in sorted(per.items()) if x is not None)
+    return f"max |lambda* - 1| (all users) = {v:.2f}" + (f"; lambda*: {each}" if each else "") + f" ({_pop_source(pop)})"
 
 
 # --------------------------------------------------------------------------- Tables 3-4
 
 
-def prediction(cfg: GridConfig, registry: Any, prepared: Any, temporal_section: Section) -> PredictionResults:
-    """The lambda* regression fitted on the temporal study's lambda* (no second fit), Table 4 and Table 3."""
+def prediction(cfg: GridConfig, registry: Any, prepared: Any, temporal_section: Section,
+               pop: dict[str, Any] | None = None) -> PredictionResults:
+    """The lambda* regression fitted on the temporal study's lambda* (no second fit), Table 4 and Table 3;
+    rho's finding with its population value where ``pop`` has one."""
     if temporal_section.error is not None:
         raise MissingInputs("the temporal section failed (see Figure 5).")
     tr: TemporalResults | None = temporal_section.result
@@ -278,16 +374,19 @@ def prediction(cfg: GridConfig, registry: Any, prepared: Any, temporal_section: 
         sp = association(pred)  # the same numbers `mmgrid predict-lambda` prints
         if math.isfinite(sp.rho):
             ci = f" [{sp.ci_low:.2f}, {sp.ci_high:.2f}]" if math.isfinite(sp.ci_low) else " (no interval: no per-user values)"
-            findings.append(Finding("t4_rho", verdict(sp.ci_low, sp.ci_high, "less"),
-                                    f"rho({feature}, lambda*) = {sp.rho:.2f}{ci}, exact p {sp.pvalue:.3g}, {sp.n} domains",
-                                    "prediction"))
+            f = Finding("t4_rho", verdict(sp.ci_low, sp.ci_high, "less"),
+                        f"rho({feature}, lambda*) = {sp.rho:.2f}{ci}, exact p {sp.pvalue:.3g}, {sp.n} domains", "prediction")
+            rho = _pop_num(pop or {}, "t4_rho")
+            f = with_population(f, f"rho = {rho:+.2f} ({_pop_source(pop or {})})" if rho is not None else "")
+            findings.append(with_mde(f, [(sp.ci_low, sp.ci_high)], what="rho"))
         else:
             sp = None
         if pred.loo is not None:
             lo = loo_error_vs_default(x, y, reps, default=1.0)
             ci = f" [{lo.ci_low:+.3f}, {lo.ci_high:+.3f}]" if math.isfinite(lo.ci_low) else ""
-            findings.append(Finding("t4_loo", verdict(lo.ci_low, lo.ci_high, "less"),
-                                    f"MAE(LOO) - MAE(lambda = 1) = {lo.diff:+.3f}{ci}", "prediction"))
+            findings.append(with_mde(Finding("t4_loo", verdict(lo.ci_low, lo.ci_high, "less"),
+                                             f"MAE(LOO) - MAE(lambda = 1) = {lo.diff:+.3f}{ci}", "prediction"),
+                                     [(lo.ci_low, lo.ci_high)], what="MAE difference"))
     ci_cols = tr.stars[tr.stars["group"] == pred.group][[c for c in ("domain", "ci_low", "ci_high") if c in tr.stars.columns]]
     plot_table = pred.table.merge(ci_cols, on="domain", how="left") if "ci_low" in ci_cols.columns else pred.table
     hat = temporal_results(registry, paradigm=pred.paradigm, variant=t.variant, study="lambda_hat")
@@ -296,7 +395,8 @@ def prediction(cfg: GridConfig, registry: Any, prepared: Any, temporal_section: 
     if t3.empty:
         t3, prov3 = tb.table3(tr.results, hat, sorted(domains))
     if comp is not None and not comp.empty:
-        findings += [Finding(f["key"], f["verdict"], f["evidence"], "prediction") for f in tb.table3_findings(comp)]
+        findings += [with_mde(Finding(f["key"], f["verdict"], f["evidence"], "prediction"), f["intervals"], 100.0, " pts",
+                              "difference") for f in tb.table3_findings(comp)]
     return PredictionResults(pred, feature, t4, prov4, tb.regression_summary(pred), sp, lo, plot_table, used,
                              t3, prov3, comp, findings)
 

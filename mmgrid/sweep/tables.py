@@ -140,26 +140,33 @@ def comparison_table(comp: pd.DataFrame, domains: list[str], pretty: dict[str, s
 
 
 def table2_findings(cv: ev.CheckpointValues, domains: list[str], pretty: dict[str, str],
-                    metric: str = "ndcg@10") -> list[dict[str, str]]:
-    """MMGRid section 4.2's two Table 2 findings as verdicts (users of all domains pooled, seeds matched)."""
+                    metric: str = "ndcg@10") -> list[dict[str, Any]]:
+    """MMGRid section 4.2's Table 2 findings as verdicts (users of all domains pooled, seeds matched): the
+    text-grounded paradigm underperforms, SemEmb beats SemID, and every GR paradigm beats most-popular.
+    Each carries the ``intervals`` (fractions) its verdict was judged on."""
     out = []
     short = dict(METRICS).get(metric, metric)
 
-    def line(a: str, b: str) -> tuple[str, str] | None:
+    def line(a: str, b: str, direction: str) -> tuple[str, str, tuple[float, float]] | None:
         r = ev.pooled_pair(cv, a, b, domains, metric)
         if r is None:
             return None
-        return (verdict(r["ci_low"], r["ci_high"], "less" if a == "text" else "greater"),
+        return (verdict(r["ci_low"], r["ci_high"], direction),
                 f"{pretty.get(a, a)} - {pretty.get(b, b)} {short} {ev.fmt_ci(r['diff'], r['ci_low'], r['ci_high'], sign=True)}"
-                f" pts, p {ev.fmt_p(r['p'])}, {r['n_users']} test examples x {r['n_seeds']} seed(s)")
+                f" pts, p {ev.fmt_p(r['p'])}, {r['n_users']} test examples x {r['n_seeds']} seed(s)",
+                (float(r["ci_low"]), float(r["ci_high"])))
 
-    text = [x for x in (line("text", "semid"), line("text", "emb")) if x is not None]
-    if text:
-        out.append({"key": "t2_text", "verdict": _combine([v for v, _ in text]), "evidence": "; ".join(e for _, e in text)})
-    emb = line("emb", "semid")
-    if emb is not None:
-        out.append({"key": "t2_emb", "verdict": emb[0], "evidence": emb[1]})
+    for key, pairs in (("t2_text", [("text", "semid", "less"), ("text", "emb", "less")]),
+                       ("t2_emb", [("emb", "semid", "greater")]),
+                       ("t2_popular", [(p, "popular", "greater") for p in GR_PARADIGMS])):
+        got = [x for x in (line(*ab) for ab in pairs) if x is not None]
+        if got:
+            out.append({"key": key, "verdict": _combine([v for v, _, _ in got]), "evidence": "; ".join(e for _, e, _ in got),
+                        "intervals": [i for _, _, i in got]})
     return out
+
+
+GR_PARADIGMS = ("text", "semid", "emb")  # the generative-recommendation paradigms of Table 2 (not SASRec, most-popular)
 
 
 def _combine(verdicts: list[str]) -> str:
@@ -294,6 +301,7 @@ def table3_findings(comp: pd.DataFrame, metric: str = "ndcg@10") -> list[dict[st
     better = int(((per["ci_low"] > 0) & (per["p_holm"] < 0.05)).sum())
     worse = int(((per["ci_high"] < 0) & (per["p_holm"] < 0.05)).sum())
     return [{"key": "t3_hat", "verdict": verdict(r["ci_low"], r["ci_high"], "greater"),
+             "intervals": [(float(r["ci_low"]), float(r["ci_high"]))],
              "evidence": f"{ev.fmt_ci(r['diff'], r['ci_low'], r['ci_high'], sign=True)} pts pooled over {len(per)} domains, "
                          f"p {ev.fmt_p(r['p'])}; Holm-significant: {better} better, {worse} worse"}]
 
