@@ -16,7 +16,8 @@ the subprocess hung in the fork: torch/tokenizers threads).
 Compared: every file under ``blobs/``, ``files/``, ``manifests/``, ``aliases/``, ``results/``
 byte for byte, except the manifests' volatile fields (:data:`VOLATILE`: when it was written
 and how long training took), which are compared with those fields removed; the index rows
-(checkpoints, coords, edges, aliases, results) except their ``created`` timestamps. Not
+(checkpoints, coords, edges, aliases, results) except their ``created`` timestamps and the
+manifests' stat identity the index caches (``mstat``: a file's size, mtime and inode). Not
 compared: ``verified/`` (a cache of verification records, present or not depending on what
 was read) and ``index.sqlite`` as a file (rebuilt from the manifests; its rows are compared).
 After a resume the only extra files are the kill's temporary files under ``tmp/``: ``verify``
@@ -134,7 +135,7 @@ def _index_rows(reg: Path) -> dict[str, list[tuple]]:
     try:
         rows = {}
         for table in ("checkpoints", "coord_kv", "edges", "aliases", "results"):
-            cols = [c[1] for c in con.execute(f"PRAGMA table_info({table})") if c[1] != "created"]
+            cols = [c[1] for c in con.execute(f"PRAGMA table_info({table})") if c[1] not in ("created", "mstat")]
             rows[table] = sorted(con.execute(f"SELECT {', '.join(cols)} FROM {table}").fetchall(), key=repr)
         return rows
     finally:
