@@ -397,6 +397,8 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "ols": ("mmgrid/stats/regression.py", "least squares with an intercept"),
     "loo_predictions": ("mmgrid/stats/regression.py", "leave-one-out predictions"),
     "rank_correlation": ("mmgrid/stats/association.py", "Spearman's rho"),
+    "elect_sign": ("mmgrid/merge/ops.py", "the TIES sign rule (dense, fast pass and LoRA call it)"),
+    "SIGN_RULES": ("mmgrid/merge/ops.py", "the TIES sign rules' names"),
 }
 
 # library calls that would be a second implementation of a home above, outside that home

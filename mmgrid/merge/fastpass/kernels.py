@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mmgrid.merge import ops
 from mmgrid.merge.errors import NonFiniteError
 
 CHUNK = 1 << 17  # entries per compute chunk (512 KiB of float32): the work buffers stay in L2 (2 MiB per core here)
@@ -124,14 +125,8 @@ def pipeline_chunk(k: Kernel, xs: list[torch.Tensor], b: torch.Tensor, bufs: Buf
     weights = [float(w) for w in (k.weights or [1.0] * len(ds))]
     acc = bufs.acc[:m]
     sign = None
-    if k.combine == "disjoint_mean" or k.elect_sign:  # ops.elect_sign: sign of the total mass
-        sign = bufs.sign[:m]
-        sign.copy_(ds[0])
-        for d in ds[1:]:
-            sign.add_(d)
-        torch.sign(sign, out=sign)  # -1, 0, +1 (NaN stays NaN and poisons the result)
-        sign.add_(0.5)
-        torch.sign(sign, out=sign)  # 0 -> +1
+    if k.combine == "disjoint_mean" or k.elect_sign:  # the unweighted rule (NaN poisons the result)
+        sign = ops.elect_sign(ds, out=bufs.sign[:m])
     if k.combine == "disjoint_mean":  # ops.disjoint_mean
         den = bufs.den[:m]
         acc.zero_()
