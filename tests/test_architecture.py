@@ -399,6 +399,7 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "rank_correlation": ("mmgrid/stats/association.py", "Spearman's rho"),
     "elect_sign": ("mmgrid/merge/ops.py", "the TIES sign rule (dense, fast pass and LoRA call it)"),
     "SIGN_RULES": ("mmgrid/merge/ops.py", "the TIES sign rules' names"),
+    "safetensors_header": ("mmgrid/registry/blobfmt.py", "the safetensors header (registry blobs, merge inputs)"),
 }
 
 # library calls that would be a second implementation of a home above, outside that home
@@ -439,6 +440,13 @@ def test_no_second_copy_of_a_home_through_a_library_call() -> None:
             if name in SECOND_COPIES and SECOND_COPIES[name] != rel:
                 found.append(f"{rel}:{node.lineno} uses {name}; the home is {SECOND_COPIES[name]}")
     assert found == []
+
+
+def test_the_safetensors_header_length_is_read_in_one_place() -> None:
+    """The 8-byte little-endian header length is unpacked only by ``safetensors_header``."""
+    found = [str(path.relative_to(ROOT.parent)) for path in sorted(ROOT.rglob("*.py"))
+             for line in path.read_text().splitlines() if "unpack(\"<Q\"" in line or "unpack('<Q'" in line]
+    assert found == ["mmgrid/registry/blobfmt.py"]
 
 
 def test_the_one_home_check_catches_a_second_definition(tmp_path: Path) -> None:
