@@ -171,12 +171,12 @@ def all_finite(t: torch.Tensor) -> bool:
 
 def kernel_chunk(k: Kernel, parts: list[torch.Tensor], bufs: Buffers, ins: list, name: str) -> torch.Tensor:
     """One chunk through the kernel (base first in ``parts``); the float32 result."""
-    if k.lerp is not None:  # ops.interpolate; NaN/Inf in either input reaches the result
+    if k.lerp is not None:  # MMGRid Eq. 9-10 on float32 copies; NaN/Inf in either input reaches the result
         m = parts[0].numel()
         acc, tmp = bufs.acc[:m], bufs.tmp[:m]
         acc.copy_(parts[0])
         tmp.copy_(parts[1])
-        return torch.lerp(acc, tmp, k.lerp, out=acc)
+        return ops.lerp_into(acc, tmp, k.lerp, acc)
     if k.tensor_coefs is not None:
         k = Kernel(coefs=k.tensor_coefs[name])
     if k.coefs is None:
