@@ -33,6 +33,7 @@ class Kernel:
         weights: pipeline weights w_i.
         combine: sum | disjoint_mean.
         elect_sign: TIES sign election.
+        sign_rule: the election's rule (:data:`mmgrid.merge.ops.SIGN_RULES`).
         scale: factor on the combined delta.
         tensor_coefs: linear methods whose coefficients differ by tensor (slerp: computed
             by the method's first pass): tensor name -> (c_0, [c_i]).
@@ -44,6 +45,7 @@ class Kernel:
     weights: tuple[float, ...] = ()
     combine: str = "sum"
     elect_sign: bool = False
+    sign_rule: str = "unweighted"
     scale: float = 1.0
     tensor_coefs: dict | None = None
 
@@ -125,8 +127,8 @@ def pipeline_chunk(k: Kernel, xs: list[torch.Tensor], b: torch.Tensor, bufs: Buf
     weights = [float(w) for w in (k.weights or [1.0] * len(ds))]
     acc = bufs.acc[:m]
     sign = None
-    if k.combine == "disjoint_mean" or k.elect_sign:  # the unweighted rule (NaN poisons the result)
-        sign = ops.elect_sign(ds, out=bufs.sign[:m])
+    if k.combine == "disjoint_mean" or k.elect_sign:  # NaN in the mass poisons the result
+        sign = ops.elect_sign(ds, list(k.weights) if k.weights else None, k.sign_rule, out=bufs.sign[:m])
     if k.combine == "disjoint_mean":  # ops.disjoint_mean
         den = bufs.den[:m]
         acc.zero_()
