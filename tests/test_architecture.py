@@ -397,6 +397,11 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "ols": ("mmgrid/stats/regression.py", "least squares with an intercept"),
     "loo_predictions": ("mmgrid/stats/regression.py", "leave-one-out predictions"),
     "rank_correlation": ("mmgrid/stats/association.py", "Spearman's rho"),
+    "interpolate": ("mmgrid/merge/ops.py", "MMGRid Eq. 9-10, theta_t1 + lambda (theta_t2 - theta_t1)"),
+    "lerp_into": ("mmgrid/merge/ops.py", "MMGRid Eq. 9-10 into a buffer (the fast pass, the sweep, a live module)"),
+    "elect_sign": ("mmgrid/merge/ops.py", "the TIES sign rule (dense, fast pass and LoRA call it)"),
+    "SIGN_RULES": ("mmgrid/merge/ops.py", "the TIES sign rules' names"),
+    "safetensors_header": ("mmgrid/registry/blobfmt.py", "the safetensors header (registry blobs, merge inputs)"),
 }
 
 # library calls that would be a second implementation of a home above, outside that home
@@ -439,6 +444,26 @@ def test_no_second_copy_of_a_home_through_a_library_call() -> None:
     assert found == []
 
 
+def test_the_safetensors_header_length_is_read_in_one_place() -> None:
+    """The 8-byte little-endian header length is unpacked only by ``safetensors_header``."""
+    found = [str(path.relative_to(ROOT.parent)) for path in sorted(ROOT.rglob("*.py"))
+             for line in path.read_text().splitlines() if "unpack(\"<Q\"" in line or "unpack('<Q'" in line]
+    assert found == ["mmgrid/registry/blobfmt.py"]
+
+
+def test_eq_9_10_is_computed_in_its_home_only() -> None:
+    """``torch.lerp`` (MMGRid Eq. 9-10's arithmetic) is called only in ``merge/ops.py``; every
+    other path (the temporal method, the fast pass, the sweep, a live module) calls the home."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = str(path.relative_to(ROOT.parent))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("lerp", "lerp_")
+                    and rel != ONE_HOME["interpolate"][0]):
+                found.append(f"{rel}:{node.lineno}")
+    assert found == []
+
+
 def test_the_one_home_check_catches_a_second_definition(tmp_path: Path) -> None:
     _write(tmp_path, {"mmgrid/__init__.py": "", "mmgrid/a.py": "def ols(x, y):\n    pass\nTIE_DECIMALS = 9\n",
                       "mmgrid/b.py": "TIE_DECIMALS: int = 9\ndef f():\n    def ols():\n        pass\n"})
@@ -472,7 +497,6 @@ PARAMS_ALLOWED: dict[str, str] = {
     "mmgrid/sweep/temporal.py:_store_point": f"{PARALLEL} (merging: the temporal study, Eq. 9-10)",
 }
 PRIVATE_IMPORTS_ALLOWED: dict[str, str] = {
-    "mmgrid/merge/interpolation.py:mmgrid.merge.tensors._numel": f"{PARALLEL} (merging)",
 }
 
 

@@ -3,19 +3,20 @@
 (The pairwise alpha of Eq. 7 is a merge per alpha through the methods' shared weights,
 :func:`mmgrid.merge.methods.eq7`; :func:`AlphaSweep` only says so.)
 
-A sweep reads its inputs once and keeps what the scalar multiplies: the temporal sweep
-keeps theta_t1 and theta_t2 as stored and computes each point with one fused
-``torch.lerp`` in float32 (no float32 tau_temp is held: 4 bytes per bf16 entry, not
-6); the alpha sweep keeps float32 base and the two TRIMmed task vectors.
+A sweep reads its inputs once: the temporal sweep keeps theta_t1 and theta_t2 as
+stored and computes each point with MMGRid Eq. 9-10's one definition,
+:func:`mmgrid.merge.ops.lerp_into` (one fused ``torch.lerp`` in float32; no float32
+tau_temp is held: 4 bytes per bf16 entry, not 6).
 ``state_at`` returns a state dict, ``apply_to`` writes the point into an already loaded
 torch module's parameters with no file I/O (evaluate, then move to the next point),
 ``write`` streams it to a file in blocks computed on two threads and written from a
 background thread (:class:`mmgrid.merge.fastpass.writer.AsyncWriter`).
-Memory: 4 bytes per entry of a bf16 model (temporal), three float32 copies (alpha).
+Memory: 4 bytes per entry of a bf16 model.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -31,7 +32,7 @@ from mmgrid.merge.fastpass.kernels import finite_range
 from mmgrid.merge.inplace import apply_inplace, module_tensors
 from mmgrid.merge.plan import Plan, check_finite
 from mmgrid.merge.reference import passthrough
-from mmgrid.merge.tensors import SafetensorsWriter, _numel
+from mmgrid.merge.tensors import SafetensorsWriter
 
 
 # bytes per output block of a sweep point: one lerp per block, so bigger blocks mean
@@ -41,12 +42,11 @@ SWEEP_BLOCK_BYTES = 16 << 20
 
 
 class _Sweep:
-    """Shared part: an affine family theta(s) = c0 + s * c1 (+ passthrough tensors)."""
+    """Shared part: theta(s) = a + s (b - a) per tensor pair (:func:`mmgrid.merge.ops.lerp_into`),
+    plus passthrough tensors."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.c0: dict[str, torch.Tensor] = {}
-        self.c1: dict[str, torch.Tensor] = {}
         self.pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # theta(s) = a + s (b - a)
         self.fixed: dict[str, torch.Tensor] = {}
         self.dtypes = {n: d for n, _, d in plan.layout}
@@ -55,13 +55,8 @@ class _Sweep:
         self._unchanged: set[str] | None = None
 
     def _point(self, name: str, s: float) -> torch.Tensor:
-        if name in self.pairs:
-            a, b = self.pairs[name]
-            return ops.lerp_into(a, b, float(s), torch.empty(a.shape, dtype=self.dtypes[name]))
-        return torch.add(self.c0[name], self.c1[name], alpha=float(s))
-
-    def _varies(self, name: str) -> bool:
-        return name in self.pairs or (name in self.c0 and self.c0[name].numel() > 0)
+        a, b = self.pairs[name]
+        return ops.lerp_into(a, b, float(s), torch.empty(a.shape, dtype=self.dtypes[name]))
 
     def state_at(self, s: float) -> dict[str, torch.Tensor]:
         """The merged state dict at scalar ``s`` (in the inputs' dtype)."""
@@ -120,7 +115,7 @@ class _Sweep:
         (:func:`mmgrid.merge.fastpass.writer.write_blocks`), into output buffers the sweep keeps
         for its next point. Concurrent calls on one sweep run one after the other."""
         jobs = [j for name, shape, dtype in self.plan.layout
-                for j in fw.block_jobs(name, _numel(shape), dtype, block_bytes=SWEEP_BLOCK_BYTES)]
+                for j in fw.block_jobs(name, math.prod(shape), dtype, block_bytes=SWEEP_BLOCK_BYTES)]
         with self._writing:
             self._write(jobs, float(s), path, durable)
 
@@ -129,8 +124,8 @@ class _Sweep:
         try:
             aw = fw.AsyncWriter(w)
             try:
-                fw.write_blocks(jobs, lambda job, out, work: self._fill(job.name, s, job.a, job.b, out, work), aw,
-                                    pool=self._pool)
+                fw.write_blocks(jobs, lambda job, out, _work: self._fill(job.name, s, job.a, job.b, out), aw,
+                                make_work=lambda: None, pool=self._pool)
             finally:
                 aw.drain()
             w.close()
@@ -138,25 +133,14 @@ class _Sweep:
             w.abort()
             raise
 
-    def _fill(self, name: str, s: float, a: int, b: int, out: torch.Tensor, work: tuple[torch.Tensor, torch.Tensor]) -> None:
+    def _fill(self, name: str, s: float, a: int, b: int, out: torch.Tensor) -> None:
         """Entries [a, b) of theta(s)'s tensor ``name`` into ``out`` (the same operations
-        as ``_point``: one lerp per block, or float32 chunks for the c0 + s c1 form)."""
+        as ``_point``: one lerp per block)."""
         if name in self.fixed:
             out.copy_(self.fixed[name].reshape(-1)[a:b])
             return
-        if name in self.pairs:
-            x, y = (t.reshape(-1)[a:b] for t in self.pairs[name])
-            ops.lerp_into(x, y, s, out)
-            return
-        acc = work[0]
-        step = acc.numel()
-        c0, c1 = self.c0[name].reshape(-1), self.c1[name].reshape(-1)
-        for i in range(a, b, step):
-            j = min(i + step, b)
-            p = acc[: j - i]
-            p.copy_(c0[i:j])  # exact: c0 is float32 or a narrower float
-            p.add_(c1[i:j], alpha=s)
-            out[i - a:j - a].copy_(p)
+        x, y = (t.reshape(-1)[a:b] for t in self.pairs[name])
+        ops.lerp_into(x, y, s, out)
 
 
 class TemporalSweep(_Sweep):

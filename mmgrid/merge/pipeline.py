@@ -57,7 +57,7 @@ class Pipeline:
     scale: float = 1.0
     scope: Literal["model", "tensor"] = "model"
     seed: int = 0
-    sign_rule: Literal["unweighted", "weighted"] = "unweighted"
+    sign_rule: ops.SignRule = "unweighted"
     rescale: ops.Rescale = "inverse_keep"
 
     @property
@@ -108,9 +108,7 @@ def combine(cfg: Pipeline, name: str, deltas: Sequence[torch.Tensor],
 
 def elected_sign(cfg: Pipeline, ds: Sequence[torch.Tensor]) -> torch.Tensor:
     """The elected sign of sparsified deltas under ``cfg.sign_rule``."""
-    if cfg.sign_rule == "weighted":
-        return ops.elect_sign(ds, list(cfg.weights) if cfg.weights else None)
-    return ops.elect_sign(ds)
+    return ops.elect_sign(ds, list(cfg.weights) if cfg.weights else None, cfg.sign_rule)
 
 
 def fuse(cfg: Pipeline, ds: Sequence[torch.Tensor]) -> torch.Tensor:

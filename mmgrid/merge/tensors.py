@@ -25,6 +25,7 @@ import torch
 
 from mmgrid.merge.errors import SourceError
 from mmgrid.registry import Registry
+from mmgrid.registry.blobfmt import safetensors_header
 
 _ST_DTYPES = {
     torch.float32: "F32",
@@ -121,16 +122,10 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
                           "'model.safetensors') and pass that file")
     try:
         with open(p, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            (n,) = struct.unpack("<Q", fh.read(8))
-            if n > size - 8:  # never trust the length: a foreign file would ask for petabytes
-                raise SourceError(f"{p}: header length {n} is larger than the file ({size} bytes); it is not a "
-                                  "safetensors file or was cut short: write it again with safetensors.torch.save_file")
-            header = json.loads(fh.read(n))
-    except SourceError:
-        raise
-    except (OSError, ValueError, struct.error) as exc:
-        raise SourceError(f"{p} is not a readable safetensors file ({exc})") from exc
+            n, header = safetensors_header(lambda o, k: os.pread(fh.fileno(), k, o), os.fstat(fh.fileno()).st_size)
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{p} is not a readable safetensors file ({exc}); it is not a safetensors file or was cut "
+                          "short: write it again with safetensors.torch.save_file") from exc
     meta = dict(header.pop("__metadata__", None) or {})
     data_start = 8 + n
     shapes = {k: (tuple(v["shape"]), _dtype_from_st(v["dtype"])) for k, v in header.items()}

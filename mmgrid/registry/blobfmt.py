@@ -2,8 +2,9 @@
 
 ``tensor_bytes`` writes exactly what ``safetensors.torch.save({"t": tensor})`` writes
 (JSON header padded with spaces to an 8-byte boundary), so a blob's name (the sha256 of
-its bytes) does not depend on which code path wrote it. ``blob_header`` parses such a
-header; ``from_blob`` turns verified bytes back into a tensor without copying them.
+its bytes) does not depend on which code path wrote it. ``safetensors_header`` is the one
+parser of a safetensors header (a registry blob's and a merge input's); ``blob_header``
+reads a blob's with it; ``from_blob`` turns verified bytes back into a tensor without copying them.
 """
 
 from __future__ import annotations
@@ -57,6 +58,30 @@ def tensor_bytes(tensor: "torch.Tensor") -> tuple[bytes, memoryview]:
     return struct.pack("<Q", len(head)) + head, data
 
 
+def safetensors_header(read: Callable[[int, int], bytes], size: int | None = None) -> tuple[int, dict]:
+    """(n, header) of a safetensors file: its first 8 bytes are the little-endian length n
+    of the JSON header that follows; the data starts at byte 8 + n.
+
+    The one parser of that header (registry blobs and the merge's file sources read it
+    here). ``read(offset, size)`` gives the file's bytes; with ``size`` (the file's length)
+    a length past the end is refused before it is read: a foreign file would ask for
+    petabytes.
+
+    Raises:
+        ValueError: the bytes are not a safetensors header (the caller names the file).
+    """
+    raw = read(0, 8)
+    if len(raw) != 8:
+        raise ValueError(f"{len(raw)} bytes, shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", raw)
+    if size is not None and n > size - 8:
+        raise ValueError(f"header length {n} is larger than the file ({size} bytes)")
+    header = json.loads(read(8, n))
+    if not isinstance(header, dict):
+        raise ValueError(f"the header is a JSON {type(header).__name__}, not an object")
+    return n, header
+
+
 def blob_header(read: Callable[[int, int], bytes], path: Path) -> tuple[int, str, tuple[int, ...], int, int]:
     """(header length n, torch dtype name, shape, start, end) of a one-tensor safetensors
     blob; ``read(offset, size)`` gives its bytes. The data lies at [8 + n + start, 8 + n + end).
@@ -65,11 +90,11 @@ def blob_header(read: Callable[[int, int], bytes], path: Path) -> tuple[int, str
         CorruptBlobError: the bytes are not such a blob.
     """
     try:
-        (n,) = struct.unpack("<Q", read(0, 8))
-        info = json.loads(read(8, n))[TENSOR_KEY]
+        n, header = safetensors_header(read)
+        info = header[TENSOR_KEY]
         start, end = (int(x) for x in info["data_offsets"])
         return n, ST_TO_TORCH[info["dtype"]], tuple(info["shape"]), start, end
-    except (struct.error, ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise CorruptBlobError(f"blob {path} is not a one-tensor safetensors file ({exc!r}); re-create the checkpoint.") from exc
 
 

@@ -29,6 +29,9 @@ CASES = [
     ("ties", 2, {"density": 0.3, "alpha": 0.6}),
     ("ties", 2, {"density": 0.3, "combine": "sum", "scale": 0.8}),
     ("ties", 2, {"density": 1.0}),
+    ("ties", 3, {"density": 0.35, "weights": [1.0, 0.5, 2.0], "sign_rule": "weighted"}),  # mergekit's rule
+    ("ties", 2, {"density": 0.3, "weights": [1.0, -0.5], "combine": "sum", "sign_rule": "weighted"}),
+    ("ties", 2, {"density": 0.3, "sign_rule": "weighted"}),  # no weights: the weighted mass is the plain one
     ("slerp", 2, {"t": 0.3}),  # per-tensor coefficients from the first pass (BlockedDots)
     ("slerp", 2, {"t": 1.0}),
     ("model_stock", 3, {}),
@@ -276,3 +279,16 @@ def test_finite_range_hand_cases():
     for bad in (float("nan"), float("inf"), float("-inf")):
         for dtype in (torch.float32, torch.bfloat16):
             assert not kernels.finite_range(torch.tensor([0.5, bad, -0.5], dtype=dtype))
+
+
+@pytest.mark.parametrize("params", [{"density": 0.3, "weights": [1.0, 0.5], "sign_rule": "weighted"},
+                                    {"density": 0.3, "sign_rule": "unweighted"}])
+def test_both_sign_rules_take_the_fast_pass(params):
+    """The fast kernel elects with the reference's own rule (ops.elect_sign), so TIES under
+    either rule is on the fast pass (the bitwise cases above then compare two paths)."""
+    from mmgrid.merge.methods import get_method, validate_params
+
+    m = get_method("ties")(validate_params("ties", params))
+    m.check_inputs(2)
+    k = m.fast_kernel(2)
+    assert k is not None and k.sign_rule == params["sign_rule"] and k.elect_sign

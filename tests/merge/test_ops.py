@@ -175,3 +175,22 @@ def test_sign_dissimilarity_orbit_eq1_by_hand():
     # given masks decide what counts: x0[0], x0[3] (3 vs 0: signs +1 and 0 differ), x0[4], x1[0,1]
     assert sign_dissimilarity(x, ref, masks) == 1 / 4
     assert sign_dissimilarity([], []) == 0.0  # empty: nothing counted, nothing differs
+
+
+def test_elect_sign_is_the_one_rule_by_hand():
+    """TIES sign election (Yadav et al. 2023, Sec. 3 step 2) on hand-computed masses: the
+    dense pipeline, the fast pass (into a buffer) and LoRA merging call this function."""
+    d1 = torch.tensor([1.0, -2.0, 0.0, 3.0, -1.0])
+    d2 = torch.tensor([-3.0, 1.0, 0.0, -1.0, 1.0])
+    # unweighted mass: -2, -1, 0, 2, 0 -> -1, -1, +1, +1, +1 (0 elects +1)
+    assert ops.elect_sign([d1, d2]).tolist() == [-1.0, -1.0, 1.0, 1.0, 1.0]
+    # weights are read under the weighted rule only: 3 d1 + d2 = 0, -5, 0, 8, -2
+    assert ops.elect_sign([d1, d2], [3.0, 1.0]).tolist() == [-1.0, -1.0, 1.0, 1.0, 1.0]
+    assert ops.elect_sign([d1, d2], [3.0, 1.0], "weighted").tolist() == [1.0, -1.0, 1.0, 1.0, -1.0]
+    buf = torch.full((5,), 7.0)
+    out = ops.elect_sign([d1, d2], out=buf)
+    assert out.data_ptr() == buf.data_ptr() and buf.tolist() == [-1.0, -1.0, 1.0, 1.0, 1.0]
+    assert [d1.tolist(), d2.tolist()] == [[1.0, -2.0, 0.0, 3.0, -1.0], [-3.0, 1.0, 0.0, -1.0, 1.0]]  # inputs kept
+    assert ops.elect_sign([torch.tensor([-0.0])]).tolist() == [1.0]
+    with pytest.raises(ValueError, match="sign rule 'majority'"):
+        ops.elect_sign([d1], rule="majority")

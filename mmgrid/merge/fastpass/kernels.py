@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mmgrid.merge import ops
 from mmgrid.merge.errors import NonFiniteError
 
 CHUNK = 1 << 17  # entries per compute chunk (512 KiB of float32): the work buffers stay in L2 (2 MiB per core here)
@@ -32,6 +33,7 @@ class Kernel:
         weights: pipeline weights w_i.
         combine: sum | disjoint_mean.
         elect_sign: TIES sign election.
+        sign_rule: the election's rule (:data:`mmgrid.merge.ops.SIGN_RULES`).
         scale: factor on the combined delta.
         tensor_coefs: linear methods whose coefficients differ by tensor (slerp: computed
             by the method's first pass): tensor name -> (c_0, [c_i]).
@@ -43,6 +45,7 @@ class Kernel:
     weights: tuple[float, ...] = ()
     combine: str = "sum"
     elect_sign: bool = False
+    sign_rule: str = "unweighted"
     scale: float = 1.0
     tensor_coefs: dict | None = None
 
@@ -124,14 +127,8 @@ def pipeline_chunk(k: Kernel, xs: list[torch.Tensor], b: torch.Tensor, bufs: Buf
     weights = [float(w) for w in (k.weights or [1.0] * len(ds))]
     acc = bufs.acc[:m]
     sign = None
-    if k.combine == "disjoint_mean" or k.elect_sign:  # ops.elect_sign: sign of the total mass
-        sign = bufs.sign[:m]
-        sign.copy_(ds[0])
-        for d in ds[1:]:
-            sign.add_(d)
-        torch.sign(sign, out=sign)  # -1, 0, +1 (NaN stays NaN and poisons the result)
-        sign.add_(0.5)
-        torch.sign(sign, out=sign)  # 0 -> +1
+    if k.combine == "disjoint_mean" or k.elect_sign:  # NaN in the mass poisons the result
+        sign = ops.elect_sign(ds, list(k.weights) if k.weights else None, k.sign_rule, out=bufs.sign[:m])
     if k.combine == "disjoint_mean":  # ops.disjoint_mean
         den = bufs.den[:m]
         acc.zero_()
@@ -176,12 +173,12 @@ def all_finite(t: torch.Tensor) -> bool:
 
 def kernel_chunk(k: Kernel, parts: list[torch.Tensor], bufs: Buffers, ins: list, name: str) -> torch.Tensor:
     """One chunk through the kernel (base first in ``parts``); the float32 result."""
-    if k.lerp is not None:  # ops.interpolate; NaN/Inf in either input reaches the result
+    if k.lerp is not None:  # MMGRid Eq. 9-10 on float32 copies; NaN/Inf in either input reaches the result
         m = parts[0].numel()
         acc, tmp = bufs.acc[:m], bufs.tmp[:m]
         acc.copy_(parts[0])
         tmp.copy_(parts[1])
-        return torch.lerp(acc, tmp, k.lerp, out=acc)
+        return ops.lerp_into(acc, tmp, k.lerp, acc)
     if k.tensor_coefs is not None:
         k = Kernel(coefs=k.tensor_coefs[name])
     if k.coefs is None:

@@ -27,7 +27,6 @@ A_SUFFIX = ".lora_A.weight"
 B_SUFFIX = ".lora_B.weight"
 REPORT_NAME = "mmgrid_merge_lora.json"
 METHODS = ("task_arithmetic", "ties")
-SIGN_RULES = ("unweighted", "weighted")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from mmgrid.merge import ops
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES, METHODS, REPORT_NAME, SIGN_RULES,
+from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES, METHODS, REPORT_NAME,
                                         WEIGHTS_NAME, Adapter, module_model_name, check_compatible, lora_scaling,
                                         read_adapter)
 from mmgrid.merge.lora.factorize import choose_rank, dense_factors, update_factors, check_finite, lowrank_norm, lowrank_svd
@@ -96,7 +96,7 @@ def _check_params(n: int, method: str, weights, scale, rank, energy, density, si
         if not 0.0 < density <= 1.0:
             raise MergeParamError(f"density {density}: TIES keeps a fraction of entries in (0, 1], e.g. 0.2")
         sign_rule = sign_rule or "unweighted"
-        if sign_rule not in SIGN_RULES:
+        if sign_rule not in ops.SIGN_RULES:
             raise MergeParamError(f"sign_rule {sign_rule!r}: use 'unweighted' (TIES paper) or 'weighted' (mergekit)")
     elif density is not None or sign_rule is not None:
         raise MergeParamError("density and sign_rule are TIES parameters; use method='ties' or leave them out")
@@ -138,9 +138,7 @@ def _merge_module(handles, adapters, module: str, p: dict, out_dtype: torch.dtyp
         a, b = _load(f, ad, module)
         delta = (b.float() @ a.float()).mul_(lora_scaling(ad.config, name, ad.rank(module)))
         trimmed.append(ops.trim_top_density(delta, p["density"]))
-    voters = trimmed if p["sign_rule"] == "unweighted" else [t * w for t, w in zip(trimmed, p["weights"])]
-    sign = ops.elect_sign(voters)
-    del voters
+    sign = ops.elect_sign(trimmed, p["weights"], p["sign_rule"])
     delta = ops.disjoint_mean(trimmed, sign, p["weights"]).mul_(p["scale"])
     del trimmed, sign
     check_finite(delta, f"merged update of {module}")

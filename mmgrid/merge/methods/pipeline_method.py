@@ -44,10 +44,8 @@ class PipelineMethod(Method):
         cfg = self.pipeline(n)
         if cfg.sparsify not in ("none", "magnitude") or (cfg.uses_magnitude and cfg.scope != "model"):
             return None
-        if cfg.sign_rule != "unweighted" and (cfg.elect_sign or cfg.combine == "disjoint_mean"):
-            return None  # the kernel elects on the unweighted mass; the reference path does both
         return Kernel(thresholds=self._thresholds if cfg.uses_magnitude else None, weights=cfg.weights,
-                      combine=cfg.combine, elect_sign=cfg.elect_sign, scale=cfg.scale)
+                      combine=cfg.combine, elect_sign=cfg.elect_sign, sign_rule=cfg.sign_rule, scale=cfg.scale)
 
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)

@@ -31,9 +31,9 @@ from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
+from mmgrid.merge.ops import SignRule
 
 
-SignRule = Literal["unweighted", "weighted"]
 # A parameter added after results were stored: left out of a method's recorded parameters
 # while it has its default (:func:`mmgrid.merge.methods.params_dict`), so those stay as they were.
 OMIT_DEFAULT = {"omit_default": True}
