@@ -23,6 +23,7 @@ import argparse
 import json
 from typing import Any
 
+from mmgrid.cliargs import REGISTRY_HELP, registry_path
 from mmgrid.errors import ConfigError
 
 
@@ -48,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exclude", nargs="+", metavar="RE", help="leave out modules matching these regexes")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="adapter dtype (default: the checkpoint's)")
     p.add_argument("--overwrite", action="store_true", help="replace an adapter already in --out")
-    p.add_argument("--registry", help="registry root (ids; where --store puts the applied model)")
+    p.add_argument("--registry", metavar="PATH", help="ids are read from, and --store writes to, this registry. "
+                                                      + REGISTRY_HELP)
     p.add_argument("--store", action="store_true", help="also store base + adapter in the registry (prints its id)")
     p.add_argument("--evaluate", action="store_true",
                    help="store, then evaluate the adapter-applied model and the full checkpoint (Recall/NDCG, all / "
@@ -70,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("adapter", help="the adapter folder")
     a.add_argument("--base", required=True, help="registry id / alias of the base the adapter applies to")
-    a.add_argument("--registry", required=True, help="registry root")
+    a.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
     a.add_argument("--source", help="the checkpoint the adapter stands for (files, meta and coords are taken from "
                                     "it; default: the base's)")
     a.add_argument("--scale", type=float, default=1.0, help="factor on the adapter's update (default 1)")
@@ -85,7 +87,7 @@ def _extract(args: argparse.Namespace) -> int:
 
     if (args.store or args.evaluate) and not args.registry:
         raise ConfigError("extract-lora --store/--evaluate: give --registry ROOT (where the applied model goes)")
-    reg = Registry.open(args.registry) if args.registry else None
+    reg = Registry.open(registry_path(args, "extract-lora")) if args.registry else None
     report = extract_lora(args.checkpoint, args.base, args.out, rank=args.rank, energy=args.energy,
                           include=args.include, exclude=args.exclude, dtype=args.dtype, overwrite=args.overwrite,
                           registry=reg, store=args.store or args.evaluate)
@@ -147,7 +149,7 @@ def _apply(args: argparse.Namespace) -> int:
     from mmgrid.merge.lora import store_applied
     from mmgrid.registry.api import Registry
 
-    reg = Registry.open(args.registry)
+    reg = Registry.open(registry_path(args, "apply-lora"))
     coords = dict(reg.get(args.source or args.base).coords)
     coords["variant"] = args.variant or "lora-applied"
     cid = store_applied(args.adapter, args.base, reg, coords=coords, source=args.source, scale=args.scale)
