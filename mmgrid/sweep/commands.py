@@ -218,9 +218,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.sweep.report import write_report
-
-    from mmgrid.sweep.report import ReportIncomplete
+    from mmgrid.sweep.report import ReportIncomplete, write_report
 
     cfg, reg, prepared = _open(args)
     try:

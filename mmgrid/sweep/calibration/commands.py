@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from mmgrid.cli import add_overrides
+from mmgrid.cliargs import add_overrides
 from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 
