@@ -17,8 +17,8 @@ A run remembers itself: every command that writes an output folder (``demo``, ``
 Follow-ups (``sweep``, ``eval``, ``predict-lambda``, ``report``, ``merge``) accept that folder
 or its registry in place of a grid YAML (:func:`load_config`) and apply only the
 ``KEY=VALUE`` overrides given; :func:`check_against_registry` then compares the config with
-what the registry holds (seeds, variants, stages, domains) before any work and names each
-mismatch with its fix.
+what the registry holds (seeds, variants, stages, domains, the training knobs each checkpoint
+was trained with, the data fingerprint) before any work and names each mismatch with its fix.
 
 This module sits below ``mmgrid.cli`` so that command modules never import back from it.
 """
@@ -26,6 +26,7 @@ This module sits below ``mmgrid.cli`` so that command modules never import back 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import warnings
@@ -244,7 +245,8 @@ def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: l
 
     For each paradigm, variant, domain and stage (default ``cfg.train.stages``) the registry must hold
     a trained checkpoint of every seed ``cfg.train.seeds`` names (a shared stage: of the first
-    seed). With ``fingerprint`` (the prepared dataset's), the checkpoints must have been trained
+    seed), trained with the knobs the config gives (``train.lr``, ``train.epochs``, the variant's
+    regularizer, ``paradigm_params``...: see :func:`_training_mismatches`; paths never count). With ``fingerprint`` (the prepared dataset's), the checkpoints must have been trained
     on that data. Every mismatch is named with its fix in one error.
 
     Raises:
@@ -283,6 +285,7 @@ def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: l
                                f"build it (`mmgrid build RUN train.stages=...`) or drop stage {stage!r}")
                         problems.append(f"{par}/{var}/{dom}/{stage}: train.seeds names {want}, the registry holds "
                                         f"seeds {have}; {fix}, or run `mmgrid build` with these seeds first.")
+    problems += _training_mismatches(cfg, reg, df, paradigms, variants, stages or list(cfg.train.stages))
     if fingerprint is not None and paradigms:
         held = {reg.get(cid).data_fingerprint for cid in df[df["paradigm"].isin(paradigms)]["id"].head(20)}
         held.discard(None)
@@ -294,6 +297,108 @@ def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: l
         shown = problems[:12] + ([f"... and {len(problems) - 12} more"] if len(problems) > 12 else [])
         raise ConfigError(f"mmgrid {command}: the config does not match the registry {reg.root} "
                           f"({len(problems)} mismatches); nothing was run:\n  " + "\n  ".join(shown))
+
+
+# What a stage's params (mmgrid.runtime.plan.stage_params, stored in every trained manifest) are
+# called in the grid YAML, to name a mismatch by the key a user would pass.
+_PARAM_KEYS = {"lr": "train.lr", "weight_decay": "train.weight_decay", "batch_size": "train.batch_size",
+               "max_examples": "train.max_examples"}
+
+
+def _param_key(name: str, sub: str | None, paradigm: str, variant: str, stage: str) -> str:
+    """The grid key behind one entry of a stage's params (``sub``: a key inside a dict entry)."""
+    if name in _PARAM_KEYS:
+        return _PARAM_KEYS[name]
+    if name == "epochs":
+        return f"train.epochs.{stage}"
+    if name == "regularizer":
+        return f"variants[{variant}].regularizer"
+    if name == "regularizer_params":
+        return f"variants[{variant}].params.{sub}"
+    if name == "paradigm_params":
+        return f"paradigm_params.{paradigm}.{sub}"
+    return name
+
+
+def _flat_params(params: dict[str, Any]) -> dict[tuple[str, str | None], Any]:
+    out: dict[tuple[str, str | None], Any] = {}
+    for k, v in params.items():
+        if isinstance(v, dict):
+            for sk, sv in v.items():
+                out[(k, sk)] = sv
+        else:
+            out[(k, None)] = v
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+    return a == b
+
+
+def _training_mismatches(cfg: Any, reg: Any, df: Any, paradigms: list[str], variants: list[str],
+                         stages: list[str]) -> list[str]:
+    """The training knobs where the config and the registry's checkpoints disagree.
+
+    Each trained manifest stores the parameters its stage was trained with
+    (:func:`mmgrid.runtime.plan.stage_params`: epochs, lr, weight decay, batch size, example cap,
+    regularizer and its params, paradigm params, the paradigm's training version). The config's
+    own stage params are computed the same way and compared field by field with one checkpoint
+    per (paradigm, variant, stage); a mismatch means the study would look up checkpoints the
+    config does not describe (or none at all). Paths (``data.root``, ``prepared``,
+    ``registry``) are not training knobs and are never compared: the manifest's ``config_hash``
+    covers ``data.root``'s spelling, so it is not compared either; the data itself is checked
+    by its fingerprint.
+    """
+    # lazy: the runtime layer (paradigm registry) stays out of `mmgrid --help`
+    from mmgrid.runtime.plan import stage_params
+
+    by_name = {v.name: v for v in cfg.variants}
+    problems: list[str] = []
+    seen: set[str] = set()
+    for par in paradigms:
+        for var in variants:
+            if var not in by_name:
+                continue
+            for stage in stages:
+                if stage not in cfg.train.epochs:
+                    continue
+                rows = df[(df["paradigm"] == par) & (df["variant"] == var) & (df["period"] == stage)]
+                if rows.empty:
+                    continue
+                held = _flat_params(reg.get(rows["id"].iloc[0]).params)
+                # through JSON, as the manifest stored them (tuples become lists)
+                want = _flat_params(json.loads(json.dumps(stage_params(cfg, by_name[var], par, stage), default=str)))
+                for key in sorted(set(held) | set(want), key=str):
+                    if key == ("stage", None) or _same(held.get(key), want.get(key)):
+                        continue
+                    name = _param_key(key[0], key[1], par, var, stage)
+                    if key[0] == "train_version":
+                        line = (f"{par}: the registry's checkpoints were trained by training version "
+                                f"{held.get(key, 1)}, this mmgrid trains version {want.get(key, 1)}; rebuild them "
+                                "(`mmgrid build RUN`) to compare like with like.")
+                    elif key not in held or key not in want:
+                        line = (f"{name}: the config {'sets' if key in want else 'does not set'} it"
+                                f"{f' ({want[key]!r})' if key in want else ''}, the registry's {par}/{var}/{stage} "
+                                f"checkpoints were trained {'without it' if key in want else f'with {held[key]!r}'}; "
+                                f"{f'drop {name}' if key in want else f'pass {name}={held[key]!r}'} to match them.")
+                    else:
+                        line = (f"{name}: the config says {want[key]!r}, the registry's {par}/{var}/{stage} "
+                                f"checkpoints were trained with {held[key]!r}; pass {name}={held[key]!r} "
+                                "(or rebuild with `mmgrid build RUN` to train the new value).")
+                    if line not in seen:
+                        seen.add(line)
+                        problems.append(line)
+    # one line per key: a knob that differs in every stage (train.lr) is named once
+    out: list[str] = []
+    keys: set[str] = set()
+    for line in problems:
+        k = line.split(":", 1)[0]
+        if k not in keys or k.startswith("train.epochs"):
+            keys.add(k)
+            out.append(line)
+    return out
 
 
 def refuse_overrides(overrides: list[str] | None, command: str, why: str) -> None:

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mmgrid.cliargs import REGISTRY_HELP, add_overrides, add_registry, check_against_registry, load_config, open_registry
+from mmgrid.cliargs import (REGISTRY_HELP, add_overrides, add_registry, check_against_registry, load_config,
+                            open_registry, save_run)
 from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
@@ -58,7 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "All files are written at once or not at all: a failing section or a full disk "
                                    "leaves the previous report. Exit status 2 when a section failed.")
     _add_source(r)
-    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--out", required=True,
+                   help="output folder; the run's resolved grid is saved there too (mmgrid-run.yaml), so a "
+                        "follow-up can name this folder")
     r.add_argument("--no-diagnostics", action="store_true", help="skip Figure 2 and the task-vector diagnostics")
     r.add_argument("--html", action="store_true",
                    help="also write report.html: the grid as heatmaps with each cell's checkpoint card, the studies "
@@ -219,11 +222,17 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.sweep.report import write_report
+    from mmgrid.sweep.report import ReportIncomplete, write_report
 
     cfg, reg, prepared = _open(args)
-    path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics, html=args.html,
-                        keep_going=args.keep_going, calibration=args.calibration)
+    try:
+        path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics, html=args.html,
+                            keep_going=args.keep_going, calibration=args.calibration)
+    except ReportIncomplete:
+        save_run(cfg, args.out, "report")  # the sections that were written still name their run
+        raise
+    # the report folder names its run: `mmgrid sweep temporal DIR` and the like take it
+    save_run(cfg, args.out, "report")
     print(f"report written to {path}" + (f" and {path.with_name('report.html')}" if args.html else ""))
     return 0
 

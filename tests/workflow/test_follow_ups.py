@@ -139,3 +139,85 @@ def test_prepared_data_the_registry_was_not_trained_on_is_named(quick_demo: Path
     proc = mmgrid("sweep", "temporal", str(quick_demo), f"prepared={tmp_path / 'p'}")
     assert proc.returncode == 2
     assert "is not the data the registry's checkpoints were trained on" in proc.stderr
+
+
+def test_report_out_saves_the_run_and_a_follow_up_names_the_report_folder(quick_demo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rep"
+    proc = mmgrid("report", str(quick_demo), "--out", str(out), "--no-diagnostics")
+    assert proc.returncode == 0, proc.stderr
+    saved = out / "mmgrid-run.yaml"
+    assert saved.is_file() and (out / "report.md").is_file()
+    import yaml
+    run = yaml.safe_load(saved.read_text())
+    assert run["registry"] == str((quick_demo / "registry").resolve())
+    assert run["train"]["seeds"] == yaml.safe_load((quick_demo / "mmgrid-run.yaml").read_text())["train"]["seeds"]
+    # the report folder now names the run: its registry, and the grid a study runs on
+    by_report = mmgrid("query", "--registry", str(out), "--format", "csv", "--columns", "id").stdout
+    assert by_report.count("\n") > 10
+    assert by_report == mmgrid("query", "--registry", str(quick_demo), "--format", "csv", "--columns", "id").stdout
+    proc = mmgrid("sweep", "temporal", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "lambda*" in proc.stdout
+
+
+def _saved_run_with(quick_demo: Path, folder: Path, edit) -> Path:
+    """A copy of the demo's saved run with ``edit(dict)`` applied, in ``folder``."""
+    import yaml
+    data = yaml.safe_load((quick_demo / "mmgrid-run.yaml").read_text())
+    edit(data)
+    folder.mkdir(parents=True)
+    (folder / "mmgrid-run.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return folder
+
+
+def test_a_saved_run_whose_training_knob_differs_is_refused_by_name(quick_demo: Path, tmp_path: Path) -> None:
+    run = _saved_run_with(quick_demo, tmp_path / "lr", lambda d: d["train"].update(lr=0.123))
+    before = sorted(p.name for p in (quick_demo / "registry" / "manifests").rglob("*"))
+    proc = mmgrid("sweep", "temporal", str(run))
+    assert proc.returncode == 2
+    assert "train.lr: the config says 0.123" in proc.stderr and "trained with 0.001" in proc.stderr
+    assert "pass train.lr=0.001" in proc.stderr and "nothing was run" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in (quick_demo / "registry" / "manifests").rglob("*")) == before  # no work
+
+
+def test_a_saved_run_that_differs_only_in_a_path_spelling_is_accepted(quick_demo: Path, tmp_path: Path) -> None:
+    # data.root spelled another way (the manifests' config_hash covers that spelling: not compared)
+    root = Path(yaml_load(quick_demo)["data"]["root"])
+    other = f"{root.parent}/./../{root.parent.name}/{root.name}/"
+    run = _saved_run_with(quick_demo, tmp_path / "path", lambda d: d["data"].update(root=other))
+    proc = mmgrid("sweep", "temporal", str(run))
+    assert proc.returncode == 0, proc.stderr
+    assert "lambda*" in proc.stdout
+
+
+def yaml_load(demo: Path) -> dict:
+    import yaml
+    return yaml.safe_load((demo / "mmgrid-run.yaml").read_text())
+
+
+def test_training_mismatches_name_each_knob_with_its_grid_key(quick_demo: Path) -> None:
+    """In process, against the demo's registry: each training knob in a stage's stored params
+    maps to the grid key a user would pass; paths and sweep/eval settings never count."""
+    from mmgrid.cliargs import check_against_registry, load_config
+    from mmgrid.errors import ConfigError
+    from mmgrid.registry.api import Registry
+
+    reg = Registry.open(quick_demo / "registry")
+    par = "semid"
+
+    def check(*overrides: str) -> None:
+        cfg = load_config(str(quick_demo), list(overrides))
+        check_against_registry(cfg, reg, [par], ["default"], None, None, command="test")
+
+    check()  # the saved run itself matches
+    check("data.root=" + yaml_load(quick_demo)["data"]["root"] + "/.", "eval.max_users=7", "exec.workers=3",
+          "sweeps.temporal.step=0.5")
+    cases = {"train.weight_decay=0.5": "train.weight_decay: the config says 0.5",
+             "train.batch_size=3": "train.batch_size: the config says 3",
+             "train.epochs.p1=9": "train.epochs.p1: the config says 9"}
+    for override, named in cases.items():
+        with pytest.raises(ConfigError) as info:
+            check(override)
+        assert named in str(info.value), (override, str(info.value))
+        assert str(info.value).count("train.") >= 1 and "nothing was run" in str(info.value)
