@@ -221,3 +221,25 @@ def test_training_mismatches_name_each_knob_with_its_grid_key(quick_demo: Path) 
             check(override)
         assert named in str(info.value), (override, str(info.value))
         assert str(info.value).count("train.") >= 1 and "nothing was run" in str(info.value)
+
+
+def test_calibrate_takes_the_run_folder_and_its_saved_grid(quick_demo: Path, monkeypatch, tmp_path: Path) -> None:
+    # the study itself is long: stop at its entry and look at the grid it was handed
+    import yaml
+
+    from mmgrid.cli import main
+    from mmgrid.sweep.calibration import study
+
+    seen = {}
+
+    def fake_run(cfg, out, executor=None):  # noqa: ANN001, ANN202
+        seen["cfg"] = cfg
+        raise SystemExit(0)
+
+    monkeypatch.setattr(study, "run_calibration", fake_run)
+    with pytest.raises(SystemExit):
+        main(["calibrate", str(quick_demo), "--out", str(tmp_path / "cal"), "exec.workers=1"])
+    saved = yaml.safe_load((quick_demo / "mmgrid-run.yaml").read_text())
+    cfg = seen["cfg"]
+    assert list(cfg.train.seeds) == list(saved["train"]["seeds"])  # the run's seeds, not the packaged demo's
+    assert cfg.world.n_domains == saved["world"]["n_domains"] == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from mmgrid.cliargs import add_overrides
+from mmgrid.cliargs import add_overrides, load_config
 from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``calibrate`` to the `mmgrid` parser."""
     p = sub.add_parser("calibrate", help="calibration study: type-I error, power, coverage and MDE of each finding",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("config", nargs="?", default=None, help="grid YAML with a world: section, or a packaged grid name "
+    p.add_argument("config", nargs="?", default=None, help="a run folder (its saved grid), a grid YAML with a world: section, or a packaged grid name "
                                                            "such as demo (not needed with --plan)")
     p.add_argument("--out", default=None, help="output folder (required unless --plan)")
     p.add_argument("--quick", action="store_true", help="a smoke configuration: tiny worlds and training, "
@@ -78,12 +78,9 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise ConfigError("mmgrid calibrate: give a grid and --out DIR (e.g. `mmgrid calibrate demo --out "
                           "runs/calibrate`), or --plan.")
     # lazy: the study imports pandas, scipy and (in its jobs) torch; `mmgrid --help` must not
-    from mmgrid.config import load_grid
     from mmgrid.sweep.calibration.study import run_calibration
-    from mmgrid.validate import validate_grid
 
-    cfg = load_grid(args.config, (QUICK if args.quick else []) + list(args.overrides or []))
-    validate_grid(cfg)
+    cfg = load_config(args.config, (QUICK if args.quick else []) + list(args.overrides or []), command="calibrate")
     if cfg.world is None:
         raise ConfigError(f"mmgrid calibrate: grid {cfg.name!r} has no world: section; calibration needs the "
                           "synthetic world (e.g. grids/demo.yaml).")
@@ -103,12 +100,9 @@ def _population(args: argparse.Namespace) -> int:
     if not args.config:
         raise ConfigError("mmgrid calibrate --population: give a grid, e.g. `mmgrid calibrate demo --population`.")
     # lazy: as in _calibrate
-    from mmgrid.config import load_grid
     from mmgrid.sweep.calibration.population import world_population
-    from mmgrid.validate import validate_grid
 
-    cfg = load_grid(args.config, (QUICK if args.quick else []) + list(args.overrides or []))
-    validate_grid(cfg)
+    cfg = load_config(args.config, (QUICK if args.quick else []) + list(args.overrides or []), command="calibrate")
     if cfg.world is None:
         raise ConfigError(f"mmgrid calibrate --population: grid {cfg.name!r} has no world: section.")
     ex = executor_from_args(args, cfg)
