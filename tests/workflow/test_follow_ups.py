@@ -243,3 +243,20 @@ def test_calibrate_takes_the_run_folder_and_its_saved_grid(quick_demo: Path, mon
     cfg = seen["cfg"]
     assert list(cfg.train.seeds) == list(saved["train"]["seeds"])  # the run's seeds, not the packaged demo's
     assert cfg.world.n_domains == saved["world"]["n_domains"] == 2
+
+
+def test_a_damaged_per_user_file_fails_the_report_by_name_and_writes_nothing(quick_demo: Path, tmp_path: Path) -> None:
+    # a truncated per-user parquet used to shrink a finding's evidence silently and flip its verdict
+    import shutil
+
+    reg = tmp_path / "registry"
+    shutil.copytree(quick_demo / "registry", reg)
+    files = sorted((reg / "peruser").rglob("*.parquet"))
+    assert files
+    for f in files:
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    out = tmp_path / "report"
+    proc = mmgrid("report", str(quick_demo), "--registry", str(reg), "--out", str(out), "--no-diagnostics")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "peruser" in proc.stderr and "registry verify" in proc.stderr, proc.stderr[-2000:]
+    assert not (out / "report.md").exists()
