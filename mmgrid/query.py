@@ -114,18 +114,7 @@ class Grid:
 
     def descendants(self, ref: Any) -> pd.DataFrame:
         """Everything made from ``ref``, at any depth (the rows of :meth:`children`, with ``depth``)."""
-        cid = self.registry.resolve(ref)
-        e = self._edges()
-        out, frontier, seen, depth = [], {cid}, {cid}, 0
-        while frontier:
-            depth += 1
-            step = e[e["parent"].isin(frontier)]
-            if step.empty:
-                break
-            out.append(step.assign(depth=depth))
-            frontier = set(step["child"]) - seen
-            seen |= frontier
-        return pd.concat(out, ignore_index=True) if out else e.head(0).assign(depth=pd.Series(dtype=int))
+        return _walk(self._edges(), self.registry.resolve(ref), "parent", "child")
 
     def ancestors(self, ref: Any) -> pd.DataFrame:
         """Every checkpoint ``ref`` was made from (a stored checkpoint's id, or the recipe hash of
@@ -137,16 +126,7 @@ class Grid:
             if ref not in set(e["child"]):
                 raise
             start = ref
-        out, frontier, seen, depth = [], {start}, {start}, 0
-        while frontier:
-            depth += 1
-            step = e[e["child"].isin(frontier)]
-            if step.empty:
-                break
-            out.append(step.assign(depth=depth))
-            frontier = set(step["parent"]) - seen
-            seen |= frontier
-        return pd.concat(out, ignore_index=True) if out else e.head(0).assign(depth=pd.Series(dtype=int))
+        return _walk(e, start, "child", "parent")
 
     # -- results -------------------------------------------------------------------------
     def results(self, **filters: Any) -> pd.DataFrame:
@@ -262,3 +242,19 @@ def load_model(registry: Registry, ref: Any, domain: str | None = None, config: 
     par = get_paradigm(m.coords["paradigm"])
     params = (config.paradigm_params.get(par.name, {}) if config is not None else {})
     return par.load(load_checkpoint(registry, m.id), prepared.domain(domain), params)
+
+
+def _walk(edges: pd.DataFrame, start: str, here: str, there: str) -> pd.DataFrame:
+    """Breadth-first over the lineage edges from ``start``: each step takes the edges whose
+    ``here`` column is in the frontier and moves to their ``there`` column (parent -> child for
+    descendants, child -> parent for ancestors); rows carry their ``depth`` (1 = direct)."""
+    out, frontier, seen, depth = [], {start}, {start}, 0
+    while frontier:
+        depth += 1
+        step = edges[edges[here].isin(frontier)]
+        if step.empty:
+            break
+        out.append(step.assign(depth=depth))
+        frontier = set(step[there]) - seen
+        seen |= frontier
+    return pd.concat(out, ignore_index=True) if out else edges.head(0).assign(depth=pd.Series(dtype=int))
