@@ -400,6 +400,12 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "interpolate": ("mmgrid/merge/ops.py", "MMGRid Eq. 9-10, theta_t1 + lambda (theta_t2 - theta_t1)"),
     "lerp_into": ("mmgrid/merge/ops.py", "MMGRid Eq. 9-10 into a buffer (the fast pass, the sweep, a live module)"),
     "elect_sign": ("mmgrid/merge/ops.py", "the TIES sign rule (dense, fast pass and LoRA call it)"),
+    "trim_magnitude": ("mmgrid/merge/ops.py", "the TIES magnitude trim"),
+    "disjoint_mean": ("mmgrid/merge/ops.py", "the TIES disjoint mean (dense, fast pass and LoRA call it)"),
+    "weighted_sum": ("mmgrid/merge/ops.py", "sum_i w_i tau_i, MMGRid Eq. 3's combine"),
+    "linear_combination": ("mmgrid/merge/ops.py", "a linear merge c_0 theta_0 + sum_i c_i theta_i (reference and fast pass)"),
+    "merged": ("mmgrid/merge/pipeline.py", "the Euclidean pipeline on one tensor or chunk (reference and fast pass)"),
+    "apply_kernel": ("mmgrid/merge/pipeline.py", "a method's declared kernel on a chunk (reference and fast pass)"),
     "SIGN_RULES": ("mmgrid/merge/ops.py", "the TIES sign rules' names"),
     "safetensors_header": ("mmgrid/registry/blobfmt.py", "the safetensors header (registry blobs, merge inputs)"),
 }
@@ -464,6 +470,39 @@ def test_eq_9_10_is_computed_in_its_home_only() -> None:
     assert found == []
 
 
+# Arithmetic the fast file pass must not do itself: it tiles, streams and reuses buffers, and
+# gets every entry's value from the shared functions (pipeline.apply_kernel, ops.lerp_into);
+# tensor methods by name ("add" is left out: sets have it too).
+RESTATING = {"add_", "sub", "sub_", "mul", "mul_", "div", "div_", "sign", "sign_", "clamp", "clamp_",
+             "clamp_min", "clamp_min_", "hardshrink", "masked_fill", "masked_fill_", "where", "lt", "gt", "abs",
+             "abs_", "neg", "neg_", "lerp", "lerp_", "addcmul", "addcmul_", "relu", "relu_"}
+
+
+def _restated(root: Path) -> list[str]:
+    found = []
+    for path in sorted((root / "merge" / "fastpass").glob("*.py")):
+        rel = str(path.relative_to(root.parent))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RESTATING:
+                found.append(f"{rel}:{node.lineno} {node.func.attr}")
+    return found
+
+
+def test_the_fast_pass_restates_no_merge_formula() -> None:
+    """The fast pass (merge/fastpass/) computes no entry itself: its chunks go through
+    ``pipeline.apply_kernel`` (linear_combination, lerp_into, the Euclidean pipeline: the
+    functions the reference path calls), so the two paths agree by construction."""
+    assert _restated(ROOT) == []
+    kernels = (ROOT / "merge" / "fastpass" / "kernels.py").read_text()
+    assert "pl.apply_kernel(" in kernels
+
+
+def test_the_restatement_check_catches_a_formula(tmp_path: Path) -> None:
+    _write(tmp_path, {"mmgrid/__init__.py": "", "mmgrid/merge/fastpass/k.py":
+                      "def f(d, t, w):\n    d.masked_fill_(d.abs() < t, 0.0)\n    return d.mul_(w)\n"})
+    assert sorted(x.split(" ")[1] for x in _restated(tmp_path / "mmgrid")) == ["abs", "masked_fill_", "mul_"]
+
+
 def test_the_one_home_check_catches_a_second_definition(tmp_path: Path) -> None:
     _write(tmp_path, {"mmgrid/__init__.py": "", "mmgrid/a.py": "def ols(x, y):\n    pass\nTIE_DECIMALS = 9\n",
                       "mmgrid/b.py": "TIE_DECIMALS: int = 9\ndef f():\n    def ols():\n        pass\n"})
@@ -484,9 +523,6 @@ PARAMS_ALLOWED: dict[str, str] = {
                                        "the grid's eval section: a record for them is the next step (not this "
                                        "branch's file)",
     "mmgrid/eval/table.py:baseline_table": "the table's display options, keyword arguments (not this branch's file)",
-    "mmgrid/merge/executor.py:fast_tensor": f"{PARALLEL} (merging: the fast path's hooks)",
-    "mmgrid/merge/executor.py:_one_tensor": f"{PARALLEL} (merging: the fast path's hooks)",
-    "mmgrid/merge/fastpass/tensor.py:merge_tensor": f"{PARALLEL} (merging: the fast path's hooks)",
     "mmgrid/merge/lora/merging.py:_check_params": f"{PARALLEL} (merging: LoRA)",
     "mmgrid/merge/lora/merging.py:merge_lora": f"{PARALLEL} (merging: LoRA's public entry point)",
     "mmgrid/merge/lora/extract.py:extract_lora": "the public entry point of `mmgrid extract-lora`: its flags as "

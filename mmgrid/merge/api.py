@@ -89,8 +89,8 @@ def _info(inst: Method, plan: Plan, n: int) -> MergeInfo:
     return MergeInfo(inst.name, params_dict(inst.params), inst.report, plan.provenance(n), merged_added_rows(plan.rows))
 
 
-def merge_with_info(method: str, models: Sequence[Any], base: Any = None, registry: Any = None,
-                    **params: Any) -> tuple[dict[str, torch.Tensor], MergeInfo]:
+def merge_with_info(method: str, models: Sequence[Any], base: Any = None, registry: Any = None, *,
+                    route: executor.Route | None = None, **params: Any) -> tuple[dict[str, torch.Tensor], MergeInfo]:
     """Like :func:`merge`, also returning the :class:`MergeInfo`."""
     inst, srcs, bsrc, plan = prepare(method, models, base, registry, **params)
     out: dict[str, torch.Tensor] = {}
@@ -99,12 +99,12 @@ def merge_with_info(method: str, models: Sequence[Any], base: Any = None, regist
         # passthrough tensors are the inputs' own objects: copy so the result never aliases them
         out[name] = t.clone() if name in plan.passthrough else t
 
-    executor.run(inst, srcs, bsrc, plan, sink)
+    executor.run(inst, srcs, bsrc, plan, sink, route=route)
     return out, _info(inst, plan, len(srcs))
 
 
-def merge(method: str, models: Sequence[Any], base: Any = None, registry: Any = None,
-          **params: Any) -> dict[str, torch.Tensor]:
+def merge(method: str, models: Sequence[Any], base: Any = None, registry: Any = None, *,
+          route: executor.Route | None = None, **params: Any) -> dict[str, torch.Tensor]:
     """Merge ``models`` with ``method`` and return the merged state dict.
 
     Args:
@@ -113,6 +113,8 @@ def merge(method: str, models: Sequence[Any], base: Any = None, registry: Any = 
         base: the task vectors' base: a model as above, a list of models (the neutral
             base of MMGRid Eq. 8, their average), or None for methods that need none.
         registry: an open ``mmgrid.Registry`` for ids.
+        route: which path merges (:class:`mmgrid.merge.executor.Route`; default: the
+            fast pass where the method has one). Every route gives the same bits.
         **params: the method's parameters (validated against its dataclass).
 
     Returns:
@@ -122,11 +124,12 @@ def merge(method: str, models: Sequence[Any], base: Any = None, registry: Any = 
         MergeError subclasses: unknown method or parameter, out-of-range value,
         different architectures or shapes, missing tensors, NaN/Inf. Nothing is written.
     """
-    return merge_with_info(method, models, base, registry, **params)[0]
+    return merge_with_info(method, models, base, registry, route=route, **params)[0]
 
 
 def merge_to_file(method: str, models: Sequence[Any], out_path: str | os.PathLike, base: Any = None,
-                  registry: Any = None, durable: bool = True, **params: Any) -> MergeInfo:
+                  registry: Any = None, durable: bool = True, *, route: executor.Route | None = None,
+                  **params: Any) -> MergeInfo:
     """Merge tensor by tensor straight into a safetensors file (nothing left on error).
 
     Args:
@@ -138,7 +141,7 @@ def merge_to_file(method: str, models: Sequence[Any], out_path: str | os.PathLik
     meta = {"added_rows": json.dumps(merged_added_rows(plan.rows))} if plan.rows else {}
     writer = SafetensorsWriter(out_path, plan.layout, meta, durable=durable)
     try:
-        executor.run(inst, srcs, bsrc, plan, writer.write, writer)
+        executor.run(inst, srcs, bsrc, plan, writer.write, writer, route)
         writer.close()
     except BaseException:
         writer.abort()

@@ -15,6 +15,7 @@ The pipeline these steps form (delta -> sparsify -> elect sign -> combine -> sca
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Literal, get_args
 
@@ -47,17 +48,77 @@ def average(tensors: Sequence[torch.Tensor], weights: Sequence[float] | None = N
     return weighted_sum(tensors, [w / total for w in weights])
 
 
-def weighted_sum(tensors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
-    """sum_i w_i x_i in float32 (task arithmetic's combine, MMGRid Eq. 3)."""
-    out = tensors[0].float() * float(weights[0])
-    for t, w in zip(tensors[1:], weights[1:]):
-        out.add_(t.float(), alpha=float(w))
+def weighted_sum(tensors: Sequence[torch.Tensor], weights: Sequence[float],
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_i w_i x_i in float32 (task arithmetic's combine, MMGRid Eq. 3).
+
+    Args:
+        tensors: same-shaped tensors (any float dtype; each is read in float32).
+        weights: w_i, one per tensor.
+        out: a float32 buffer of their shape to write into (the fast pass's chunk buffer);
+            a new tensor when None.
+
+    With w_0 = -1 and w_1 = 1 (task arithmetic of weight-1 models in the coefficient form
+    of :func:`linear_combination`) the first two terms are x_1 - x_0, the same bits as
+    (-1 x_0) + x_1 (negation is exact, and a + (-b) rounds as a - b) in one pass fewer.
+    """
+    out = torch.empty(tensors[0].shape, dtype=torch.float32) if out is None else out
+    first = 1
+    if len(tensors) > 1 and float(weights[0]) == -1.0 and float(weights[1]) == 1.0:
+        out.copy_(tensors[1])
+        out.sub_(_f32(tensors[0]))
+        first = 2
+    elif tensors[0].dtype == torch.float32:
+        torch.mul(tensors[0], float(weights[0]), out=out)
+    else:  # upcast first: a bf16 product would round in bf16
+        out.copy_(tensors[0])
+        if float(weights[0]) != 1.0:
+            out.mul_(float(weights[0]))
+    for t, w in zip(tensors[first:], weights[first:]):
+        out.add_(_f32(t), alpha=float(w))
     return out
 
 
-def task_vector(model: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-    """tau = theta - theta_0 (MMGRid Eq. 2), float32."""
-    return model.float() - base.float()
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the operand of an in-place float32 op: float32, bf16 and fp16 as stored (the
+    op reads them exactly in float32, no copy), other dtypes converted first."""
+    return t if t.dtype in (torch.float32, torch.bfloat16, torch.float16) else t.float()
+
+
+Coefs = tuple[float | None, Sequence[float]]
+
+
+def linear_combination(parts: Sequence[torch.Tensor], coefs: Coefs, out: torch.Tensor | None = None) -> torch.Tensor:
+    """c_0 theta_0 + sum_i c_i theta_i in float32: the linear methods (task arithmetic as
+    theta_0 + sum_i lambda_i (theta_i - theta_0), MMGRid Eq. 3, in coefficient form;
+    weight averaging; slerp, NuSLERP and Model Stock with their per-tensor coefficients).
+
+    The one definition of a linear merge: the reference path (row chunks) and the fast
+    pass (cache-sized chunks into a reused buffer) both call it.
+
+    Args:
+        parts: theta_0 first when c_0 is not None, then theta_1..theta_n (any float dtype,
+            accumulated in float32 straight from it).
+        coefs: (c_0 or None without a base, [c_1..c_n]).
+        out: a float32 buffer of the parts' shape (a new tensor when None).
+
+    A term with c_i = 0 (i >= 1) is left out unless it holds NaN/Inf: then it is added, so
+    that the NaN reaches the result (0 * Inf is NaN) and the caller's check of the result
+    finds the bad input.
+    """
+    c0, cs = coefs
+    allc = ([c0] if c0 is not None else []) + [float(c) for c in cs]
+    keep = [0] + [j for j in range(1, len(parts))
+                  if allc[j] != 0.0 or not bool(torch.isfinite(parts[j].sum(dtype=torch.float32)))]
+    return weighted_sum([parts[j] for j in keep], [allc[j] for j in keep], out)
+
+
+def task_vector(model: torch.Tensor, base: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """tau = theta - theta_0 (MMGRid Eq. 2) in float32 (into ``out``, a float32 buffer of
+    their shape, when given)."""
+    out = torch.empty(model.shape, dtype=torch.float32) if out is None else out
+    out.copy_(model)
+    return out.sub_(_f32(base))
 
 
 def kth_largest_magnitude(x: torch.Tensor, k: int) -> float:
@@ -74,8 +135,28 @@ def keep_count(density: float, n: int) -> int:
 
 
 def trim_magnitude(delta: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Zero, in place, the entries with ``|delta| < threshold`` (TIES's trim; ties at it are kept)."""
-    return delta.masked_fill_(delta.abs() < threshold, 0.0)
+    """Zero, in place, the entries with ``|delta| < threshold`` (TIES's trim; ties at it are kept).
+
+    One float pass, :func:`torch.hardshrink` (it keeps |x| > lambd, NaN included, and sets
+    the rest to +0) with lambd the value just below the threshold in ``delta``'s dtype
+    (:func:`shrink_lambda`), so > becomes >=: the entries and bits of
+    ``masked_fill_(|delta| < threshold, 0)`` at a fraction of its cost (boolean tensors cost
+    3-15x a float pass on CPU).
+    """
+    lam = shrink_lambda(float(threshold), delta.dtype)
+    return delta if lam is None else torch.hardshrink(delta, lam, out=delta)
+
+
+@functools.lru_cache(maxsize=64)
+def shrink_lambda(threshold: float, dtype: torch.dtype = torch.float32) -> float | None:
+    """The ``lambd`` of :func:`torch.hardshrink` that keeps exactly |x| >= ``threshold``
+    for x of ``dtype``: the value of that dtype just below the threshold (the threshold
+    rounded to it first, as a comparison with a Python scalar does). None: nothing is
+    trimmed (threshold <= 0 or NaN)."""
+    if not threshold > 0.0:
+        return None
+    t = torch.tensor([threshold], dtype=dtype)
+    return float(torch.nextafter(t, torch.zeros_like(t)))
 
 
 def trim_top_density(delta: torch.Tensor, density: float) -> torch.Tensor:
@@ -138,9 +219,9 @@ def elect_sign(deltas: Sequence[torch.Tensor], weights: Sequence[float] | None =
     """TIES sign election (Yadav et al. 2023, Sec. 3 step 2): +1 where the total mass is
     >= 0, -1 where it is < 0 (NaN where it is NaN, so a poisoned entry stays visible).
 
-    The one definition of the rule: the dense pipeline (:func:`mmgrid.merge.pipeline.fuse`),
-    the fast file pass (:func:`mmgrid.merge.fastpass.kernels.pipeline_chunk`, into a reused
-    buffer) and LoRA merging (:mod:`mmgrid.merge.lora.merging`) call it.
+    The one definition of the rule: the Euclidean pipeline (:func:`mmgrid.merge.pipeline.fuse`,
+    run by the reference path and, into reused chunk buffers, by the fast file pass) and
+    LoRA merging (:mod:`mmgrid.merge.lora.merging`) call it.
 
     Args:
         deltas: the (trimmed) task vectors delta_i, one shape.
@@ -169,31 +250,61 @@ def elect_sign(deltas: Sequence[torch.Tensor], weights: Sequence[float] | None =
     return torch.sign(mass, out=mass)  # 0 -> +1
 
 
-def disjoint_mean(
-    deltas: Sequence[torch.Tensor], sign: torch.Tensor, weights: Sequence[float] | None = None
-) -> torch.Tensor:
+def disjoint_mean(deltas: Sequence[torch.Tensor], sign: torch.Tensor, weights: Sequence[float] | None = None,
+                  out: torch.Tensor | None = None, den: torch.Tensor | None = None,
+                  tmp: torch.Tensor | None = None) -> torch.Tensor:
     """TIES disjoint merge: mean over the inputs whose (nonzero) entry agrees with ``sign``.
 
     With weights the rule is sum_i w_i d_i [agree] / sum_i w_i [agree] (mergekit's rule);
     with equal weights it equals PEFT's division by the count of agreeing entries.
-    Entries where no input agrees are 0.
+    Entries where no input agrees are 0. The deltas are not modified.
+
+    Args:
+        deltas: the (trimmed) float32 task vectors.
+        sign: the elected sign (:func:`elect_sign`).
+        weights: w_i (all 1 when None).
+        out, den, tmp: float32 buffers of the deltas' shape to work in (the fast pass's
+            chunk buffers; the result is ``out``); new tensors when None.
+
+    The indicator [d_i sign > 0] is sign(relu(d_i sign)) (1 or 0), a float pass instead
+    of a boolean mask; where no input agrees the denominator becomes 1 (den + 1 - |sign(den)|,
+    or, with all weights positive, max(den, min w_i): den is then 0 or at least min w_i).
     """
-    weights = [1.0] * len(deltas) if weights is None else list(weights)
-    num = torch.zeros_like(deltas[0])
-    den = torch.zeros_like(deltas[0])
+    weights = [1.0] * len(deltas) if weights is None else [float(w) for w in weights]
+    num = torch.empty_like(deltas[0]) if out is None else out
+    den = torch.empty_like(deltas[0]) if den is None else den
+    num.zero_()
+    den.zero_()
     for d, w in zip(deltas, weights):
-        # d * sign > 0 exactly where d is nonzero and agrees; relu keeps |d| there.
-        signed = d * sign
-        agree = signed > 0
-        num.add_(signed.clamp_min_(0.0), alpha=float(w))
-        den.add_(agree.to(den.dtype), alpha=float(w))
-    # where no input agrees num is 0, so any nonzero denominator gives 0 there
-    return num.mul_(sign).div_(torch.where(den != 0, den, torch.ones((), dtype=den.dtype)))
+        signed = torch.mul(d, sign, out=tmp)  # > 0 exactly where d is nonzero and agrees
+        signed.clamp_min_(0.0)  # relu keeps |d| there
+        num.add_(signed, alpha=w)
+        torch.sign(signed, out=signed)  # [agree]
+        den.add_(signed, alpha=w)
+    if min(weights) > 0:
+        den.clamp_min_(min(weights))
+    else:  # den + [den == 0]
+        one = torch.sign(den, out=tmp)
+        one.abs_().neg_().add_(1.0)
+        den.add_(one)
+    # where no input agrees num is 0, so the denominator 1 there gives 0
+    return num.mul_(sign).div_(den)
 
 
-def sign_masked(deltas: Sequence[torch.Tensor], sign: torch.Tensor) -> list[torch.Tensor]:
-    """Each delta with the entries that disagree with the elected sign zeroed."""
-    return [d.masked_fill(d * sign < 0, 0.0) for d in deltas]
+def sign_masked(deltas: Sequence[torch.Tensor], sign: torch.Tensor, inplace: bool = False,
+                tmp: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Each delta with the entries that disagree with the elected sign (d sign < 0) zeroed.
+
+    Args:
+        inplace: zero them in the deltas themselves (which are returned); else new tensors.
+        tmp, mask: a float32 and a bool buffer of the deltas' shape to work in (the fast
+            pass's chunk buffers); new tensors when None.
+    """
+    out = []
+    for d in deltas:
+        disagree = torch.lt(torch.mul(d, sign, out=tmp), 0, out=mask)
+        out.append(d.masked_fill_(disagree, 0.0) if inplace else d.masked_fill(disagree, 0.0))
+    return out
 
 
 # dtypes whose lerp torch computes in float32 (bf16/fp16 upcast, float32 as is)

@@ -13,7 +13,7 @@ largest magnitude to a relative 2^-11 (see :class:`ThresholdFinder`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -106,22 +106,151 @@ def combine(cfg: Pipeline, name: str, deltas: Sequence[torch.Tensor],
     return fuse(cfg, trimmed(cfg, name, deltas, thresholds))
 
 
-def elected_sign(cfg: Pipeline, ds: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The elected sign of sparsified deltas under ``cfg.sign_rule``."""
-    return ops.elect_sign(ds, list(cfg.weights) if cfg.weights else None, cfg.sign_rule)
+def elected_sign(cfg: Pipeline, ds: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """The elected sign of sparsified deltas under ``cfg.sign_rule`` (into ``out`` when given)."""
+    return ops.elect_sign(ds, list(cfg.weights) if cfg.weights else None, cfg.sign_rule, out=out)
 
 
-def fuse(cfg: Pipeline, ds: Sequence[torch.Tensor]) -> torch.Tensor:
+@dataclass
+class Work:
+    """Float32 buffers the pipeline writes into instead of allocating, all of one shape.
+
+    The fast pass (:mod:`mmgrid.merge.fastpass`) lends views of buffers it reuses across
+    chunks; the reference path gets fresh ones (:meth:`fresh`). Either way the same
+    operations run, so both give the same bits.
+
+    Attributes:
+        acc: the combined delta, then the result.
+        sign: the elected sign.
+        den: disjoint_mean's denominator.
+        tmp: scratch.
+        mask: a bool scratch (sign masking without disjoint_mean).
+        base: theta_0 in float32 (:func:`merged`).
+        deltas: one per input (:func:`merged`).
+    """
+
+    acc: torch.Tensor
+    sign: torch.Tensor
+    den: torch.Tensor
+    tmp: torch.Tensor
+    mask: torch.Tensor
+    base: torch.Tensor | None = None
+    deltas: Sequence[torch.Tensor] = ()
+
+    @classmethod
+    def fresh(cls, shape: Sequence[int], n_inputs: int = 0) -> Work:
+        f = lambda: torch.empty(tuple(shape), dtype=torch.float32)  # noqa: E731
+        return cls(f(), f(), f(), f(), torch.empty(tuple(shape), dtype=torch.bool), f(), [f() for _ in range(n_inputs)])
+
+
+def fuse(cfg: Pipeline, ds: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
     """elect sign -> combine -> scale on already sparsified deltas (the methods with their
-    own sparsifier, e.g. breadcrumbs and DELLA, call this after it)."""
+    own sparsifier, e.g. breadcrumbs and DELLA, call this after it).
+
+    With ``work`` the result is ``work.acc`` and the deltas may be overwritten (they are
+    the caller's scratch); without, nothing given is modified.
+    """
     weights = list(cfg.weights) if cfg.weights else [1.0] * len(ds)
+    w = work if work is not None else Work.fresh(ds[0].shape)
     if cfg.combine == "disjoint_mean":
-        out = ops.disjoint_mean(ds, elected_sign(cfg, ds), weights)
+        out = ops.disjoint_mean(ds, elected_sign(cfg, ds, w.sign), weights, out=w.acc, den=w.den, tmp=w.tmp)
     else:
         if cfg.elect_sign:
-            ds = ops.sign_masked(ds, elected_sign(cfg, ds))
-        out = ops.weighted_sum(ds, weights)
+            ds = ops.sign_masked(ds, elected_sign(cfg, ds, w.sign), inplace=work is not None, tmp=w.tmp, mask=w.mask)
+        out = ops.weighted_sum(ds, weights, out=w.acc)
     return out.mul_(cfg.scale) if cfg.scale != 1.0 else out
+
+
+def merged(cfg: Pipeline, name: str, models: Sequence[torch.Tensor], base: torch.Tensor,
+          thresholds: Sequence[float] | None = None, work: Work | None = None) -> torch.Tensor:
+    """theta_0 + PIPELINE(theta_i - theta_0) in float32: the one definition of a pipeline
+    merge of one tensor (or a chunk of its entries, for the elementwise configurations).
+
+    The reference path calls it per tensor or row chunk (fresh buffers), the fast pass
+    per cache-sized chunk with the buffers of ``work`` (:class:`Work`, with ``base`` and
+    one ``deltas`` buffer per input), which it reuses across chunks.
+
+    Args:
+        cfg: the configuration.
+        name: the tensor's key for DARE's seeded masks.
+        models, base: theta_i and theta_0 as stored (bf16...), one shape.
+        thresholds: whole-model TIES thresholds from :class:`ThresholdFinder`.
+    """
+    w = work if work is not None else Work.fresh(base.shape, len(models))
+    b = w.base.copy_(base)
+    deltas = [ops.task_vector(x, b, out=d) for x, d in zip(models, w.deltas)]
+    return fuse(cfg, trimmed(cfg, name, deltas, thresholds), w).add_(b)
+
+
+def linear_coefs(cfg: Pipeline, n: int) -> ops.Coefs | None:
+    """(c_0, [c_i]) when the configuration is linear (no sparsifier, no sign election, a
+    sum): theta_0 + s sum_i w_i (theta_i - theta_0) = (1 - sum_i c_i) theta_0 +
+    sum_i c_i theta_i with c_i = s w_i, merged by :func:`mmgrid.merge.ops.linear_combination`."""
+    if cfg.sparsify != "none" or cfg.elect_sign or cfg.combine != "sum":
+        return None
+    cs = [cfg.scale * w for w in (cfg.weights or (1.0,) * n)]
+    return 1.0 - sum(cs), cs
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What an elementwise method computes at each entry, declared once by the method
+    (:meth:`mmgrid.merge.methods.base.Method.kernel`); the reference path and the fast
+    pass both evaluate it with the same functions (:func:`apply_kernel`).
+
+    Exactly one of:
+
+    Attributes:
+        coefs: a linear merge, :func:`mmgrid.merge.ops.linear_combination`'s (c_0, [c_i]),
+            or a dict tensor name -> (c_0, [c_i]) (coefficients per tensor, known after
+            the method's first pass: slerp, NuSLERP, Model Stock).
+        lerp: the temporal merge's lambda (:func:`mmgrid.merge.ops.interpolate`).
+        pipeline: a :class:`Pipeline` configuration (:func:`merged`), with
+            ``thresholds``, the whole-model TIES thresholds of the first pass.
+    """
+
+    coefs: ops.Coefs | Mapping[str, ops.Coefs] | None = None
+    lerp: float | None = None
+    pipeline: Pipeline | None = None
+    thresholds: tuple[float, ...] | None = None
+
+    @classmethod
+    def of(cls, cfg: Pipeline, n: int, thresholds: Sequence[float] | None = None) -> Kernel:
+        """A pipeline configuration's kernel: linear coefficients where it is linear."""
+        coefs = linear_coefs(cfg, n)
+        if coefs is not None:
+            return cls(coefs=coefs)
+        return cls(pipeline=cfg, thresholds=tuple(thresholds) if thresholds is not None else None)
+
+    def coefs_for(self, name: str) -> ops.Coefs | None:
+        """The linear coefficients of tensor ``name`` (None: not a linear kernel)."""
+        return self.coefs.get(name) if isinstance(self.coefs, Mapping) else self.coefs
+
+    @property
+    def chunkable(self) -> bool:
+        """Whether any split of the entries gives the same bits (the fast pass's chunks):
+        not DARE (its masks are drawn per tensor key and shape) nor a per-tensor top-X%."""
+        cfg = self.pipeline
+        return cfg is None or not (cfg.uses_dare or (cfg.uses_magnitude and cfg.scope == "tensor"))
+
+
+def apply_kernel(k: Kernel, name: str, parts: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
+    """One tensor's (or chunk's) result in float32; ``parts``: theta_0 first where the kernel
+    takes a base (a pipeline, or linear coefficients with c_0), then the inputs, as stored.
+
+    The one evaluation of a :class:`Kernel`, called per row chunk by the reference path
+    (:mod:`mmgrid.merge.reference`) and per cache-sized chunk by the fast pass
+    (:mod:`mmgrid.merge.fastpass.kernels`, with reused ``work`` buffers).
+    """
+    w = work if work is not None else Work.fresh(parts[0].shape, len(parts))
+    if k.lerp is not None:  # MMGRid Eq. 9-10 on float32 copies
+        return ops.lerp_into(w.acc.copy_(parts[0]), w.tmp.copy_(parts[1]), k.lerp, w.acc)
+    if k.pipeline is not None:
+        return merged(k.pipeline, name, parts[1:], parts[0], k.thresholds, w)
+    coefs = k.coefs_for(name)
+    if coefs is None:
+        raise KeyError(f"no linear coefficients for tensor {name!r}: the method's first pass did not see it")
+    return ops.linear_combination(parts, coefs, out=w.acc)
 
 
 DeltaStream = Callable[[], Iterator[tuple[str, list[torch.Tensor]]]]

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 
 import torch
 
+from mmgrid.merge import ops
+from mmgrid.merge import pipeline as pl
 from mmgrid.merge import vocab as vc
 from mmgrid.merge.errors import ShapeMismatchError
 from mmgrid.merge.methods.base import Method, TensorView
@@ -23,17 +25,28 @@ from mmgrid.merge.tensors import TensorSource
 
 def reference_tensor(method: Method, models: list[TensorSource], base: TensorSource | None, plan: Plan, name: str,
                      dtype: torch.dtype) -> torch.Tensor:
-    """One merged tensor, whole, in the output dtype, by the reference path."""
+    """One merged tensor, whole, in the output dtype, by the reference path.
+
+    An elementwise method with a :meth:`~mmgrid.merge.methods.base.Method.kernel` is
+    evaluated by :func:`mmgrid.merge.pipeline.apply_kernel` on row chunks (the function the
+    fast pass calls on its chunks); any other by its ``merge_tensor``.
+    """
     if name in plan.passthrough:
         return passthrough(models, name)
     use_base, chunked = base is not None, method.elementwise
     parts = []
-    coefs = (method.tensor_linear(name) or method.linear(len(models))) if chunked else None
+    kernel = method.kernel(len(models)) if chunked else None
+    coefs = kernel.coefs_for(name) if kernel is not None else None
+    if kernel is not None and kernel.coefs is not None and coefs is None:
+        kernel = None  # a tensor the first pass did not see (no shared entries): the method's own merge
     if coefs is not None:
         parts = list(linear_chunks(models, base if use_base else None, plan, name, coefs, dtype, method.name))
     views = () if coefs is not None else tensor_views(models, base, plan, name, use_base, chunked, method.verify_inputs)
     for view in views:
-        out = method.merge_tensor(view)
+        if kernel is not None:
+            out = pl.apply_kernel(kernel, view.key, ([view.raw_base] if view.raw_base is not None else []) + view.raw)
+        else:
+            out = method.merge_tensor(view)
         check_finite(out, name, f"the {method.name} merge (check the method's parameters)")
         parts.append(out.to(dtype))
     rp = plan.rows.get(name)
@@ -43,28 +56,22 @@ def reference_tensor(method: Method, models: list[TensorSource], base: TensorSou
 
 
 def linear_chunks(models: list[TensorSource], base: TensorSource | None, plan: Plan, name: str,
-                  coefs: tuple[float, list[float]], dtype: torch.dtype, method: str) -> Iterator[torch.Tensor]:
-    """The reference path of linear methods: c_0 theta_0 + sum_i c_i theta_i, chunk by chunk.
+                  coefs: ops.Coefs, dtype: torch.dtype, method: str) -> Iterator[torch.Tensor]:
+    """The reference path of linear methods: :func:`mmgrid.merge.ops.linear_combination`
+    (c_0 theta_0 + sum_i c_i theta_i) row chunk by row chunk.
 
     Accumulates in float32 straight from the stored dtype (no float32 copy of each
-    input). NaN/Inf in an input always reaches the sum (0 * Inf is NaN), so only the
-    result is checked; the inputs are searched only to name the culprit.
+    input). NaN/Inf in an input always reaches the sum, so only the result is checked;
+    the inputs are searched only to name the culprit.
     """
     rp = plan.rows.get(name)
     srcs = ([base] if base is not None else []) + list(models)
-    cs = ([coefs[0]] if base is not None else []) + list(coefs[1])
     full = [(s.get(name)[: rp.shared] if rp else s.get(name)) for s in srcs]
     rows = full[0].shape[0] if full[0].ndim else 0
     spans = row_chunks(tuple(full[0].shape), rows) if full[0].ndim else [None]
     for span in spans:
         parts = [t if span is None else t[span[0]:span[1]] for t in full]
-        out = torch.empty(parts[0].shape, dtype=torch.float32)
-        out.copy_(parts[0])
-        if cs[0] != 1.0:
-            out.mul_(cs[0])
-        for t, c in zip(parts[1:], cs[1:]):
-            if c != 0.0 or not bool(torch.isfinite(t.sum(dtype=torch.float32))):
-                out.add_(t, alpha=c)
+        out = ops.linear_combination(parts, coefs)
         if not bool(torch.isfinite(out.sum())):
             for t, src in zip(parts, srcs):
                 check_finite(t, name, src.label)

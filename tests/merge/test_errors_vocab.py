@@ -112,21 +112,22 @@ def test_temporal_sweep_and_inplace(models):
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_temporal_added_rows_merge_equals_sweep(models, monkeypatch, fast):
+def test_temporal_added_rows_merge_equals_sweep(models, fast):
     """Added-vocabulary rows: a token both checkpoints have is interpolated like the
     shared rows (ops.interpolate), a token of one checkpoint is kept; the merge and the
     sweep give the same bits on every path."""
-    from mmgrid.merge import executor, ops
+    from mmgrid.merge import ops
+    from mmgrid.merge.executor import REFERENCE, Route
     from mmgrid.merge.interpolation import TemporalSweep
     from mmgrid.merge.tensors import from_state
 
-    monkeypatch.setattr(executor, "FAST", fast)
+    route = Route() if fast else REFERENCE
     a, ma = _with_rows(models["a"], ["<a_0>", "<s_1>"], 1)
     b, mb = _with_rows(models["b"], ["<b_0>", "<s_1>"], 2)
     ea, eb = a["embed_tokens.weight"], b["embed_tokens.weight"]
     sw = TemporalSweep(from_state(a, "A", ma), from_state(b, "B", mb))
     for lam in (-0.3, 0.6, 1.4):
-        out = merge("temporal", [from_state(a, "A", ma), from_state(b, "B", mb)], lam=lam)
+        out = merge("temporal", [from_state(a, "A", ma), from_state(b, "B", mb)], lam=lam, route=route)
         emb = out["embed_tokens.weight"]
         assert emb.shape == (13, 4)
         assert torch.equal(emb[:10], ops.interpolate(ea[:10], eb[:10], lam))

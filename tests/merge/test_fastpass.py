@@ -11,8 +11,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from fastpass_data import _bits, _same, trio  # noqa: F401  (trio is a fixture)
-from mmgrid.merge import executor, merge, merge_to_file
+from mmgrid.merge import merge, merge_to_file, ops
 from mmgrid.merge.errors import NonFiniteError, SourceError
+from mmgrid.merge.executor import REFERENCE, Route
 from mmgrid.merge.fastpass import kernels, reads, writer
 from mmgrid.merge.tensors import SafetensorsWriter
 
@@ -42,15 +43,11 @@ CASES = [
 
 @pytest.mark.parametrize("method,n,params", CASES)
 @pytest.mark.parametrize("chunk", [5, 1 << 18])
-def test_fast_pass_equals_reference(trio, monkeypatch, method, n, params, chunk):
+def test_fast_pass_equals_reference(trio, method, n, params, chunk):
     ins = [trio[k] for k in "abc"[:n]]
     base = trio["base"] if method not in ("average", "temporal", "slerp") else None
-    monkeypatch.setattr(executor, "FAST", False)
-    ref = merge(method, ins, base=base, **params)
-    monkeypatch.setattr(executor, "FAST", True)
-    monkeypatch.setattr(kernels, "CHUNK", chunk)
-    monkeypatch.setattr(executor, "PREPARE_CHUNK", chunk)
-    assert _same(ref, merge(method, ins, base=base, **params))
+    ref = merge(method, ins, base=base, route=REFERENCE, **params)
+    assert _same(ref, merge(method, ins, base=base, route=Route(chunk=chunk, prepare_chunk=chunk), **params))
 
 
 @pytest.mark.parametrize("chunk", [3, 64])
@@ -59,12 +56,8 @@ def test_fast_pass_equals_reference_sampled_threshold(trio, monkeypatch, chunk):
 
     monkeypatch.setattr(pl, "SAMPLE_TARGET", 50)  # a strided sample counted across tensors and chunks
     ins, params = [trio["a"], trio["b"]], {"density": 0.25}
-    monkeypatch.setattr(executor, "FAST", False)
-    ref = merge("ties", ins, base=trio["base"], **params)
-    monkeypatch.setattr(executor, "FAST", True)
-    monkeypatch.setattr(kernels, "CHUNK", chunk)
-    monkeypatch.setattr(executor, "PREPARE_CHUNK", chunk + 2)
-    assert _same(ref, merge("ties", ins, base=trio["base"], **params))
+    ref = merge("ties", ins, base=trio["base"], route=REFERENCE, **params)
+    assert _same(ref, merge("ties", ins, base=trio["base"], route=Route(chunk=chunk, prepare_chunk=chunk + 2), **params))
 
 
 @pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], CASES[-5], CASES[-3], CASES[-1]])
@@ -79,23 +72,19 @@ def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, 
         save_file(v, str(paths[k]))
     src = paths if on_disk else trio
     ins = [src[k] for k in "abc"[:n]]
-    monkeypatch.setattr(executor, "FAST", False)
-    ref = merge(method, [trio[k] for k in "abc"[:n]], base=trio["base"], **params)
-    monkeypatch.setattr(executor, "FAST", True)
-    monkeypatch.setattr(kernels, "CHUNK", 7)  # chunks straddle rows and tensors
+    ref = merge(method, [trio[k] for k in "abc"[:n]], base=trio["base"], route=REFERENCE, **params)
     monkeypatch.setattr(reads, "BLOCK_BYTES", block_bytes)  # 40 bytes: blocks of 14-20 entries
     monkeypatch.setattr(writer, "COMPUTE_THREADS", threads)
     out = tmp_path / "out.safetensors"
-    merge_to_file(method, ins, out, base=src["base"], durable=False, **params)
+    merge_to_file(method, ins, out, base=src["base"], durable=False, route=Route(chunk=7), **params)  # chunks straddle rows and tensors
     with safe_open(str(out), "pt") as fh:
         got = {k: fh.get_tensor(k) for k in fh.keys()}
     assert _same(ref, got)
 
 
 def test_block_jobs_cover_the_tensor_once(monkeypatch):
-    monkeypatch.setattr(kernels, "CHUNK", 7)
     monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
-    jobs = writer.block_jobs("w", 100, torch.bfloat16)
+    jobs = writer.block_jobs("w", 100, torch.bfloat16, chunk=7)
     assert [(j.a, j.b) for j in jobs] == [(a, min(a + 14, 100)) for a in range(0, 100, 14)]  # 40 B // 2 B = 20 -> 14 (2 chunks)
     assert [(j.a, j.b) for j in writer.block_jobs("e", 0, torch.float32)] == [(0, 0)]
     assert reads.block_entries(7, 4) == 7  # a block is at least one chunk
@@ -109,12 +98,11 @@ def test_blockwise_file_merge_names_nan_input_and_writes_nothing(trio, tmp_path:
     for k, v in {"base": trio["base"], "a": trio["a"], "b": bad}.items():
         paths[k] = tmp_path / f"{k}.safetensors"
         save_file(v, str(paths[k]))
-    monkeypatch.setattr(kernels, "CHUNK", 5)
     monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
     out = tmp_path / "out.safetensors"
     for method, params in (("task_arithmetic", {}), ("ties", {"density": 1.0})):
         with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
-            merge_to_file(method, [paths["a"], paths["b"]], out, base=paths["base"], durable=False, **params)
+            merge_to_file(method, [paths["a"], paths["b"]], out, base=paths["base"], durable=False, route=Route(chunk=5), **params)
         assert not out.exists() and not list(tmp_path.glob("*.partial"))
 
 
@@ -151,13 +139,12 @@ def test_write_blocks_keeps_file_order_and_reuses_buffers(tmp_path: Path, monkey
     import random
     import time
 
-    monkeypatch.setattr(kernels, "CHUNK", 4)
     monkeypatch.setattr(reads, "BLOCK_BYTES", 32)  # 8 float32 entries per block
     x = torch.arange(50, dtype=torch.float32)
     mid = torch.tensor([7, 8, 9], dtype=torch.int64)
     layout = [("x", (50,), torch.float32), ("mid", (3,), torch.int64), ("y", (50,), torch.float32)]
-    jobs = writer.block_jobs("x", 50, torch.float32) + [writer.Job("mid", 0, 3, torch.int64, whole=lambda: mid)] \
-        + writer.block_jobs("y", 50, torch.float32)
+    jobs = writer.block_jobs("x", 50, torch.float32, chunk=4) + [writer.Job("mid", 0, 3, torch.int64, whole=lambda: mid)] \
+        + writer.block_jobs("y", 50, torch.float32, chunk=4)
     rng = random.Random(0)
 
     def fill(job, out, work):
@@ -193,11 +180,10 @@ def test_write_blocks_pool_lends_the_same_buffers_to_every_call(tmp_path: Path, 
     """A pool passed to repeated calls (a sweep's points) gets its buffers back after each
     call and lends them again, so later calls allocate nothing; a whole-tensor job (64
     entries here) does not size the block buffers (8 entries)."""
-    monkeypatch.setattr(kernels, "CHUNK", 4)
     monkeypatch.setattr(reads, "BLOCK_BYTES", 32)
     x = torch.arange(64, dtype=torch.float32)
     layout = [("big", (64,), torch.float32), ("x", (64,), torch.float32)]
-    jobs = [writer.Job("big", 0, 64, torch.float32, whole=lambda: x)] + writer.block_jobs("x", 64, torch.float32)
+    jobs = [writer.Job("big", 0, 64, torch.float32, whole=lambda: x)] + writer.block_jobs("x", 64, torch.float32, chunk=4)
     pool: dict = {}
     seen = []
     for k in range(3):
@@ -214,22 +200,57 @@ def test_write_blocks_pool_lends_the_same_buffers_to_every_call(tmp_path: Path, 
 
 
 def test_trim_by_hardshrink_equals_masked_fill():
+    """ops.trim_magnitude (one hardshrink pass) zeroes exactly |x| < threshold, with the bits
+    of the boolean-mask form (+0 where zeroed, NaN and Inf kept), in float32 and float64."""
     x = torch.cat([torch.randn(4096) * 0.003, torch.tensor([0.0, -0.0, 0.0025, -0.0025, float("nan"), float("inf")])])
-    for thr in (0.0025, float(torch.tensor(1e-3)), 1e-30, 0.0):
-        ref = x.clone().masked_fill_(x.abs() < thr, 0.0)
-        lam = kernels.shrink_lambda(thr)
-        got = x.clone() if lam is None else torch.hardshrink(x, lam)
-        assert torch.equal(_bits(ref), _bits(got))
+    for dtype in (torch.float32, torch.float64):
+        xd = x.to(dtype)
+        for thr in (0.0025, float(torch.tensor(1e-3)), 1e-3, 1e-30, 0.0, -1.0, float("nan")):
+            ref = xd.clone().masked_fill_(xd.abs() < thr, 0.0)
+            assert torch.equal(_bits(ref), _bits(ops.trim_magnitude(xd.clone(), thr))), (dtype, thr)
+
+
+def test_disjoint_mean_hand_case_and_mask_form():
+    """TIES's disjoint mean by hand, and the float-indicator form equals the boolean-mask
+    form sum_i w_i d_i [d_i s > 0] / sum_i w_i [d_i s > 0] (denominator 1 where none agrees)
+    bit for bit, for positive, mixed-sign and zero-sum weights."""
+    d = [torch.tensor([1.0, -2.0, 0.0, 3.0]), torch.tensor([3.0, 1.0, 0.0, -3.0])]
+    sign = ops.elect_sign(d)
+    assert torch.equal(sign, torch.tensor([1.0, -1.0, 1.0, 1.0]))
+    assert torch.equal(ops.disjoint_mean(d, sign), torch.tensor([2.0, -2.0, 0.0, 3.0]))
+    assert torch.equal(ops.disjoint_mean(d, sign, [1.0, 3.0]), torch.tensor([2.5, -2.0, 0.0, 3.0]))
+    g = torch.Generator().manual_seed(3)
+    ds = [torch.randn(5000, generator=g).masked_fill_(torch.rand(5000, generator=g) < 0.4, 0.0) for _ in range(3)]
+    for ws in ([1.0, 0.5, 2.0], [1.0, -0.5, 0.25], [1.0, -1.0, 0.0]):
+        s = ops.elect_sign(ds, ws, "weighted")
+        num, den = torch.zeros(5000), torch.zeros(5000)
+        for x, w in zip(ds, ws):
+            num.add_((x * s).clamp_min(0.0), alpha=w)
+            den.add_(((x * s) > 0).float(), alpha=w)
+        want = num.mul_(s).div_(torch.where(den != 0, den, torch.ones(())))
+        buf = [torch.full((5000,), float("nan")) for _ in range(3)]  # dirty buffers: fully overwritten
+        assert torch.equal(_bits(want), _bits(ops.disjoint_mean(ds, s, ws)))
+        assert torch.equal(_bits(want), _bits(ops.disjoint_mean(ds, s, ws, out=buf[0], den=buf[1], tmp=buf[2])))
+
+
+def test_linear_combination_hand_case():
+    """c_0 theta_0 + sum_i c_i theta_i; a zero coefficient skips its term unless the term holds
+    NaN/Inf (which then reaches the result); -1 / +1 is x_1 - x_0 exactly."""
+    b, x, y = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 5.0]), torch.tensor([float("inf"), 1.0])
+    assert torch.equal(ops.linear_combination([b, x], (-1.0, [1.0])), torch.tensor([2.0, 3.0]))
+    got = ops.linear_combination([b, x, y], (0.5, [0.25, 0.0]))
+    assert got[0].isnan() and float(got[1]) == 0.5 * 2.0 + 0.25 * 5.0
+    assert torch.equal(ops.linear_combination([x, b], (None, [2.0, -1.0])), torch.tensor([5.0, 8.0]))
 
 
 def test_fast_pass_names_nan_input(trio, monkeypatch):
     bad = dict(trio["b"])
     bad["layers.0.up.weight"] = bad["layers.0.up.weight"].clone()
     bad["layers.0.up.weight"][3, 2] = float("nan")
-    monkeypatch.setattr(kernels, "CHUNK", 5)
     for method, params in (("task_arithmetic", {}), ("task_arithmetic", {"weights": [1.0, 0.0]}), ("ties", {"density": 1.0})):
-        with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
-            merge(method, [trio["a"], bad], base=trio["base"], **params)
+        for route in (Route(chunk=5), REFERENCE):
+            with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
+                merge(method, [trio["a"], bad], base=trio["base"], route=route, **params)
 
 
 def test_writer_parts_read_back_bitwise(tmp_path: Path):
@@ -284,11 +305,16 @@ def test_finite_range_hand_cases():
 @pytest.mark.parametrize("params", [{"density": 0.3, "weights": [1.0, 0.5], "sign_rule": "weighted"},
                                     {"density": 0.3, "sign_rule": "unweighted"}])
 def test_both_sign_rules_take_the_fast_pass(params):
-    """The fast kernel elects with the reference's own rule (ops.elect_sign), so TIES under
-    either rule is on the fast pass (the bitwise cases above then compare two paths)."""
+    """TIES declares its Pipeline configuration once (Method.kernel): under either sign rule
+    the kernel carries that configuration and is chunkable, so TIES is on the fast pass
+    (the bitwise cases above then compare two routes through the same functions)."""
     from mmgrid.merge.methods import get_method, validate_params
 
     m = get_method("ties")(validate_params("ties", params))
     m.check_inputs(2)
-    k = m.fast_kernel(2)
-    assert k is not None and k.sign_rule == params["sign_rule"] and k.elect_sign
+    k = m.kernel(2)
+    assert k is not None and k.chunkable and k.pipeline == m.pipeline(2)
+    assert k.pipeline.sign_rule == params["sign_rule"] and k.pipeline.elect_sign
+    dare = get_method("ties_dare")(validate_params("ties_dare", {"density": 0.3, "p": 0.2}))
+    dare.check_inputs(2)
+    assert not dare.kernel(2).chunkable  # DARE's masks are drawn per tensor: the reference route

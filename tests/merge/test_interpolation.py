@@ -11,9 +11,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from fastpass_data import _bits, _same, _state, trio  # noqa: F401  (trio is a fixture)
-from mmgrid.merge import executor, merge, merge_to_file, ops
+from mmgrid.merge import merge, merge_to_file, ops
 from mmgrid.merge import interpolation as sweep_mod
 from mmgrid.merge.errors import NonFiniteError, SourceError
+from mmgrid.merge.executor import REFERENCE, Route
 from mmgrid.merge.fastpass import kernels, reads
 from mmgrid.merge.interpolation import TemporalSweep
 
@@ -174,18 +175,16 @@ def test_temporal_every_path_gives_the_same_bits(tmp_path: Path, monkeypatch, dt
     save_file(t1, str(paths["t1"]))
     save_file(t2, str(paths["t2"]))
     sw = TemporalSweep(paths["t1"], paths["t2"])
-    monkeypatch.setattr(kernels, "CHUNK", 7)
+    monkeypatch.setattr(kernels, "CHUNK", 7)  # the sweep's blocks (merges take route=)
     monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
     monkeypatch.setattr(sweep_mod, "SWEEP_BLOCK_BYTES", 40)
     for lam in (-0.5, 0.3, 0.5, 0.7, 1.0, 1.6):
         want = {k: ops.interpolate(t1[k], t2[k], lam).to(dtypes[0]) for k in t1}
         got = {"state_at": sw.state_at(lam), "interpolate_state": interpolate_state(t1, t2, lam)}
-        monkeypatch.setattr(executor, "FAST", False)
-        got["reference"] = merge("temporal", [t1, t2], lam=lam)
-        monkeypatch.setattr(executor, "FAST", True)
-        got["fast"] = merge("temporal", [t1, t2], lam=lam)
+        got["reference"] = merge("temporal", [t1, t2], lam=lam, route=REFERENCE)
+        got["fast"] = merge("temporal", [t1, t2], lam=lam, route=Route(chunk=7))
         for how, ins in (("file", [paths["t1"], paths["t2"]]), ("memory", [t1, t2])):
-            merge_to_file("temporal", ins, tmp_path / "m.safetensors", lam=lam, durable=False)
+            merge_to_file("temporal", ins, tmp_path / "m.safetensors", lam=lam, durable=False, route=Route(chunk=7))
             got[f"merge_to_file({how})"] = load_file(str(tmp_path / "m.safetensors"))
         sw.write(lam, tmp_path / "w.safetensors", durable=False)
         got["write"] = load_file(str(tmp_path / "w.safetensors"))

@@ -84,7 +84,8 @@ def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_pa
     from safetensors.torch import load_file
 
     from mmgrid.merge import merge, merge_to_file
-    from mmgrid.merge.fastpass import kernels, reads
+    from mmgrid.merge.executor import Route
+    from mmgrid.merge.fastpass import reads
     from mmgrid.registry import store as store_mod
 
     r, ids = reg
@@ -94,12 +95,12 @@ def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_pa
     monkeypatch.setattr(store_mod, "sha256_file", lambda p: hashed.append(p) or real_hash(p))
     monkeypatch.setattr(store_mod.BlobStore, "read_tensor", lambda self, *a, **k: whole.append(a) or real_read(self, *a, **k))
     monkeypatch.setattr(reads, "BLOCK_BYTES", 40)  # several blocks per tensor
-    monkeypatch.setattr(kernels, "CHUNK", 4)
     monkeypatch.setattr(reads, "MAX_OPEN_FILES", max_open)
     gc.collect()  # descriptors of earlier tests' garbage (mapped files) must not close mid-count
     fds = len(os.listdir("/proc/self/fd"))
     out = tmp_path / "m.safetensors"
-    merge_to_file("task_arithmetic", [ids["a"], ids["b"]], out, base=ids["base"], registry=r, weights=[0.7, 0.4], durable=False)
+    merge_to_file("task_arithmetic", [ids["a"], ids["b"]], out, base=ids["base"], registry=r, weights=[0.7, 0.4], durable=False,
+                  route=Route(chunk=4))
     assert len(os.listdir("/proc/self/fd")) == fds
     got = load_file(str(out))
     want = merge("task_arithmetic", [models["a"], models["b"]], base=models["base"], weights=[0.7, 0.4])

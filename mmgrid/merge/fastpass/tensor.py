@@ -13,18 +13,19 @@ import torch
 
 from mmgrid.merge.errors import NonFiniteError
 from mmgrid.merge.fastpass import reads
-from mmgrid.merge.fastpass.kernels import Buffers, Kernel, all_finite, culprit, finite_range, kernel_chunk
+from mmgrid.merge.fastpass.kernels import Buffers, all_finite, culprit, finite_range, kernel_chunk
 from mmgrid.merge.fastpass.reads import BlockReader, ChunkInput
 from mmgrid.merge.fastpass.writer import Job
 from mmgrid.merge.ops import lerp_into
+from mmgrid.merge.pipeline import Kernel
 from mmgrid.merge.tensors import TensorSource
 
 
-def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | None, name: str, n: int,
-                 dtype: torch.dtype, bufs: Buffers, emit: Callable[[int, int, torch.Tensor], None],
-                 what: str) -> None:
-    """Merge the first ``n`` entries of tensor ``name``; ``emit(a, b, chunk)`` gets each
-    float32 result chunk (a reused buffer: cast or copy it before returning).
+def merge_tensor(k: Kernel, srcs: list[TensorSource], name: str, n: int, bufs: Buffers,
+                 emit: Callable[[int, int, torch.Tensor], None], what: str) -> None:
+    """Merge the first ``n`` entries of tensor ``name`` of ``srcs`` (the base first where
+    the kernel takes one); ``emit(a, b, chunk)`` gets each float32 result chunk (a reused
+    buffer: cast or copy it before returning).
 
     Inputs are read in blocks of about :data:`mmgrid.merge.fastpass.reads.BLOCK_BYTES` (the next block on a
     background thread while this one is merged) and merged in L2-sized chunks of
@@ -33,8 +34,7 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
     Raises:
         NonFiniteError: NaN/Inf in an input (named) or in the result.
     """
-    srcs = ([base] if base is not None else []) + list(models)
-    step = bufs.acc.numel()
+    step = bufs.chunk
     block = reads.block_entries(step, max(s.shapes[name][1].itemsize for s in srcs))
     starts = list(range(0, n, block))
     ahead = reads.PREFETCH and len(starts) > 1 and any(s.locate is not None for s in srcs)
@@ -54,7 +54,7 @@ def merge_tensor(k: Kernel, models: list[TensorSource], base: TensorSource | Non
                 nxt = ex.submit(read, idx + 1)
             for c in range(0, blk[0].numel(), step):
                 parts = [t[c:c + step] for t in blk]
-                acc = kernel_chunk(k, parts, bufs, ins, name)
+                acc = kernel_chunk(k, parts, bufs, name)
                 if not all_finite(acc):
                     culprit(parts, ins, name)
                     raise NonFiniteError(f"tensor {name!r} of the {what} merge (check the method's parameters) holds NaN or Inf; fix or retrain that checkpoint")
@@ -82,9 +82,9 @@ def merge_block(k: Kernel, reader: BlockReader, job: Job, out: torch.Tensor, wor
     if k.lerp is not None:
         lerp_into(parts[0], parts[1], k.lerp, out)  # one fused pass where the dtypes agree
     else:
-        step = bufs.acc.numel()
+        step = bufs.chunk
         for c in range(0, job.b - job.a, step):
-            acc = kernel_chunk(k, [t[c:c + step] for t in parts], bufs, reader.srcs, name)
+            acc = kernel_chunk(k, [t[c:c + step] for t in parts], bufs, name)
             out[c:c + acc.numel()].copy_(acc)
     # one check per block on the output (NaN and +-Inf survive the cast, and a value the
     # output dtype cannot hold becomes Inf): a single pass instead of one per chunk

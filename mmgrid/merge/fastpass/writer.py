@@ -123,11 +123,12 @@ class Job:
 
 
 def block_jobs(name: str, n: int, dtype: torch.dtype, itemsize: int | None = None,
-               block_bytes: int | None = None) -> list[Job]:
+               block_bytes: int | None = None, chunk: int | None = None) -> list[Job]:
     """Jobs covering the ``n`` entries of tensor ``name`` in blocks of about
     ``block_bytes`` (default :data:`mmgrid.merge.fastpass.reads.BLOCK_BYTES`) of ``itemsize``-byte entries (default:
-    the dtype's)."""
-    step = reads.block_entries(kernels.CHUNK, itemsize or dtype.itemsize, block_bytes)
+    the dtype's), each a whole number of compute chunks of ``chunk`` entries (default
+    :data:`mmgrid.merge.fastpass.kernels.CHUNK`)."""
+    step = reads.block_entries(chunk or kernels.CHUNK, itemsize or dtype.itemsize, block_bytes)
     return [Job(name, a, min(a + step, n), dtype) for a in range(0, n, step)] or [Job(name, 0, 0, dtype)]
 
 

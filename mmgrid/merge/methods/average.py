@@ -17,6 +17,7 @@ from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
+from mmgrid.merge.pipeline import Kernel
 
 
 @dataclass
@@ -45,9 +46,9 @@ class Average(Method):
 
     elementwise = True
 
-    def linear(self, n: int) -> tuple[float, list[float]]:
+    def kernel(self, n: int) -> Kernel:
         w = self._weights(n) or [1.0] * n
-        return 0.0, [x / sum(w) for x in w]
+        return Kernel(coefs=(None, [x / sum(w) for x in w]))  # sum_i (w_i / sum_j w_j) theta_i
 
     def _weights(self, n: int) -> list[float] | None:
         p = self.params

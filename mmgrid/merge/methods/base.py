@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.fastpass.kernels import Kernel
+from mmgrid.merge.pipeline import Kernel
 
 
 @dataclass
@@ -130,29 +130,20 @@ class Method:
         """Whether the engine must check each input chunk for NaN/Inf in the merge pass."""
         return True
 
-    def linear(self, n: int) -> tuple[float, list[float]] | None:
-        """(c_0, [c_i]) if the result is c_0 theta_0 + sum_i c_i theta_i (a fast path)."""
+    def kernel(self, n: int) -> Kernel | None:
+        """What an :attr:`elementwise` method computes at each entry (after
+        :meth:`prepare`), declared once: linear coefficients, a lerp or a
+        :class:`~mmgrid.merge.pipeline.Pipeline` configuration. The reference path and the
+        fast pass both evaluate it (:func:`mmgrid.merge.pipeline.apply_kernel`), so they agree
+        bit for bit; None: the method's :meth:`merge_tensor` does the work."""
         return None
-
-    def tensor_linear(self, name: str) -> tuple[float | None, list[float]] | None:
-        """(c_0, [c_i]) if tensor ``name``'s result is c_0 theta_0 + sum_i c_i theta_i with
-        coefficients of its own (known after :meth:`prepare`; slerp), else None."""
-        return None
-
-    def fast_kernel(self, n: int) -> Any:
-        """A :class:`mmgrid.merge.fastpass.kernels.Kernel` doing this method's arithmetic chunk by
-        chunk (bitwise equal to :meth:`merge_tensor`), or None. Linear elementwise
-        methods get one from :meth:`linear`."""
-        coefs = self.linear(n) if self.elementwise else None
-        if coefs is None:
-            return None
-        return Kernel(coefs=(coefs[0] if self.needs_base else None, list(coefs[1])))
 
     def prepare(self, stream: ViewStream) -> None:
         """Optional streaming passes before the merge pass (whole-model statistics)."""
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        """The merged float32 tensor for one name."""
+        """The merged float32 tensor for one name (for a method with a :meth:`kernel`:
+        added vocabulary rows only)."""
         raise NotImplementedError
 
 

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.pipeline import Kernel
 
 NORM_FLOOR = 1e-6  # mergekit's floor of ||tau_i|| ||tau_j||
 SINGULAR = 1e-6  # |1 + (N - 1) cos| below this: t = 0 (mergekit's rule)
@@ -105,11 +105,8 @@ class ModelStock(Method):
             n = g.k
             self._coefs[name] = (1.0 - t, [t / n] * n)
 
-    def tensor_linear(self, name: str):
-        return self._coefs.get(name)
-
-    def fast_kernel(self, n: int):
-        return None if self.params.filter_wise else Kernel(tensor_coefs=self._coefs)
+    def kernel(self, n: int):
+        return None if self.params.filter_wise else Kernel(coefs=self._coefs)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         if not self.params.filter_wise:  # added vocabulary rows (a view of their own): their own t

@@ -42,12 +42,12 @@ import math
 import torch
 
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.slerp import DOT_THRESHOLD
 from mmgrid.merge.methods.weights import Weights
+from mmgrid.merge.pipeline import Kernel
 
 SIN_EPS = 1e-8  # mergekit's colinearity threshold on |sin Omega|
 NORM_EPS = 1e-7  # mergekit's floor of a vector's norm
@@ -141,11 +141,8 @@ class NuSlerp(Method):
             s0, s1 = self.coefs(*a.result())
             self._coefs[name] = ((1.0 - s0 - s1) if self.needs_base else None, [s0, s1])
 
-    def tensor_linear(self, name: str):
-        return self._coefs.get(name)
-
-    def fast_kernel(self, n: int):
-        return Kernel(tensor_coefs=self._coefs) if self.params.flatten else None
+    def kernel(self, n: int):
+        return Kernel(coefs=self._coefs) if self.params.flatten else None
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         base = view.base if view.raw_base is not None else None

@@ -21,6 +21,7 @@ import torch
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.pipeline import Kernel
 
 
 @dataclass
@@ -55,8 +56,8 @@ class Passthrough(Method):
             raise MergeParamError(f"method 'passthrough' copies exactly 1 input model, got {n}; mergekit's layer "
                                   "slicing (slices: / layer_range, stacking layers of several models) is not supported")
 
-    def linear(self, n: int) -> tuple[float, list[float]]:
-        return 0.0, [float(self.params.scale)]
+    def kernel(self, n: int) -> Kernel:
+        return Kernel(coefs=(None, [float(self.params.scale)]))
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         out = view.models[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from mmgrid.merge import pipeline as pl
-from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 
 
@@ -29,23 +28,12 @@ class PipelineMethod(Method):
     def verify_inputs(self) -> bool:
         return self._thresholds is None  # the histogram pass saw every delta
 
-    def linear(self, n: int) -> tuple[float, list[float]] | None:
-        cfg = self.pipeline(n)
-        if cfg.sparsify != "none" or cfg.elect_sign or cfg.combine != "sum":
+    def kernel(self, n: int) -> pl.Kernel | None:
+        """The preset's kernel (linear coefficients where it is linear); None where a
+        tensor's result needs all of it (per-tensor top-X%, DARE's L1 rescale)."""
+        if not self.elementwise:
             return None
-        cs = [cfg.scale * w for w in (cfg.weights or (1.0,) * n)]
-        return 1.0 - sum(cs), cs  # theta_0 + sum_i c_i (theta_i - theta_0)
-
-    def fast_kernel(self, n: int):
-        """The fast pass covers the pipeline without DARE and without a per-tensor top-X%."""
-        lin = super().fast_kernel(n)
-        if lin is not None:
-            return lin
-        cfg = self.pipeline(n)
-        if cfg.sparsify not in ("none", "magnitude") or (cfg.uses_magnitude and cfg.scope != "model"):
-            return None
-        return Kernel(thresholds=self._thresholds if cfg.uses_magnitude else None, weights=cfg.weights,
-                      combine=cfg.combine, elect_sign=cfg.elect_sign, sign_rule=cfg.sign_rule, scale=cfg.scale)
+        return pl.Kernel.of(self.pipeline(n), n, self._thresholds)
 
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
@@ -63,6 +51,4 @@ class PipelineMethod(Method):
         self.report["ties_thresholds"] = self._thresholds
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        cfg = self.pipeline(len(view.models))
-        merged = pl.combine(cfg, view.key, view.deltas(), self._thresholds)
-        return merged.add_(view.raw_base)
+        return pl.merged(self.pipeline(len(view.raw)), view.key, view.raw, view.raw_base, self._thresholds)

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream, check_range
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.pipeline import Kernel
 
 DOT_THRESHOLD = 0.9995  # |cos Omega| above this: linear interpolation (mergekit's constant)
 EPS = 1e-8
@@ -102,11 +102,8 @@ class Slerp(Method):
         for name, a in acc.items():
             self._coefs[name] = (None, list(coefs_from(self.params.t, *a.result())))
 
-    def tensor_linear(self, name: str):
-        return self._coefs.get(name)
-
-    def fast_kernel(self, n: int) -> Kernel:
-        return Kernel(tensor_coefs=self._coefs)
+    def kernel(self, n: int) -> Kernel:
+        return Kernel(coefs=self._coefs)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         # added vocabulary rows (a view of their own): their own statistics

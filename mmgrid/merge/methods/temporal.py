@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from mmgrid.merge import ops
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.fastpass.kernels import Kernel
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.pipeline import Kernel
 
 
 @dataclass
@@ -53,7 +52,7 @@ class Temporal(Method):
 
     elementwise = True
 
-    def fast_kernel(self, n: int) -> Any:
+    def kernel(self, n: int) -> Kernel:
         return Kernel(lerp=float(self.params.lam))
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
