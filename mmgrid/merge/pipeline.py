@@ -125,7 +125,8 @@ class Work:
         den: disjoint_mean's denominator.
         tmp: scratch.
         mask: a bool scratch (sign masking without disjoint_mean).
-        base: theta_0 in float32 (:func:`merged`).
+        base: a buffer for theta_0 in float32 (:func:`merged`; None: the base is read as
+            stored, exactly, by each operation, without a float32 copy).
         deltas: one per input (:func:`merged`).
     """
 
@@ -140,7 +141,7 @@ class Work:
     @classmethod
     def fresh(cls, shape: Sequence[int], n_inputs: int = 0) -> Work:
         f = lambda: torch.empty(tuple(shape), dtype=torch.float32)  # noqa: E731
-        return cls(f(), f(), f(), f(), torch.empty(tuple(shape), dtype=torch.bool), f(), [f() for _ in range(n_inputs)])
+        return cls(f(), f(), f(), f(), torch.empty(tuple(shape), dtype=torch.bool), None, [f() for _ in range(n_inputs)])
 
 
 def fuse(cfg: Pipeline, ds: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
@@ -167,8 +168,8 @@ def merged(cfg: Pipeline, name: str, models: Sequence[torch.Tensor], base: torch
     merge of one tensor (or a chunk of its entries, for the elementwise configurations).
 
     The reference path calls it per tensor or row chunk (fresh buffers), the fast pass
-    per cache-sized chunk with the buffers of ``work`` (:class:`Work`, with ``base`` and
-    one ``deltas`` buffer per input), which it reuses across chunks.
+    per cache-sized chunk with the buffers of ``work`` (:class:`Work`, with a ``base``
+    buffer and one ``deltas`` buffer per input), which it reuses across chunks.
 
     Args:
         cfg: the configuration.
@@ -177,7 +178,7 @@ def merged(cfg: Pipeline, name: str, models: Sequence[torch.Tensor], base: torch
         thresholds: whole-model TIES thresholds from :class:`ThresholdFinder`.
     """
     w = work if work is not None else Work.fresh(base.shape, len(models))
-    b = w.base.copy_(base)
+    b = base if w.base is None else w.base.copy_(base)  # the same values: a float32 copy is read faster
     deltas = [ops.task_vector(x, b, out=d) for x, d in zip(models, w.deltas)]
     return fuse(cfg, trimmed(cfg, name, deltas, thresholds), w).add_(b)
 

@@ -3,10 +3,11 @@
 The reference path (:mod:`mmgrid.merge.reference`) reads a whole tensor per input and
 merges row chunks of up to 4M entries with fresh float32 temporaries. On a 2-core
 machine that is bound by page faults (fresh allocations) and memory traffic. The fast
-pass runs the same arithmetic, operation for operation (so results are bitwise equal to
+pass calls the same function on each chunk (:func:`mmgrid.merge.pipeline.apply_kernel`
+on the method's :class:`~mmgrid.merge.pipeline.Kernel`, so results are bitwise equal to
 the reference path; tests/merge/test_fastpass.py checks it), on chunks of
-:data:`kernels.CHUNK` entries that fit in the L2 cache, moving data in blocks of about
-:data:`reads.BLOCK_BYTES`:
+:data:`kernels.CHUNK` entries that fit in the L2 cache (or ``Route.chunk``), moving data
+in blocks of about :data:`reads.BLOCK_BYTES`; it computes no entry itself:
 
 * merged to a file (:func:`writer.write_blocks` + :func:`tensor.merge_block`): worker
   threads each read a block of every input with positioned reads into their own reused
@@ -18,7 +19,7 @@ the reference path; tests/merge/test_fastpass.py checks it), on chunks of
   thread while this one is merged;
 * the float32 work buffers are allocated once per thread.
 
-Modules: :mod:`.kernels` (the arithmetic), :mod:`.reads` (file reads), :mod:`.writer`
+Modules: :mod:`.kernels` (the chunk loop and its buffers), :mod:`.reads` (file reads), :mod:`.writer`
 (threads and the ordered writer), :mod:`.tensor` (one tensor or block). Which tensors
 take this pass is decided in :mod:`mmgrid.merge.executor`.
 """

@@ -23,12 +23,15 @@ class Buffers:
     """The float32 work buffers of one thread, reused across chunks and tensors."""
 
     def __init__(self, n_inputs: int, chunk: int = CHUNK) -> None:
-        self.work = pl.Work.fresh((chunk,), n_inputs + 1)
+        self.work = pl.Work.fresh((chunk,), n_inputs)
+        self.work.base = torch.empty(chunk, dtype=torch.float32)  # the base upcast once per chunk
         self.chunk = chunk
 
     def take(self, m: int) -> pl.Work:
-        """Views of the first ``m`` entries of each buffer."""
+        """Views of the first ``m`` entries of each buffer (the whole buffers for a full chunk)."""
         w = self.work
+        if m == self.chunk:
+            return w
         return pl.Work(w.acc[:m], w.sign[:m], w.den[:m], w.tmp[:m], w.mask[:m], w.base[:m], [d[:m] for d in w.deltas])
 
 
