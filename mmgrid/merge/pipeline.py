@@ -4,6 +4,12 @@ Task arithmetic, TIES, DARE, TIES-DARE, weight averaging and the temporal merge 
 configurations of :class:`Pipeline` (see their modules); OrthoMerge merges its
 residuals and GCWM its low-conflict layers with it.
 
+An entrywise method declares what it computes once, as a :class:`Kernel` (a Pipeline
+configuration, linear coefficients or a lerp); the reference path and the fast file pass
+both evaluate it with :func:`apply_kernel`, which calls the one home of each step
+(:mod:`mmgrid.merge.ops`, :func:`merged`): the fast pass only chooses the chunks and
+lends reused buffers (:class:`Work`).
+
 TIES's top-X% is taken over the whole model (``scope="model"``, as the TIES and MMGRid
 code do) or per tensor (``scope="tensor"``, as mergekit and PEFT do). The whole-model
 threshold of each input comes from one streaming pass before the merge pass (two
