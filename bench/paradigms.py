@@ -45,8 +45,10 @@ import sys
 import time
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
 if sys.path and sys.path[0].rstrip("/").endswith("bench"):
     sys.path.pop(0)  # bench/ holds merge.py, registry.py...: never shadow a module name
+sys.path.insert(0, str(HERE.parent))  # this checkout's mmgrid, not whichever one is installed
 
 import numpy as np
 
@@ -234,6 +236,7 @@ def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
+    sys.path.append(str(HERE))  # last, so that it shadows nothing
     from record import recorded  # bench/record.py: writes bench/results/paradigms.md
 
     with recorded("paradigms"):
