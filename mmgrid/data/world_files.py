@@ -331,10 +331,10 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         counts = None
         if amazon:  # Table 1's interactions per phase, scaled with the users
             per_phase = AMAZON_TABLE1_COUNTS[knobs.name.split("_")[0]]
-            counts = period_counts({p: n * cfg.scale * cfg.user_scale for p, n in zip(AMAZON_PHASES, per_phase)},
-                                   start, end, PERIOD_DAYS)
+            counts = tuple(period_counts({p: n * cfg.scale * cfg.user_scale for p, n in zip(AMAZON_PHASES, per_phase)},
+                                         start, end, PERIOD_DAYS).tolist())
         sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng,
-                       ProcessScales(cfg.user_scale, plant.personalization, plant.recency), counts)
+                       ProcessScales(cfg.user_scale, plant.personalization, plant.recency, counts))
         text_sim = sim
         if amazon:  # weakly category-specific titles, like real ones
             own = rng.random(sim.item_cat.size) < AMAZON_TITLE_SIGNAL * plant.text_signal

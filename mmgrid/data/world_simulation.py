@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 DAY_MS = 86_400_000
+REDRAWS = 20  # with fixed counts, how often a repeated (user, item) pair is drawn again
 
 
 @dataclass(frozen=True)
@@ -58,16 +59,17 @@ class Simulated:
 
 @dataclass(frozen=True)
 class ProcessScales:
-    """World-wide scales of the generative process (``world.user_scale`` and ``world.plant``); 1 = the default world."""
+    """World-wide scales of the generative process (``world.user_scale`` and ``world.plant``; 1 = the default world),
+    and a domain's fixed number of interactions per period (None: drawn, as in the default world)."""
 
     user_scale: float = 1.0
     personalization: float = 1.0
     recency: float = 1.0
+    counts: tuple[int, ...] | None = None
 
 
 def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_days: float, scale: float,
-             rng: np.random.Generator, process: ProcessScales = ProcessScales(),
-             counts: np.ndarray | None = None) -> Simulated:  # fmt: skip
+             rng: np.random.Generator, process: ProcessScales = ProcessScales()) -> Simulated:  # fmt: skip
     """Run the generative process of one domain between ``start_ms`` and ``end_ms``.
 
     ``process`` (:class:`ProcessScales`): ``user_scale`` multiplies the users only (more users from the same process); ``personalization`` mixes
@@ -77,7 +79,7 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     all-time counts most-popular uses rank items as every user chooses them). All three at 1 draw exactly
     what they drew before they existed.
 
-    ``counts`` (one number a period, or None): the number of interactions of each period is fixed instead of
+    ``process.counts`` (one number a period, or None): the number of interactions of each period is fixed instead of
     drawn. Each of a period's ``counts[p]`` interactions goes to a present user drawn with probability
     proportional to the user's activity (so ``burst`` is unused); everything else is the process above. The
     amazon_table1 preset uses it to follow MMGRid Table 1's interactions per phase without sampling noise. With
@@ -85,6 +87,7 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     dedupe of ``mmgrid prepare`` removes almost nothing.
     """
     user_scale, personalization, recency = process.user_scale, process.personalization, process.recency
+    counts = process.counts
     users_f = k.n_users * scale if user_scale == 1.0 else k.n_users * scale * user_scale
     n_users, n_items = max(int(round(users_f)), 10), max(int(round(k.n_items * scale)), n_cats)
     span = end_ms - start_ms
@@ -154,11 +157,11 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
 
 
 def _fresh_items(users: np.ndarray, items: np.ndarray, chosen_cat: np.ndarray, cat: np.ndarray, weight: np.ndarray,
-                 n_cats: int, rng: np.random.Generator, seen: np.ndarray, tries: int = 20) -> np.ndarray:  # fmt: skip
+                 n_cats: int, rng: np.random.Generator, seen: np.ndarray) -> np.ndarray:  # fmt: skip
     """``items`` with every draw of a pair already in ``seen`` (or earlier in this batch) drawn again from its
-    category; marks the resulting pairs in ``seen``. A pair still repeated after ``tries`` is kept."""
+    category; marks the resulting pairs in ``seen``. A pair still repeated after :data:`REDRAWS` draws is kept."""
     n_items = seen.shape[1]
-    for _ in range(tries):
+    for _ in range(REDRAWS):
         ok = items >= 0
         code = users * n_items + np.where(ok, items, 0)
         first = np.zeros(code.size, dtype=bool)
