@@ -19,7 +19,10 @@ interactions per user, more latent categories than the text vocabulary has group
 text that is a short title only (a brand and one or two words drawn from the whole domain's
 vocabulary, independent of the latent category), so that text says little and the collaborative
 signal says a lot. Its truth.json also records ``preset``, ``n_categories`` and every item's
-latent category.
+latent category. ``amazon_table1`` (issue 28): six domains fitted to MMGRid's own Amazon statistics,
+users, items and interactions per phase in the ratios of its Table 1 and average interaction time
+gaps of its Table 4 (:data:`AMAZON_TABLE1_TARGETS`), with fixed interactions per period and short,
+weakly category-specific titles; its truth.json adds each domain's targets.
 """
 
 from __future__ import annotations
