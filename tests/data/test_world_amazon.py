@@ -165,3 +165,12 @@ def test_period_counts_spread_each_phase_evenly() -> None:
     assert c[2:8].tolist() == [140] * 6 and c[8].tolist() == 80  # 6 full periods, then 8 days of p1
     assert c.sum() == 1200 and c[9:].sum() == 0
     assert (end - start) // (14 * DAY_MS) + 1 == c.size
+
+
+def test_mmgrid_world_cli_writes_the_preset(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from mmgrid.cli import main
+
+    assert main(["world", "--out", str(tmp_path / "w"), "--preset", "amazon_table1", "--domains", "1"]) == 0
+    truth = json.loads((tmp_path / "w" / "truth.json").read_text())
+    assert list(truth["domains"]) == ["Health"] and truth["domains"]["Health"]["targets"]["users"] == 113_393
+    assert "Health" in capsys.readouterr().out
