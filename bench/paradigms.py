@@ -1,6 +1,6 @@
 """Recall@10 / NDCG@10 of every paradigm beside most-popular and SASRec, per world preset (issue 16).
 
-For one world preset (``default`` or ``dense_short_text``) and one training budget
+For one world preset (``default``, ``dense_short_text`` or ``amazon_table1``) and one training budget
 (``train.max_examples``), builds the demo grid's default variant (tiny base, pretrain -> p1 -> p2 at
 the demo's 3 / 2 / 2 epochs) for each asked paradigm on the first ``--domains`` domains, once per
 training seed, through the library (``mmgrid.train.build.build_grid`` into a registry under
@@ -45,8 +45,10 @@ import sys
 import time
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
 if sys.path and sys.path[0].rstrip("/").endswith("bench"):
     sys.path.pop(0)  # bench/ holds merge.py, registry.py...: never shadow a module name
+sys.path.insert(0, str(HERE.parent))  # this checkout's mmgrid, not whichever one is installed
 
 import numpy as np
 
@@ -171,7 +173,9 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="default", choices=["default", "dense_short_text"], help="world preset")
+    ap.add_argument("--preset", default="default", choices=["default", "dense_short_text", "amazon_table1"],
+                    help="world preset (amazon_table1: MMGRid's Amazon statistics; its first two domains are the "
+                         "largest, Health and Sports)")
     ap.add_argument("--paradigms", nargs="+", default=PARADIGMS)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds (>= 3 for the targets)")
     ap.add_argument("--budget", type=int, default=1500, help="train.max_examples (demo 1500; 4x: 6000)")
@@ -232,6 +236,7 @@ def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
+    sys.path.append(str(HERE))  # last, so that it shadows nothing
     from record import recorded  # bench/record.py: writes bench/results/paradigms.md
 
     with recorded("paradigms"):

@@ -78,16 +78,26 @@ class PlantConfig:
                                                self.personalization, self.recency, self.text_signal))
 
 
+# The first day of each world preset's generated interactions when ``world.start`` is not given:
+# amazon_table1 needs years of history before the pretrain cut-off (MMGRid Table 4's average
+# interaction time gaps reach 663 days, more than the default world's 18 months before 2022-07-01).
+WORLD_PRESET_START: dict[str, str] = {"default": "2021-01-01", "dense_short_text": "2021-01-01",
+                                      "amazon_table1": "2014-01-01"}
+
+
 @dataclass
 class WorldConfig:
     seed: int = ranged(0, default=0)  # the world is deterministic for a seed
     scale: float = ranged(0, 10_000, lo_open=True, default=1.0)  # multiplies users and items; ~100 gives millions of reviews
     n_domains: int = ranged(1, 1000, default=5)  # synthetic domains, each with its own item life-span and activity
-    start: str = "2021-01-01"  # first day of generated interactions (UTC)
+    # first day of generated interactions (UTC); empty = the preset's (WORLD_PRESET_START: 2021-01-01, amazon_table1
+    # 2014-01-01), resolved when the config is built so saved runs record the date
+    start: str | None = None
     end: str = "2023-04-01"  # day after the last generated interaction (UTC)
     # default: the drift world whose item text reveals the category; dense_short_text: many interactions
-    # per user, short titles that do not reveal the (10) latent categories (docs/data.md)
-    preset: Literal["default", "dense_short_text"] = "default"
+    # per user, short titles that do not reveal the (10) latent categories; amazon_table1: six domains with
+    # MMGRid Table 1's size ratios and Table 4's interaction time gaps, short weak titles (docs/data.md)
+    preset: Literal["default", "dense_short_text", "amazon_table1"] = "default"
     # planted mechanisms and their zeros (issue 27; docs/calibration.md); all 1 = the preset's world
     plant: PlantConfig = field(default_factory=PlantConfig)
     # multiplies the number of users only (items stay): more users drawn from the same process, e.g. a large
@@ -95,5 +105,7 @@ class WorldConfig:
     user_scale: float = ranged(0, 10_000, lo_open=True, default=1.0)
 
     def __post_init__(self) -> None:
+        if self.start is None:
+            self.start = WORLD_PRESET_START.get(self.preset, WORLD_PRESET_START["default"])
         if parse_date_ms(self.start, "world.start") >= parse_date_ms(self.end, "world.end"):
             raise ConfigError(f"world: start {self.start} is not before end {self.end}; give an earlier start.")

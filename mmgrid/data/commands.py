@@ -24,8 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--seed", type=int, default=0, help="the world is deterministic for a seed (default 0)")
     w.add_argument("--scale", type=float, default=1.0, help="multiplies users and items (~100: millions of reviews)")
     w.add_argument("--domains", type=int, default=5, help="number of domains (default 5)")
-    w.add_argument("--preset", default="default", choices=["default", "dense_short_text"],
-                   help="world preset: default, or dense_short_text (many interactions, short uninformative titles)")
+    w.add_argument("--preset", default="default", choices=["default", "dense_short_text", "amazon_table1"],
+                   help="world preset: default; dense_short_text (many interactions, short uninformative titles); "
+                        "amazon_table1 (MMGRid Table 1's six domains scaled down, Table 4's time gaps, short weak "
+                        "titles; use --domains 6 for all six)")
     w.set_defaults(func=_world)
 
     p = sub.add_parser(

@@ -48,6 +48,15 @@ CATEGORY_WORDS: dict[str, dict[str, str]] = {
         "running": "shoes shorts armband vest | breathable cushioned sweatproof stretchy",
         "water": "kayak paddle snorkel goggles | inflatable anti-fog buoyant marine",
     },
+    # the amazon_table1 world's sixth domain (MMGRid Table 1: Movies and TV)
+    "Movies": {
+        "action": "heist mission chase showdown | explosive relentless gritty undercover",
+        "comedy": "roommates road-trip prank sitcom | hilarious awkward zany feel-good",
+        "drama": "family courtroom memoir journey | moving intimate acclaimed haunting",
+        "horror": "haunting curse cabin creature | terrifying bloody cursed eerie",
+        "documentary": "nature ocean wildlife biography | untold true investigative remastered",
+        "animation": "cartoon fairy toons musical | animated family-friendly enchanted whimsical",
+    },
 }
 
 MAIN_CATEGORY = {
@@ -56,6 +65,7 @@ MAIN_CATEGORY = {
     "Games": "Video Games",
     "Health": "Health & Household",
     "Sports": "Sports & Outdoors",
+    "Movies": "Movies & TV",
 }
 
 SYLLABLES = ("ka", "lo", "vi", "ren", "tor", "mi", "zen", "sa", "qu", "bel", "dro", "fin", "ga", "nex", "or", "pa")

@@ -19,7 +19,10 @@ interactions per user, more latent categories than the text vocabulary has group
 text that is a short title only (a brand and one or two words drawn from the whole domain's
 vocabulary, independent of the latent category), so that text says little and the collaborative
 signal says a lot. Its truth.json also records ``preset``, ``n_categories`` and every item's
-latent category.
+latent category. ``amazon_table1`` (issue 28): six domains fitted to MMGRid's own Amazon statistics,
+users, items and interactions per phase in the ratios of its Table 1 and average interaction time
+gaps of its Table 4 (:data:`AMAZON_TABLE1_TARGETS`), with fixed interactions per period and short,
+weakly category-specific titles; its truth.json adds each domain's targets.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,9 +38,9 @@ import numpy as np
 import polars as pl
 
 from mmgrid.data import vocab
-from mmgrid.config import PlantConfig, WorldConfig
+from mmgrid.config import PAPER_PHASES, PlantConfig, WorldConfig
 from mmgrid.data.errors import ConfigError
-from mmgrid.data.world_simulation import DomainKnobs, ProcessScales, Simulated, simulate
+from mmgrid.data.world_simulation import DAY_MS, DomainKnobs, ProcessScales, Simulated, simulate
 
 PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
 
@@ -92,7 +95,109 @@ DENSE_SHORT_TEXT: tuple[DomainKnobs, ...] = (
 )
 DENSE_N_CATEGORIES = 10  # latent categories per domain of the dense preset (the text does not reveal them)
 
-WORLD_PRESETS: dict[str, tuple[DomainKnobs, ...]] = {"default": PRESETS, "dense_short_text": DENSE_SHORT_TEXT}
+
+
+@dataclass(frozen=True)
+class PaperDomainStats:
+    """One domain's statistics as the paper gives them (the targets of a fitted preset)."""
+
+    name: str  # the domain's name in the synthetic world
+    paper_name: str  # the paper's name of the domain
+    users: int
+    items: int
+    interactions: tuple[int, int, int, int]  # per phase: pretrain, p1, p2, test (AMAZON_PHASES)
+    avg_gap_days: float  # mean days from an item's first interaction to each training interaction
+
+    def to_dict(self) -> dict:
+        return {"paper_name": self.paper_name, "users": self.users, "items": self.items,
+                "interactions": dict(zip(AMAZON_PHASES, self.interactions)), "avg_gap_days": self.avg_gap_days}
+
+
+AMAZON_PHASES = ("pretrain", "p1", "p2", "test")  # MMGRid section 3.2's windows (config.PAPER_PHASES)
+
+# MMGRid's own Amazon Reviews 2023 statistics, in its Table 4's domain order: users, items and interactions
+# per phase from its Table 1 ("Statistics of the interaction data in Amazon dataset"), the average
+# interaction time gap in days from its Table 4 ("Statistics and analysis of item recency bias", "Ave.
+# Interaction Time Gap (d)": over the training interactions, days since the item's first interaction).
+AMAZON_TABLE1_TARGETS: tuple[PaperDomainStats, ...] = (
+    PaperDomainStats("Health", "Health and Household", 113_393, 57_727, (3_692_658, 252_223, 304_222, 290_457), 662.9),
+    PaperDomainStats("Sports", "Sports and Outdoors", 34_571, 30_506, (1_468_421, 87_015, 113_283, 102_969), 563.9),
+    PaperDomainStats("Movies", "Movies and TV", 5_289, 10_138, (617_122, 17_732, 14_804, 14_669), 520.8),
+    PaperDomainStats("Games", "Video Games", 4_876, 4_068, (215_761, 9_365, 14_708, 12_228), 418.2),
+    PaperDomainStats("Books", "Books", 38_418, 34_642, (2_578_864, 100_263, 90_801, 95_406), 336.6),
+    PaperDomainStats("Phones", "Cell Phones and Accessories", 39_262, 19_868, (1_211_712, 63_152, 97_097, 100_437), 362.0),
+)
+# The preset at world.scale 1 is the paper's data scaled down to about the demo's size per domain, by one
+# factor per quantity (so every ratio between domains and between phases is the paper's): users / 60,
+# items / 40, interactions / 200. Interactions shrink more than users and items so that the pairs a user can
+# review stay plentiful (the smallest domains, Games and Movies, are 15-25% dense after scaling).
+AMAZON_SCALE = {"users": 1 / 60, "items": 1 / 40, "interactions": 1 / 200}
+AMAZON_TITLE_SIGNAL = 0.35  # share of titles whose product word is the item's own category's (else any category's)
+
+# Fitted generating knobs (scripts/fit_amazon_table1.py --seeds 0 1 2: the mean over world seeds 0-2 at scale 1; the knobs were written down
+# before any paradigm ran on the world). Generated users and items are above the targets because the 5-core
+# drops the lightest; generated interactions per phase are above them because the (user, item) dedupe and
+# the 5-core drop some; the life-span and the share of items released before the start set the interaction
+# time gap. The trend knobs follow the default world's domain of the same kind (Phones and Games directional,
+# Books and Health seasonal, Sports and Movies in between); every user is present from the start with
+# probability 0.3 (else arrives uniformly), users' activity varies widely (Beta with concentration 4).
+AMAZON_TABLE1: tuple[DomainKnobs, ...] = (
+    # name, users, items, life-span d, initial item share, activity, burst (unused), drift, trend weight,
+    # arrival, conc, quality, then the activity's concentration and the trend's period (days) and amplitude
+    DomainKnobs("Health", 2536, 2017, 935.0, 0.30, 0.3, 0.0, 0.15, 0.6, 0.6, 0.3, 0.8,
+                activity_concentration=10.0, trend_period_days=182.0, trend_amplitude=1.5),
+    DomainKnobs("Sports", 691, 1497, 729.4, 0.30, 0.3, 0.0, 0.3, 0.6, 0.6, 0.3, 0.8,
+                activity_concentration=10.0, trend_period_days=240.0, trend_amplitude=1.5),
+    DomainKnobs("Movies", 94, 355, 720.7, 0.30, 0.3, 0.0, 0.2, 0.4, 0.6, 0.3, 0.8,
+                activity_concentration=10.0, trend_period_days=240.0, trend_amplitude=1.5),
+    DomainKnobs("Games", 98, 164, 448.8, 0.30, 0.3, 0.0, 0.4, 0.7, 0.6, 0.3, 0.8,
+                activity_concentration=10.0, trend_period_days=1000.0, trend_amplitude=2.5),
+    DomainKnobs("Books", 716, 1251, 350.2, 0.30, 0.3, 0.0, 0.2, 0.3, 0.6, 0.3, 0.8,
+                activity_concentration=10.0, trend_period_days=182.0, trend_amplitude=1.5),
+    DomainKnobs("Phones", 915, 910, 432.7, 0.30, 0.3, 0.0, 0.5, 0.85, 0.6, 0.3, 0.8,
+                activity_concentration=10.0, trend_period_days=1000.0, trend_amplitude=3.0),
+)
+# generated interactions per phase (pretrain, p1, p2, test) at scale 1 (the targets are Table 1 / 200)
+AMAZON_TABLE1_COUNTS: dict[str, tuple[float, float, float, float]] = {
+    "Health": (20435.47, 1526.3, 1860.99, 1854.79),
+    "Sports": (8732.63, 544.46, 717.94, 700.88),
+    "Movies": (3287.74, 100.88, 90.09, 101.73),
+    "Games": (1210.77, 56.16, 89.74, 76.77),
+    "Books": (13687.84, 550.84, 505.24, 577.3),
+    "Phones": (7106.61, 391.33, 610.42, 670.77),
+}
+
+WORLD_PRESETS: dict[str, tuple[DomainKnobs, ...]] = {"default": PRESETS, "dense_short_text": DENSE_SHORT_TEXT,
+                                                     "amazon_table1": AMAZON_TABLE1}
+
+
+def amazon_targets(scale: float = 1.0) -> dict[str, dict]:
+    """The amazon_table1 world's target statistics per domain at ``world.scale`` (the paper's numbers times
+    :data:`AMAZON_SCALE` and ``scale``; the gaps are days and do not scale)."""
+    out = {}
+    for t in AMAZON_TABLE1_TARGETS:
+        n = {p: v * AMAZON_SCALE["interactions"] * scale for p, v in zip(AMAZON_PHASES, t.interactions)}
+        out[t.name] = {"users": t.users * AMAZON_SCALE["users"] * scale, "items": t.items * AMAZON_SCALE["items"] * scale,
+                       "interactions": n, "avg_gap_days": t.avg_gap_days}
+    return out
+
+
+def period_counts(phase_counts: dict[str, float], start_ms: int, end_ms: int, period_days: float) -> np.ndarray:
+    """Interactions per period of the simulation for a number per phase (MMGRid's windows, the pretrain window
+    opening at ``start_ms``): each phase's interactions spread evenly over its days, periods straddling a
+    boundary taking their share of each side, rounded so the running total stays within one of the exact one."""
+    period = int(period_days * DAY_MS)
+    starts = np.arange(start_ms, end_ms, period, dtype=np.int64)
+    expected = np.zeros(starts.size)
+    for name, n in phase_counts.items():
+        a, b = PAPER_PHASES[name]
+        lo = start_ms if a is None else max(_date_ms(a, "phase"), start_ms)
+        hi = min(_date_ms(b, "phase") if b is not None else end_ms, end_ms)
+        if hi <= lo:
+            continue
+        overlap = np.clip(np.minimum(starts + period, hi) - np.maximum(starts, lo), 0, None)
+        expected += n * overlap / (hi - lo)
+    return np.diff(np.round(np.cumsum(np.concatenate([[0.0], expected])))).astype(np.int64)
 
 
 def domain_knobs(n_domains: int, preset: str = "default") -> list[DomainKnobs]:
@@ -200,6 +305,7 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
     plant = cfg.plant if cfg.plant is not None else PlantConfig()
     knobs_all = planted_knobs(knobs_all, plant, (end - start) / 86_400_000)
     dense = cfg.preset == "dense_short_text"
+    amazon = cfg.preset == "amazon_table1"
     tmp = out / ".raw.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "review_categories").mkdir(parents=True)
@@ -210,6 +316,12 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         truth |= {"preset": cfg.preset, "n_categories": DENSE_N_CATEGORIES,
                   "item_text": "title only: a brand and 1-2 words drawn from the whole domain vocabulary, "
                                "independent of the latent category"}  # fmt: skip
+    if amazon:
+        truth |= {"preset": cfg.preset, "n_categories": len(vocab.CATEGORY_WORDS["Health"]),
+                  "item_text": f"title only: a brand, sometimes a modifier, and a product word of the item's own "
+                               f"category for a share {AMAZON_TITLE_SIGNAL} x world.plant.text_signal of the items "
+                               f"(else of a random category)",
+                  "paper_scale": AMAZON_SCALE}  # fmt: skip
     if not plant.is_default() or cfg.user_scale != 1.0:  # likewise: the default truth.json stays byte for byte
         truth |= {"plant": {"turnover": plant.turnover, "trend": plant.trend, "trend_contrast": plant.trend_contrast,
                             "personalization": plant.personalization, "recency": plant.recency,
@@ -219,14 +331,23 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         rng = np.random.default_rng([cfg.seed, d_i])
         words = vocab.CATEGORY_WORDS[knobs.name.split("_")[0]]
         n_cats = DENSE_N_CATEGORIES if dense else len(words)
+        counts = None
+        if amazon:  # Table 1's interactions per phase, scaled with the users
+            per_phase = AMAZON_TABLE1_COUNTS[knobs.name.split("_")[0]]
+            counts = tuple(period_counts({p: n * cfg.scale * cfg.user_scale for p, n in zip(AMAZON_PHASES, per_phase)},
+                                         start, end, PERIOD_DAYS).tolist())
         sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng,
-                       ProcessScales(cfg.user_scale, plant.personalization, plant.recency))
+                       ProcessScales(cfg.user_scale, plant.personalization, plant.recency, counts))
         text_sim = sim
-        if plant.text_signal != 1.0:  # some items speak another category's words (no draw at 1: same stream)
+        if amazon:  # weakly category-specific titles, like real ones
+            own = rng.random(sim.item_cat.size) < AMAZON_TITLE_SIGNAL * plant.text_signal
+            text_sim = replace(sim, item_cat=np.where(own, sim.item_cat, rng.integers(0, len(words), sim.item_cat.size)))
+        elif plant.text_signal != 1.0:  # some items speak another category's words (no draw at 1: same stream)
             own = rng.random(sim.item_cat.size) < plant.text_signal
             text_cat = np.where(own, sim.item_cat, rng.integers(0, len(words), sim.item_cat.size))
             text_sim = replace(sim, item_cat=text_cat)
-        items = _short_items(sim, words, rng) if dense else _items(text_sim, words, rng)
+        items = (_short_items(sim, words, rng) if dense else _title_items(text_sim, words, rng) if amazon
+                 else _items(text_sim, words, rng))
         # the dense preset's reviews talk about words of a random group, so no text reveals the category
         word_cat = rng.integers(0, len(words), sim.user.size) if dense else None
         _write_reviews(tmp / "review_categories" / f"{knobs.name}.jsonl.gz", text_sim, items, words, rng, word_cat)
@@ -237,7 +358,11 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
             "items_generated": int(sim.item_cat.size),
             "reviews": int(sim.user.size),
         }
-        if dense:
+        if amazon:
+            truth["domains"][knobs.name] |= {
+                "interactions_generated_per_phase": dict(zip(AMAZON_PHASES, map(float, per_phase))),
+                "targets": next(t.to_dict() for t in AMAZON_TABLE1_TARGETS if t.name == knobs.name.split("_")[0])}
+        if dense or amazon:
             truth["domains"][knobs.name]["item_category"] = dict(
                 zip(items.get_column("parent_asin").to_list(), sim.item_cat.astype(int).tolist()))
     out.mkdir(parents=True, exist_ok=True)
@@ -308,6 +433,30 @@ def _short_items(sim: Simulated, words: dict[str, str], rng: np.random.Generator
         "store": brands.gather(rng.integers(0, brands.len(), n)),
         "m": mods.gather(rng.integers(0, mods.len(), n)),
         "n": nouns.gather(rng.integers(0, nouns.len(), n)),
+        "two": rng.random(n) < 0.5,
+    })  # fmt: skip
+    cap = {c: pl.col(c).str.slice(0, 1).str.to_uppercase() + pl.col(c).str.slice(1) for c in ("m", "n")}
+    title = pl.concat_str([pl.col("store"), pl.when(pl.col("two")).then(cap["m"]), cap["n"]], separator=" ",
+                          ignore_nulls=True)  # fmt: skip
+    empty = pl.lit([], pl.List(pl.String))
+    return df.select("parent_asin", title.alias("title"), empty.alias("description"), empty.alias("features"), "store")
+
+
+def _title_items(sim: Simulated, words: dict[str, str], rng: np.random.Generator) -> pl.DataFrame:
+    """Items of the amazon_table1 preset: a title as short as a real one, a brand, a modifier for half of the
+    items and a product word, both of the category in ``sim.item_cat`` (the preset mixes the latent category
+    with random ones, so titles are weakly category-specific); no description, no features."""
+    n = sim.item_cat.size
+    per = len(vocab.split_words(next(iter(words.values())))[0])
+    nouns = pl.Series([w for c in words for w in vocab.split_words(words[c])[0]])
+    mods = pl.Series([w for c in words for w in vocab.split_words(words[c])[1]])
+    base = sim.item_cat.astype(np.int64) * per
+    brands = pl.Series([_pseudo_word(rng) for _ in range(40)])
+    df = pl.DataFrame({
+        "parent_asin": _ids("B0", n, 8, rng),
+        "store": brands.gather(rng.integers(0, brands.len(), n)),
+        "m": mods.gather(base + rng.integers(0, per, n)),
+        "n": nouns.gather(base + rng.integers(0, per, n)),
         "two": rng.random(n) < 0.5,
     })  # fmt: skip
     cap = {c: pl.col(c).str.slice(0, 1).str.to_uppercase() + pl.col(c).str.slice(1) for c in ("m", "n")}

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 DAY_MS = 86_400_000
+REDRAWS = 20  # with fixed counts, how often a repeated (user, item) pair is drawn again
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,13 @@ class Simulated:
 
 @dataclass(frozen=True)
 class ProcessScales:
-    """World-wide scales of the generative process (``world.user_scale`` and ``world.plant``); 1 = the default world."""
+    """World-wide scales of the generative process (``world.user_scale`` and ``world.plant``; 1 = the default world),
+    and a domain's fixed number of interactions per period (None: drawn, as in the default world)."""
 
     user_scale: float = 1.0
     personalization: float = 1.0
     recency: float = 1.0
+    counts: tuple[int, ...] | None = None
 
 
 def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_days: float, scale: float,
@@ -75,8 +78,16 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     popularity decay, ``exp(-recency age / life-span)`` (0: an item's weight is its quality forever, so the
     all-time counts most-popular uses rank items as every user chooses them). All three at 1 draw exactly
     what they drew before they existed.
+
+    ``process.counts`` (one number a period, or None): the number of interactions of each period is fixed instead of
+    drawn. Each of a period's ``counts[p]`` interactions goes to a present user drawn with probability
+    proportional to the user's activity (so ``burst`` is unused); everything else is the process above. The
+    amazon_table1 preset uses it to follow MMGRid Table 1's interactions per phase without sampling noise. With
+    ``counts``, a draw of a (user, item) pair the user already has is drawn again (up to 20 times), so that the
+    dedupe of ``mmgrid prepare`` removes almost nothing.
     """
     user_scale, personalization, recency = process.user_scale, process.personalization, process.recency
+    counts = process.counts
     users_f = k.n_users * scale if user_scale == 1.0 else k.n_users * scale * user_scale
     n_users, n_items = max(int(round(users_f)), 10), max(int(round(k.n_items * scale)), n_cats)
     span = end_ms - start_ms
@@ -102,13 +113,22 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     u = rng.random(n_cats)
     phase = 2 * np.pi * (np.argsort(u) / n_cats + u[0])  # evenly spaced phases, in random order
     out_u, out_i, out_t = [], [], []
-    for t0 in range(start_ms, end_ms, period):
+    # with fixed counts a user reviews an item once (as on Amazon): a pair already drawn is drawn again
+    seen = np.zeros((n_users, n_items), dtype=bool) if counts is not None else None
+    for p_i, t0 in enumerate(range(start_ms, end_ms, period)):
         t_mid = t0 + period // 2
         present = arrive <= t0 + period
-        active = np.nonzero(present & (rng.random(n_users) < act))[0]
-        if active.size == 0:
-            continue
-        users = np.repeat(active, 1 + rng.poisson(k.burst, active.size))
+        if counts is None:
+            active = np.nonzero(present & (rng.random(n_users) < act))[0]
+            if active.size == 0:
+                continue
+            users = np.repeat(active, 1 + rng.poisson(k.burst, active.size))
+        else:
+            pool = np.nonzero(present)[0]
+            n_p = int(counts[p_i]) if p_i < len(counts) else 0
+            if n_p <= 0 or pool.size == 0:
+                continue
+            users = np.sort(rng.choice(pool, n_p, p=act[pool] / act[pool].sum()))
         frac = (t_mid - start_ms) / span
         cycles = frac if k.trend_period_days <= 0 else (t_mid - start_ms) / (k.trend_period_days * DAY_MS)
         trend = np.exp(k.trend_amplitude * np.sin(2 * np.pi * cycles + phase))
@@ -119,6 +139,8 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
         age = np.maximum(t_mid - release, 0) / life
         weight = np.where(release <= t0 + period, quality * np.exp(-age if recency == 1.0 else -recency * age), 0.0)
         items = _pick_items(chosen_cat, cat, weight, n_cats, rng)
+        if seen is not None:
+            items = _fresh_items(users, items, chosen_cat, cat, weight, n_cats, rng, seen)
         ok = items >= 0
         users, items = users[ok], items[ok]
         ts = t0 + (rng.random(users.size) * period).astype(np.int64)
@@ -132,6 +154,26 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
         user=np.concatenate(out_u), item=np.concatenate(out_i), ts=np.concatenate(out_t).astype(np.int64),
         item_cat=cat, release_ms=release.astype(np.int64),
     )  # fmt: skip
+
+
+def _fresh_items(users: np.ndarray, items: np.ndarray, chosen_cat: np.ndarray, cat: np.ndarray, weight: np.ndarray,
+                 n_cats: int, rng: np.random.Generator, seen: np.ndarray) -> np.ndarray:  # fmt: skip
+    """``items`` with every draw of a pair already in ``seen`` (or earlier in this batch) drawn again from its
+    category; marks the resulting pairs in ``seen``. A pair still repeated after :data:`REDRAWS` draws is kept."""
+    n_items = seen.shape[1]
+    for _ in range(REDRAWS):
+        ok = items >= 0
+        code = users * n_items + np.where(ok, items, 0)
+        first = np.zeros(code.size, dtype=bool)
+        first[np.unique(code, return_index=True)[1]] = True
+        bad = ok & (seen[users, np.where(ok, items, 0)] | ~first)
+        if not bad.any():
+            break
+        rows = np.nonzero(bad)[0]
+        items[rows] = _pick_items(chosen_cat[rows], cat, weight, n_cats, rng)
+    ok = items >= 0
+    seen[users[ok], items[ok]] = True
+    return items
 
 
 def _pick_items(chosen_cat: np.ndarray, cat: np.ndarray, weight: np.ndarray, n_cats: int,
