@@ -34,6 +34,9 @@ Pickle: ``multiprocessing`` pickles what travels between the driver and its own 
 (the JSON job text, the JSON-able result, an exception). Nothing pickled is ever read from or
 written to disk; checkpoints still go through the registry as safetensors.
 
+A worker process ends with its driver: killing the driver (even with SIGKILL) kills the workers
+on Linux, so no job goes on running for a driver that is gone (:func:`_die_with_driver`).
+
 A worker process that dies (killed, out of memory, a crash in native code) breaks the pool:
 the jobs running in it at that moment fail with :class:`WorkerDiedError`, a fresh pool runs
 the jobs still waiting, and nothing hangs.
@@ -75,8 +78,37 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _init_worker(env: dict[str, str]) -> None:
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_driver(driver_pid: int) -> None:
+    """Make this worker end when the driver process does, however the driver ends.
+
+    A driver killed by a signal (SIGKILL, or SIGTERM without Python's cleanup) cannot shut its
+    pool down, and its workers would otherwise run their job to the end and then wait on a
+    dead pipe, at full CPU for a long job. On Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` has
+    the kernel kill the worker when its parent exits; if the driver is already gone by then
+    (the parent pid no longer matches), the worker exits at once. Elsewhere this does nothing:
+    the pool's own broken-pipe handling remains.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - no prctl in this libc
+        return
+    if os.getppid() != driver_pid:
+        os._exit(1)
+
+
+def _init_worker(env: dict[str, str], driver_pid: int | None = None) -> None:
     """Set up one worker process before its first job (see the module docstring)."""
+    if driver_pid is not None:
+        _die_with_driver(driver_pid)
     unset = [k for k in _THREAD_ENV if k not in os.environ]
     for k in unset:
         os.environ[k] = "1"
@@ -321,7 +353,7 @@ class ProcessExecutor:
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(self._worker_env,),
+                initargs=(self._worker_env, os.getpid()),
             )
         return self._pool
 

@@ -48,6 +48,12 @@ def verdict_line(claim: str, result: str, evidence: str, level: float = 0.95) ->
     return f"- **{result}** at {level:.0%}: {claim} ({evidence})"
 
 
+def _shown(x: float) -> str:
+    """Two decimals, or two significant digits where two decimals would print 0.00 (a published
+    difference of 0.0022 points stays visible)."""
+    return f"{x:.2f}" if x == 0 or abs(x) >= 0.005 else f"{x:.2g}"
+
+
 def mde_note(ci_low: float, ci_high: float, level: float = 0.95, reported: float | None = None,
              what: str = "effect", unit: str = "", scale: float = 1.0, power: float = 0.8) -> str:
     """What an inconclusive verdict could have seen: its minimum detectable effect at ``power``.
@@ -66,8 +72,8 @@ def mde_note(ci_low: float, ci_high: float, level: float = 0.95, reported: float
     x = mde_from_interval(ci_low, ci_high, level, power=power)
     if not math.isfinite(x):
         return "inconclusive (no interval: nothing to size)"
-    text = f"inconclusive: this run detects |{what}| >= {x * scale:.2f}{unit} at {power:.0%} power"
+    text = f"inconclusive: this run detects |{what}| >= {_shown(x * scale)}{unit} at {power:.0%} power"
     if reported is not None and math.isfinite(float(reported)):
         side = "above it" if abs(float(reported)) >= x else "below it: this run could not have seen it"
-        text += f"; MMGRid reports {float(reported) * scale:.2f}{unit}, {side}"
+        text += f"; MMGRid reports {_shown(float(reported) * scale)}{unit}, {side}"
     return text

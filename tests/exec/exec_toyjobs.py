@@ -79,3 +79,9 @@ def unknown_name(name: str) -> None:
     from mmgrid.errors import UnknownNameError
 
     raise UnknownNameError("paradigm", name, ["emb", "semid", "text"])
+
+
+def pid_then_sleep(marker: str, delay: float) -> None:
+    """Write this worker's pid to ``marker``, then sleep ``delay`` seconds (a long job)."""
+    Path(marker).write_text(str(os.getpid()))
+    time.sleep(delay)

@@ -292,3 +292,54 @@ def test_validate_warns_where_workers_do_not_apply() -> None:
     assert warned("exec.workers=4") == []  # local, cpu: what it is for
     assert any("local executor only" in w for w in warned("exec.workers=4", "exec.executor=ray"))
     assert any("share the GPU" in w for w in warned("exec.workers=2", "train.device=cuda"))
+
+
+DRIVER = """
+import sys, time
+sys.path.insert(0, {here!r})
+from mmgrid.exec import Job, ProcessExecutor
+if __name__ == "__main__":
+    ex = ProcessExecutor(1)
+    ex.submit(Job("exec_toyjobs:pid_then_sleep", {{"marker": {marker!r}, "delay": 300.0}}))
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")  # a zombie has ended
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
+def test_killing_the_driver_kills_its_workers(tmp_path: Path) -> None:
+    """A driver killed with SIGKILL (no cleanup runs) takes its running workers with it: no orphan
+    goes on computing a job nobody will read (it would hold a CPU until the job ends)."""
+    import signal
+    import subprocess
+
+    marker = tmp_path / "worker.pid"
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(here=str(HERE), marker=str(marker)))
+    repo = str(HERE.parent.parent)  # this checkout's mmgrid, not only the installed one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    driver = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + WAIT
+        while not (marker.exists() and marker.read_text()):
+            assert driver.poll() is None and time.monotonic() < deadline, "the job never started"
+            time.sleep(0.05)
+        worker = int(marker.read_text())
+        assert _alive(worker)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=WAIT)
+        deadline = time.monotonic() + 30
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker), f"worker {worker} outlived its killed driver"
+    finally:
+        if driver.poll() is None:
+            driver.kill()

@@ -153,4 +153,7 @@ def test_mde_note_wording():
     assert "reports 5.00 pts, above it" in text
     small = mde_note(lo, hi, reported=0.001, scale=100, unit=" pts")
     assert "below it" in small
+    # MMGRid Table 3's mean gain (2.17e-5 NDCG@10 = 0.00217 points) must not print as 0.00
+    tiny = mde_note(lo, hi, reported=0.0000217, scale=100, unit=" pts")
+    assert "reports 0.0022 pts, below it" in tiny
     assert mde_note(float("nan"), 1.0) == "inconclusive (no interval: nothing to size)"

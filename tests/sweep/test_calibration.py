@@ -142,6 +142,11 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
     md = (out / "calibration.md").read_text()
     assert "| t2_popular | 1 |" in md and "MDE" in md
     assert len(list((out / "replicates").glob("*.json"))) == 2  # a replicate and a population world
+    # the study names what it measured: every run's recipe is a cached result file
+    runs = data["grid"]["runs"]["1"]
+    assert {f"{h}.json" for h in runs["replicates"] + runs["population"]} == \
+        {p.name for p in (out / "replicates").glob("*.json")}
+    assert data["grid"]["name"] and len(data["grid"]["recipe"]) >= 12
     assert json.loads((out / "population" / "1" / "population.json").read_text())["values"]["n_runs"] == 1
     assert not (out / "runs").exists() or not any((out / "runs").iterdir())  # worlds removed (keep_runs false)
     before = {p.name: p.stat().st_mtime_ns for p in (out / "replicates").glob("*.json")}

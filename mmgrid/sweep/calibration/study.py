@@ -165,6 +165,7 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
     c = cfg.sweeps.calibrate
     out = res.out
     (out / "calibration.json").write_text(json.dumps(json_safe({
+        "grid": grid_identity(cfg, out),
         "sizes": res.sizes, "knobs": res.knobs, "replicates": res.replicates,
         "population": {_size_key(k): v for k, v in res.population.items()},
         "findings": [f.to_dict() for f in res.findings], "seconds_per_replicate": res.seconds_per_replicate,
@@ -207,6 +208,24 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
     path = out / "calibration.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
+    """What the study measured: the grid's name, the recipe of its own world at its budget (the replicate
+    recipe at the grid's own ``world.plant``, world seed ``world_seed``) and, per planted size, the recipe
+    of every replicate and population run (``OUT/replicates/<recipe>.json``). Two calibration.json files with
+    equal identities measured the same thing; a changed world, budget or replicate version shows here."""
+    c = cfg.sweeps.calibrate
+    own = recipe_hash(replicate_grid(cfg, None, c.world_seed, out / "runs" / "pending"))
+
+    def recipe(size: float, seed: int, population: bool) -> str:
+        return Path(_job(cfg, size, seed, out, population).kwargs["result_path"]).stem
+
+    return {"name": cfg.name, "recipe": own, "world_seed": c.world_seed,
+            "runs": {_size_key(size): {
+                "replicates": [recipe(size, c.world_seed + r, False) for r in range(c.replicates)],
+                "population": [recipe(size, c.world_seed + 10_000 + p, True) for p in range(c.population_worlds)]}
+                for size in c.sizes}}
 
 
 def _t2_spread(res: CalibrationResult) -> dict[str, float]:

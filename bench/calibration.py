@@ -1,0 +1,59 @@
+"""The calibration study's full run on the demo world and budget, recorded.
+
+    python bench/calibration.py                        # mmgrid calibrate demo, R = 20 per size, sizes 0 and 1
+    python bench/calibration.py --out runs/calibrate   # reuse (and fill) that folder's replicate cache
+    python bench/calibration.py --workers 2 sweeps.calibrate.replicates=10
+
+Runs ``mmgrid calibrate demo --out OUT`` (docs/calibration.md) and writes
+``bench/results/calibration.md``: the machine, its load, the command, the study's table
+(type-I error, power, coverage, bias, minimum detectable effect, each with its Monte Carlo
+standard error) and what the study cost: the mean seconds a replicate took inside its job and
+the wall time of the replicates this run computed (cached replicates cost nothing: a rerun on a
+filled ``--out`` only re-reads them). The baseline the study is judged against is its own null
+world (planted size 0) in the same run: every rate of "holds" at size 0 is a type-I error
+where the population value is the null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/calibrate", help="the study's folder (its replicate cache is reused)")
+    ap.add_argument("--workers", default="0", help="exec.workers (0: one per CPU)")
+    ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the demo grid")
+    args = ap.parse_args(argv)
+    from mmgrid.cli import main as mmgrid_main
+
+    cached = len(list((Path(args.out) / "replicates").glob("*.json")))
+    t0 = time.perf_counter()
+    rc = mmgrid_main(["calibrate", "demo", "--out", args.out, f"exec.workers={args.workers}", *args.overrides])
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        return rc
+    data = json.loads((Path(args.out) / "calibration.json").read_text())
+    n_runs = sum(len(v["replicates"]) + len(v["population"]) for v in data["grid"]["runs"].values())
+    print(f"\n{n_runs} runs ({cached} cached before this run); {wall:.0f} s wall in this run; "
+          f"{data['seconds_per_replicate']:.0f} s per replicate inside its job (mean)")
+    print(f"grid {data['grid']['name']}, recipe {data['grid']['recipe']}\n")
+    print((Path(args.out) / "calibration.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    from record import recorded  # bench/record.py: writes bench/results/calibration.md
+
+    with recorded("calibration"):
+        code = main()
+        if code:  # no record of a failed run
+            raise SystemExit(code)
