@@ -480,10 +480,10 @@ def test_the_one_home_check_catches_a_second_definition(tmp_path: Path) -> None:
 MAX_PARAMS = 8
 PARALLEL = "owned by parallel work"
 PARAMS_ALLOWED: dict[str, str] = {
-    "mmgrid/eval/ranking.py:__init__": "Evaluator's settings (split, ks, groups, activity phase, users, seed) are "
-                                       "the grid's eval section: a record for them is the next step (not this "
-                                       "branch's file)",
-    "mmgrid/eval/table.py:baseline_table": "the table's display options, keyword arguments (not this branch's file)",
+    "mmgrid/eval/ranking.py:__init__": "Evaluator's settings (split, ks, groups, activity phase, users, batch, "
+                                       "seed) are keyword-only options with defaults, each a key of the grid's "
+                                       "eval section; callers name the few they change",
+    "mmgrid/eval/table.py:baseline_table": "the console table's display options, keyword-only with defaults",
     "mmgrid/merge/executor.py:fast_tensor": f"{PARALLEL} (merging: the fast path's hooks)",
     "mmgrid/merge/executor.py:_one_tensor": f"{PARALLEL} (merging: the fast path's hooks)",
     "mmgrid/merge/fastpass/tensor.py:merge_tensor": f"{PARALLEL} (merging: the fast path's hooks)",
@@ -493,8 +493,6 @@ PARAMS_ALLOWED: dict[str, str] = {
                                                   "keyword options with defaults, like merge_lora's",
     "mmgrid/registry/api.py:put": f"{PARALLEL} (hardening: put's keywords are a manifest's fields)",
     "mmgrid/registry/hf.py:import_hf": f"{PARALLEL} (hardening)",
-    "mmgrid/sweep/temporal.py:sweep_domain": f"{PARALLEL} (merging: the temporal study, Eq. 9-10)",
-    "mmgrid/sweep/temporal.py:_store_point": f"{PARALLEL} (merging: the temporal study, Eq. 9-10)",
 }
 PRIVATE_IMPORTS_ALLOWED: dict[str, str] = {
 }
