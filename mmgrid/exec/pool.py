@@ -93,6 +93,7 @@ def _die_with_driver(driver_pid: int) -> None:
     """
     if not sys.platform.startswith("linux"):
         return
+    # lazy: only the Linux worker start-up needs them
     import ctypes
     import signal
 

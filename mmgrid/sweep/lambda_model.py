@@ -22,7 +22,7 @@ from mmgrid.sweep.regression import LinearFit, NewDomainAnswer, fit_linear, leav
 from mmgrid.stats import spearman_with_interval
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep.selection import lambda_stars
-from mmgrid.sweep.temporal import COLUMNS, run_cells, sweep_domain, temporal_results
+from mmgrid.sweep.temporal import COLUMNS, DomainSweep, run_cells, sweep_domain, temporal_results
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import PreparedDataset
@@ -172,8 +172,9 @@ def evaluate_lambda_hat(cfg: GridConfig, registry: Any, prepared: "PreparedDatas
     rows: list[dict] = []
     for domain, lam in pred.lambda_hat().items():
         for seed in cfg.train.seed_list:
-            rows += sweep_domain(cfg, registry, prepared, domain, evaluator_factory, lambdas=[float(lam)],
-                                 study="lambda_hat", store=store, seed=seed)
+            rows += sweep_domain(cfg, registry, prepared,
+                                 DomainSweep(domain, [float(lam)], seed, study="lambda_hat", store=store),
+                                 evaluator_factory)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

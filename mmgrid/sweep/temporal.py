@@ -17,6 +17,7 @@ replicate (``train.seeds``): the same users, each seed's own t1 and t2.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -62,37 +63,65 @@ def recipe(p1: str, p2: str, lam: float, evaluation: dict[str, Any] | None = Non
             "lambda": float(lam), "eval": evaluation or {}}
 
 
-def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", domain: str,
-                 evaluator_factory: EvaluatorFactory | None = None, lambdas: list[float] | None = None,
-                 study: str = STUDY, store: bool = False, redo: bool = False,
-                 seed: int | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class DomainSweep:
+    """What one domain's sweep evaluates.
+
+    Attributes:
+        domain: domain name.
+        lambdas: evaluate these instead of the configured grid (None: ``sweeps.temporal``'s grid).
+        seed: the training seed of the replicate swept (None: ``train.seed``, the first).
+        study: the ``study`` key recorded with each evaluation.
+        store: also store each theta(lambda) as a merged checkpoint with lineage (only for a
+            handful of chosen lambdas, e.g. lambda_hat*; the sweep itself never stores).
+        redo: evaluate again even when the registry already holds every point (a cache hit
+            returns the stored rows without loading any model).
+    """
+
+    domain: str
+    lambdas: list[float] | None = None
+    seed: int | None = None
+    study: str = STUDY
+    store: bool = False
+    redo: bool = False
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """One domain's t1 and t2 checkpoints (ids, loaded t1 state, loaded t2) and their periods."""
+
+    domain: str
+    p1: str
+    p2: str
+    theta1: dict
+    ck2: Any
+    periods: tuple[str, str]
+
+
+def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", what: DomainSweep | str,
+                 evaluator_factory: EvaluatorFactory | None = None) -> list[dict[str, Any]]:
     """Sweep lambda for one domain, record every evaluation, return long rows.
 
     Args:
         cfg: the grid (``sweeps.temporal`` picks paradigm, variant and the lambda grid).
         registry: an open registry with the domain's t1 and t2 checkpoints.
         prepared: the prepared dataset.
-        domain: domain name.
+        what: the domain and the options of its sweep (:class:`DomainSweep`; a domain name: the defaults).
         evaluator_factory: builds the in-memory evaluator (default: :mod:`mmgrid.eval`).
-        lambdas: evaluate these instead of the configured grid.
-        study: the ``study`` key recorded with each evaluation.
-        store: also store each theta(lambda) as a merged checkpoint with lineage (only for a
-            handful of chosen lambdas, e.g. lambda_hat*; the sweep itself never stores).
-        redo: evaluate again even when the registry already holds every point (a cache hit
-            returns the stored rows without loading any model).
-        seed: the training seed of the replicate swept (default ``train.seed``, the first).
 
     Returns:
         One dict per (lambda, group, metric), columns :data:`COLUMNS`.
     """
+    what = DomainSweep(what) if isinstance(what, str) else what
+    domain, lambdas, study, store = what.domain, what.lambdas, what.study, what.store
     t = cfg.sweeps.temporal
     t1, t2 = periods(cfg)
-    seed = cfg.train.seed if seed is None else int(seed)
+    seed = cfg.train.seed if what.seed is None else int(what.seed)
     p1, p2 = period_ids(registry, t.paradigm, t.variant, domain, (t1, t2), seed)
     grid = [round(float(x), 9) for x in (lambdas if lambdas is not None else lambda_grid(t.start, t.stop, t.step))]
     ev = eval_key(cfg)
     hashes = [hash_json(recipe(p1, p2, lam, ev)) for lam in grid]
-    if not redo and not store and set(hashes) <= recorded(registry, hashes, study):
+    if not what.redo and not store and set(hashes) <= recorded(registry, hashes, study):
         return _stored_rows(registry, study, hashes)
     paradigm = get_paradigm(t.paradigm)
     data = prepared.domain(domain)
@@ -101,12 +130,13 @@ def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", do
     model.eval()
     evaluate = (evaluator_factory or default_evaluator_factory)(cfg, t.paradigm, paradigm, data, prepared)
     interp = InPlaceInterpolator(model, ck1.state, ck2.state)
+    pair = _Pair(domain, p1, p2, ck1.state, ck2, (t1, t2))
     rows: list[dict[str, Any]] = []
     with torch.no_grad():
         for lam in grid:
             interp.apply(lam)
             rec = recipe(p1, p2, lam, ev)
-            cid = _store_point(registry, ck1.state, ck2, p1, p2, lam, t, domain, (t1, t2)) if store else None
+            cid = _store_point(registry, pair, lam, t) if store else None
             extra = {"study": study, "paradigm": t.paradigm, "variant": t.variant, "domain": domain,
                      "eval_domain": domain, "period": f"{t1}-{t2}", "lambda": lam, "method": "temporal", "seed": seed}
             recorded_groups = record_evaluation(registry, cid, cfg.eval.split, evaluate(model), recipe=rec, extra=extra)
@@ -157,16 +187,17 @@ def seeded_id(registry: Any, coords: dict[str, Any], seed: int | None) -> str:
         return cid
 
 
-def _store_point(registry: Any, theta1: dict, ck2: Any, p1: str, p2: str, lam: float, t: Any, domain: str,
-                 pers: tuple[str, str]) -> str:
+def _store_point(registry: Any, pair: _Pair, lam: float, t: Any) -> str:
     """Store theta(lambda) as a merged checkpoint whose lineage names both inputs."""
-    coords = {"paradigm": t.paradigm, "domain": domain, "period": f"{pers[1]}@lambda={lam:g}", "variant": t.variant}
+    coords = {"paradigm": t.paradigm, "domain": pair.domain, "period": f"{pair.periods[1]}@lambda={lam:g}",
+              "variant": t.variant}
     params = {"method": "temporal", "lam": lam, "equation": "MMGRid Eq. 10"}
-    parents = [(p1, "merge_input"), (p2, "merge_input")]
+    parents = [(pair.p1, "merge_input"), (pair.p2, "merge_input")]
     cid = registry.make_id(coords, "merged", parents, params, None, None)
     if registry.has(cid):
         return cid
-    state = interpolate_state(theta1, ck2.state, lam)
+    ck2 = pair.ck2
+    state = interpolate_state(pair.theta1, ck2.state, lam)
     meta = {**ck2.meta, "added_rows": {k: [v[0], list(v[1])] for k, v in ck2.added_rows.items()}}
     return registry.put(state, coords, "merged", parents=parents, params=params, files=ck2.files, meta=meta)
 
@@ -177,7 +208,7 @@ def sweep_domain_job(grid: dict[str, Any], domain: str, seed: int | None = None,
     instead of the configured grid, e.g. an extension past an edge) in a worker process."""
     cfg = grid_from_dict(grid)
     reg = Registry.open(cfg.registry, index=False)
-    return sweep_domain(cfg, reg, load_prepared(cfg.prepared), domain, lambdas=lambdas, seed=seed)
+    return sweep_domain(cfg, reg, load_prepared(cfg.prepared), DomainSweep(domain, lambdas, seed))
 
 
 def run_cells(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", cells: list[tuple[int, str]],
@@ -192,7 +223,7 @@ def run_cells(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", cells
     lams = lambdas or {}
     if executor is None or evaluator_factory is not None:
         for seed, d in _progress(cells, desc):
-            rows += sweep_domain(cfg, registry, prepared, d, evaluator_factory, lambdas=lams.get(d), seed=seed)
+            rows += sweep_domain(cfg, registry, prepared, DomainSweep(d, lams.get(d), seed), evaluator_factory)
         return rows
     grid = cfg.to_dict()
     futs = [executor.submit(Job("mmgrid.sweep.temporal:sweep_domain_job",
