@@ -147,7 +147,17 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
     assert {f"{h}.json" for h in runs["replicates"] + runs["population"]} == \
         {p.name for p in (out / "replicates").glob("*.json")}
     assert data["grid"]["name"] and len(data["grid"]["recipe"]) >= 12
-    assert json.loads((out / "population" / "1" / "population.json").read_text())["values"]["n_runs"] == 1
+    popfile = out / "population" / "1" / "population.json"
+    assert json.loads(popfile.read_text())["values"]["n_runs"] == 1
+    # a size-1 population run is the grid's own population: its entry for the shipped table is checked by recipe
+    from mmgrid.sweep.calibration.commands import QUICK
+    from mmgrid.sweep.calibration.population import known_entry, population_key
+
+    own = load_grid("demo", QUICK + args[5:-1])  # --quick and the overrides, without --out and the executor
+    key, values = known_entry(own, popfile)
+    assert key == population_key(own) and values["n_runs"] == 1
+    with pytest.raises(ValueError, match="not this grid's"):
+        known_entry(load_grid("demo", QUICK + args[5:-1] + ["train.max_examples=65"]), popfile)
     assert not (out / "runs").exists() or not any((out / "runs").iterdir())  # worlds removed (keep_runs false)
     before = {p.name: p.stat().st_mtime_ns for p in (out / "replicates").glob("*.json")}
     assert main(args) == 0  # cached by recipe: nothing is run again
@@ -170,6 +180,24 @@ def test_population_sidecar_beside_the_world(tmp_path: Path, capsys):
     # another budget is another key: not read back
     assert read_world_population(load_grid("demo", QUICK + over + ["train.max_examples=65"])) is None
     assert "population values" in capsys.readouterr().out
+
+
+def test_shipped_population_values_are_read_by_key_only(tmp_path: Path, monkeypatch):
+    """The table that ships with mmgrid answers for exactly its world and budget; a sidecar wins over it."""
+    from mmgrid.sweep.calibration import population as P
+
+    cfg = load_grid("demo", [f"data.root={tmp_path / 'world'}"])
+    known = tmp_path / "known.json"
+    known.write_text(json.dumps({P.population_key(cfg): {"n_runs": 2, "t4_rho": -0.5}}))
+    monkeypatch.setattr(P, "KNOWN", known)
+    assert P.read_world_population(cfg) == {"n_runs": 2, "t4_rho": -0.5}
+    assert P.read_world_population(load_grid("demo", [f"data.root={tmp_path / 'world'}", "train.max_examples=7"])) is None
+    (tmp_path / "world").mkdir()
+    (tmp_path / "world" / "population.json").write_text(json.dumps({P.population_key(cfg): {"n_runs": 3}}))
+    assert P.read_world_population(cfg) == {"n_runs": 3}
+    known.write_text("not json")  # a damaged table is no table
+    (tmp_path / "world" / "population.json").unlink()
+    assert P.read_world_population(cfg) is None
 
 
 def test_every_paradigm_must_beat_most_popular_when_several_are_calibrated():

@@ -8,6 +8,12 @@ population_values`). It is a value of the configuration, over world seeds, not o
 The sidecar maps a key (the population runs' recipe hashes: the world's knobs and the grid's budget) to the
 values, so a changed world or budget is computed anew and an unchanged one is read back. The report shows it
 as "the world's own value" (:func:`read_world_population`).
+
+The population values of the packaged demo world at the demo's budget ship with mmgrid
+(:data:`KNOWN`, ``known_populations.json``: the size-1 population runs of the calibration study recorded
+in ``bench/results/calibration.md``, whose recipes equal the demo's own population runs), so the demo's
+report shows them without computing anything. The table is keyed like the sidecar: any other world,
+budget or replicate version misses it and falls back to the sidecar or to nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from mmgrid.sweep.calibration.measures import population_values
 from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, VERSION, json_safe, recipe_hash, replicate_grid
 
 SIDECAR = "population.json"
+KNOWN = Path(__file__).resolve().parent / "known_populations.json"  # key -> values, measured once (see above)
 
 
 def _jobs(cfg: GridConfig) -> tuple[str, list[Job]]:
@@ -46,14 +53,33 @@ def population_key(cfg: GridConfig) -> str:
     return _jobs(cfg)[0]
 
 
-def read_world_population(cfg: GridConfig) -> dict[str, Any] | None:
-    """The cached population values of the grid's world and budget, or None (not computed yet, or stale)."""
-    path = Path(cfg.data.root) / SIDECAR
+def _read_table(path: Path) -> dict[str, Any]:
     try:
-        cache = json.loads(path.read_text())
+        table = json.loads(path.read_text())
     except (OSError, ValueError):
-        return None
-    return cache.get(population_key(cfg))
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def read_world_population(cfg: GridConfig) -> dict[str, Any] | None:
+    """The population values of the grid's world and budget: the world's sidecar, else the values that ship
+    with mmgrid for that key (:data:`KNOWN`), else None (not computed yet, or stale)."""
+    key = population_key(cfg)
+    got = _read_table(Path(cfg.data.root) / SIDECAR).get(key)
+    return got if got is not None else _read_table(KNOWN).get(key)
+
+
+def known_entry(cfg: GridConfig, population_json: str | Path) -> tuple[str, dict[str, Any]]:
+    """The :data:`KNOWN` entry for ``cfg``'s world from a calibrate run's ``population/<size>/population.json``
+    whose population runs are the grid's own (checked: the same recipes), as ``(key, values)``."""
+    data = json.loads(Path(population_json).read_text())
+    key, jobs = _jobs(cfg)
+    want = [Path(j.kwargs["result_path"]).stem for j in jobs]
+    if data.get("recipes") not in (None, want):
+        raise ValueError(f"{population_json}: its population runs {data['recipes']} are not this grid's {want}")
+    values = {**data["values"], "user_scale": data["world_user_scale"], "worlds": data["worlds"],
+              "seeds": cfg.train.seed_list}
+    return key, json_safe(values)
 
 
 def world_population(cfg: GridConfig, executor: Any = None, progress: bool = True) -> dict[str, Any]:

@@ -135,8 +135,10 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
         population[size] = pop
         ppath = out / "population" / _size_key(size) / "population.json"
         ppath.parent.mkdir(parents=True, exist_ok=True)
+        recipes = [Path(j.kwargs["result_path"]).stem for kind, sz, j in jobs if kind == "population" and sz == size]
         ppath.write_text(json.dumps(json_safe({"size": size, "knobs": c.knobs, "world_user_scale": c.population_user_scale,
-                                            "worlds": c.population_worlds, "values": pop}), indent=1))
+                                            "worlds": c.population_worlds, "recipes": recipes, "values": pop}),
+                                    indent=1))
     found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs)
              for f in c.findings for size in c.sizes]
     secs = [r.get("seconds") for rs in runs.values() for r in rs if r.get("seconds")]
