@@ -308,22 +308,17 @@ def continual_study(registry: Any, paradigm: str, variant: str, metric: str = "n
                "n_users": int(v[1].shape[1]), "n_seeds": int(v[1].shape[0])}
         if pair is not None:
             users, va, vb = pair
-            r = paired_difference(va, vb, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
             _, lo, hi = mean_ci(va, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
-            row.update(ci_low=lo, ci_high=hi, diff=r.diff, diff_low=r.ci_low, diff_high=r.ci_high,
-                       p=r.pvalue if strat != REFERENCE else math.nan)
+            row.update(ci_low=lo, ci_high=hi, **_vs_reference(strat, va, vb, users))
         rows.append(row)
     for group, strat in sorted({(g, s) for (_, g, s) in vals}):  # every domain's users pooled
         st = _stack(vals, group, strat, REFERENCE)
         if st is None:
             continue
         users, a, b = st
-        r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
         mean, lo, hi = mean_ci(a, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
         rows.append({"domain": "all", "group": group, "strategy": strat, "mean": mean, "ci_low": lo, "ci_high": hi,
-                     "diff": r.diff, "diff_low": r.ci_low, "diff_high": r.ci_high,
-                     "p": r.pvalue if strat != REFERENCE else math.nan, "n_users": int(a.shape[1]),
-                     "n_seeds": int(a.shape[0])})
+                     **_vs_reference(strat, a, b, users), "n_users": int(a.shape[1]), "n_seeds": int(a.shape[0])})
     df = pd.DataFrame(rows, columns=["domain", "group", "strategy", "mean", "ci_low", "ci_high", "diff", "diff_low",
                                      "diff_high", "p", "n_users", "n_seeds"])
     df["p_holm"] = np.nan
@@ -335,6 +330,15 @@ def continual_study(registry: Any, paradigm: str, variant: str, metric: str = "n
     study = ContinualStudy(metric, df, lambdas=lams, provenance=prov, seeds=seeds)
     _verdict(study, vals)
     return study
+
+
+def _vs_reference(strat: str, a: np.ndarray, b: np.ndarray, users: np.ndarray) -> dict[str, float]:
+    """diff, diff_low, diff_high and p of ``a - b`` (b: lambda = 1 on the same users); lambda = 1 itself: 0, no p
+    (no resampling: each call draws from its own seeded generator, so skipping it changes no other number)."""
+    if strat == REFERENCE:
+        return {"diff": 0.0, "diff_low": 0.0, "diff_high": 0.0, "p": math.nan}
+    r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
+    return {"diff": r.diff, "diff_low": r.ci_low, "diff_high": r.ci_high, "p": r.pvalue}
 
 
 def _stack(vals: dict, group: str, strat: str, other: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
