@@ -436,9 +436,9 @@ def continual_findings(r: ContinualResults) -> list[Finding]:
         return [with_mde(Finding("t3_continual", st.verdict, st.evidence, "prediction"), [])]
     short = dict(tb.METRICS).get(r.metric, r.metric)
     label = cm.LABELS
-    caveat = ("; lambda_hat* is not recorded (run `mmgrid predict-lambda RUN`, then `mmgrid sweep continual RUN`), so "
-              "lambda*, chosen on this test window, stands in: an optimistic reading of lambda scaling"
-              if c["oracle"] else "")
+    caveat = ("; lambda_hat* is not recorded (`mmgrid predict-lambda RUN` records it on 3 or more domains, then "
+              "`mmgrid sweep continual RUN`), so lambda*, chosen on this test window, stands in: an optimistic reading "
+              "of lambda scaling" if c["oracle"] else "")
     ev_text = (f"{short}, all users of {c['n_domains']} domain(s) pooled, {c['n_seeds']} seed(s): "
                f"{label.get(c['strategy'], c['strategy'])} {c['mean_a'] * 100:.2f} vs the best continual merge, "
                f"{label.get(c['baseline'], c['baseline'])}, {c['mean_b'] * 100:.2f}; difference "
