@@ -230,6 +230,7 @@ class ContinualResults:
 
     @property
     def empty(self) -> bool:
+        """Nothing recorded: the report shows :attr:`how` instead of the tables."""
         return bool(self.how)
 
 

@@ -23,13 +23,13 @@ from mmgrid.config import GridConfig
 from mmgrid.errors import MmgridError
 from mmgrid.eval.table import PRETTY, seed_ids
 from mmgrid.stats import HOLDS, INCONCLUSIVE, contains, loo_error_vs_default, verdict
+from mmgrid.sweep import continual as cm
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep import tables as tb
 from mmgrid.sweep.crossdomain import cross_domain_results, relative_change
 from mmgrid.sweep.diagnose import pairwise_diagnostics, task_vector_norms
 from mmgrid.sweep.lambda_model import association, from_stars, stats_table, study_stars
 from mmgrid.sweep.results import checkpoint_metrics
-from mmgrid.sweep import continual as cm
 from mmgrid.sweep.study_records import (CONTINUAL_HOW, FINDINGS, FORMULA_LABEL, GLOSSARY,  # noqa: F401
                                         POPULATION_LABEL, SECTION_TITLES, BaselineResults, ContinualResults,
                                         CrossDomainResults, DiagnosticsResults,
@@ -434,8 +434,7 @@ def continual_findings(r: ContinualResults) -> list[Finding]:
     st, c = r.study, r.study.comparison
     if not c:
         return [with_mde(Finding("t3_continual", st.verdict, st.evidence, "prediction"), [])]
-    short = dict(tb.METRICS).get(r.metric, r.metric)
-    label = cm.LABELS
+    short, label = dict(tb.METRICS).get(r.metric, r.metric), cm.LABELS
     caveat = ("; lambda_hat* is not recorded (`mmgrid predict-lambda RUN` records it on 3 or more domains, then "
               "`mmgrid sweep continual RUN`), so lambda*, chosen on this test window, stands in: an optimistic reading "
               "of lambda scaling" if c["oracle"] else "")
