@@ -27,7 +27,11 @@ favours the baseline: a conservative test of the claim).
 Recorded like every study: one record per (strategy, group) with its recipe (inputs, base,
 method, parameters, method version, eval settings; a re-run with the same recipe is a cache
 hit), the replicate's seed, and ``extra.per_user``. Runs here or as one executor job per
-(seed, domain) (:func:`evaluate_domain_job`).
+(seed, domain) (:func:`evaluate_domain_job`), on every training seed or a subset
+(:func:`evaluate_continual`'s ``seeds``; ``mmgrid demo`` runs it after the lambda* prediction).
+The report reads it back (:func:`continual_study`) as Table 3's continual-merging rows
+(:func:`tables`, in % per user group) and the finding "lambda scaling beats the best
+continual-merging baseline" (:mod:`mmgrid.sweep.study_results`).
 """
 
 from __future__ import annotations
@@ -40,8 +44,8 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.config import GridConfig, grid_from_dict
-from mmgrid.errors import ConfigError
 from mmgrid.data.dataset import load_prepared
+from mmgrid.errors import ConfigError
 from mmgrid.eval.ranking import record_evaluation
 from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, align, fmt_ci, fmt_p, newest_rows, seed_number
 from mmgrid.exec.base import Job
@@ -164,7 +168,7 @@ def evaluate_continual(cfg: GridConfig, registry: Any, prepared: "PreparedDatase
                        evaluator_factory: EvaluatorFactory | None = None, redo: bool = False,
                        seeds: list[int] | None = None) -> int:
     """Evaluate every strategy not yet recorded on every configured domain (``sweeps.temporal.domains`` or
-    all) and training seed (``seeds``: these of ``train.seeds`` only; None: all), here or one executor job per
+    all) and training seed (``seeds``: a subset of ``train.seeds``; None: all), here or one executor job per
     (seed, domain); return how many (seed, domain) cells were run (a cached cell evaluates nothing)."""
     domains = list(cfg.sweeps.temporal.domains or prepared.domains)
     unknown = [d for d in domains if d not in prepared.domains]

@@ -10,7 +10,7 @@ from typing import Any
 
 from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
-from mmgrid.sweep.continual import CLAIM, POOLED
+from mmgrid.sweep.continual import CLAIM, LABELS, POOLED
 from mmgrid.sweep.study_records import ContinualResults, Finding, finding_notes
 from mmgrid.sweep.study_results import MissingInputs, PredictionResults, TemporalResults, lam_text  # noqa: F401
 
@@ -95,6 +95,9 @@ def continual_intro(c: ContinualResults) -> str:
     seeds = (f" Training seeds: {', '.join(map(str, c.seeds))}"
              + (f" (of {', '.join(map(str, c.all_seeds))}: the study ran on these only, so its intervals rest on "
                 "fewer replicates)" if set(c.seeds) != set(c.all_seeds) else "") + "." if c.seeds else "")
+    lams = "; ".join(f"{LABELS.get(k, k)} at " + ", ".join(f"{d} {v:.2f}" for d, v in sorted(by.items()))
+                     for k, by in sorted(c.study.lambdas.items()) if by)
+    seeds += f" lambda evaluated: {lams}." if lams else ""
     return ("each domain's checkpoints merged in the order "
             "they arrived, pretrain -> t1 -> t2, by the continual-merging methods MagMax, OPCM and DOP and by task "
             "arithmetic and TIES over the same sequence, beside lambda scaling at lambda = 1, lambda_hat* and lambda* "
