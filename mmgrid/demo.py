@@ -3,7 +3,8 @@
 ``mmgrid demo`` runs, on the synthetic world and the tiny base, every step a researcher
 runs at paper scale: world → prepare → build (all paradigms x domains x stages, plus the
 regularizer variants) → baseline table → temporal and cross-domain merge sweeps →
-lambda* prediction → report. Every step is cached, so a second run only re-renders.
+lambda* prediction → continual merging against lambda scaling (Table 3's continual rows,
+on every training seed of :data:`CONTINUAL_SEEDS`) → report. Every step is cached, so a second run only re-renders.
 ``--quick`` shrinks the world and the training so that the whole chain runs in about a
 minute (CI runs it).
 """
@@ -37,6 +38,11 @@ QUICK_OVERRIDES = [
 ]
 
 
+# the training seeds of the continual-merging step (`mmgrid sweep continual`): None = every seed of the grid.
+# Its cost on the 2-core machine: docs/merging.md, "Continual merging in the temporal study".
+CONTINUAL_SEEDS: list[int] | None = None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "validate",
@@ -52,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run the whole study on the embedded synthetic world (CPU, minutes)",
         description=(
             "world -> prepare -> build -> baseline table -> temporal and cross-domain sweeps -> "
-            "lambda* prediction -> report, on grids/demo.yaml. Cached: a rerun only redoes what changed."
+            "lambda* prediction -> continual merging (MagMax, OPCM, DOP, TA, TIES) vs lambda scaling -> report, "
+            "on grids/demo.yaml. Cached: a rerun only redoes what changed."
         ),
     )
     d.add_argument("--quick", action="store_true", help="smaller world and training: the whole chain in about a minute")
@@ -105,6 +112,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     from mmgrid.eval.grid import evaluate_and_tabulate
     from mmgrid.exec.args import executor_from_config
     from mmgrid.registry.api import Registry
+    from mmgrid.sweep.continual import evaluate_continual
     from mmgrid.sweep.crossdomain import run_cross_domain
     from mmgrid.sweep.lambda_model import extend_temporal, predict_lambda
     from mmgrid.sweep.report import write_report
@@ -142,10 +150,15 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
             extend_temporal(cfg, reg, prepared, executor=executor)
         with _step("cross-domain sweep", timings):
             run_cross_domain(cfg, reg, prepared, executor=executor)
+        with _step("lambda* prediction", timings):
+            predict_lambda(cfg, reg, prepared)
+        # after the prediction: lambda_hat* (where recorded) is one of the strategies the verdict compares
+        with _step("continual merging", timings):
+            cells = evaluate_continual(cfg, reg, prepared, executor=executor, seeds=CONTINUAL_SEEDS)
+            print(f"   {cells} (seed, domain) cells: MagMax, OPCM, DOP, task arithmetic, TIES vs lambda scaling "
+                  "(Table 3's continual rows)")
     finally:
         executor.shutdown()
-    with _step("lambda* prediction", timings):
-        predict_lambda(cfg, reg, prepared)
     with _step("report", timings):
         report = write_report(cfg, reg, prepared, out_dir, html=True)  # report.md and the interactive report.html
     total = time.perf_counter() - t0

@@ -27,7 +27,11 @@ favours the baseline: a conservative test of the claim).
 Recorded like every study: one record per (strategy, group) with its recipe (inputs, base,
 method, parameters, method version, eval settings; a re-run with the same recipe is a cache
 hit), the replicate's seed, and ``extra.per_user``. Runs here or as one executor job per
-(seed, domain) (:func:`evaluate_domain_job`).
+(seed, domain) (:func:`evaluate_domain_job`), on every training seed or a subset
+(:func:`evaluate_continual`'s ``seeds``; ``mmgrid demo`` runs it after the lambda* prediction).
+The report reads it back (:func:`continual_study`) as Table 3's continual-merging rows
+(:func:`tables`, in % per user group) and the finding "lambda scaling beats the best
+continual-merging baseline" (:mod:`mmgrid.sweep.study_results`).
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ import pandas as pd
 
 from mmgrid.config import GridConfig, grid_from_dict
 from mmgrid.data.dataset import load_prepared
+from mmgrid.errors import ConfigError
 from mmgrid.eval.ranking import record_evaluation
-from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, newest_rows, seed_number, align
+from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, align, fmt_ci, fmt_p, newest_rows, seed_number
 from mmgrid.exec.base import Job
 from mmgrid.merge.api import merge
 from mmgrid.merge.methods import identity
@@ -159,13 +164,18 @@ def evaluate_domain_job(grid: dict[str, Any], domain: str, seed: int,
     return evaluate_domain(cfg, reg, load_prepared(cfg.prepared), domain, seed, lams=lams)
 
 
-def run_continual(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
-                  evaluator_factory: EvaluatorFactory | None = None, redo: bool = False) -> "ContinualStudy":
-    """Evaluate every strategy on every configured domain (``sweeps.temporal.domains`` or all) and
-    training seed, here or one executor job per (seed, domain); return :func:`continual_study`."""
+def evaluate_continual(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
+                       evaluator_factory: EvaluatorFactory | None = None, redo: bool = False,
+                       seeds: list[int] | None = None) -> int:
+    """Evaluate every strategy not yet recorded on every configured domain (``sweeps.temporal.domains`` or
+    all) and training seed (``seeds``: a subset of ``train.seeds``; None: all), here or one executor job per
+    (seed, domain); return how many (seed, domain) cells were run (a cached cell evaluates nothing)."""
     domains = list(cfg.sweeps.temporal.domains or prepared.domains)
+    unknown = [d for d in domains if d not in prepared.domains]
+    if unknown:
+        raise ConfigError(f"sweeps.temporal.domains: {unknown} not in the prepared dataset ({prepared.domains}).")
+    cells = [(seed, d) for seed in run_seeds(cfg, seeds) for d in domains]
     lams = lambdas_of(cfg, registry)
-    cells = [(seed, d) for seed in cfg.train.seed_list for d in domains]
     if executor is None or evaluator_factory is not None:
         for seed, d in progress_bar(cells, desc="continual merges", unit="domain", leave=True):
             evaluate_domain(cfg, registry, prepared, d, seed, evaluator_factory, lams, redo)
@@ -175,6 +185,27 @@ def run_continual(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", e
                                     {"grid": grid, "domain": d, "seed": seed, "lams": lams},
                                     name=f"continual:{d}:seed={seed}")) for seed, d in cells]
         list(gather(futs, registry, "continual merges", unit="domain"))
+    return len(cells)
+
+
+def run_seeds(cfg: GridConfig, seeds: list[int] | None) -> list[int]:
+    """The training seeds to run: ``seeds`` (each one of ``train.seeds``, else a named error), None: all."""
+    have = list(cfg.train.seed_list)
+    if seeds is None:
+        return have
+    bad = [s for s in seeds if s not in have]
+    if bad or not seeds:
+        raise ConfigError(f"continual merging: seeds {list(seeds)} must be a non-empty subset of the grid's training "
+                          f"seeds {have} (train.seeds); give e.g. [{have[0]}] or leave them out for all.")
+    return list(seeds)
+
+
+def run_continual(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
+                  evaluator_factory: EvaluatorFactory | None = None, redo: bool = False,
+                  seeds: list[int] | None = None) -> "ContinualStudy":
+    """Evaluate every strategy on every configured domain and training seed (:func:`evaluate_continual`)
+    and return :func:`continual_study`."""
+    evaluate_continual(cfg, registry, prepared, executor, evaluator_factory, redo, seeds)
     t = cfg.sweeps.temporal
     return continual_study(registry, t.paradigm, t.variant, t.metric)
 
@@ -196,6 +227,11 @@ class ContinualStudy:
             lambda*, flagged as an oracle, where lambda_hat* was not recorded).
         evidence: the pooled difference behind the verdict, as text.
         lambdas: strategy -> domain -> the lambda evaluated (lambda*, lambda_hat*).
+        comparison: the numbers behind the verdict (empty where it could not be judged): ``strategy``
+            (lambda_hat* or lambda*), ``baseline``, ``mean_a`` / ``mean_b`` (their pooled means), ``diff``,
+            ``ci_low``, ``ci_high``, ``p``, ``n_domains``, ``n_seeds``, ``oracle`` (lambda* stood in).
+        provenance: strategy -> the recipe hashes of the records read (``reg.results(recipe_hash=...)``).
+        seeds: the training seeds whose records were read.
     """
 
     metric: str
@@ -204,16 +240,25 @@ class ContinualStudy:
     verdict: str = INCONCLUSIVE
     evidence: str = "no evaluations"
     lambdas: dict[str, dict[str, float]] = field(default_factory=dict)
+    comparison: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, list[str]] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
 
     def verdict_line(self) -> str:
         return verdict_line(CLAIM, self.verdict, self.evidence, LEVEL)
 
+    @property
+    def empty(self) -> bool:
+        return self.rows.empty
 
-def _values(registry: Any, metric: str, paradigm: str, variant: str) -> dict[tuple[str, str, str], tuple]:
-    """(domain, group, strategy) -> (users, values [n_seeds, n_columns]) from the newest records."""
+
+def _values(registry: Any, metric: str, paradigm: str, variant: str) -> tuple[dict[tuple[str, str, str], tuple],
+                                                                             dict[str, list[str]], dict]:
+    """(domain, group, strategy) -> (users, values [n_seeds, n_columns], seeds) from the newest records,
+    strategy -> the recipe hashes read, and strategy -> domain -> the lambda evaluated."""
     df = registry.results(study=STUDY, metric=metric)
     if df.empty:
-        return {}
+        return {}, {}, {}
     for col, want in (("paradigm", paradigm), ("variant", variant)):
         if col in df.columns:
             df = df[df[col] == want]
@@ -226,7 +271,17 @@ def _values(registry: Any, metric: str, paradigm: str, variant: str) -> dict[tup
         m = pu.matrix(g.sort_values("seed_k"), metric)
         if m is not None:
             out[key] = (m[0], m[1], list(g.sort_values("seed_k")["seed_k"]))
-    return out
+    lams: dict[str, dict[str, float]] = {}
+    if "lambda" in df.columns:  # the lambda each lambda strategy was evaluated at (first seed's record)
+        sub = df[df["strategy"].isin(["lambda*", "lambda_hat*"]) & (df["group"] == "all")].sort_values("seed_k")
+        for r in sub.drop_duplicates(["strategy", "domain"]).to_dict("records"):
+            if r.get("lambda") is not None and math.isfinite(float(r["lambda"])):
+                lams.setdefault(str(r["strategy"]), {})[str(r["domain"])] = float(r["lambda"])
+    prov: dict[str, list[str]] = {}
+    if "recipe_hash" in df.columns:
+        for strat, g in df.groupby("strategy", sort=True):
+            prov[str(strat)] = list(dict.fromkeys(str(h) for h in g["recipe_hash"].dropna()))
+    return out, prov, lams
 
 
 def _pair(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -246,7 +301,7 @@ def _pair(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray] | Non
 
 def continual_study(registry: Any, paradigm: str, variant: str, metric: str = "ndcg@10") -> ContinualStudy:
     """Read the study back from the registry and compare every strategy with lambda = 1."""
-    vals = _values(registry, metric, paradigm, variant)
+    vals, prov, lams = _values(registry, metric, paradigm, variant)
     rows = []
     for (domain, group, strat), v in sorted(vals.items()):
         ref = vals.get((domain, group, REFERENCE))
@@ -257,32 +312,37 @@ def continual_study(registry: Any, paradigm: str, variant: str, metric: str = "n
                "n_users": int(v[1].shape[1]), "n_seeds": int(v[1].shape[0])}
         if pair is not None:
             users, va, vb = pair
-            r = paired_difference(va, vb, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
             _, lo, hi = mean_ci(va, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
-            row.update(ci_low=lo, ci_high=hi, diff=r.diff, diff_low=r.ci_low, diff_high=r.ci_high,
-                       p=r.pvalue if strat != REFERENCE else math.nan)
+            row.update(ci_low=lo, ci_high=hi, **_vs_reference(strat, va, vb, users))
         rows.append(row)
     for group, strat in sorted({(g, s) for (_, g, s) in vals}):  # every domain's users pooled
         st = _stack(vals, group, strat, REFERENCE)
         if st is None:
             continue
         users, a, b = st
-        r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
         mean, lo, hi = mean_ci(a, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
         rows.append({"domain": "all", "group": group, "strategy": strat, "mean": mean, "ci_low": lo, "ci_high": hi,
-                     "diff": r.diff, "diff_low": r.ci_low, "diff_high": r.ci_high,
-                     "p": r.pvalue if strat != REFERENCE else math.nan, "n_users": int(a.shape[1]),
-                     "n_seeds": int(a.shape[0])})
+                     **_vs_reference(strat, a, b, users), "n_users": int(a.shape[1]), "n_seeds": int(a.shape[0])})
     df = pd.DataFrame(rows, columns=["domain", "group", "strategy", "mean", "ci_low", "ci_high", "diff", "diff_low",
                                      "diff_high", "p", "n_users", "n_seeds"])
+    df["p_holm"] = np.nan
     if df.empty:
         return ContinualStudy(metric, df)
-    df["p_holm"] = np.nan
     for _, g in df[df["p"].notna()].groupby("group"):
         df.loc[g.index, "p_holm"] = holm(g["p"].to_numpy(dtype=float))
-    study = ContinualStudy(metric, df)
+    seeds = sorted({int(s) for v in vals.values() for s in v[2]})
+    study = ContinualStudy(metric, df, lambdas=lams, provenance=prov, seeds=seeds)
     _verdict(study, vals)
     return study
+
+
+def _vs_reference(strat: str, a: np.ndarray, b: np.ndarray, users: np.ndarray) -> dict[str, float]:
+    """diff, diff_low, diff_high and p of ``a - b`` (b: lambda = 1 on the same users); lambda = 1 itself: 0, no p
+    (no resampling: each call draws from its own seeded generator, so skipping it changes no other number)."""
+    if strat == REFERENCE:
+        return {"diff": 0.0, "diff_low": 0.0, "diff_high": 0.0, "p": math.nan}
+    r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
+    return {"diff": r.diff, "diff_low": r.ci_low, "diff_high": r.ci_high, "p": r.pvalue}
 
 
 def _stack(vals: dict, group: str, strat: str, other: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -327,9 +387,49 @@ def _verdict(study: ContinualStudy, vals: dict) -> None:
     users, a, b = st
     r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
     study.verdict = verdict(r.ci_low, r.ci_high, "greater")
+    study.comparison = {"strategy": lam, "baseline": best, "mean_a": float(r.mean_a), "mean_b": float(r.mean_b),
+                        "diff": float(r.diff), "ci_low": float(r.ci_low), "ci_high": float(r.ci_high),
+                        "p": float(r.pvalue), "n_domains": len({int(u) // 10**9 for u in users}),
+                        "n_seeds": int(r.n_seeds), "oracle": lam != "lambda_hat*"}
     study.evidence = (f"{study.metric}, all users of {len({u // 10**9 for u in users})} domains: {lam} "
                       f"{r.mean_a:.4f} vs {best} {r.mean_b:.4f}, difference {r.diff:+.4f} "
                       f"[{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, {r.n_seeds} seed(s){caveat}")
+
+
+#: the report's row labels of the strategies, in the report's order
+LABELS = {"lambda=1": "lambda = 1 (theta_t2)", "lambda*": "lambda* (oracle)", "lambda_hat*": "lambda_hat* (Eq. 11)",
+          "magmax": "MagMax", "opcm": "OPCM", "dop": "DOP", "task_arithmetic": "task arithmetic (1/2 each)",
+          "ties": "TIES (density 0.2)"}
+POOLED = "all domains"
+
+
+def tables(study: ContinualStudy, group: str, scale: float = 100.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One user group's rows as the report shows them (values times ``scale``: % for the report).
+
+    Returns:
+        (means, differences): rows the strategies (:data:`LABELS`, in order), columns the domains and
+        :data:`POOLED` (every domain's users); ``mean [low, high]``, and ``diff [low, high] (p Holm)`` of the
+        strategy minus lambda = 1 on the same users ("reference" in lambda = 1's row). Empty frames
+        when the group has no rows.
+    """
+    df = study.rows[study.rows["group"] == group] if not study.rows.empty else study.rows
+    if df.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    doms = sorted(d for d in df["domain"].unique() if d != "all")
+    cols = doms + ([POOLED] if (df["domain"] == "all").any() else [])
+    order = [s for s in LABELS if s in set(df["strategy"])] + sorted(set(df["strategy"]) - set(LABELS))
+    index = [LABELS.get(s, s) for s in order]
+    means = pd.DataFrame("-", index=index, columns=cols, dtype=object)
+    diffs = pd.DataFrame("-", index=index, columns=cols, dtype=object)
+    for r in df.to_dict("records"):
+        row, col = LABELS.get(r["strategy"], r["strategy"]), POOLED if r["domain"] == "all" else r["domain"]
+        means.loc[row, col] = fmt_ci(r["mean"], r["ci_low"], r["ci_high"], scale)
+        if r["strategy"] == REFERENCE:
+            diffs.loc[row, col] = "reference"
+        elif math.isfinite(r["diff"]):
+            diffs.loc[row, col] = (fmt_ci(r["diff"], r["diff_low"], r["diff_high"], scale, sign=True)
+                                   + f" (p {fmt_p(r['p_holm'])})")
+    return means, diffs
 
 
 def render(study: ContinualStudy, group: str = "all") -> str:
@@ -354,5 +454,5 @@ def render(study: ContinualStudy, group: str = "all") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CLAIM", "CONTINUAL", "ContinualStudy", "STUDY", "continual_study", "evaluate_domain",
-           "evaluate_domain_job", "render", "run_continual"]
+__all__ = ["CLAIM", "CONTINUAL", "ContinualStudy", "LABELS", "POOLED", "STUDY", "continual_study",
+           "evaluate_continual", "evaluate_domain", "evaluate_domain_job", "render", "run_continual", "tables"]

@@ -122,6 +122,9 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
     lines = console_findings(results)
     if lines:
         print("Findings (95% intervals; details in report.md):", *lines, sep="\n")
+    lines = console_continual(results)
+    if lines:
+        print(*lines, sep="\n")
     if results.failed:
         names = "; ".join(f"{s.title} ({s.error})" for s in results.failed)
         raise ReportIncomplete(f"{len(results.failed)} report section(s) failed: {names}. The other sections were "
@@ -217,6 +220,27 @@ def console_findings(results: StudyResults) -> list[str]:
         if f is not None:
             lines.append(f"  {f.verdict:>13}  {where}: {claim}")
             lines += [f"{'':17}{text}" for text in finding_notes(f)]
+    return lines
+
+
+def console_continual(results: StudyResults) -> list[str]:
+    """Table 3's continual-merging rows as the console prints them after a report: all users, every domain's
+    users pooled, each strategy's mean and its difference to lambda = 1 (Holm p); or how to record them."""
+    pred = results.get("prediction")
+    c = getattr(pred, "continual", None)
+    if c is None:
+        return []
+    if c.empty:
+        return [f"Table 3, continual merging: {c.how}"]
+    if c.pooled is None or c.pooled.empty:
+        return []
+    short = dict(tb.METRICS).get(c.metric, c.metric)
+    lines = [f"Table 3, continual merging ({short} in %, all users of every domain pooled, 95% intervals; "
+             "minus lambda = 1 in % points, Holm p):"]
+    for r in c.pooled.itertuples():
+        vs = ("reference" if not pd.notna(r.diff) or r.strategy.startswith("lambda = 1") else
+              f"{r.diff:+.2f} [{r.diff_low:+.2f}, {r.diff_high:+.2f}], p {ev.fmt_p(r.p_holm)}")
+        lines.append(f"  {r.strategy:<28} {_ci(r.mean, r.ci_low, r.ci_high, '{:.2f}'):<22}  {vs}")
     return lines
 
 

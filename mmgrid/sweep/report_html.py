@@ -27,7 +27,9 @@ from mmgrid.sweep import tables as tb
 from mmgrid.sweep.figures import GROUP_STYLE
 from mmgrid.sweep.report_calibration import TITLE as CALIBRATION_TITLE
 from mmgrid.sweep.report_calibration import calibration_html
+from mmgrid.sweep.continual import CLAIM
 from mmgrid.sweep.report_html_grid import grid_section
+from mmgrid.sweep.report_temporal import CONTINUAL_TITLE, GROUP_LABEL, continual_intro
 from mmgrid.sweep.study_records import FINDINGS, GLOSSARY, StudyResults, finding_notes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -365,6 +367,29 @@ def _prediction(r: Any) -> str:
     if r.table3_comparisons is not None and not r.table3_comparisons.empty:
         out.append("<p>Paired per user, in % points (Holm-corrected p):</p>"
                    + _table(tb.table3_comparison_table(r.table3_comparisons)))
+    if r.continual is not None:
+        out.append(_continual(r.continual, next((f for f in r.findings if f.key == "t3_continual"), None)))
+    return "".join(out)
+
+
+def _continual(c: Any, finding: Any) -> str:
+    """Table 3's continual-merging rows: per user group (active and non-active folded) the means and the
+    differences to lambda = 1, then the verdict badge; where nothing is recorded, how to record it."""
+    if c.empty:
+        return f'<p class="note" id="continual"><b>{_e(CONTINUAL_TITLE)}</b>: {_e(c.how)}</p>'
+    out = [f'<p id="continual"><b>{_e(CONTINUAL_TITLE)}</b> (<code>mmgrid sweep continual</code>): '
+           f"{_e(continual_intro(c))}</p>"]
+    for g, (means, diffs) in c.groups.items():
+        label = GROUP_LABEL.get(g, g)
+        body = (f"<p><i>{_e(label.capitalize())} users</i>, mean [95% interval]:</p>{_table(means)}"
+                f"<p><i>{_e(label.capitalize())} users</i>, minus lambda = 1 (% points) [95% interval] (p Holm):</p>"
+                f"{_table(diffs)}")
+        out.append(body if g == "all" else f"<details><summary>{_e(label.capitalize())} users</summary>{body}</details>")
+    if finding is not None:
+        out.append(f'<p><span class="verdict {VERDICT_CLASS.get(finding.verdict, "")}">{_e(finding.verdict)}</span> '
+                   f"{_e(CLAIM)} <br><small>{_e(finding.evidence)}</small>"
+                   + "".join(f'<br><small class="finding-note">{_e(t)}</small>' for t in finding_notes(finding))
+                   + "</p>")
     return "".join(out)
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
+from mmgrid.sweep.continual import CLAIM, LABELS, POOLED
+from mmgrid.sweep.study_records import ContinualResults, Finding, finding_notes
 from mmgrid.sweep.study_results import MissingInputs, PredictionResults, TemporalResults, lam_text  # noqa: F401
 
 README_FIGURE = "figure5_lambda.png"
@@ -79,3 +81,45 @@ def render_prediction(rep: Any, r: PredictionResults) -> None:
         rep.add("Paired per user (same users and seeds), in % points; p per domain, Holm-corrected over the domains "
                 "of each comparison and metric:", "")
         rep.table(tb.table3_comparison_table(r.table3_comparisons), "Table 3 comparisons")
+    if r.continual is not None:
+        render_continual(rep, r.continual, next((f for f in r.findings if f.key == "t3_continual"), None))
+
+
+GROUP_LABEL = {"all": "all", "active": "active", "non_active": "non-active"}
+CONTINUAL_TITLE = "Table 3, continual merging"
+
+
+def continual_intro(c: ContinualResults) -> str:
+    """The text above Table 3's continual-merging rows, after its title (report.md and report.html; plain text)."""
+    short = dict(tb.METRICS).get(c.metric, c.metric)
+    seeds = (f" Training seeds: {', '.join(map(str, c.seeds))}"
+             + (f" (of {', '.join(map(str, c.all_seeds))}: the study ran on these only, so its intervals rest on "
+                "fewer replicates)" if set(c.seeds) != set(c.all_seeds) else "") + "." if c.seeds else "")
+    lams = "; ".join(f"{LABELS.get(k, k)} at " + ", ".join(f"{d} {v:.2f}" for d, v in sorted(by.items()))
+                     for k, by in sorted(c.study.lambdas.items()) if by)
+    seeds += f" lambda evaluated: {lams}." if lams else ""
+    return ("each domain's checkpoints merged in the order "
+            "they arrived, pretrain -> t1 -> t2, by the continual-merging methods MagMax, OPCM and DOP and by task "
+            "arithmetic and TIES over the same sequence, beside lambda scaling at lambda = 1, lambda_hat* and lambda* "
+            f"(an oracle), all evaluated on the test window; {short} in %, mean [95% interval] over users and seeds, "
+            f"per user group; {POOLED}: every domain's users pooled. Below each group's means: the difference "
+            "to lambda = 1 on the same users and seeds, in % points [95% interval] (p, Holm-corrected over every "
+            "comparison of the group)." + seeds)
+
+
+def render_continual(rep: Any, c: ContinualResults, finding: Finding | None) -> None:
+    """Table 3's continual-merging rows: per user group the means and the differences to lambda = 1, and the
+    verdict line; where nothing is recorded, how to record it."""
+    if c.empty:
+        rep.add(f"**{CONTINUAL_TITLE}**: _{c.how}_", "")
+        return
+    rep.add(f"**{CONTINUAL_TITLE}** (`mmgrid sweep continual`): {continual_intro(c)}", "")
+    for g, (means, diffs) in c.groups.items():
+        label = GROUP_LABEL.get(g, g)
+        rep.add(f"*{label.capitalize()} users*, mean [95% interval]:", "")
+        rep.table(means, f"Table 3, continual merging ({label} users)", c.provenance if g == "all" else None)
+        rep.add(f"*{label.capitalize()} users*, minus lambda = 1 (% points) [95% interval] (p Holm):", "")
+        rep.table(diffs, f"Table 3, continual merging vs lambda = 1 ({label} users)")
+    if finding is not None:
+        rep.add(f"- **{finding.verdict}** at 95%: {CLAIM} ({finding.evidence})",
+                *[f"  - {t}" for t in finding_notes(finding)], "")

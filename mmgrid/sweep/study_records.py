@@ -102,6 +102,7 @@ FINDINGS = [
     ("t4_rho", "Table 4", "the non-active users' lambda* falls as the average interaction time gap rises"),
     ("t4_loo", "Table 4", "the leave-one-out prediction is closer to lambda* than the default lambda = 1"),
     ("t3_hat", "Table 3", "lambda_hat* (Eq. 11) beats lambda = 1 for all users (NDCG@10)"),
+    ("t3_continual", "Table 3", "lambda scaling beats the best continual-merging baseline"),
     ("world", "synthetic world", "each domain's non-active lambda* interval contains the world's own value"),
 ]
 
@@ -125,6 +126,10 @@ GLOSSARY = [
             "with SE = width of the 95% interval / (2 x 1.96); given under every inconclusive finding."),
     ("population value", "what the same pipeline finds on a far larger population of the same synthetic world "
                          "(`mmgrid calibrate CONFIG --population`); the world's own value of a finding's estimand."),
+    ("continual merge", "a merge of a domain's checkpoints in the order they arrived, pretrain -> t1 -> t2 "
+                        "(base: the pretrain stage): MagMax (per entry the largest-magnitude task vector), OPCM "
+                        "(each update projected off the merged subspace), DOP (dual orthogonal projections), and "
+                        "task arithmetic (weights 1/2) and TIES (density 0.2) over the same sequence."),
     ("active / non-active users", "users above / below the activity threshold of the prepared data."),
     ("alpha (cross-domain)", "MMGRid Eq. 7: the weight of the pair's first domain in a cross-domain merge."),
     ("base: original / historical / neutral", "MMGRid Eq. 8: the start model, an earlier checkpoint, or the "
@@ -203,6 +208,32 @@ FORMULA_LABEL = ("formula for the category mix alone, 1 + cos(2 pi 91 / P) with 
                  "`mmgrid calibrate CONFIG --population` for the population value")
 
 
+CONTINUAL_HOW = ("no continual-merging evaluations recorded: run `mmgrid sweep continual RUN` (RUN: the run folder, "
+                 "e.g. runs/demo; after `mmgrid predict-lambda RUN` so that lambda_hat* is among the strategies), "
+                 "then `mmgrid report RUN --out DIR` again.")
+
+
+@dataclass
+class ContinualResults:
+    """Table 3's continual-merging rows (:mod:`mmgrid.sweep.continual`): every strategy over each domain's
+    sequence pretrain -> t1 -> t2 against lambda = 1, per user group, and the verdict on
+    "lambda scaling beats the best continual-merging baseline"."""
+
+    metric: str
+    study: Any  # mmgrid.sweep.continual.ContinualStudy (empty rows: nothing recorded)
+    groups: dict[str, tuple[pd.DataFrame, pd.DataFrame]]  # group -> (means, differences to lambda = 1), in %
+    provenance: Provenance  # row label -> recipe hashes
+    seeds: list[int]  # training seeds recorded
+    all_seeds: list[int]  # the grid's training seeds
+    how: str = ""  # what to run when nothing is recorded (:data:`CONTINUAL_HOW`), else ""
+    pooled: pd.DataFrame | None = None  # all users, every domain pooled: label, mean/ci/diff/p_holm in % (console)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing recorded: the report shows :attr:`how` instead of the tables."""
+        return bool(self.how)
+
+
 @dataclass
 class PredictionResults:
     """Tables 3-4: the fitted lambda* regression (Eq. 11), Spearman's rho, the LOO error, Table 3."""
@@ -220,6 +251,7 @@ class PredictionResults:
     table3_provenance: Provenance
     table3_comparisons: pd.DataFrame | None
     findings: list[Finding]
+    continual: ContinualResults | None = None  # Table 3's continual-merging rows (None: not computed)
 
 
 @dataclass

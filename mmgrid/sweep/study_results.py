@@ -23,14 +23,16 @@ from mmgrid.config import GridConfig
 from mmgrid.errors import MmgridError
 from mmgrid.eval.table import PRETTY, seed_ids
 from mmgrid.stats import HOLDS, INCONCLUSIVE, contains, loo_error_vs_default, verdict
+from mmgrid.sweep import continual as cm
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep import tables as tb
 from mmgrid.sweep.crossdomain import cross_domain_results, relative_change
 from mmgrid.sweep.diagnose import pairwise_diagnostics, task_vector_norms
 from mmgrid.sweep.lambda_model import association, from_stars, stats_table, study_stars
 from mmgrid.sweep.results import checkpoint_metrics
-from mmgrid.sweep.study_records import (FINDINGS, FORMULA_LABEL, GLOSSARY, POPULATION_LABEL,  # noqa: F401
-                                        SECTION_TITLES, BaselineResults, CrossDomainResults, DiagnosticsResults,
+from mmgrid.sweep.study_records import (CONTINUAL_HOW, FINDINGS, FORMULA_LABEL, GLOSSARY,  # noqa: F401
+                                        POPULATION_LABEL, SECTION_TITLES, BaselineResults, ContinualResults,
+                                        CrossDomainResults, DiagnosticsResults,
                                         Finding, MissingInputs, ParetoResults, PredictionResults, ReportSectionError,
                                         Section, StudyResults, TemporalResults, with_mde, with_population)
 from mmgrid.sweep.temporal import temporal_results
@@ -397,8 +399,51 @@ def prediction(cfg: GridConfig, registry: Any, prepared: Any, temporal_section: 
     if comp is not None and not comp.empty:
         findings += [with_mde(Finding(f["key"], f["verdict"], f["evidence"], "prediction"), f["intervals"], 100.0, " pts",
                               "difference") for f in tb.table3_findings(comp)]
+    cont = continual_results(cfg, registry)
+    findings += continual_findings(cont)
     return PredictionResults(pred, feature, t4, prov4, tb.regression_summary(pred), sp, lo, plot_table, used,
-                             t3, prov3, comp, findings)
+                             t3, prov3, comp, findings, cont)
+
+
+def continual_results(cfg: GridConfig, registry: Any) -> ContinualResults:
+    """Table 3's continual-merging rows: the study read back from the registry (:func:`mmgrid.sweep.continual.
+    continual_study`, on ``sweeps.temporal``'s paradigm, variant and metric), per user group its means and
+    differences to lambda = 1 in %, the recipe hashes behind each row, and the pooled all-users rows; with
+    :data:`CONTINUAL_HOW` in ``how`` when nothing is recorded."""
+    t = cfg.sweeps.temporal
+    study = cm.continual_study(registry, t.paradigm, t.variant, t.metric)
+    if study.empty:
+        return ContinualResults(t.metric, study, {}, {}, [], _seeds(cfg), how=CONTINUAL_HOW)
+    groups = {g: cm.tables(study, g) for g in ("all", "active", "non_active") if g in set(study.rows["group"])}
+    prov = {cm.LABELS.get(k, k): v for k, v in study.provenance.items()}
+    rows = study.rows[(study.rows["domain"] == "all") & (study.rows["group"] == "all")]
+    pooled = pd.DataFrame({"strategy": [cm.LABELS.get(x, x) for x in rows["strategy"]],
+                           **{c: rows[c].to_numpy(float) * 100 for c in ("mean", "ci_low", "ci_high", "diff",
+                                                                        "diff_low", "diff_high")},
+                           "p_holm": rows["p_holm"].to_numpy(float)})
+    order = {lab: i for i, lab in enumerate(cm.LABELS.values())}
+    pooled = pooled.sort_values("strategy", key=lambda c: c.map(lambda x: order.get(x, len(order)))).reset_index(drop=True)
+    return ContinualResults(t.metric, study, groups, prov, list(study.seeds), _seeds(cfg), pooled=pooled)
+
+
+def continual_findings(r: ContinualResults) -> list[Finding]:
+    """The finding "lambda scaling beats the best continual-merging baseline" (none when nothing is recorded):
+    the study's verdict with its numbers in % points and, when inconclusive, its MDE note."""
+    if r.empty:
+        return []
+    st, c = r.study, r.study.comparison
+    if not c:
+        return [with_mde(Finding("t3_continual", st.verdict, st.evidence, "prediction"), [])]
+    short, label = dict(tb.METRICS).get(r.metric, r.metric), cm.LABELS
+    caveat = ("; lambda_hat* is not recorded (`mmgrid predict-lambda RUN` records it on 3 or more domains, then "
+              "`mmgrid sweep continual RUN`), so lambda*, chosen on this test window, stands in: an optimistic reading "
+              "of lambda scaling" if c["oracle"] else "")
+    ev_text = (f"{short}, all users of {c['n_domains']} domain(s) pooled, {c['n_seeds']} seed(s): "
+               f"{label.get(c['strategy'], c['strategy'])} {c['mean_a'] * 100:.2f} vs the best continual merge, "
+               f"{label.get(c['baseline'], c['baseline'])}, {c['mean_b'] * 100:.2f}; difference "
+               f"{ev.fmt_ci(c['diff'], c['ci_low'], c['ci_high'], sign=True)} pts, p {ev.fmt_p(c['p'])}{caveat}")
+    return [with_mde(Finding("t3_continual", st.verdict, ev_text, "prediction"), [(c["ci_low"], c["ci_high"])],
+                     100.0, " pts", "difference")]
 
 
 # --------------------------------------------------------------------------- Orbit
