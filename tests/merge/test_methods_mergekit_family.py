@@ -5,6 +5,8 @@ and symmetry are in test_methods_table.py)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from mmgrid.merge import masks, merge
@@ -214,3 +216,51 @@ def test_arcee_fusion_ignores_rows_shifted_by_a_constant():
     out = merge("arcee_fusion", [{"w": other}], base={"w": base})["w"]
     assert torch.equal(out[0], base[0])
     assert out[3, 2] == other[3, 2]
+
+
+# --- selection instead of sorting: the same masks, ranks and fences as a stable sort ----------
+
+def _sorted_breadcrumbs_keep(delta: torch.Tensor, density: float, gamma: float) -> torch.Tensor:
+    """The mask by a stable sort of |tau| (the definition, as mergekit slices its argsort)."""
+    n = delta.numel()
+    target, n_top = int(density * n), int(gamma * n)
+    n_bot = n - target - n_top
+    if n_bot < 0:
+        n_top, n_bot = n_top + n_bot, 0
+    order = torch.sort(delta.reshape(-1).abs().float(), stable=True).indices
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[order[n_bot:n - n_top]] = True
+    return keep.reshape(delta.shape)
+
+
+def _sorted_della_probs(delta: torch.Tensor, density: float, epsilon: float) -> torch.Tensor:
+    x = delta.float()
+    x = x.reshape(1, -1) if x.ndim < 2 else x
+    m = x.shape[1]
+    ranks = torch.sort(x.abs(), dim=1, stable=True).indices.argsort(dim=1).to(torch.float32)
+    rank_norm = ranks / (m - 1) if m > 1 else torch.zeros_like(ranks)
+    return ((density - epsilon) + rank_norm * (2 * epsilon)).reshape(delta.shape)
+
+
+def _sorted_fence(scores: torch.Tensor) -> float:
+    flat, _ = torch.sort(scores.reshape(-1))
+    q1, med, q3 = (flat[i] for i in (torch.tensor([0.25, 0.5, 0.75]) * (flat.numel() - 1)).long())
+    return float(med + 1.5 * (q3 - q1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from([(7,), (5, 6), (1, 9), (3, 1), (2, 3, 4), (1,), (40,)]),
+       st.booleans(), st.sampled_from([(0.5, 0.01), (0.1, 0.3), (0.9, 0.2), (0.3, 0.0), (0.01, 0.01), (1.0, 0.0), (0.6, 0.6)]))
+def test_selection_equals_the_stable_sort(seed, shape, ties, dens_gamma):
+    """Many equal magnitudes (small integers, +-0) are where a selection could rank differently
+    from a stable sort; the masks, keep probabilities and fences must be identical."""
+    from mmgrid.merge.methods.arcee_fusion import fence
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, shape, generator=g).float() * 0.5 if ties else torch.randn(shape, generator=g)
+    x[x == 0] = -0.0 if seed % 2 else 0.0
+    density, gamma = dens_gamma
+    assert torch.equal(breadcrumbs_keep(x, density, gamma), _sorted_breadcrumbs_keep(x, density, gamma))
+    for d, e in ((0.5, 0.1), (0.3, 0.2), (0.9, 0.1)):
+        assert torch.equal(della_keep_probs(x, d, e), _sorted_della_probs(x, d, e))
+    assert fence(x.abs()) == _sorted_fence(x.abs())
