@@ -264,3 +264,31 @@ def test_selection_equals_the_stable_sort(seed, shape, ties, dens_gamma):
     for d, e in ((0.5, 0.1), (0.3, 0.2), (0.9, 0.1)):
         assert torch.equal(della_keep_probs(x, d, e), _sorted_della_probs(x, d, e))
     assert fence(x.abs()) == _sorted_fence(x.abs())
+
+
+@pytest.mark.parametrize("method,params", [("ramplus_tl", {}), ("ramplus_tl", {"epsilon": 0.0, "r": 0.5, "rho_max": 2.0}),
+                                           ("sce", {}), ("ram", {})])
+def test_first_pass_methods_merge_in_row_chunks_with_whole_tensor_bits(models, monkeypatch, method, params):
+    """ramplus_tl's counts and sce's means come from a first pass, so the merge pass is cut into
+    row chunks; chunks of one row and whole tensors give the same bits."""
+    from mmgrid.merge import plan
+
+    ins = [models["a"], models["b"], models["c"]]
+    monkeypatch.setattr(plan, "CHUNK_ELEMS", 1 << 30)
+    whole = merge(method, ins, base=models["base"], **params)
+    monkeypatch.setattr(plan, "CHUNK_ELEMS", 1)
+    rows = merge(method, ins, base=models["base"], **params)
+    assert whole.keys() == rows.keys() and all(torch.equal(whole[k], rows[k]) for k in whole)
+
+
+def test_ramplus_counts_span_the_whole_tensor(monkeypatch):
+    """rho_i counts over the whole tensor, not over a chunk: input a changes entry 0 alone in
+    row 0 and shares entry 1 with b in row 1; cut into one-row chunks, row 0 still gets
+    lambda_a = 1 + r min(1/1, rho_max)."""
+    from mmgrid.merge import plan
+
+    monkeypatch.setattr(plan, "CHUNK_ELEMS", 1)
+    base = {"w": torch.zeros(2, 1)}
+    a, b = {"w": torch.tensor([[1.0], [1.0]])}, {"w": torch.tensor([[0.0], [3.0]])}
+    out = merge("ramplus_tl", [a, b], base=base, r=0.5, rho_max=2.0)["w"]
+    assert torch.allclose(out, torch.tensor([[1.5], [2.0]]))
