@@ -292,3 +292,22 @@ def test_ramplus_counts_span_the_whole_tensor(monkeypatch):
     a, b = {"w": torch.tensor([[1.0], [1.0]])}, {"w": torch.tensor([[0.0], [3.0]])}
     out = merge("ramplus_tl", [a, b], base=base, r=0.5, rho_max=2.0)["w"]
     assert torch.allclose(out, torch.tensor([[1.5], [2.0]]))
+
+
+@pytest.mark.parametrize("method,params", [("breadcrumbs", {"density": 0.5, "gamma": 0.1, "weights": [0.7, 1.3, -0.2], "scale": 1.1}),
+                                           ("della_linear", {"density": 0.5, "epsilon": 0.1, "rescale": "l1"})])
+def test_weighted_sum_one_input_at_a_time_equals_fuse(models, method, params):
+    """breadcrumbs / della_linear sum their sparsified task vectors one input at a time; the
+    bits are those of sparsifying all of them and fusing (pipeline.fuse)."""
+    from mmgrid.merge import pipeline as pl
+    from mmgrid.merge.methods import get_method, validate_params
+
+    ins = [models["a"], models["b"], models["c"]]
+    got = merge(method, ins, base=models["base"], **params)
+    m = get_method(method)(validate_params(method, params))
+    for k, v in got.items():
+        if not v.is_floating_point():
+            continue
+        ds = [m.sparsify(k, i, x[k].float() - models["base"][k].float()) for i, x in enumerate(ins)]
+        want = pl.fuse(m.fuse_config(3), ds).add_(models["base"][k]).to(v.dtype)
+        assert torch.equal(v, want), k
