@@ -311,3 +311,20 @@ def test_weighted_sum_one_input_at_a_time_equals_fuse(models, method, params):
         ds = [m.sparsify(k, i, x[k].float() - models["base"][k].float()) for i, x in enumerate(ins)]
         want = pl.fuse(m.fuse_config(3), ds).add_(models["base"][k]).to(v.dtype)
         assert torch.equal(v, want), k
+
+
+@pytest.mark.parametrize("row_chunk", [1, 7, 1 << 22])
+def test_arcee_fusion_in_row_chunks_equals_the_whole_tensor_rule(models, monkeypatch, row_chunk):
+    """The importances in row chunks, then the fence and the choice: the bits of the rule on
+    whole float32 tensors (I, T, [I >= T] of the module docstring)."""
+    from mmgrid.merge.methods import arcee_fusion as af
+
+    monkeypatch.setattr(af, "ROW_CHUNK", row_chunk)
+    got = merge("arcee_fusion", [models["a"]], base=models["base"])
+    for k, v in got.items():
+        if not v.is_floating_point():
+            continue
+        b, a = models["a"][k].float(), models["base"][k].float()
+        scores = af.importance(b, a)
+        want = torch.where(scores >= af.fence(scores), b, a).to(v.dtype)
+        assert torch.equal(v, want), k
