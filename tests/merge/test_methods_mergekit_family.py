@@ -328,3 +328,16 @@ def test_arcee_fusion_in_row_chunks_equals_the_whole_tensor_rule(models, monkeyp
         scores = af.importance(b, a)
         want = torch.where(scores >= af.fence(scores), b, a).to(v.dtype)
         assert torch.equal(v, want), k
+
+
+@pytest.mark.parametrize("rank_chunk", [1, 6, 1 << 22])
+def test_della_ranks_in_row_chunks(monkeypatch, rank_chunk):
+    """MagPrune ranks rows independently, so row chunks give the stable sort's probabilities;
+    the caller's task vector is left as it was."""
+    from mmgrid.merge.methods import della
+
+    monkeypatch.setattr(della, "RANK_CHUNK", rank_chunk)
+    x = torch.randint(-3, 4, (7, 5), generator=torch.Generator().manual_seed(0)).float() * 0.25
+    before = x.clone()
+    assert torch.equal(della_keep_probs(x, 0.5, 0.1), _sorted_della_probs(x, 0.5, 0.1))
+    assert torch.equal(x, before)
