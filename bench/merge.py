@@ -326,7 +326,7 @@ def run_all(p: dict[str, Path], root: Path, mk_py: str | None, repeat: int, size
         ratio = (f"; {theirs['wall_s'] / ours['wall_s']:.2f}x speed, {ours['peak_gb'] / theirs['peak_gb']:.2f} memory"
                  if theirs else "")
         print(f"{method:<18} mmgrid {ours['wall_s']:.1f} s, {ours['peak_gb']:.2f} GB; mergekit {mk}{ratio}; "
-              f"bandwidth floor {floor:.2f} s; load average {os.getloadavg()[0]:.1f}", flush=True)
+              f"bandwidth floor {floor:.3g} s; load average {os.getloadavg()[0]:.1f}", flush=True)
     lines = [f"# Merge benchmark: every mapped mergekit method (bench/merge.py --all --shape {shape})", "",
              f"Three {'Qwen3-0.6B' if shape == '0.6b' else 'tiny Qwen3'}-shaped bf16 checkpoints "
              f"({size / 1e9:.3f} GB each); each method runs the same mergekit recipe in mergekit (its own venv, "
@@ -344,10 +344,10 @@ def run_all(p: dict[str, Path], root: Path, mk_py: str | None, repeat: int, size
                                                           ", memory " + ("met" if mem <= 0.25 else "missed"))
             cause = CAUSES.get(r["method"], "not measured") if ok != "met" else ""
             lines.append(f"| {r['method']} | {o['wall_s']:.1f} | {o['peak_gb']:.2f} | {t['wall_s']:.1f} | {t['peak_gb']:.2f} "
-                         f"| {sp:.2f}x | {mem:.2f} | {ok} | {r['floor']:.2f} | {cause} |")
+                         f"| {sp:.2f}x | {mem:.2f} | {ok} | {r['floor']:.3g} | {cause} |")
         else:
             lines.append(f"| {r['method']} | {o['wall_s']:.1f} | {o['peak_gb']:.2f} | - | - | - | - | no baseline "
-                         f"| {r['floor']:.2f} | |")
+                         f"| {r['floor']:.3g} | |")
     if shape != "0.6b":
         lines += ["", "A smoke run on a tiny model: both tools' times are start-up and imports, not merging; "
                   "run `--shape 0.6b` (the default) for the numbers the goals are about."]
