@@ -5,6 +5,8 @@ and symmetry are in test_methods_table.py)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from mmgrid.merge import masks, merge
@@ -214,3 +216,128 @@ def test_arcee_fusion_ignores_rows_shifted_by_a_constant():
     out = merge("arcee_fusion", [{"w": other}], base={"w": base})["w"]
     assert torch.equal(out[0], base[0])
     assert out[3, 2] == other[3, 2]
+
+
+# --- selection instead of sorting: the same masks, ranks and fences as a stable sort ----------
+
+def _sorted_breadcrumbs_keep(delta: torch.Tensor, density: float, gamma: float) -> torch.Tensor:
+    """The mask by a stable sort of |tau| (the definition, as mergekit slices its argsort)."""
+    n = delta.numel()
+    target, n_top = int(density * n), int(gamma * n)
+    n_bot = n - target - n_top
+    if n_bot < 0:
+        n_top, n_bot = n_top + n_bot, 0
+    order = torch.sort(delta.reshape(-1).abs().float(), stable=True).indices
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[order[n_bot:n - n_top]] = True
+    return keep.reshape(delta.shape)
+
+
+def _sorted_della_probs(delta: torch.Tensor, density: float, epsilon: float) -> torch.Tensor:
+    x = delta.float()
+    x = x.reshape(1, -1) if x.ndim < 2 else x
+    m = x.shape[1]
+    ranks = torch.sort(x.abs(), dim=1, stable=True).indices.argsort(dim=1).to(torch.float32)
+    rank_norm = ranks / (m - 1) if m > 1 else torch.zeros_like(ranks)
+    return ((density - epsilon) + rank_norm * (2 * epsilon)).reshape(delta.shape)
+
+
+def _sorted_fence(scores: torch.Tensor) -> float:
+    flat, _ = torch.sort(scores.reshape(-1))
+    q1, med, q3 = (flat[i] for i in (torch.tensor([0.25, 0.5, 0.75]) * (flat.numel() - 1)).long())
+    return float(med + 1.5 * (q3 - q1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from([(7,), (5, 6), (1, 9), (3, 1), (2, 3, 4), (1,), (40,)]),
+       st.booleans(), st.sampled_from([(0.5, 0.01), (0.1, 0.3), (0.9, 0.2), (0.3, 0.0), (0.01, 0.01), (1.0, 0.0), (0.6, 0.6)]))
+def test_selection_equals_the_stable_sort(seed, shape, ties, dens_gamma):
+    """Many equal magnitudes (small integers, +-0) are where a selection could rank differently
+    from a stable sort; the masks, keep probabilities and fences must be identical."""
+    from mmgrid.merge.methods.arcee_fusion import fence
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, shape, generator=g).float() * 0.5 if ties else torch.randn(shape, generator=g)
+    x[x == 0] = -0.0 if seed % 2 else 0.0
+    density, gamma = dens_gamma
+    assert torch.equal(breadcrumbs_keep(x, density, gamma), _sorted_breadcrumbs_keep(x, density, gamma))
+    for d, e in ((0.5, 0.1), (0.3, 0.2), (0.9, 0.1)):
+        assert torch.equal(della_keep_probs(x, d, e), _sorted_della_probs(x, d, e))
+    assert fence(x.abs()) == _sorted_fence(x.abs())
+
+
+@pytest.mark.parametrize("method,params", [("ramplus_tl", {}), ("ramplus_tl", {"epsilon": 0.0, "r": 0.5, "rho_max": 2.0}),
+                                           ("sce", {}), ("ram", {})])
+def test_first_pass_methods_merge_in_row_chunks_with_whole_tensor_bits(models, monkeypatch, method, params):
+    """ramplus_tl's counts and sce's means come from a first pass, so the merge pass is cut into
+    row chunks; chunks of one row and whole tensors give the same bits."""
+    from mmgrid.merge import plan
+
+    ins = [models["a"], models["b"], models["c"]]
+    monkeypatch.setattr(plan, "CHUNK_ELEMS", 1 << 30)
+    whole = merge(method, ins, base=models["base"], **params)
+    monkeypatch.setattr(plan, "CHUNK_ELEMS", 1)
+    rows = merge(method, ins, base=models["base"], **params)
+    assert whole.keys() == rows.keys() and all(torch.equal(whole[k], rows[k]) for k in whole)
+
+
+def test_ramplus_counts_span_the_whole_tensor(monkeypatch):
+    """rho_i counts over the whole tensor, not over a chunk: input a changes entry 0 alone in
+    row 0 and shares entry 1 with b in row 1; cut into one-row chunks, row 0 still gets
+    lambda_a = 1 + r min(1/1, rho_max)."""
+    from mmgrid.merge import plan
+
+    monkeypatch.setattr(plan, "CHUNK_ELEMS", 1)
+    base = {"w": torch.zeros(2, 1)}
+    a, b = {"w": torch.tensor([[1.0], [1.0]])}, {"w": torch.tensor([[0.0], [3.0]])}
+    out = merge("ramplus_tl", [a, b], base=base, r=0.5, rho_max=2.0)["w"]
+    assert torch.allclose(out, torch.tensor([[1.5], [2.0]]))
+
+
+@pytest.mark.parametrize("method,params", [("breadcrumbs", {"density": 0.5, "gamma": 0.1, "weights": [0.7, 1.3, -0.2], "scale": 1.1}),
+                                           ("della_linear", {"density": 0.5, "epsilon": 0.1, "rescale": "l1"})])
+def test_weighted_sum_one_input_at_a_time_equals_fuse(models, method, params):
+    """breadcrumbs / della_linear sum their sparsified task vectors one input at a time; the
+    bits are those of sparsifying all of them and fusing (pipeline.fuse)."""
+    from mmgrid.merge import pipeline as pl
+    from mmgrid.merge.methods import get_method, validate_params
+
+    ins = [models["a"], models["b"], models["c"]]
+    got = merge(method, ins, base=models["base"], **params)
+    m = get_method(method)(validate_params(method, params))
+    for k, v in got.items():
+        if not v.is_floating_point():
+            continue
+        ds = [m.sparsify(k, i, x[k].float() - models["base"][k].float()) for i, x in enumerate(ins)]
+        want = pl.fuse(m.fuse_config(3), ds).add_(models["base"][k]).to(v.dtype)
+        assert torch.equal(v, want), k
+
+
+@pytest.mark.parametrize("row_chunk", [1, 7, 1 << 22])
+def test_arcee_fusion_in_row_chunks_equals_the_whole_tensor_rule(models, monkeypatch, row_chunk):
+    """The importances in row chunks, then the fence and the choice: the bits of the rule on
+    whole float32 tensors (I, T, [I >= T] of the module docstring)."""
+    from mmgrid.merge.methods import arcee_fusion as af
+
+    monkeypatch.setattr(af, "ROW_CHUNK", row_chunk)
+    got = merge("arcee_fusion", [models["a"]], base=models["base"])
+    for k, v in got.items():
+        if not v.is_floating_point():
+            continue
+        b, a = models["a"][k].float(), models["base"][k].float()
+        scores = af.importance(b, a)
+        want = torch.where(scores >= af.fence(scores), b, a).to(v.dtype)
+        assert torch.equal(v, want), k
+
+
+@pytest.mark.parametrize("rank_chunk", [1, 6, 1 << 22])
+def test_della_ranks_in_row_chunks(monkeypatch, rank_chunk):
+    """MagPrune ranks rows independently, so row chunks give the stable sort's probabilities;
+    the caller's task vector is left as it was."""
+    from mmgrid.merge.methods import della
+
+    monkeypatch.setattr(della, "RANK_CHUNK", rank_chunk)
+    x = torch.randint(-3, 4, (7, 5), generator=torch.Generator().manual_seed(0)).float() * 0.25
+    before = x.clone()
+    assert torch.equal(della_keep_probs(x, 0.5, 0.1), _sorted_della_probs(x, 0.5, 0.1))
+    assert torch.equal(x, before)

@@ -386,10 +386,10 @@ def test_gcwm_stays_within_the_inputs_on_the_fixture(models):
 
 
 def test_method_version_is_part_of_the_identity():
-    """GCWM was fixed and slerp's model_stock's and nuslerp's statistics are streamed (version 2 each): their recipe identities
+    """GCWM was fixed and the statistics of slerp, model_stock, nuslerp, karcher, multislerp and sce are streamed (version 2 each): their recipe identities
     change, every other's stays."""
     from mmgrid.merge.methods import identity
 
     for m in ALL:
-        want = {"method": m, "method_version": 2} if m in ("gcwm", "slerp", "model_stock", "nuslerp") else {"method": m}
+        want = {"method": m, "method_version": 2} if m in ("gcwm", "slerp", "model_stock", "nuslerp", "karcher", "multislerp", "sce") else {"method": m}
         assert identity(m) == want, m

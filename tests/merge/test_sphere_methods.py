@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastpass_data import _same, trio  # noqa: F401  (trio is a fixture)
 from mmgrid.merge import merge, merge_to_file
 from mmgrid.merge.errors import MergeParamError
 
@@ -283,3 +284,85 @@ def test_spherical_sums_over_chunks(monkeypatch):
     one = merge("slerp", [sd(a), sd(b)], t=0.4)["w"]
     monkeypatch.setattr(sp, "CHUNK", 7)
     assert torch.allclose(merge("slerp", [sd(a), sd(b)], t=0.4)["w"], one, rtol=1e-6, atol=1e-7)
+
+
+# --- karcher and multislerp on streaming statistics (version 2) ------------------------
+
+def _karcher_on_tensors(ms: list[torch.Tensor], w: list[float], max_iter: int = 10, tol: float = 1e-5) -> torch.Tensor:
+    """The fixed-point iteration of Buss & Fillmore Sec. 3 on whole float64 tensors (version 1's
+    algorithm, in float64): the independent expectation of the coefficient iteration."""
+    ms = [m.double().reshape(-1) for m in ms]
+    w = [x / sum(w) for x in w]
+    norms = [float(m.norm()) for m in ms]
+    valid = [i for i, r in enumerate(norms) if r > tol]
+    a = [w[i] / sum(w[j] for j in valid) for i in valid]
+    units = [ms[i] / norms[i] for i in valid]
+    u = sum(ai * ui for ai, ui in zip(a, units))
+    u = units[0].clone() if float(u.norm()) < tol else u / u.norm()
+    for _ in range(max_iter):
+        step = torch.zeros_like(u)
+        for ai, ui in zip(a, units):
+            cos = max(-1.0, min(1.0, float(u @ ui)))
+            om = math.acos(cos)
+            if om >= tol:
+                step += ai * om / math.sin(om) * (ui - cos * u)
+        ns = float(step.norm())
+        if ns < tol:
+            break
+        u = math.cos(ns) * u + math.sin(ns) / ns * step
+        u = u / u.norm()
+    return u * sum(wi * r for wi, r in zip(w, norms))
+
+
+@pytest.mark.parametrize("weights", [[1.0, 1.0, 1.0], [0.2, 1.0, 3.0]])
+def test_karcher_coefficient_iteration_equals_the_tensor_iteration(weights):
+    g = torch.Generator().manual_seed(7)
+    ms = [torch.randn(6, 9, generator=g) + (2.0 if i else 0.0) for i in range(3)]  # up to ~100 degrees apart
+    got = merge("karcher", [sd(m) for m in ms], weights=weights)["w"]
+    want = _karcher_on_tensors(ms, weights).reshape(6, 9)
+    assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_multislerp_coefficients_equal_the_direct_formula():
+    """(sum_i w_i ||v_i||) * normalize(sum_i w_i v_i / ||v_i||), around the base, in float64."""
+    g = torch.Generator().manual_seed(3)
+    base, *ms = [torch.randn(5, 4, generator=g) for _ in range(4)]
+    w = [0.5, 1.0, 2.5]
+    got = merge("multislerp", [sd(m) for m in ms], base=sd(base), weights=w)["w"]
+    vs = [(m - base).double() for m in ms]
+    wn = [x / sum(w) for x in w]
+    mean = sum(wi * v / v.norm() for wi, v in zip(wn, vs))
+    want = base.double() + sum(wi * float(v.norm()) for wi, v in zip(wn, vs)) * mean / mean.norm()
+    assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method,params,with_base", [
+    ("karcher", {}, False), ("karcher", {"weights": [1.0, 0.5, 2.0], "max_iter": 3}, False),
+    ("multislerp", {}, False), ("multislerp", {"weights": [1.0, 0.5, 2.0]}, True)])
+@pytest.mark.parametrize("chunk", [5, 1 << 18])
+def test_streamed_sphere_methods_fast_pass_equals_reference(trio, monkeypatch, method, params, with_base, chunk):
+    """The fast pass (flat chunks, per-tensor coefficients from the first pass) gives the reference
+    path's bits for any chunking (the Gram matrix is summed in fixed blocks)."""
+    from mmgrid.merge import executor
+    from mmgrid.merge.fastpass import kernels
+
+    ins = [trio[k] for k in "abc"]
+    base = trio["base"] if with_base else None
+    monkeypatch.setattr(executor, "FAST", False)
+    ref = merge(method, ins, base=base, **params)
+    monkeypatch.setattr(executor, "FAST", True)
+    monkeypatch.setattr(kernels, "CHUNK", chunk)
+    monkeypatch.setattr(executor, "PREPARE_CHUNK", chunk)
+    assert _same(ref, merge(method, ins, base=base, **params))
+
+
+@pytest.mark.parametrize("method", ["karcher", "multislerp"])
+def test_streamed_sphere_methods_take_the_fast_pass(trio, monkeypatch, method):
+    """No tensor of a karcher / multislerp merge goes through the whole-tensor reference path."""
+    from mmgrid.merge import executor
+
+    seen = []
+    real = executor.reference_tensor
+    monkeypatch.setattr(executor, "reference_tensor", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
+    merge(method, [trio["a"], trio["b"]])
+    assert seen == []

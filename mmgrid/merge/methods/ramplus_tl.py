@@ -12,8 +12,12 @@ Per tensor, with tau_i = theta_i - theta_0, m_ie = [|tau_ie| > epsilon], c_e = s
 (rho_i = inf where unique_i = epsilon = 0 < shared_i, and 0 for an input that changes nothing;
 mergekit gives NaN there at epsilon = 0), so an entry changed by one input keeps that change, scaled by lambda_i >= 1, and an entry
 changed by several gets their mean (RAM). mergekit's parameter ``alpha`` is ``rho_max``
-here (mmgrid's ``alpha`` is MMGRid Eq. 7's input weighting). Not elementwise: rho_i counts
-over the whole tensor.
+here (mmgrid's ``alpha`` is MMGRid Eq. 7's input weighting).
+
+Streaming: rho_i counts over the whole tensor, so a first pass over the inputs in chunks counts
+shared_i and unique_i per tensor (integers: the same for any chunking); the merge pass is then
+elementwise, in row chunks (never a float32 copy of a whole tensor; the same bits as merging
+whole tensors).
 
 Bound, per tensor: |out_e| <= (1 + r rho_max) max_i |tau_ie|, so ||theta* - theta_0|| <=
 (1 + r rho_max) sqrt(n) max_i ||tau_i|| (c = (1 + r rho_max) sqrt(n), mass 1).
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from mmgrid.merge.errors import MergeParamError
-from mmgrid.merge.methods.base import Method, TensorView
+from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
 
 
@@ -59,21 +63,58 @@ class RamPlusTl(Method):
     paper = "arXiv 2601.13572 (Reinforced Agent Merging); mergekit ramplus_tl"
     Params = RamPlusParams
 
-    def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        p = self.params
-        ds = view.deltas()
-        on = [d.abs() > p.epsilon for d in ds]
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self._lams: dict[str, list[float]] = {}
+
+    @property
+    def elementwise(self) -> bool:
+        return True  # after prepare: lambda_i of each tensor is known
+
+    def _masks(self, ds: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        on = [d.abs() > self.params.epsilon for d in ds]
         count = torch.zeros(ds[0].shape, dtype=torch.int32)
         for m in on:
             count += m
+        return on, count
+
+    @staticmethod
+    def _counts(on: list[torch.Tensor], count: torch.Tensor) -> list[tuple[int, int]]:
+        """(shared_i, unique_i) of each input over these entries."""
         unique, overlap = count == 1, count > 1
-        out = torch.zeros_like(ds[0])
-        share = torch.where(overlap, 1.0 / count.clamp(min=1).float(), 0.0)
-        for d, m in zip(ds, on):
-            shared_i = int((m & overlap).sum())
-            unique_i = int((m & unique).sum())
+        return [(int((m & overlap).sum()), int((m & unique).sum())) for m in on]
+
+    def _lambdas(self, counts: list[tuple[int, int]]) -> list[float]:
+        p = self.params
+        out = []
+        for shared_i, unique_i in counts:
             den = max(float(unique_i), p.epsilon)
             rho = shared_i / den if den > 0.0 else (math.inf if shared_i else 0.0)
-            lam = 1.0 + p.r * min(max(rho, 0.0), p.rho_max)
-            out += torch.where(m, d, 0.0) * (unique.float() * lam + share)
+            out.append(1.0 + p.r * min(max(rho, 0.0), p.rho_max))
+        return out
+
+    def prepare(self, stream: ViewStream) -> None:
+        acc: dict[str, list[list[int]]] = {}
+        for view in stream():  # chunks of each tensor: integer counts add exactly
+            got = self._counts(*self._masks(view.deltas()))
+            tot = acc.setdefault(view.name, [[0, 0] for _ in got])
+            for t, (sh, un) in zip(tot, got):
+                t[0] += sh
+                t[1] += un
+        self._lams = {name: self._lambdas([(sh, un) for sh, un in c]) for name, c in acc.items()}
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        ds = view.deltas()
+        on, count = self._masks(ds)
+        lams = self._lams.get(view.name)
+        if lams is None:  # added vocabulary rows (a view of their own), or no first pass: their own counts
+            lams = self._lambdas(self._counts(on, count))
+        unique, overlap = count == 1, count > 1
+        share = torch.where(overlap, 1.0 / count.clamp(min=1).float(), 0.0)
+        del count
+        out = torch.zeros_like(ds[0])
+        uf = unique.float()
+        for d, m, lam in zip(ds, on, lams):
+            out += torch.where(m, d, 0.0) * (uf * lam + share)
         return out.add_(view.raw_base)
+

@@ -17,6 +17,15 @@ Takes no weights (they are computed); a base is required.
 Bound, per tensor: the w_i are >= 0, so each entry is a weighted mean of agreeing entries
 (or smaller, when the clamp acts), |out_e| <= max_i |tau_ie|, and ||theta* - theta_0|| <=
 sqrt(n) max_i ||tau_i|| (c = sqrt(n) on a mass of 1; sum_e max_i tau_ie^2 <= sum_i ||tau_i||^2).
+
+Streaming (version 2), with ``select_topk = 1`` (the default, mergekit's): step 2's means are
+taken in a first pass over the inputs in chunks, in float64 (fixed blocks summed exactly:
+:class:`mmgrid.merge.methods.spherical.BlockedGram`'s diagonal, the same for any chunking);
+steps 3's sign and weighted mean are then elementwise, merged in row chunks (never a float32
+copy of a whole tensor per input). Version 1 took the means in float32 over whole tensors;
+the weights differ in the last bits, so stored sce merges of version 1 are recomputed. With
+``select_topk < 1`` the selection ranks a whole tensor's variances, and each tensor is merged
+whole as before.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from mmgrid.merge import ops
-from mmgrid.merge.methods.base import Method, TensorView, check_range
+from mmgrid.merge.methods import spherical as sp
+from mmgrid.merge.methods.base import Method, TensorView, ViewStream, check_range
 from mmgrid.merge.methods.registry import register
 
 
@@ -44,7 +54,13 @@ def sce_select(deltas: list[torch.Tensor], topk: float) -> torch.Tensor | None:
 
 def sce_weights(deltas: list[torch.Tensor]) -> list[float]:
     """Step 2: w_i proportional to mean_e tau_ie^2, summing to 1 (uniform below 1e-6)."""
-    ms = [float(d.square().mean()) for d in deltas]
+    g = sp.BlockedGram(len(deltas))
+    g.add(deltas)
+    return weights_from([g.result()[i][i] / max(deltas[0].numel(), 1) for i in range(len(deltas))])
+
+
+def weights_from(ms: list[float]) -> list[float]:
+    """w_i = ms_i / sum_j ms_j from the mean squares (1/n each if that sum is below 1e-6)."""
     total = sum(ms)
     return [1.0 / len(ms)] * len(ms) if abs(total) < 1e-6 else [m / total for m in ms]
 
@@ -71,12 +87,36 @@ class Sce(Method):
     paper = "Wan et al. 2024 (FuseChat, arXiv 2408.07990); mergekit sce"
     Params = SceParams
 
+    version = 2  # streaming float64 means (module docstring)
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self._w: dict[str, list[float]] = {}
+
+    @property
+    def elementwise(self) -> bool:
+        return self.params.select_topk >= 1.0  # after prepare: the weights of each tensor are known
+
+    def prepare(self, stream: ViewStream) -> None:
+        if not self.elementwise:
+            return
+        acc: dict[str, tuple[sp.BlockedGram, list[int]]] = {}
+        for view in stream():  # consecutive pieces of each tensor, in order
+            ds = view.deltas()
+            g, n = acc.setdefault(view.name, (sp.BlockedGram(len(ds)), [0]))
+            g.add(ds)
+            n[0] += ds[0].numel()
+        self._w = {name: weights_from([gr[i][i] / max(n[0], 1) for i in range(len(gr))])
+                   for name, (g, n) in acc.items() for gr in [g.result()]}
+
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         ds = view.deltas()
         keep = sce_select(ds, self.params.select_topk)
         if keep is not None:
             ds = [d.masked_fill_(~keep, 0.0) for d in ds]
-        w = sce_weights(ds)
+        w = self._w.get(view.name) if keep is None else None
+        if w is None:  # a whole tensor (select_topk < 1), or added vocabulary rows: their own weights
+            w = sce_weights(ds)
         sign = ops.elect_sign(ds)
         num, den = torch.zeros_like(ds[0]), torch.zeros_like(ds[0])
         for d, wi in zip(ds, w):
