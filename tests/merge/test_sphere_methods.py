@@ -340,20 +340,15 @@ def test_multislerp_coefficients_equal_the_direct_formula():
     ("karcher", {}, False), ("karcher", {"weights": [1.0, 0.5, 2.0], "max_iter": 3}, False),
     ("multislerp", {}, False), ("multislerp", {"weights": [1.0, 0.5, 2.0]}, True)])
 @pytest.mark.parametrize("chunk", [5, 1 << 18])
-def test_streamed_sphere_methods_fast_pass_equals_reference(trio, monkeypatch, method, params, with_base, chunk):
+def test_streamed_sphere_methods_fast_pass_equals_reference(trio, method, params, with_base, chunk):
     """The fast pass (flat chunks, per-tensor coefficients from the first pass) gives the reference
     path's bits for any chunking (the Gram matrix is summed in fixed blocks)."""
-    from mmgrid.merge import executor
-    from mmgrid.merge.fastpass import kernels
+    from mmgrid.merge.executor import REFERENCE, Route
 
     ins = [trio[k] for k in "abc"]
     base = trio["base"] if with_base else None
-    monkeypatch.setattr(executor, "FAST", False)
-    ref = merge(method, ins, base=base, **params)
-    monkeypatch.setattr(executor, "FAST", True)
-    monkeypatch.setattr(kernels, "CHUNK", chunk)
-    monkeypatch.setattr(executor, "PREPARE_CHUNK", chunk)
-    assert _same(ref, merge(method, ins, base=base, **params))
+    ref = merge(method, ins, base=base, route=REFERENCE, **params)
+    assert _same(ref, merge(method, ins, base=base, route=Route(chunk=chunk, prepare_chunk=chunk), **params))
 
 
 @pytest.mark.parametrize("method", ["karcher", "multislerp"])
