@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # this checkout's mmgrid, not whichever one is installed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{n_runs} runs ({cached} cached before this run); {wall:.0f} s wall in this run; "
           f"{data['seconds_per_replicate']:.0f} s per replicate inside its job (mean)")
     print(f"grid {data['grid']['name']}, recipe {data['grid']['recipe']}\n")
-    print((Path(args.out) / "calibration.md").read_text())
+    md = (Path(args.out) / "calibration.md").read_text()
+    png = Path(args.out) / "power_curve.png"
+    if png.is_file() and os.environ.get("MMGRID_BENCH_NO_RECORD") != "1":
+        shutil.copyfile(png, HERE / "results" / "calibration_power_curve.png")
+        md = md.replace("](power_curve.png)", "](calibration_power_curve.png)")
+    print(md)
     return 0
 
 
