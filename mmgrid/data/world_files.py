@@ -420,6 +420,16 @@ def _items(sim: Simulated, words: dict[str, str], rng: np.random.Generator) -> p
     )  # fmt: skip
 
 
+def _brand_titled(df: pl.DataFrame) -> pl.DataFrame:
+    """Short-title items from ``parent_asin``, ``store`` (brand), ``m`` (modifier), ``n`` (product word) and
+    ``two`` (whether the modifier is shown): title "Brand [Modifier] Noun"; no description, no features."""
+    cap = {c: pl.col(c).str.slice(0, 1).str.to_uppercase() + pl.col(c).str.slice(1) for c in ("m", "n")}
+    title = pl.concat_str([pl.col("store"), pl.when(pl.col("two")).then(cap["m"]), cap["n"]], separator=" ",
+                          ignore_nulls=True)  # fmt: skip
+    empty = pl.lit([], pl.List(pl.String))
+    return df.select("parent_asin", title.alias("title"), empty.alias("description"), empty.alias("features"), "store")
+
+
 def _short_items(sim: Simulated, words: dict[str, str], rng: np.random.Generator) -> pl.DataFrame:
     """Items of the dense preset: a title of a brand and one or two words (a modifier, sometimes a noun)
     drawn uniformly from the whole domain's vocabulary, independent of the latent category; no
@@ -435,11 +445,7 @@ def _short_items(sim: Simulated, words: dict[str, str], rng: np.random.Generator
         "n": nouns.gather(rng.integers(0, nouns.len(), n)),
         "two": rng.random(n) < 0.5,
     })  # fmt: skip
-    cap = {c: pl.col(c).str.slice(0, 1).str.to_uppercase() + pl.col(c).str.slice(1) for c in ("m", "n")}
-    title = pl.concat_str([pl.col("store"), pl.when(pl.col("two")).then(cap["m"]), cap["n"]], separator=" ",
-                          ignore_nulls=True)  # fmt: skip
-    empty = pl.lit([], pl.List(pl.String))
-    return df.select("parent_asin", title.alias("title"), empty.alias("description"), empty.alias("features"), "store")
+    return _brand_titled(df)
 
 
 def _title_items(sim: Simulated, words: dict[str, str], rng: np.random.Generator) -> pl.DataFrame:
@@ -459,11 +465,7 @@ def _title_items(sim: Simulated, words: dict[str, str], rng: np.random.Generator
         "n": nouns.gather(base + rng.integers(0, per, n)),
         "two": rng.random(n) < 0.5,
     })  # fmt: skip
-    cap = {c: pl.col(c).str.slice(0, 1).str.to_uppercase() + pl.col(c).str.slice(1) for c in ("m", "n")}
-    title = pl.concat_str([pl.col("store"), pl.when(pl.col("two")).then(cap["m"]), cap["n"]], separator=" ",
-                          ignore_nulls=True)  # fmt: skip
-    empty = pl.lit([], pl.List(pl.String))
-    return df.select("parent_asin", title.alias("title"), empty.alias("description"), empty.alias("features"), "store")
+    return _brand_titled(df)
 
 
 def _write_reviews(
