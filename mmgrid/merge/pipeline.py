@@ -214,12 +214,20 @@ class Kernel:
         lerp: the temporal merge's lambda (:func:`mmgrid.merge.ops.interpolate`).
         pipeline: a :class:`Pipeline` configuration (:func:`merged`), with
             ``thresholds``, the whole-model TIES thresholds of the first pass.
+        fn: a method's own entrywise function ``fn(name, parts)`` -> the float32 result of
+            those entries (``parts``: theta_0 first where the method takes a base, then the
+            inputs, as stored; ``name``: the tensor's name, for statistics of the method's
+            first pass). Each entry must come from the same entries of the parts alone, with
+            the same operations whatever the chunk (RAM, NearSwap, SCE and RAM+ after their
+            first passes), so any split gives the same bits. Such a function may drop an
+            input's NaN/Inf (a threshold compares it away), so both routes check its inputs.
     """
 
     coefs: ops.Coefs | Mapping[str, ops.Coefs] | None = None
     lerp: float | None = None
     pipeline: Pipeline | None = None
     thresholds: tuple[float, ...] | None = None
+    fn: Callable[[str, Sequence[torch.Tensor]], torch.Tensor] | None = None
 
     @classmethod
     def of(cls, cfg: Pipeline, n: int, thresholds: Sequence[float] | None = None) -> Kernel:
@@ -249,6 +257,8 @@ def apply_kernel(k: Kernel, name: str, parts: Sequence[torch.Tensor], work: Work
     (:mod:`mmgrid.merge.reference`) and per cache-sized chunk by the fast pass
     (:mod:`mmgrid.merge.fastpass.kernels`, with reused ``work`` buffers).
     """
+    if k.fn is not None:  # the method's own entrywise function (its temporaries are its own)
+        return k.fn(name, parts)
     w = work if work is not None else Work.fresh(parts[0].shape, len(parts))
     if k.lerp is not None:  # MMGRid Eq. 9-10 on float32 copies
         return ops.lerp_into(w.acc.copy_(parts[0]), w.tmp.copy_(parts[1]), k.lerp, w.acc)

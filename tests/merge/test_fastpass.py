@@ -39,6 +39,18 @@ CASES = [
     ("model_stock", 2, {"clamp_cos": False}),
     ("nuslerp", 2, {"weights": [0.3, 1.0]}),
 ]
+# methods that hand the fast pass their own entrywise function (Kernel.fn), some after a first pass
+OWN_FN = [
+    ("ram", 2, {}),
+    ("ram", 3, {"epsilon": 0.001}),  # some entries change in one input only
+    ("ramplus_tl", 3, {}),
+    ("ramplus_tl", 2, {"r": 0.5, "rho_max": 2.0, "epsilon": 0.001}),
+    ("sce", 3, {}),  # the weights of the first pass (float64 means)
+    ("sce", 2, {}),
+    ("nearswap", 1, {"t": 0.001}),
+    ("nearswap", 1, {"t": 0.0}),
+]
+CASES += OWN_FN
 
 
 @pytest.mark.parametrize("method,n,params", CASES)
@@ -82,6 +94,46 @@ def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, 
     assert _same(ref, got)
 
 
+@pytest.mark.parametrize("method,n,params", OWN_FN)
+@pytest.mark.parametrize("block_bytes", [1 << 22, 40])
+def test_own_function_kernels_stream_files_as_the_reference_path(trio, tmp_path: Path, monkeypatch, method, n, params,
+                                                                  block_bytes):
+    """A method's own entrywise function (Kernel.fn) on the blockwise file pass, blocks and
+    compute chunks straddling rows and tensors, writes the reference path's bits; so does
+    the in-memory fast pass at a chunk of 5 entries."""
+    paths = {}
+    for k, v in trio.items():
+        paths[k] = tmp_path / f"{k}.safetensors"
+        save_file(v, str(paths[k]))
+    ins = [paths[k] for k in "abc"[:n]]
+    ref = merge(method, [trio[k] for k in "abc"[:n]], base=trio["base"], route=REFERENCE, **params)
+    monkeypatch.setattr(reads, "BLOCK_BYTES", block_bytes)
+    out = tmp_path / "out.safetensors"
+    merge_to_file(method, ins, out, base=paths["base"], durable=False, route=Route(chunk=7, prepare_chunk=11), **params)
+    with safe_open(str(out), "pt") as fh:
+        got = {k: fh.get_tensor(k) for k in fh.keys()}
+    assert _same(ref, got)
+    assert _same(ref, merge(method, ins, base=paths["base"], route=Route(chunk=5, prepare_chunk=3), **params))
+
+
+def test_own_function_kernels_are_the_methods_whole_tensor_merge(trio):
+    """The kernel a method hands both routes computes what its merge_tensor computes on a
+    whole tensor (ram and nearswap have no first pass; the merge of one tensor is the same)."""
+    from mmgrid.merge.methods import get_method, validate_params
+    from mmgrid.merge.methods.base import TensorView
+    from mmgrid.merge.pipeline import apply_kernel
+
+    for method, params in (("ram", {"epsilon": 0.001}), ("nearswap", {"t": 0.001})):
+        m = get_method(method)(validate_params(method, params))
+        name = "layers.0.up.weight"
+        ins = [trio["a"][name]] + ([trio["b"][name]] if method == "ram" else [])
+        whole = m.merge_tensor(TensorView(name, ins, trio["base"][name]))
+        k = m.kernel(len(ins))
+        flat = [t.reshape(-1) for t in [trio["base"][name], *ins]]
+        pieces = [apply_kernel(k, name, [t[a:a + 5] for t in flat]) for a in range(0, flat[0].numel(), 5)]
+        assert torch.equal(_bits(whole.reshape(-1)), _bits(torch.cat(pieces)))
+
+
 def test_block_jobs_cover_the_tensor_once(monkeypatch):
     monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
     jobs = writer.block_jobs("w", 100, torch.bfloat16, chunk=7)
@@ -100,7 +152,8 @@ def test_blockwise_file_merge_names_nan_input_and_writes_nothing(trio, tmp_path:
         save_file(v, str(paths[k]))
     monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
     out = tmp_path / "out.safetensors"
-    for method, params in (("task_arithmetic", {}), ("ties", {"density": 1.0})):
+    for method, params in (("task_arithmetic", {}), ("ties", {"density": 1.0}), ("ram", {}), ("sce", {}),
+                           ("ramplus_tl", {})):  # ram's threshold would compare the Inf away: inputs checked
         with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
             merge_to_file(method, [paths["a"], paths["b"]], out, base=paths["base"], durable=False, route=Route(chunk=5), **params)
         assert not out.exists() and not list(tmp_path.glob("*.partial"))

@@ -51,6 +51,17 @@ def all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum(dtype=torch.float32)))
 
 
+def check_inputs(k: pl.Kernel, parts: list[torch.Tensor], ins: list, name: str) -> None:
+    """NaN/Inf in an input block of a kernel whose result may not carry them (a method's
+    own function, :attr:`mmgrid.merge.pipeline.Kernel.fn`: a threshold compares a NaN away),
+    one ``aminmax`` per input block; other kernels carry them into the checked result."""
+    if k.fn is None:
+        return
+    for t, x in zip(parts, ins):
+        if t.is_floating_point() and not finite_range(t):
+            raise NonFiniteError(f"tensor {name!r} of {x.label} holds NaN or Inf; fix or retrain that checkpoint")
+
+
 def culprit(parts: list[torch.Tensor], ins: list, name: str) -> None:
     for t, x in zip(parts, ins):
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):

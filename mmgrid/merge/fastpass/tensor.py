@@ -13,7 +13,7 @@ import torch
 
 from mmgrid.merge.errors import NonFiniteError
 from mmgrid.merge.fastpass import reads
-from mmgrid.merge.fastpass.kernels import Buffers, all_finite, culprit, finite_range, kernel_chunk
+from mmgrid.merge.fastpass.kernels import Buffers, all_finite, check_inputs, culprit, finite_range, kernel_chunk
 from mmgrid.merge.fastpass.reads import BlockReader, ChunkInput
 from mmgrid.merge.fastpass.writer import Job
 from mmgrid.merge.ops import lerp_into
@@ -52,6 +52,7 @@ def merge_tensor(k: Kernel, srcs: list[TensorSource], name: str, n: int, bufs: B
             blk = nxt.result() if ex is not None else read(idx)
             if ex is not None and idx + 1 < len(starts):
                 nxt = ex.submit(read, idx + 1)
+            check_inputs(k, blk, ins, name)
             for c in range(0, blk[0].numel(), step):
                 parts = [t[c:c + step] for t in blk]
                 acc = kernel_chunk(k, parts, bufs, name)
@@ -79,6 +80,7 @@ def merge_block(k: Kernel, reader: BlockReader, job: Job, out: torch.Tensor, wor
         if raw[i].numel() < need:
             raw[i] = torch.empty(need, dtype=torch.uint8)
         parts.append(reader.read(i, name, job.a, job.b, raw[i]))
+    check_inputs(k, parts, reader.srcs, name)
     if k.lerp is not None:
         lerp_into(parts[0], parts[1], k.lerp, out)  # one fused pass where the dtypes agree
     else:

@@ -112,10 +112,8 @@ def write_folder(out: Path, layout: list[tuple[str, tuple[int, ...], torch.dtype
     ``files``. Built in a sibling temporary folder, renamed into place when complete
     (an existing ``out`` is swapped out only then, so an error leaves it as it was).
     Returns the weight file names."""
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+
+    def weights(tmp: Path) -> list[str]:
         shards = shard_plan(layout, max_shard_bytes)
         names = [SINGLE] if len(shards) == 1 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
         wmap, total = {}, 0
@@ -133,6 +131,21 @@ def write_folder(out: Path, layout: list[tuple[str, tuple[int, ...], torch.dtype
                 raise
         if len(names) > 1:
             (tmp / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wmap}, indent=2) + "\n")
+        return names
+
+    return publish_folder(out, weights, files)
+
+
+def publish_folder(out: Path, weights: Callable[[Path], list[str]], files: dict[str, bytes]) -> list[str]:
+    """Build an HF folder in a sibling temporary folder and rename it to ``out`` when
+    complete (an existing ``out`` is swapped out only then, so an error leaves it as it
+    was): ``weights(tmp)`` writes the weight files into ``tmp`` and returns their names;
+    ``files`` (config, tokenizer) are written beside them."""
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        names = weights(tmp)
         for n, data in files.items():
             (tmp / n).write_bytes(data)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):  # overwrite: swap, then drop the old one

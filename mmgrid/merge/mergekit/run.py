@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from mmgrid.merge import executor
 from mmgrid.merge.api import merge_to_file, prepare
 from mmgrid.merge.errors import MergekitRecipeError, SourceError
 from mmgrid.merge.mergekit import hf
@@ -151,6 +152,10 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
         files["config.json"] = hf.config_with_dtype(files["config.json"], out_dtype)
     if dry_run:
         return MergekitResult(out_p, None, groups)
+    if out_p is not None and len(groups) == 1:
+        written = _direct(groups[0], names, srcs, base, registry, out_p, out_dtype, files, max_shard_bytes)
+        if written is not None:
+            return MergekitResult(out_p, None, groups, written)
     with tempfile.TemporaryDirectory(prefix="mmgrid-mergekit-", dir=None if out_p is None else _parent(out_p)) as tmp:
         merged: dict[str, TensorSource] = {}
         for i, g in enumerate(groups):
@@ -171,6 +176,32 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
         w.close()
         cid = _store(spec, registry, single, files, groups, srcs, base, coords)
         return MergekitResult(None, cid, groups)
+
+
+def _direct(g: Group, names: list[str], srcs: list[TensorSource], base: TensorSource | None, registry: Any,
+            out: Path, out_dtype: torch.dtype | None, files: dict[str, bytes], max_shard_bytes: int) -> list[str] | None:
+    """One group merged straight into the folder's ``model.safetensors`` (the merge pass
+    writes the file: no scratch file read back and written again, which took more time
+    than the merge itself for the streamed methods, measured). None, before anything is
+    written, where that file would differ from the general path's: another tensor order
+    or output dtype, or more than one shard."""
+    models, gbase = _group_inputs(g, srcs, base, registry)
+    inst, msrcs, bsrc, plan = prepare(g.method, models, gbase, registry, **g.params)
+    layout = [(n, s, _dtype(d, out_dtype)) for n, s, d in plan.layout]
+    if [n for n, _, _ in layout] != names or layout != plan.layout or len(hf.shard_plan(layout, max_shard_bytes)) != 1:
+        return None
+
+    def weights(tmp: Path) -> list[str]:
+        w = SafetensorsWriter(tmp / hf.SINGLE, plan.layout, {"format": "pt"}, durable=True)
+        try:
+            executor.run(inst, msrcs, bsrc, plan, w.write, w)
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
+        return [hf.SINGLE]
+
+    return hf.publish_folder(out, weights, files)
 
 
 def _parent(p: Path) -> str:

@@ -16,6 +16,7 @@ Bound, per tensor: theta* - theta_0 = w (theta_1 - theta_0) with w in [0, 1] ent
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,7 @@ import torch
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.pipeline import Kernel
 
 DIFF_FLOOR = 1e-6  # mergekit's floor of |theta_1 - theta_0|
 
@@ -55,8 +57,15 @@ class NearSwap(Method):
 
     elementwise = True
 
-    def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        assert view.base is not None
-        a, b = view.base, view.models[0]
+    def kernel(self, n: int) -> Kernel:
+        return Kernel(fn=self.entries)
+
+    def entries(self, name: str, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The merged entries (``parts``: theta_0, theta_1 as stored), on either route."""
+        a, b = parts[0].float(), parts[1].float()
         w = (self.params.t / (a - b).abs_().clamp_(min=DIFF_FLOOR)).clamp_(0.0, 1.0)
         return (w * b).add_((1.0 - w).mul_(a))
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        assert view.raw_base is not None
+        return self.entries(view.name, [view.raw_base, view.raw[0]])

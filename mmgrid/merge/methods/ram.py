@@ -11,11 +11,13 @@ of the unique entries, is not provided.)
 
 Bound, per tensor: each entry is a mean of some inputs' entries (or 0), |out_e| <=
 max_i |tau_ie|, so ||theta* - theta_0|| <= sqrt(n) max_i ||tau_i|| (c = sqrt(n) on a
-mass of 1; sum_e max_i tau_ie^2 <= sum_i ||tau_i||^2). Elementwise: merged in row chunks.
+mass of 1; sum_e max_i tau_ie^2 <= sum_i ||tau_i||^2). Entrywise: a :class:`Kernel` of its own
+function, merged in chunks of the files by the fast pass (row chunks on the reference path).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +25,7 @@ import torch
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.pipeline import Kernel
 
 
 @dataclass
@@ -48,11 +51,18 @@ class Ram(Method):
     Params = RamParams
     elementwise = True
 
-    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+    def kernel(self, n: int) -> Kernel:
+        return Kernel(fn=self.entries)
+
+    def entries(self, name: str, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The merged entries of one tensor or chunk (``parts``: theta_0, then the inputs, as
+        stored): both routes call it (the fast pass on its file chunks), so they agree bit for bit."""
+        b = parts[0]
         # in place on the fresh deltas: no zero-filled accumulators, no where() copies (the same
         # bits: an entry that is not a change is +0, and 0 + x = x for every change x != 0)
         num = cnt = None
-        for d in view.deltas():
+        for t in parts[1:]:
+            d = t.to(torch.float32, copy=True).sub_(b)
             on = d.abs() > self.params.epsilon
             d.masked_fill_(~on, 0.0)
             if num is None:
@@ -60,4 +70,7 @@ class Ram(Method):
             else:
                 num.add_(d)
                 cnt.add_(on.to(torch.float32))
-        return num.div_(cnt.clamp_(min=1.0)).add_(view.raw_base)
+        return num.div_(cnt.clamp_(min=1.0)).add_(b)
+
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        return self.entries(view.name, [view.raw_base, *view.raw])

@@ -16,8 +16,9 @@ here (mmgrid's ``alpha`` is MMGRid Eq. 7's input weighting).
 
 Streaming: rho_i counts over the whole tensor, so a first pass over the inputs in chunks counts
 shared_i and unique_i per tensor (integers: the same for any chunking); the merge pass is then
-elementwise, in row chunks (never a float32 copy of a whole tensor; the same bits as merging
-whole tensors).
+entrywise (a :class:`Kernel` of its own function), merged in chunks of the files by the fast pass
+(row chunks on the reference path; never a float32 copy of a whole tensor; the same bits as
+merging whole tensors).
 
 Bound, per tensor: |out_e| <= (1 + r rho_max) max_i |tau_ie|, so ||theta* - theta_0|| <=
 (1 + r rho_max) sqrt(n) max_i ||tau_i|| (c = (1 + r rho_max) sqrt(n), mass 1).
@@ -26,6 +27,7 @@ Bound, per tensor: |out_e| <= (1 + r rho_max) max_i |tau_ie|, so ||theta* - thet
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +35,7 @@ import torch
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.pipeline import Kernel
 
 
 @dataclass
@@ -103,10 +106,19 @@ class RamPlusTl(Method):
                 t[1] += un
         self._lams = {name: self._lambdas([(sh, un) for sh, un in c]) for name, c in acc.items()}
 
-    def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        ds = view.deltas()
+    def kernel(self, n: int) -> Kernel:
+        return Kernel(fn=self.entries)
+
+    def entries(self, name: str, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The merged entries of one tensor or chunk (``parts``: theta_0, then the inputs, as
+        stored) with the first pass's lambda_i of tensor ``name``: both routes call it."""
+        lams = self._lams.get(name)
+        if lams is None:
+            raise KeyError(f"no lambda_i for tensor {name!r}: the method's first pass did not see it")
+        return self._merge([t.to(torch.float32, copy=True).sub_(parts[0]) for t in parts[1:]], parts[0], lams)
+
+    def _merge(self, ds: list[torch.Tensor], base: torch.Tensor, lams: list[float] | None) -> torch.Tensor:
         on, count = self._masks(ds)
-        lams = self._lams.get(view.name)
         if lams is None:  # added vocabulary rows (a view of their own), or no first pass: their own counts
             lams = self._lambdas(self._counts(on, count))
         unique, overlap = count == 1, count > 1
@@ -116,5 +128,7 @@ class RamPlusTl(Method):
         uf = unique.float()
         for d, m, lam in zip(ds, on, lams):
             out += torch.where(m, d, 0.0) * (uf * lam + share)
-        return out.add_(view.raw_base)
+        return out.add_(base)
 
+    def merge_tensor(self, view: TensorView) -> torch.Tensor:
+        return self._merge(view.deltas(), view.raw_base, self._lams.get(view.name))

@@ -21,7 +21,8 @@ sqrt(n) max_i ||tau_i|| (c = sqrt(n) on a mass of 1; sum_e max_i tau_ie^2 <= sum
 Streaming (version 2), with ``select_topk = 1`` (the default, mergekit's): step 2's means are
 taken in a first pass over the inputs in chunks, in float64 (fixed blocks summed exactly:
 :class:`mmgrid.merge.methods.spherical.BlockedGram`'s diagonal, the same for any chunking);
-steps 3's sign and weighted mean are then elementwise, merged in row chunks (never a float32
+step 3's sign and weighted mean are then entrywise (a :class:`Kernel` of its own function),
+merged in chunks of the files by the fast pass (row chunks on the reference path; never a float32
 copy of a whole tensor per input). Version 1 took the means in float32 over whole tensors;
 the weights differ in the last bits, so stored sce merges of version 1 are recomputed. With
 ``select_topk < 1`` the selection ranks a whole tensor's variances, and each tensor is merged
@@ -30,6 +31,7 @@ whole as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +40,7 @@ from mmgrid.merge import ops
 from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream, check_range
 from mmgrid.merge.methods.registry import register
+from mmgrid.merge.pipeline import Kernel
 
 
 def sce_select(deltas: list[torch.Tensor], topk: float) -> torch.Tensor | None:
@@ -109,6 +112,27 @@ class Sce(Method):
         self._w = {name: weights_from([gr[i][i] / max(n[0], 1) for i in range(len(gr))])
                    for name, (g, n) in acc.items() for gr in [g.result()]}
 
+    def kernel(self, n: int) -> Kernel | None:
+        return Kernel(fn=self.entries) if self.elementwise else None
+
+    def entries(self, name: str, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Steps 3 of one tensor or chunk (``parts``: theta_0, then the inputs, as stored) with
+        the first pass's weights of tensor ``name``: both routes call it (``select_topk = 1``)."""
+        w = self._w.get(name)
+        if w is None:
+            raise KeyError(f"no SCE weights for tensor {name!r}: the method's first pass did not see it")
+        return self._erase([t.to(torch.float32, copy=True).sub_(parts[0]) for t in parts[1:]], parts[0], w)
+
+    @staticmethod
+    def _erase(ds: list[torch.Tensor], base: torch.Tensor, w: list[float]) -> torch.Tensor:
+        sign = ops.elect_sign(ds)
+        num, den = torch.zeros_like(ds[0]), torch.zeros_like(ds[0])
+        for d, wi in zip(ds, w):
+            agree = (d * sign) > 0
+            num.add_(torch.where(agree, d, 0.0), alpha=wi)
+            den.add_(agree.to(den.dtype), alpha=wi)
+        return num.div_(den.clamp_(min=1e-6)).add_(base)
+
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         ds = view.deltas()
         keep = sce_select(ds, self.params.select_topk)
@@ -117,10 +141,4 @@ class Sce(Method):
         w = self._w.get(view.name) if keep is None else None
         if w is None:  # a whole tensor (select_topk < 1), or added vocabulary rows: their own weights
             w = sce_weights(ds)
-        sign = ops.elect_sign(ds)
-        num, den = torch.zeros_like(ds[0]), torch.zeros_like(ds[0])
-        for d, wi in zip(ds, w):
-            agree = (d * sign) > 0
-            num.add_(torch.where(agree, d, 0.0), alpha=wi)
-            den.add_(agree.to(den.dtype), alpha=wi)
-        return num.div_(den.clamp_(min=1e-6)).add_(view.raw_base)
+        return self._erase(ds, view.raw_base, w)
