@@ -29,10 +29,7 @@ class Buffers:
 
     def take(self, m: int) -> pl.Work:
         """Views of the first ``m`` entries of each buffer (the whole buffers for a full chunk)."""
-        w = self.work
-        if m == self.chunk:
-            return w
-        return pl.Work(w.acc[:m], w.sign[:m], w.den[:m], w.tmp[:m], w.mask[:m], w.base[:m], [d[:m] for d in w.deltas])
+        return self.work.take(m)
 
 
 def kernel_chunk(k: pl.Kernel, parts: list[torch.Tensor], bufs: Buffers, name: str) -> torch.Tensor:

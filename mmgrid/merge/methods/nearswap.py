@@ -24,7 +24,7 @@ import torch
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
-from mmgrid.merge.pipeline import Kernel
+from mmgrid.merge.pipeline import Kernel, Work
 
 DIFF_FLOOR = 1e-6  # mergekit's floor of |theta_1 - theta_0|
 
@@ -60,11 +60,17 @@ class NearSwap(Method):
     def kernel(self, n: int) -> Kernel:
         return Kernel(fn=self.entries)
 
-    def entries(self, name: str, parts: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The merged entries (``parts``: theta_0, theta_1 as stored), on either route."""
-        a, b = parts[0].float(), parts[1].float()
-        w = (self.params.t / (a - b).abs_().clamp_(min=DIFF_FLOOR)).clamp_(0.0, 1.0)
-        return (w * b).add_((1.0 - w).mul_(a))
+    def entries(self, name: str, parts: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
+        """The merged entries (``parts``: theta_0, theta_1 as stored), on either route, in
+        ``work``'s buffers: w = clamp(t * (1 / max(|a - b|, 1e-6)), 0, 1) (how ``t / x``
+        evaluates), w b + (1 - w) a."""
+        w = work if work is not None else Work.fresh(parts[0].shape, len(parts))
+        a = w.base32(parts[0])
+        b = w.deltas[0].copy_(parts[1])
+        wt = torch.sub(a, b, out=w.tmp).abs_().clamp_(min=DIFF_FLOOR)
+        torch.reciprocal(wt, out=wt).mul_(self.params.t).clamp_(0.0, 1.0)
+        out = torch.mul(wt, b, out=w.acc)
+        return out.add_(torch.neg(wt, out=w.den).add_(1.0).mul_(a))
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         assert view.raw_base is not None

@@ -25,7 +25,7 @@ import torch
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import register
-from mmgrid.merge.pipeline import Kernel
+from mmgrid.merge.pipeline import Kernel, Work
 
 
 @dataclass
@@ -54,22 +54,28 @@ class Ram(Method):
     def kernel(self, n: int) -> Kernel:
         return Kernel(fn=self.entries)
 
-    def entries(self, name: str, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    def entries(self, name: str, parts: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
         """The merged entries of one tensor or chunk (``parts``: theta_0, then the inputs, as
-        stored): both routes call it (the fast pass on its file chunks), so they agree bit for bit."""
-        b = parts[0]
-        # in place on the fresh deltas: no zero-filled accumulators, no where() copies (the same
-        # bits: an entry that is not a change is +0, and 0 + x = x for every change x != 0)
-        num = cnt = None
-        for t in parts[1:]:
-            d = t.to(torch.float32, copy=True).sub_(b)
-            on = d.abs() > self.params.epsilon
-            d.masked_fill_(~on, 0.0)
-            if num is None:
-                num, cnt = d, on.to(torch.float32)
+        stored), in ``work``'s buffers: both routes call it (the fast pass on its file chunks),
+        so they agree bit for bit.
+
+        Float passes only (boolean tensors cost 3-15x a float pass on CPU): the kept change
+        hardshrink(tau_i, eps) is tau_i where |tau_i| > eps and +0 elsewhere (the bits of
+        masking it), and its indicator |sign(.)| is 1 exactly there (a kept change is nonzero).
+        """
+        w = work if work is not None else Work.fresh(parts[0].shape, len(parts))
+        b = w.base32(parts[0])
+        num, cnt, ind = w.acc, w.den, w.tmp
+        for i, t in enumerate(parts[1:]):
+            d = torch.sub(t, b, out=w.deltas[i])
+            torch.hardshrink(d, self.params.epsilon, out=d)
+            torch.sign(d, out=ind).abs_()
+            if i == 0:
+                num.copy_(d)
+                cnt.copy_(ind)
             else:
                 num.add_(d)
-                cnt.add_(on.to(torch.float32))
+                cnt.add_(ind)
         return num.div_(cnt.clamp_(min=1.0)).add_(b)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:

@@ -35,7 +35,17 @@ import torch
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
-from mmgrid.merge.pipeline import Kernel
+from mmgrid.merge.pipeline import Kernel, Work
+
+
+EXACT_BLOCK = 1 << 24  # float32 holds every integer up to 2^24 exactly
+
+
+def _ones(a: torch.Tensor, b: torch.Tensor) -> int:
+    """#{e: a_e = b_e = 1} of two 0/1 float32 vectors: float32 dot products over blocks of at
+    most 2^24 entries, whose partial sums are integers below 2^24 and therefore exact in any
+    order of summation."""
+    return sum(int(torch.dot(a[i:i + EXACT_BLOCK], b[i:i + EXACT_BLOCK])) for i in range(0, a.numel(), EXACT_BLOCK))
 
 
 @dataclass
@@ -98,37 +108,72 @@ class RamPlusTl(Method):
 
     def prepare(self, stream: ViewStream) -> None:
         acc: dict[str, list[list[int]]] = {}
+        work: Work | None = None  # float32 buffers reused across the chunks (no page faults per chunk)
         for view in stream():  # chunks of each tensor: integer counts add exactly
-            got = self._counts(*self._masks(view.deltas()))
+            n = view.raw[0].numel()
+            if work is None or work.acc.numel() < n:
+                work = Work.fresh((n,), len(view.raw))
+                work.base = torch.empty(n, dtype=torch.float32)
+            got = self._chunk_counts(view, work.take(n))
             tot = acc.setdefault(view.name, [[0, 0] for _ in got])
             for t, (sh, un) in zip(tot, got):
                 t[0] += sh
                 t[1] += un
         self._lams = {name: self._lambdas([(sh, un) for sh, un in c]) for name, c in acc.items()}
 
+    def _chunk_counts(self, view: TensorView, w: Work) -> list[tuple[int, int]]:
+        """(shared_i, unique_i) of each input over this view's entries (:meth:`_counts` of
+        :meth:`_masks`), from float passes: the change indicators m_ie = |sign(hardshrink(tau_ie,
+        eps))| (1 or 0), c_e = sum_i m_ie, [c_e = 1] = 1 - |sign(c_e - 1)|, [c_e > 1] =
+        sign(relu(c_e - 1)), and each count a dot product of 0/1 vectors (:func:`_ones`)."""
+        b = w.base32(view.raw_base.reshape(-1))
+        inds = []
+        for i, t in enumerate(view.raw):
+            d = torch.sub(t.reshape(-1), b, out=w.deltas[i])
+            inds.append(torch.sign(torch.hardshrink(d, self.params.epsilon, out=d), out=d).abs_())
+        count, unique, overlap = w.den, w.acc, w.sign
+        for i, m in enumerate(inds):
+            count.copy_(m) if i == 0 else count.add_(m)
+        torch.sub(count, 1.0, out=overlap).clamp_min_(0.0).sign_()
+        torch.sub(count, 1.0, out=unique).sign_().abs_().neg_().add_(1.0)
+        return [(_ones(m, overlap), _ones(m, unique)) for m in inds]
+
     def kernel(self, n: int) -> Kernel:
         return Kernel(fn=self.entries)
 
-    def entries(self, name: str, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    def entries(self, name: str, parts: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
         """The merged entries of one tensor or chunk (``parts``: theta_0, then the inputs, as
-        stored) with the first pass's lambda_i of tensor ``name``: both routes call it."""
+        stored) with the first pass's lambda_i of tensor ``name``, in ``work``'s buffers: both
+        routes call it.
+
+        Float passes only (boolean tensors cost 3-15x a float pass on CPU), the bits of
+        :meth:`_merge`'s masks: m_ie tau_ie = hardshrink(tau_ie, eps) (+0 where not a change),
+        m_ie = |sign(.)|, c_e their sum (small integers, exact), [c_e = 1] = 1 - |sign(c_e - 1)|,
+        [c_e > 1] / c_e = sign(relu(c_e - 1)) / max(c_e, 1).
+        """
         lams = self._lams.get(name)
         if lams is None:
             raise KeyError(f"no lambda_i for tensor {name!r}: the method's first pass did not see it")
-        return self._merge([t.to(torch.float32, copy=True).sub_(parts[0]) for t in parts[1:]], parts[0], lams)
-
-    def _merge(self, ds: list[torch.Tensor], base: torch.Tensor, lams: list[float] | None) -> torch.Tensor:
-        on, count = self._masks(ds)
-        if lams is None:  # added vocabulary rows (a view of their own), or no first pass: their own counts
-            lams = self._lambdas(self._counts(on, count))
-        unique, overlap = count == 1, count > 1
-        share = torch.where(overlap, 1.0 / count.clamp(min=1).float(), 0.0)
-        del count
-        out = torch.zeros_like(ds[0])
-        uf = unique.float()
-        for d, m, lam in zip(ds, on, lams):
-            out += torch.where(m, d, 0.0) * (uf * lam + share)
-        return out.add_(base)
+        w = work if work is not None else Work.fresh(parts[0].shape, len(parts))
+        b = w.base32(parts[0])
+        ds = []
+        for i, t in enumerate(parts[1:]):
+            d = torch.sub(t, b, out=w.deltas[i])
+            ds.append(torch.hardshrink(d, self.params.epsilon, out=d))
+        count, share, unique = w.den, w.sign, w.tmp
+        for i, d in enumerate(ds):
+            torch.sign(d, out=unique).abs_()
+            count.copy_(unique) if i == 0 else count.add_(unique)
+        torch.clamp(count, min=1.0, out=share)
+        torch.reciprocal(share, out=share)
+        share.mul_(torch.sub(count, 1.0, out=unique).clamp_min_(0.0).sign_())
+        torch.sub(count, 1.0, out=unique).sign_().abs_().neg_().add_(1.0)
+        out = w.acc.zero_()
+        coef = count  # the counts are no longer needed
+        for d, lam in zip(ds, lams):
+            torch.mul(unique, lam, out=coef).add_(share)
+            out.add_(d.mul_(coef))
+        return out.add_(b)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         return self._merge(view.deltas(), view.raw_base, self._lams.get(view.name))

@@ -40,7 +40,7 @@ from mmgrid.merge import ops
 from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream, check_range
 from mmgrid.merge.methods.registry import register
-from mmgrid.merge.pipeline import Kernel
+from mmgrid.merge.pipeline import Kernel, Work
 
 
 def sce_select(deltas: list[torch.Tensor], topk: float) -> torch.Tensor | None:
@@ -103,34 +103,53 @@ class Sce(Method):
     def prepare(self, stream: ViewStream) -> None:
         if not self.elementwise:
             return
-        acc: dict[str, tuple[sp.BlockedGram, list[int]]] = {}
+        self._w = {}
+        cur: tuple[str, sp.BlockedGram, list[int]] | None = None
         for view in stream():  # consecutive pieces of each tensor, in order
             ds = view.deltas()
-            g, n = acc.setdefault(view.name, (sp.BlockedGram(len(ds)), [0]))
-            g.add(ds)
-            n[0] += ds[0].numel()
-        self._w = {name: weights_from([gr[i][i] / max(n[0], 1) for i in range(len(gr))])
-                   for name, (g, n) in acc.items() for gr in [g.result()]}
+            if cur is None or cur[0] != view.name:
+                if cur is not None:
+                    self._close(*cur)  # a Gram holds its unfinished block until result(): free it now
+                cur = (view.name, sp.BlockedGram(len(ds)), [0])
+            cur[1].add(ds)
+            cur[2][0] += ds[0].numel()
+        if cur is not None:
+            self._close(*cur)
+
+    def _close(self, name: str, g: sp.BlockedGram, n: list[int]) -> None:
+        if name in self._w:
+            raise RuntimeError(f"sce's first pass saw tensor {name!r} twice, not in consecutive pieces")
+        gr = g.result()
+        self._w[name] = weights_from([gr[i][i] / max(n[0], 1) for i in range(len(gr))])
 
     def kernel(self, n: int) -> Kernel | None:
         return Kernel(fn=self.entries) if self.elementwise else None
 
-    def entries(self, name: str, parts: Sequence[torch.Tensor]) -> torch.Tensor:
-        """Steps 3 of one tensor or chunk (``parts``: theta_0, then the inputs, as stored) with
-        the first pass's weights of tensor ``name``: both routes call it (``select_topk = 1``)."""
+    def entries(self, name: str, parts: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
+        """Step 3 of one tensor or chunk (``parts``: theta_0, then the inputs, as stored) with
+        the first pass's weights of tensor ``name``, in ``work``'s buffers: both routes call it
+        (``select_topk = 1``)."""
         w = self._w.get(name)
         if w is None:
             raise KeyError(f"no SCE weights for tensor {name!r}: the method's first pass did not see it")
-        return self._erase([t.to(torch.float32, copy=True).sub_(parts[0]) for t in parts[1:]], parts[0], w)
+        wk = work if work is not None else Work.fresh(parts[0].shape, len(parts))
+        b = wk.base32(parts[0])
+        return self._erase([torch.sub(t, b, out=wk.deltas[i]) for i, t in enumerate(parts[1:])], b, w, wk)
 
     @staticmethod
-    def _erase(ds: list[torch.Tensor], base: torch.Tensor, w: list[float]) -> torch.Tensor:
-        sign = ops.elect_sign(ds)
-        num, den = torch.zeros_like(ds[0]), torch.zeros_like(ds[0])
+    def _erase(ds: list[torch.Tensor], base: torch.Tensor, w: list[float], work: Work | None = None) -> torch.Tensor:
+        """sum_i w_i tau_i [agree] / max(sum_i w_i [agree], 1e-6) + theta_0, float passes only:
+        [agree] = sign(relu(tau_i gamma)) (1 exactly where tau_i is nonzero and agrees with
+        gamma, else +-0), and tau_i [agree] is tau_i there and +-0 elsewhere, which adds
+        nothing (the bits of a boolean mask at a fraction of its cost)."""
+        wk = work if work is not None else Work.fresh(ds[0].shape)
+        sign = ops.elect_sign(ds, out=wk.sign)
+        num, den, ind = wk.acc.zero_(), wk.den.zero_(), wk.tmp
         for d, wi in zip(ds, w):
-            agree = (d * sign) > 0
-            num.add_(torch.where(agree, d, 0.0), alpha=wi)
-            den.add_(agree.to(den.dtype), alpha=wi)
+            torch.mul(d, sign, out=ind).clamp_min_(0.0)
+            torch.sign(ind, out=ind)
+            den.add_(ind, alpha=wi)
+            num.add_(ind.mul_(d), alpha=wi)
         return num.div_(den.clamp_(min=1e-6)).add_(base)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
