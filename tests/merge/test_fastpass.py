@@ -116,22 +116,56 @@ def test_own_function_kernels_stream_files_as_the_reference_path(trio, tmp_path:
     assert _same(ref, merge(method, ins, base=paths["base"], route=Route(chunk=5, prepare_chunk=3), **params))
 
 
-def test_own_function_kernels_are_the_methods_whole_tensor_merge(trio):
-    """The kernel a method hands both routes computes what its merge_tensor computes on a
-    whole tensor (ram and nearswap have no first pass; the merge of one tensor is the same)."""
+def _masked_definitions(method: str, base: torch.Tensor, xs: list[torch.Tensor], stat: list[float]) -> torch.Tensor:
+    """Each method's entries written with boolean masks, as the method modules state them
+    (the kernels compute the same with float passes)."""
+    b = base.float()
+    ds = [x.float() - b for x in xs]
+    if method == "ram":  # mean of the changes |tau| > eps (eps 1e-3)
+        on = [d.abs() > 1e-3 for d in ds]
+        num = sum(torch.where(m, d, 0.0) for m, d in zip(on, ds))
+        return num / sum(m.float() for m in on).clamp(min=1.0) + b
+    if method == "nearswap":  # t = 1e-3
+        w = (1e-3 / (b - xs[0].float()).abs().clamp(min=1e-6)).clamp(0.0, 1.0)
+        return w * xs[0].float() + (1.0 - w) * b
+    if method == "sce":  # erase with weights stat
+        sign = torch.where(sum(ds) >= 0, 1.0, -1.0)
+        num, den = torch.zeros_like(b), torch.zeros_like(b)
+        for d, wi in zip(ds, stat):
+            agree = (d * sign) > 0
+            num.add_(torch.where(agree, d, 0.0), alpha=wi)
+            den.add_(agree.float(), alpha=wi)
+        return num / den.clamp(min=1e-6) + b
+    on = [d.abs() > 1e-3 for d in ds]  # ramplus_tl with lambda_i = stat
+    count = sum(m.int() for m in on)
+    share = torch.where(count > 1, 1.0 / count.clamp(min=1).float(), 0.0)
+    out = torch.zeros_like(b)
+    for d, m, lam in zip(ds, on, stat):
+        out += torch.where(m, d, 0.0) * ((count == 1).float() * lam + share)
+    return out + b
+
+
+@pytest.mark.parametrize("method,params,stat", [("ram", {"epsilon": 0.001}, None), ("nearswap", {"t": 0.001}, None),
+                                                ("sce", {}, [0.3, 0.5, 0.2]),
+                                                ("ramplus_tl", {"epsilon": 0.001}, [1.02, 1.0, 1.15])])
+def test_own_function_kernels_equal_their_masked_definitions(trio, method, params, stat):
+    """The float-pass kernels give the bits of the boolean-mask formulas, in any chunking
+    (chunks of 5 entries here, fresh buffers)."""
     from mmgrid.merge.methods import get_method, validate_params
-    from mmgrid.merge.methods.base import TensorView
     from mmgrid.merge.pipeline import apply_kernel
 
-    for method, params in (("ram", {"epsilon": 0.001}), ("nearswap", {"t": 0.001})):
-        m = get_method(method)(validate_params(method, params))
-        name = "layers.0.up.weight"
-        ins = [trio["a"][name]] + ([trio["b"][name]] if method == "ram" else [])
-        whole = m.merge_tensor(TensorView(name, ins, trio["base"][name]))
-        k = m.kernel(len(ins))
-        flat = [t.reshape(-1) for t in [trio["base"][name], *ins]]
-        pieces = [apply_kernel(k, name, [t[a:a + 5] for t in flat]) for a in range(0, flat[0].numel(), 5)]
-        assert torch.equal(_bits(whole.reshape(-1)), _bits(torch.cat(pieces)))
+    m = get_method(method)(validate_params(method, params))
+    name = "layers.0.up.weight"
+    if method == "sce":
+        m._w = {name: stat}
+    if method == "ramplus_tl":
+        m._lams = {name: stat}
+    ins = [trio[k][name] for k in ("a",) if method == "nearswap"] or [trio[k][name] for k in "abc"]
+    want = _masked_definitions(method, trio["base"][name], ins, stat)
+    k = m.kernel(len(ins))
+    flat = [t.reshape(-1) for t in [trio["base"][name], *ins]]
+    pieces = [apply_kernel(k, name, [t[a:a + 5] for t in flat]) for a in range(0, flat[0].numel(), 5)]
+    assert torch.equal(_bits(want.reshape(-1)), _bits(torch.cat(pieces)))
 
 
 def test_block_jobs_cover_the_tensor_once(monkeypatch):

@@ -291,3 +291,33 @@ def test_ramplus_and_arcee_fusion_map_their_parameters():
     spec = load({"merge_method": "arcee_fusion", "base_model": "B", "models": [{"model": "A"}, {"model": "C"}]})
     with pytest.raises(MergekitRecipeError, match="arcee_fusion merges one model"):
         spec.row.build(spec.resolve("model.norm.weight", 0.0), set())
+
+
+@pytest.mark.parametrize("method,dtype,direct", [("task_arithmetic", None, True), ("ram", None, True),
+                                                 ("sce", None, True), ("task_arithmetic", "bfloat16", False)])
+def test_one_group_recipe_writes_the_merge_pass_into_the_folder(folders, tmp_path: Path, monkeypatch, method, dtype,
+                                                                direct):
+    """A recipe of one parameter group whose output keeps the inputs' dtype and fits one
+    shard is merged straight into the folder's model.safetensors: the same files, byte for
+    byte, as the general path (a scratch file per group, copied into the folder); another
+    output dtype takes the general path."""
+    from mmgrid.merge.mergekit import run as run_mod
+
+    root, st, paths = folders
+    models = [{"model": str(paths["a"]), "parameters": {"weight": 0.5}}, {"model": str(paths["b"]), "parameters": {"weight": 0.3}}]
+    if method != "task_arithmetic":
+        models = [{"model": m["model"]} for m in models]
+    recipe = {"merge_method": method, "base_model": str(paths["base"]), "models": models}
+    if dtype:
+        recipe["dtype"] = dtype
+    got = []
+    real = run_mod._direct
+    monkeypatch.setattr(run_mod, "_direct", lambda *a: got.append(real(*a)) or got[-1])
+    run_mergekit_recipe(recipe, tmp_path / "fast")
+    assert (got[0] is not None) == direct
+    monkeypatch.setattr(run_mod, "_direct", lambda *a: None)
+    run_mergekit_recipe(recipe, tmp_path / "general")
+    names = sorted(p.name for p in (tmp_path / "fast").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "general").iterdir()) and "model.safetensors" in names
+    for n in names:
+        assert (tmp_path / "fast" / n).read_bytes() == (tmp_path / "general" / n).read_bytes(), n

@@ -11,6 +11,7 @@ shapes, every group's parameters) is checked before anything is written.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 import json
 import os
 import tempfile
@@ -153,9 +154,10 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
     if dry_run:
         return MergekitResult(out_p, None, groups)
     if out_p is not None and len(groups) == 1:
-        written = _direct(groups[0], names, srcs, base, registry, out_p, out_dtype, files, max_shard_bytes)
-        if written is not None:
-            return MergekitResult(out_p, None, groups, written)
+        models, gbase = _group_inputs(groups[0], srcs, base, registry)
+        weights = _direct(groups[0], models, gbase, registry, names, out_dtype, max_shard_bytes)
+        if weights is not None:
+            return MergekitResult(out_p, None, groups, hf.publish_folder(out_p, weights, files))
     with tempfile.TemporaryDirectory(prefix="mmgrid-mergekit-", dir=None if out_p is None else _parent(out_p)) as tmp:
         merged: dict[str, TensorSource] = {}
         for i, g in enumerate(groups):
@@ -178,14 +180,14 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
         return MergekitResult(None, cid, groups)
 
 
-def _direct(g: Group, names: list[str], srcs: list[TensorSource], base: TensorSource | None, registry: Any,
-            out: Path, out_dtype: torch.dtype | None, files: dict[str, bytes], max_shard_bytes: int) -> list[str] | None:
+def _direct(g: Group, models: list[TensorSource], gbase: TensorSource | None, registry: Any, names: list[str],
+            out_dtype: torch.dtype | None, max_shard_bytes: int) -> Callable[[Path], list[str]] | None:
     """One group merged straight into the folder's ``model.safetensors`` (the merge pass
     writes the file: no scratch file read back and written again, which took more time
-    than the merge itself for the streamed methods, measured). None, before anything is
-    written, where that file would differ from the general path's: another tensor order
-    or output dtype, or more than one shard."""
-    models, gbase = _group_inputs(g, srcs, base, registry)
+    than the merge itself for the streamed methods, measured): the ``weights`` writer of
+    :func:`.hf.publish_folder`. None, before anything is written, where that file would
+    differ from the general path's: another tensor order or output dtype, or more than one
+    shard."""
     inst, msrcs, bsrc, plan = prepare(g.method, models, gbase, registry, **g.params)
     layout = [(n, s, _dtype(d, out_dtype)) for n, s, d in plan.layout]
     if [n for n, _, _ in layout] != names or layout != plan.layout or len(hf.shard_plan(layout, max_shard_bytes)) != 1:
@@ -201,7 +203,7 @@ def _direct(g: Group, names: list[str], srcs: list[TensorSource], base: TensorSo
             raise
         return [hf.SINGLE]
 
-    return hf.publish_folder(out, weights, files)
+    return weights
 
 
 def _parent(p: Path) -> str:
