@@ -273,11 +273,14 @@ CAUSES: dict[str, str] = {
     "della": "MagPrune sorts every row of every task vector; the sign election holds every sparsified task vector",
     "della_linear": "MagPrune sorts every row of every task vector",
     "arcee_fusion": "the outlier fence takes quantiles of a whole tensor's importances (a selection) on whole float32 tensors",
-    "sce": "row chunks after a first pass, but the reference path reads whole stored tensors and concatenates the chunks",
-    "ramplus_tl": "row chunks after a first pass, but the reference path reads whole stored tensors and concatenates the chunks",
-    "ram": "row chunks, but the reference path reads whole stored tensors and concatenates the chunks",
-    "nearswap": "row chunks, but the reference path reads whole stored tensors and concatenates the chunks",
 }
+
+
+# The methods on the fast file pass (docs/merging.md, Benchmark), profiled with cProfile on a fresh
+# run_mergekit_recipe process of task_arithmetic at this shape: the pass over the files and the
+# output's fsync, after the interpreter's start-up.
+FAST_PASS_CAUSE = ("the fast file pass: start-up (imports about 1.2 s, torch 1.1 s of it), the pass over the files "
+                   "(memory bandwidth shared with the load) and the output's fsync (0.3-0.5 s per 1.2 GB)")
 
 
 def all_recipe(method: str, p: dict[str, Path]) -> str:
@@ -343,7 +346,7 @@ def run_all(p: dict[str, Path], root: Path, mk_py: str | None, repeat: int, size
             ok = "met" if sp >= 2 and mem <= 0.25 else ("speed " + ("met" if sp >= 2 else "missed") +
                                                           ", memory " + ("met" if mem <= 0.25 else "missed"))
             other = ("the fast file pass: a miss here is start-up and imports (0.24 GB is an interpreter with torch)"
-                     if shape != "0.6b" else "the fast file pass; not profiled")
+                     if shape != "0.6b" else FAST_PASS_CAUSE)
             cause = CAUSES.get(r["method"], other) if ok != "met" else ""
             lines.append(f"| {r['method']} | {o['wall_s']:.1f} | {o['peak_gb']:.2f} | {t['wall_s']:.1f} | {t['peak_gb']:.2f} "
                          f"| {sp:.2f}x | {mem:.2f} | {ok} | {r['floor']:.3g} | {cause} |")

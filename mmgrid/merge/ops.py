@@ -349,6 +349,32 @@ def magnitude_histogram(x: torch.Tensor) -> torch.Tensor:
     return torch.bincount(bits >> MAG_SHIFT)
 
 
+def threshold_bin(hist: torch.Tensor, k: int) -> tuple[int, int]:
+    """(b, above): the bin of a :func:`magnitude_histogram` (of :data:`N_MAG_BINS` counts)
+    holding the k-th largest magnitude, and how many entries lie in the bins above it."""
+    desc = torch.flip(hist, [0]).cumsum(0)
+    pos = int(torch.searchsorted(desc, torch.tensor(k, dtype=desc.dtype)))
+    return hist.numel() - 1 - pos, int(desc[pos - 1]) if pos > 0 else 0
+
+
+def sub_bin_histogram(x: torch.Tensor, b: int) -> torch.Tensor:
+    """Counts of the low :data:`MAG_SHIFT` bits of |x|'s float32 bit pattern over the entries
+    in bin ``b`` of :func:`magnitude_histogram` (2^MAG_SHIFT counts): with the bin, the
+    bit pattern, i.e. the value, of each of them."""
+    bits = x.detach().float().abs().reshape(-1).view(torch.int32)
+    return torch.bincount(bits[(bits >> MAG_SHIFT) == b] & ((1 << MAG_SHIFT) - 1), minlength=1 << MAG_SHIFT)
+
+
+def bin_value(b: int, sub_hist: torch.Tensor, k: int) -> float:
+    """The k-th largest magnitude inside bin ``b`` (1-based) from its :func:`sub_bin_histogram`:
+    with ``k`` = (k-th overall) - (entries above the bin), the exact k-th largest magnitude, the
+    value :func:`kth_largest_magnitude` gives, from two streaming passes (two histograms)."""
+    desc = torch.flip(sub_hist, [0]).cumsum(0)
+    pos = int(torch.searchsorted(desc, torch.tensor(k, dtype=desc.dtype)))
+    bits = (b << MAG_SHIFT) | ((1 << MAG_SHIFT) - 1 - pos)
+    return float(torch.tensor([bits], dtype=torch.int32).view(torch.float32))
+
+
 def locate_threshold(hist: torch.Tensor, k: int) -> float:
     """A magnitude threshold keeping the k largest entries, from a histogram.
 

@@ -99,7 +99,7 @@ def trimmed(cfg: Pipeline, name: str, deltas: Sequence[torch.Tensor],
     out = pre_trim(cfg, name, deltas)
     if not cfg.uses_magnitude:
         return out
-    if cfg.scope == "model":
+    if cfg.scope == "model" or thresholds is not None:  # per tensor: the exact thresholds of tensor_thresholds
         if thresholds is None:
             raise RuntimeError("whole-model TIES needs the thresholds of the first passes")
         return [ops.trim_magnitude(d, t) for d, t in zip(out, thresholds)]
@@ -225,7 +225,9 @@ class Kernel:
             the method's first pass: slerp, NuSLERP, Model Stock).
         lerp: the temporal merge's lambda (:func:`mmgrid.merge.ops.interpolate`).
         pipeline: a :class:`Pipeline` configuration (:func:`merged`), with
-            ``thresholds``, the whole-model TIES thresholds of the first pass.
+            ``thresholds``, the whole-model TIES thresholds of the first pass, or
+            ``tensor_thresholds``, tensor name -> each input's exact per-tensor top-X%
+            threshold (:func:`tensor_thresholds`; empty before the first passes).
         fn: a method's own entrywise function ``fn(name, parts, work)`` -> the float32 result
             of those entries (``parts``: theta_0 first where the method takes a base, then the
             inputs, as stored; ``name``: the tensor's name, for statistics of the method's
@@ -242,6 +244,7 @@ class Kernel:
     lerp: float | None = None
     pipeline: Pipeline | None = None
     thresholds: tuple[float, ...] | None = None
+    tensor_thresholds: Mapping[str, tuple[float, ...]] | None = None
     fn: Callable[[str, Sequence[torch.Tensor]], torch.Tensor] | None = None
 
     @classmethod
@@ -261,7 +264,18 @@ class Kernel:
         """Whether any split of the entries gives the same bits (the fast pass's chunks):
         not DARE (its masks are drawn per tensor key and shape) nor a per-tensor top-X%."""
         cfg = self.pipeline
-        return cfg is None or not (cfg.uses_dare or (cfg.uses_magnitude and cfg.scope == "tensor"))
+        per_tensor = cfg is not None and cfg.uses_magnitude and cfg.scope == "tensor" and self.tensor_thresholds is None
+        return cfg is None or not (cfg.uses_dare or per_tensor)
+
+    def thresholds_for(self, name: str) -> Sequence[float] | None:
+        """The pipeline's trim thresholds for tensor ``name`` (None: none, or a per-tensor
+        top-X% computed on the tensor itself)."""
+        if self.tensor_thresholds is None:
+            return self.thresholds
+        got = self.tensor_thresholds.get(name)
+        if got is None:
+            raise KeyError(f"no top-X% thresholds for tensor {name!r}: the method's first passes did not see it")
+        return got
 
 
 def apply_kernel(k: Kernel, name: str, parts: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
@@ -278,7 +292,7 @@ def apply_kernel(k: Kernel, name: str, parts: Sequence[torch.Tensor], work: Work
     if k.lerp is not None:  # MMGRid Eq. 9-10 on float32 copies
         return ops.lerp_into(w.acc.copy_(parts[0]), w.tmp.copy_(parts[1]), k.lerp, w.acc)
     if k.pipeline is not None:
-        return merged(k.pipeline, name, parts[1:], parts[0], k.thresholds, w)
+        return merged(k.pipeline, name, parts[1:], parts[0], k.thresholds_for(name), w)
     coefs = k.coefs_for(name)
     if coefs is None:
         raise KeyError(f"no linear coefficients for tensor {name!r}: the method's first pass did not see it")
@@ -300,6 +314,51 @@ def sample_stride(total: int) -> int:
     while any(s % q == 0 for q in range(2, int(s**0.5) + 1)):
         s += 1
     return s
+
+
+def tensor_thresholds(cfg: Pipeline, views: Callable[[], Iterator], n_inputs: int) -> dict[str, tuple[float, ...]]:
+    """Each input's per-tensor top-``density`` threshold, exactly the k-th largest |delta| of
+    the tensor (k = :func:`mmgrid.merge.ops.keep_count`; the value :func:`mmgrid.merge.ops.trim_top_density`
+    takes from the whole tensor), from two streaming passes over its chunks (``views()``:
+    :class:`~mmgrid.merge.methods.base.TensorView`-like pieces of each tensor, consecutive): a
+    histogram of the top bits of the float32 bit patterns locates the bin of the k-th largest
+    (:func:`mmgrid.merge.ops.threshold_bin`), then one of the low bits inside that bin gives its
+    value (:func:`mmgrid.merge.ops.bin_value`). Integer counts: the same for any chunking.
+
+    Raises:
+        NonFiniteError: NaN/Inf in an input or the base (named by tensor).
+    """
+    def deltas(v) -> list[torch.Tensor]:
+        return pre_trim(cfg, v.name, [_f32_copy(t).sub_(v.raw_base) for t in v.raw])
+
+    where: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # name -> (k, [(bin, above)] per input)
+    cur, hists, total = None, [], 0
+
+    def close() -> None:
+        k = ops.keep_count(cfg.density, total)
+        where[cur] = (k, [ops.threshold_bin(h, k) for h in hists])
+
+    for v in views():
+        if v.name != cur:
+            if cur is not None:
+                close()
+            if v.name in where:
+                raise RuntimeError(f"the first pass saw tensor {v.name!r} twice, not in consecutive pieces")
+            cur, hists, total = v.name, [torch.zeros(ops.N_MAG_BINS, dtype=torch.int64) for _ in range(n_inputs)], 0
+        total += v.raw[0].numel()
+        for i, (h, d) in enumerate(zip(hists, deltas(v))):
+            part = ops.magnitude_histogram(d)
+            if part.numel() > ops.NONFINITE_BIN:  # Inf/NaN bit patterns sort above all finite ones
+                raise NonFiniteError(f"tensor {v.name!r}: input {i} or the base holds NaN or Inf; fix that checkpoint")
+            h[: part.numel()] += part
+    if cur is not None:
+        close()
+    subs = {name: [torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for _ in range(n_inputs)] for name in where}
+    for v in views():
+        for h, d, (b, _) in zip(subs[v.name], deltas(v), where[v.name][1]):
+            h += ops.sub_bin_histogram(d, b)
+    return {name: tuple(ops.bin_value(b, h, k - above) for h, (b, above) in zip(subs[name], bins))
+            for name, (k, bins) in where.items()}
 
 
 def _f32_copy(t: torch.Tensor) -> torch.Tensor:

@@ -44,9 +44,10 @@ def reference_tensor(method: Method, models: list[TensorSource], base: TensorSou
     views = () if coefs is not None else tensor_views(models, base, plan, name, use_base, chunked, method.verify_inputs)
     for view in views:
         if kernel is not None:
-            # DARE's masks are drawn per row chunk (its key); a method's own function reads
-            # its first pass's statistics by the tensor's name
-            key = view.name if kernel.fn is not None else view.key
+            # DARE's masks are drawn per row chunk (its key); the other kernels read their
+            # first passes' statistics by the tensor's name
+            dare = kernel.pipeline is not None and kernel.pipeline.uses_dare
+            key = view.key if dare else view.name
             out = pl.apply_kernel(kernel, key, ([view.raw_base] if view.raw_base is not None else []) + view.raw)
         else:
             out = method.merge_tensor(view)

@@ -51,6 +51,29 @@ OWN_FN = [
     ("nearswap", 1, {"t": 0.0}),
 ]
 CASES += OWN_FN
+# mergekit's per-tensor top-X% (exact thresholds from two streaming first passes)
+PER_TENSOR = [
+    ("ties", 2, {"density": 0.2, "scope": "tensor"}),
+    ("ties", 3, {"density": 0.35, "scope": "tensor", "weights": [1.0, 0.5, 2.0], "sign_rule": "weighted"}),
+    ("ties", 2, {"density": 0.01, "scope": "tensor", "combine": "sum", "weights": [1.0, -0.5]}),  # k = 1 in small tensors
+]
+CASES += PER_TENSOR
+
+
+@pytest.mark.parametrize("method,n,params", PER_TENSOR)
+def test_per_tensor_top_x_streams_with_the_whole_tensor_bits(trio, method, n, params):
+    """The per-tensor top-X% from streaming passes (first passes in chunks of 3 entries, merge
+    chunks of 5) gives, tensor by tensor, the bits of the pipeline on the whole tensor (the
+    k-th largest |tau| by torch.kthvalue)."""
+    from mmgrid.merge import pipeline as pl
+    from mmgrid.merge.methods import get_method, validate_params
+
+    ins = [trio[k] for k in "abc"[:n]]
+    got = merge(method, ins, base=trio["base"], route=Route(chunk=5, prepare_chunk=3), **params)
+    cfg = get_method(method)(validate_params(method, params)).pipeline(n)
+    for name, t in got.items():
+        want = pl.merged(cfg, name, [x[name] for x in ins], trio["base"][name]).to(t.dtype)  # thresholds None: kthvalue
+        assert torch.equal(_bits(want), _bits(t)), name
 
 
 @pytest.mark.parametrize("method,n,params", CASES)
@@ -186,7 +209,7 @@ def test_blockwise_file_merge_names_nan_input_and_writes_nothing(trio, tmp_path:
         save_file(v, str(paths[k]))
     monkeypatch.setattr(reads, "BLOCK_BYTES", 40)
     out = tmp_path / "out.safetensors"
-    for method, params in (("task_arithmetic", {}), ("ties", {"density": 1.0}), ("ram", {}), ("sce", {}),
+    for method, params in (("task_arithmetic", {}), ("ties", {"density": 1.0}), ("ties", {"density": 0.3, "scope": "tensor"}), ("ram", {}), ("sce", {}),
                            ("ramplus_tl", {})):  # ram's threshold would compare the Inf away: inputs checked
         with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
             merge_to_file(method, [paths["a"], paths["b"]], out, base=paths["base"], durable=False, route=Route(chunk=5), **params)

@@ -194,3 +194,22 @@ def test_elect_sign_is_the_one_rule_by_hand():
     assert ops.elect_sign([torch.tensor([-0.0])]).tolist() == [1.0]
     with pytest.raises(ValueError, match="sign rule 'majority'"):
         ops.elect_sign([d1], rule="majority")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("seed", range(4))
+def test_two_histograms_give_the_exact_kth_largest_magnitude(dtype, seed):
+    """ops.threshold_bin + ops.sub_bin_histogram + ops.bin_value over chunks give the k-th
+    largest |x| exactly (torch.kthvalue's value), with heavy ties (bf16 values) and zeros."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(5000, generator=g) * 0.01).to(dtype).float()
+    x[torch.rand(5000, generator=g) < 0.2] = 0.0
+    chunks = list(x.split(333))
+    hist = torch.zeros(ops.N_MAG_BINS, dtype=torch.int64)
+    for c in chunks:
+        part = ops.magnitude_histogram(c)
+        hist[: part.numel()] += part
+    for k in (1, 2, 17, 1000, 2500, 3999, 4000, 4001, 4999, 5000):
+        b, above = ops.threshold_bin(hist, k)
+        sub = sum(ops.sub_bin_histogram(c, b) for c in chunks)
+        assert ops.bin_value(b, sub, k - above) == ops.kth_largest_magnitude(x, k), k

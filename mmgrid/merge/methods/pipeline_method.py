@@ -14,6 +14,7 @@ class PipelineMethod(Method):
     def __init__(self, params) -> None:
         super().__init__(params)
         self._thresholds: list[float] | None = None
+        self._tensor_thresholds: dict[str, tuple[float, ...]] = {}
         self._n = 0
 
     def pipeline(self, n: int) -> pl.Pipeline:
@@ -21,19 +22,30 @@ class PipelineMethod(Method):
 
     @property
     def elementwise(self) -> bool:
-        # a per-tensor top-X% or DARE's L1 rescale needs the whole tensor; the rest is entrywise
-        return not self.pipeline(self._n or 1).whole_tensor
+        # DARE's L1 rescale needs the whole tensor; a per-tensor top-X% (without DARE) is entrywise
+        # once its first passes found each tensor's thresholds; the rest is entrywise
+        cfg = self.pipeline(self._n or 1)
+        return not cfg.whole_tensor or self._per_tensor_top(cfg)
+
+    @staticmethod
+    def _per_tensor_top(cfg: pl.Pipeline) -> bool:
+        """A per-tensor top-X% whose thresholds come from streaming first passes
+        (:func:`mmgrid.merge.pipeline.tensor_thresholds`); with DARE the masks need the tensor."""
+        return cfg.uses_magnitude and cfg.scope == "tensor" and not cfg.uses_dare
 
     @property
     def verify_inputs(self) -> bool:
-        return self._thresholds is None  # the histogram pass saw every delta
+        return self._thresholds is None and not self._tensor_thresholds  # the histogram passes saw every delta
 
     def kernel(self, n: int) -> pl.Kernel | None:
         """The preset's kernel (linear coefficients where it is linear); None where a
         tensor's result needs all of it (per-tensor top-X%, DARE's L1 rescale)."""
         if not self.elementwise:
             return None
-        return pl.Kernel.of(self.pipeline(n), n, self._thresholds)
+        cfg = self.pipeline(n)
+        if self._per_tensor_top(cfg):  # the thresholds of prepare (none yet before it)
+            return pl.Kernel(pipeline=cfg, tensor_thresholds=self._tensor_thresholds)
+        return pl.Kernel.of(cfg, n, self._thresholds)
 
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
@@ -42,6 +54,9 @@ class PipelineMethod(Method):
 
     def prepare(self, stream: ViewStream) -> None:
         cfg = self.pipeline(self._n)
+        if self._per_tensor_top(cfg):
+            self._tensor_thresholds = pl.tensor_thresholds(cfg, stream, self._n)
+            return
         if not cfg.needs_global_pass:
             return
         finder = pl.ThresholdFinder(cfg, self._n, stream.total)
