@@ -337,16 +337,27 @@ def lerp_into(a: torch.Tensor, b: torch.Tensor, s: float, out: torch.Tensor) -> 
     return out.copy_(interpolate(a, b, s))
 
 
-def magnitude_histogram(x: torch.Tensor) -> torch.Tensor:
+def _magnitude_bits(x: torch.Tensor, scratch: torch.Tensor | None) -> torch.Tensor:
+    """The float32 bit patterns of |x| (int32), in ``scratch`` (an int32 buffer of at least
+    x's size, reused across chunks) when given."""
+    flat = x.detach().float().reshape(-1)
+    if scratch is None:
+        return flat.abs().view(torch.int32)
+    bits = scratch[: flat.numel()]
+    torch.abs(flat, out=bits.view(torch.float32))
+    return bits
+
+
+def magnitude_histogram(x: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """Counts of |x| over the first of :data:`N_MAG_BINS` bins of the float32 bit pattern's top bits.
 
     Summed over tensors, these counts locate the whole-model k-th largest magnitude in
     one streaming pass without holding the model (:func:`locate_threshold`). Bins at or
-    above :data:`NONFINITE_BIN` count Inf and NaN.
+    above :data:`NONFINITE_BIN` count Inf and NaN. ``scratch``: see :func:`_magnitude_bits`.
     """
-    bits = x.detach().float().abs().reshape(-1).view(torch.int32)
+    bits = _magnitude_bits(x, scratch)
     # no minlength: the counts end at the largest bin present (add into a prefix)
-    return torch.bincount(bits >> MAG_SHIFT)
+    return torch.bincount(bits >> MAG_SHIFT if scratch is None else bits.bitwise_right_shift_(MAG_SHIFT))
 
 
 def threshold_bin(hist: torch.Tensor, k: int) -> tuple[int, int]:
@@ -357,11 +368,11 @@ def threshold_bin(hist: torch.Tensor, k: int) -> tuple[int, int]:
     return hist.numel() - 1 - pos, int(desc[pos - 1]) if pos > 0 else 0
 
 
-def sub_bin_histogram(x: torch.Tensor, b: int) -> torch.Tensor:
+def sub_bin_histogram(x: torch.Tensor, b: int, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """Counts of the low :data:`MAG_SHIFT` bits of |x|'s float32 bit pattern over the entries
     in bin ``b`` of :func:`magnitude_histogram` (2^MAG_SHIFT counts): with the bin, the
-    bit pattern, i.e. the value, of each of them."""
-    bits = x.detach().float().abs().reshape(-1).view(torch.int32)
+    bit pattern, i.e. the value, of each of them. ``scratch``: see :func:`_magnitude_bits`."""
+    bits = _magnitude_bits(x, scratch)
     return torch.bincount(bits[(bits >> MAG_SHIFT) == b] & ((1 << MAG_SHIFT) - 1), minlength=1 << MAG_SHIFT)
 
 

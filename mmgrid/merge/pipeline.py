@@ -20,6 +20,7 @@ largest magnitude to a relative 2^-11 (see :class:`ThresholdFinder`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
@@ -328,8 +329,27 @@ def tensor_thresholds(cfg: Pipeline, views: Callable[[], Iterator], n_inputs: in
     Raises:
         NonFiniteError: NaN/Inf in an input or the base (named by tensor).
     """
-    def deltas(v) -> list[torch.Tensor]:
-        return pre_trim(cfg, v.name, [_f32_copy(t).sub_(v.raw_base) for t in v.raw])
+    if cfg.uses_dare:
+        raise ValueError("per-tensor thresholds after DARE need the whole tensor (its masks are drawn per tensor)")
+    # per input: a float32 and an int32 buffer reused across chunks (fresh ones cost page faults),
+    # and the inputs histogrammed on threads of their own (bincount and the copies release the GIL)
+    bufs: list[list[torch.Tensor]] = [[] for _ in range(n_inputs)]
+
+    def delta(v, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        m, b = v.raw[i].numel(), bufs[i]
+        if not b or b[0].numel() < m:
+            b[:] = [torch.empty(m, dtype=torch.float32), torch.empty(m, dtype=torch.int32)]
+        return b[0][:m].copy_(v.raw[i].reshape(-1)).sub_(v.raw_base.reshape(-1)), b[1]
+
+    def first(v, i: int) -> torch.Tensor:
+        part = ops.magnitude_histogram(*delta(v, i))
+        if part.numel() > ops.NONFINITE_BIN:  # Inf/NaN bit patterns sort above all finite ones
+            raise NonFiniteError(f"tensor {v.name!r}: input {i} or the base holds NaN or Inf; fix that checkpoint")
+        return part
+
+    def second(v, i: int, b: int) -> torch.Tensor:
+        d, scratch = delta(v, i)
+        return ops.sub_bin_histogram(d, b, scratch)
 
     where: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # name -> (k, [(bin, above)] per input)
     cur, hists, total = None, [], 0
@@ -338,25 +358,25 @@ def tensor_thresholds(cfg: Pipeline, views: Callable[[], Iterator], n_inputs: in
         k = ops.keep_count(cfg.density, total)
         where[cur] = (k, [ops.threshold_bin(h, k) for h in hists])
 
-    for v in views():
-        if v.name != cur:
-            if cur is not None:
-                close()
-            if v.name in where:
-                raise RuntimeError(f"the first pass saw tensor {v.name!r} twice, not in consecutive pieces")
-            cur, hists, total = v.name, [torch.zeros(ops.N_MAG_BINS, dtype=torch.int64) for _ in range(n_inputs)], 0
-        total += v.raw[0].numel()
-        for i, (h, d) in enumerate(zip(hists, deltas(v))):
-            part = ops.magnitude_histogram(d)
-            if part.numel() > ops.NONFINITE_BIN:  # Inf/NaN bit patterns sort above all finite ones
-                raise NonFiniteError(f"tensor {v.name!r}: input {i} or the base holds NaN or Inf; fix that checkpoint")
-            h[: part.numel()] += part
-    if cur is not None:
-        close()
-    subs = {name: [torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for _ in range(n_inputs)] for name in where}
-    for v in views():
-        for h, d, (b, _) in zip(subs[v.name], deltas(v), where[v.name][1]):
-            h += ops.sub_bin_histogram(d, b)
+    with ThreadPoolExecutor(max(1, min(n_inputs, 2)), thread_name_prefix="mmgrid-topx") as ex:
+        for v in views():
+            if v.name != cur:
+                if cur is not None:
+                    close()
+                if v.name in where:
+                    raise RuntimeError(f"the first pass saw tensor {v.name!r} twice, not in consecutive pieces")
+                cur, hists, total = v.name, [torch.zeros(ops.N_MAG_BINS, dtype=torch.int64) for _ in range(n_inputs)], 0
+            total += v.raw[0].numel()
+            for h, part in zip(hists, ex.map(lambda i, v=v: first(v, i), range(n_inputs))):
+                h[: part.numel()] += part
+        if cur is not None:
+            close()
+        subs = {name: [torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for _ in range(n_inputs)] for name in where}
+        for v in views():
+            bins = where[v.name][1]
+            parts = ex.map(lambda i, v=v, bins=bins: second(v, i, bins[i][0]), range(n_inputs))
+            for h, part in zip(subs[v.name], parts):
+                h += part
     return {name: tuple(ops.bin_value(b, h, k - above) for h, (b, above) in zip(subs[name], bins))
             for name, (k, bins) in where.items()}
 
