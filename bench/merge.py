@@ -264,8 +264,8 @@ ALL_RECIPES: dict[str, dict] = {
 # beside any row that misses one. The methods not named here stream through the fast file pass
 # (per-tensor coefficients or whole-model thresholds from a first pass).
 CAUSES: dict[str, str] = {
-    "ties": "mergekit's TIES takes the top-X% per tensor: the reference path merges whole float32 tensors "
-            "(mmgrid's own TIES, whole-model top-X%, is on the fast pass)",
+    "ties": "the fast pass after two first passes over the files (each tensor's exact top-X% thresholds from "
+            "histograms of |tau|'s bit patterns: bincount over every entry, single-threaded per input)",
     "dare_linear": "mergekit's DARE rescales to each tensor's L1 norm: whole float32 tensors on the reference path",
     "dare_ties": "as dare_linear, and a per-tensor top-X%",
     "breadcrumbs": "ranks a whole tensor's |tau| (a selection per input) on whole float32 tensors",
