@@ -103,9 +103,16 @@ class WorldConfig:
     # multiplies the number of users only (items stay): more users drawn from the same process, e.g. a large
     # test population for a finding's population value (mmgrid calibrate); 1 = the preset's world
     user_scale: float = ranged(0, 10_000, lo_open=True, default=1.0)
+    # with user_scale > 1: the world at user_scale 1 exactly (same items, trends, users and interactions) plus the
+    # extra users, drawn from their own stream over the same items: more users of *this* world (a per-world
+    # population, mmgrid calibrate); false: a fresh world with more users (same items, other users and trends)
+    extend_users: bool = False
 
     def __post_init__(self) -> None:
         if self.start is None:
             self.start = WORLD_PRESET_START.get(self.preset, WORLD_PRESET_START["default"])
         if parse_date_ms(self.start, "world.start") >= parse_date_ms(self.end, "world.end"):
             raise ConfigError(f"world: start {self.start} is not before end {self.end}; give an earlier start.")
+        if self.extend_users and self.user_scale < 1.0:
+            raise ConfigError(f"world.extend_users: true adds users to the world at user_scale 1, but user_scale is "
+                              f"{self.user_scale:g}; give user_scale >= 1 or extend_users: false.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from mmgrid.configtools import ranged
 from mmgrid.errors import ConfigError
@@ -86,6 +86,10 @@ class CalibrateConfig:
     t2_paradigms: list[str] | None = None
     population_worlds: int = ranged(1, default=2)  # worlds (and the grid's seeds) behind each population value
     population_user_scale: float = ranged(1, 10_000, default=4.0)  # users x this in the population worlds
+    # the Table 2 difference's population value for coverage and bias: "world" = each replicate's own world with
+    # population_user_scale x the users (world.extend_users: same items, trends and users, plus more users) and
+    # no temporal sweep, one more run per replicate; "config" = the population worlds' value (over world seeds)
+    t2_population: Literal["world", "config"] = "world"
     level: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.95)  # coverage of every interval
     power: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.8)  # the power of the minimum detectable effect
     keep_runs: bool = False  # keep each replicate's world, prepared data and registry (else only its result)

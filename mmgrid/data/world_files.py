@@ -327,6 +327,8 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
                             "personalization": plant.personalization, "recency": plant.recency,
                             "text_signal": plant.text_signal},
                   "user_scale": cfg.user_scale}  # fmt: skip
+        if cfg.extend_users:
+            truth["extend_users"] = True
     for d_i, knobs in enumerate(knobs_all):
         rng = np.random.default_rng([cfg.seed, d_i])
         words = vocab.CATEGORY_WORDS[knobs.name.split("_")[0]]
@@ -334,10 +336,11 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         counts = None
         if amazon:  # Table 1's interactions per phase, scaled with the users
             per_phase = AMAZON_TABLE1_COUNTS[knobs.name.split("_")[0]]
-            counts = tuple(period_counts({p: n * cfg.scale * cfg.user_scale for p, n in zip(AMAZON_PHASES, per_phase)},
+            users = 1.0 if cfg.extend_users else cfg.user_scale  # extended: the world's own counts, then the extra
+            counts = tuple(period_counts({p: n * cfg.scale * users for p, n in zip(AMAZON_PHASES, per_phase)},
                                          start, end, PERIOD_DAYS).tolist())
         sim = simulate(knobs, n_cats, start, end, PERIOD_DAYS, cfg.scale, rng,
-                       ProcessScales(cfg.user_scale, plant.personalization, plant.recency, counts))
+                       ProcessScales(cfg.user_scale, plant.personalization, plant.recency, counts, cfg.extend_users))
         text_sim = sim
         if amazon:  # weakly category-specific titles, like real ones
             own = rng.random(sim.item_cat.size) < AMAZON_TITLE_SIGNAL * plant.text_signal

@@ -14,7 +14,7 @@ long-lived ones keep consuming old ones.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -66,6 +66,9 @@ class ProcessScales:
     personalization: float = 1.0
     recency: float = 1.0
     counts: tuple[int, ...] | None = None
+    # with user_scale > 1: the user_scale-1 world exactly, plus the extra users (a population of *this* world:
+    # same items, trends and first users; :func:`_extended`); False: a fresh draw with more users
+    extend: bool = False
 
 
 def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_days: float, scale: float,
@@ -86,13 +89,38 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     ``counts``, a draw of a (user, item) pair the user already has is drawn again (up to 20 times), so that the
     dedupe of ``mmgrid prepare`` removes almost nothing.
     """
-    user_scale, personalization, recency = process.user_scale, process.personalization, process.recency
-    counts = process.counts
+    if process.extend and process.user_scale > 1.0:
+        return _extended(k, n_cats, start_ms, end_ms, period_days, scale, rng, process)
+    user_scale, personalization = process.user_scale, process.personalization
     users_f = k.n_users * scale if user_scale == 1.0 else k.n_users * scale * user_scale
     n_users, n_items = max(int(round(users_f)), 10), max(int(round(k.n_items * scale)), n_cats)
     span = end_ms - start_ms
-    period = int(period_days * DAY_MS)
-    # Items: categories round-robin then shuffled, so every category has items before the start.
+    # the draws in this order (items, users, trend phases, interactions) are the world's random stream
+    catalog = _catalog(k, n_items, n_cats, start_ms, span, rng)
+    users = _users(k, n_users, n_cats, start_ms, span, personalization, rng)
+    u = rng.random(n_cats)
+    phase = 2 * np.pi * (np.argsort(u) / n_cats + u[0])  # evenly spaced phases, in random order
+    return _interactions(k, catalog, users, phase, start_ms, end_ms, period_days, rng, process.recency, process.counts)
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    cat: np.ndarray  # latent category per item
+    release: np.ndarray  # release time (ms, float) per item
+    life: np.ndarray  # popularity life-span (ms) per item
+    quality: np.ndarray  # quality per item
+
+
+@dataclass(frozen=True)
+class _Users:
+    arrive: np.ndarray  # arrival time (ms) per user
+    act: np.ndarray  # per-period activity probability per user
+    p0: np.ndarray  # start preference over categories, per user
+    p1: np.ndarray  # end preference over categories, per user
+
+
+def _catalog(k: DomainKnobs, n_items: int, n_cats: int, start_ms: int, span: int, rng: np.random.Generator) -> _Catalog:
+    """Items: categories round-robin then shuffled, so every category has items before the start."""
     cat = rng.permutation(np.arange(n_items) % n_cats)
     pre = rng.random(n_items) < k.initial_item_share
     pre[np.unique(cat, return_index=True)[1]] = True
@@ -100,7 +128,11 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     release = np.where(pre, start_ms - rng.random(n_items) * pre_span, start_ms + rng.random(n_items) * span)
     life = k.lifespan_days * DAY_MS * rng.lognormal(0.0, 0.3, n_items)
     quality = rng.lognormal(0.0, k.quality_sigma, n_items)
-    # Users.
+    return _Catalog(cat, release, life, quality)
+
+
+def _users(k: DomainKnobs, n_users: int, n_cats: int, start_ms: int, span: int, personalization: float,
+           rng: np.random.Generator) -> _Users:  # fmt: skip
     arrive = np.where(rng.random(n_users) < k.user_arrival_share, start_ms,
                       start_ms + rng.random(n_users) * max(span - 120 * DAY_MS, 1))  # fmt: skip
     c = k.activity_concentration
@@ -110,8 +142,49 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     if personalization != 1.0:  # no draw here, so the default world's random stream is unchanged
         p0 = personalization * p0 + (1.0 - personalization) / n_cats
         p1 = personalization * p1 + (1.0 - personalization) / n_cats
+    return _Users(arrive, act, p0, p1)
+
+
+def _extended(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_days: float, scale: float,
+              rng: np.random.Generator, process: ProcessScales) -> Simulated:  # fmt: skip
+    """``process.extend`` with ``user_scale`` > 1: the world at ``user_scale`` 1, draw for draw (same items, same
+    trend phases, same users and interactions, and ``rng`` left where that world leaves it, so the item text drawn
+    after the simulation is the same too), plus the extra users, drawn from a stream spawned off ``rng`` (which does
+    not move it) over the same items and phases. The extra users are numbered after the world's own."""
+    base_process = replace(process, user_scale=1.0, extend=False)
+    n_base = max(int(round(k.n_users * scale)), 10)
+    n_all = max(int(round(k.n_users * scale * process.user_scale)), 10)
+    n_items = max(int(round(k.n_items * scale)), n_cats)
+    span = end_ms - start_ms
+    extra_rng = rng.spawn(1)[0]  # spawning changes no state of rng's bit generator
+    catalog = _catalog(k, n_items, n_cats, start_ms, span, rng)
+    users = _users(k, n_base, n_cats, start_ms, span, process.personalization, rng)
     u = rng.random(n_cats)
-    phase = 2 * np.pi * (np.argsort(u) / n_cats + u[0])  # evenly spaced phases, in random order
+    phase = 2 * np.pi * (np.argsort(u) / n_cats + u[0])
+    base = _interactions(k, catalog, users, phase, start_ms, end_ms, period_days, rng, base_process.recency,
+                         base_process.counts)
+    n_extra = n_all - n_base
+    if n_extra <= 0:
+        return base
+    extra_users = _users(k, n_extra, n_cats, start_ms, span, process.personalization, extra_rng)
+    counts = None
+    if process.counts is not None:  # the extra users' share of each period's interactions
+        counts = tuple(int(round(c * (process.user_scale - 1.0))) for c in process.counts)
+    extra = _interactions(k, catalog, extra_users, phase, start_ms, end_ms, period_days, extra_rng, process.recency,
+                          counts)
+    return Simulated(user=np.concatenate([base.user, extra.user + n_base]), item=np.concatenate([base.item, extra.item]),
+                     ts=np.concatenate([base.ts, extra.ts]), item_cat=base.item_cat, release_ms=base.release_ms)
+
+
+def _interactions(k: DomainKnobs, catalog: _Catalog, people: _Users, phase: np.ndarray, start_ms: int, end_ms: int,
+                  period_days: float, rng: np.random.Generator, recency: float,
+                  counts: tuple[int, ...] | None) -> Simulated:  # fmt: skip
+    """Every period's interactions of ``people`` with ``catalog`` (see :func:`simulate`)."""
+    cat, release, life, quality = catalog.cat, catalog.release, catalog.life, catalog.quality
+    arrive, act, p0, p1 = people.arrive, people.act, people.p0, people.p1
+    n_users, n_items, n_cats = arrive.size, cat.size, phase.size
+    span = end_ms - start_ms
+    period = int(period_days * DAY_MS)
     out_u, out_i, out_t = [], [], []
     # with fixed counts a user reviews an item once (as on Amazon): a pair already drawn is drawn again
     seen = np.zeros((n_users, n_items), dtype=bool) if counts is not None else None

@@ -132,6 +132,40 @@ def test_user_scale_draws_more_users_of_the_same_items(tmp_path: Path) -> None:
     assert tb["user_scale"] == 3.0 and "plant" in tb and "plant" not in ta
 
 
+def _reviews(root: Path, name: str) -> set[tuple[str, str, int]]:
+    with gzip.open(root / "raw" / "review_categories" / f"{name}.jsonl.gz", "rt") as f:
+        return {(r["user_id"], r["parent_asin"], r["timestamp"]) for r in map(json.loads, f)}
+
+
+def _titles(root: Path, name: str) -> dict[str, str]:
+    with gzip.open(root / "raw" / "meta_categories" / f"meta_{name}.jsonl.gz", "rt") as f:
+        return {r["parent_asin"]: r["title"] for r in map(json.loads, f)}
+
+
+@pytest.mark.parametrize("preset", ["default", "amazon_table1"])
+def test_extend_users_adds_users_to_this_world(tmp_path: Path, preset: str) -> None:
+    """world.extend_users: the world at user_scale 1, every review of it kept (same users, items, times), the same
+    item titles, plus the extra users' reviews; a fresh draw with the same user_scale shares none of that."""
+    kw = dict(n_domains=1, scale=0.4) if preset == "default" else dict(n_domains=1, scale=0.05, preset=preset)
+    a = write_world(tmp_path / "a", WorldConfig(**kw))
+    b = write_world(tmp_path / "b", WorldConfig(**kw, user_scale=3.0, extend_users=True))
+    c = write_world(tmp_path / "c", WorldConfig(**kw, user_scale=3.0))
+    name = json.loads((a / "truth.json").read_text())["domains"].popitem()[0]
+    ra, rb, rc = _reviews(a, name), _reviews(b, name), _reviews(c, name)
+    assert ra <= rb and len(rb) > 2 * len(ra)
+    assert len(ra & rc) < 0.01 * len(ra)  # the fresh draw: other users
+    assert _titles(a, name) == _titles(b, name)
+    ua, ub = {u for u, _, _ in ra}, {u for u, _, _ in rb}
+    assert 2.3 < len(ub) / len(ua) < 3.7
+    tb = json.loads((b / "truth.json").read_text())
+    assert tb["extend_users"] is True and tb["user_scale"] == 3.0
+
+
+def test_extend_users_needs_user_scale_at_least_1() -> None:
+    with pytest.raises(ConfigError, match="extend_users"):
+        WorldConfig(user_scale=0.5, extend_users=True)
+
+
 def test_text_signal_sets_how_often_a_title_names_its_category(tmp_path: Path) -> None:
     """The same seed draws the same items (the text's draws come after the simulation), so titles of the world with
     full signal name each item's latent category; with signal s a title names it with probability s + (1 - s) / 6."""

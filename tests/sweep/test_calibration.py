@@ -48,6 +48,52 @@ def test_measures_of_a_known_normal_estimator():
     assert biased.coverage.rate == pytest.approx(sps.norm.cdf(Z - 2) - sps.norm.cdf(-Z - 2), abs=0.03)
 
 
+def _world_runs(spread: float, se: float, se_w: float, reps: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """Replicate worlds whose own value varies (N(0.05, spread)); each replicate's estimate is N(own, se) with a
+    correct normal interval, and its own-world run estimates the own value with noise se_w."""
+    rng = np.random.default_rng(seed)
+    own = rng.normal(0.05, spread, reps)
+    est, w = rng.normal(own, se), rng.normal(own, se_w)
+    runs = [{"t2_popular": [e, e - Z * se, e + Z * se, 0.5, 100, 1], "t2_each": {"emb": [e, e - Z * se, e + Z * se, 0.5, 100, 1]}}
+            for e in est]
+    owns = [{"t2_popular": [x, x - Z * se_w, x + Z * se_w, 0.5, 400, 1], "t2_each": {"emb": [x, x - Z * se_w, x + Z * se_w, 0.5, 400, 1]}}
+            for x in w]
+    return runs, owns
+
+
+def test_own_world_coverage_measures_the_interval_against_its_own_world():
+    """Intervals that are right about their own world (SE 0.004) but blind to the spread between worlds (SD 0.013):
+    against the configuration's value they under-cover (the defect the own-world value removes); against each
+    world's own value they cover at 2 Phi(z se / sqrt(se^2 + se_w^2)) - 1, which the measure also predicts."""
+    se, se_w, spread, reps = 0.004, 0.002, 0.013, 3000
+    runs, owns = _world_runs(spread, se, se_w, reps, 5)
+    pop = {"t2_popular": 0.05, "t2_popular_se": 0.001, "t2_each": {"emb": {"value": 0.05, "se": 0.001}}}
+    config = calibrate_finding("t2_popular", 1.0, runs, pop)
+    want_config = 2 * sps.norm.cdf(Z * se / math.hypot(se, spread)) - 1  # ~0.46
+    assert config.coverage.rate == pytest.approx(want_config, abs=4 * config.coverage.mcse)
+    assert config.coverage_of == "configuration"
+    world = calibrate_finding("t2_popular", 1.0, runs, pop, own=owns)
+    want = 2 * sps.norm.cdf(Z * se / math.hypot(se, se_w)) - 1  # ~0.92
+    assert world.coverage_of == "own world"
+    assert world.coverage.rate == pytest.approx(want, abs=4 * world.coverage.mcse)
+    assert world.coverage_expected == pytest.approx(want, rel=1e-9)
+    assert abs(world.bias.bias) <= 4 * world.bias.mcse
+    assert world.holds.rate == config.holds.rate  # "holds" is about the replicate's own interval either way
+    # with several paradigms, each paradigm's row is measured the same way
+    runs2 = [{**r, "t2_each": {**r["t2_each"], "text": r["t2_each"]["emb"]}} for r in runs]
+    owns2 = [{**o, "t2_each": {**o["t2_each"], "text": o["t2_each"]["emb"]}} for o in owns]
+    pop2 = {**pop, "t2_each": {"emb": {"value": 0.05}, "text": {"value": 0.05}}}
+    both = calibrate_finding("t2_popular", 1.0, runs2, pop2, own=owns2)
+    assert both.per_domain["text"]["coverage_of"] == "own world"
+    assert both.per_domain["text"]["coverage"]["rate"] == pytest.approx(world.coverage.rate)
+
+
+def test_own_world_runs_must_align_with_the_replicates():
+    runs, owns = _world_runs(0.01, 0.004, 0.002, 4, 0)
+    with pytest.raises(ValueError, match="aligned"):
+        calibrate_finding("t2_popular", 1.0, runs, {"t2_popular": 0.05}, own=owns[:3])
+
+
 def test_rho_null_is_zero_by_symmetry_only_when_the_domains_are_exchangeable():
     runs = [{"t4_rho": [r, r - 0.5, r + 0.5, 0.5]} for r in (-0.5, 0.0, 0.5, 1.0)]
     pop = {"t4_rho": -0.4}  # an estimated population value, noisy
@@ -105,6 +151,13 @@ def test_replicate_recipe_names_what_it_computes_not_where(tmp_path: Path):
     assert pop["world"]["user_scale"] == cfg.sweeps.calibrate.population_user_scale and pop["eval"]["max_users"] is None
     assert a["paradigms"] == [cfg.sweeps.temporal.paradigm] and a["world"]["plant"]["turnover"] == 1.0
     assert a["exec"]["workers"] == 1
+    # a replicate's own world with more users (Table 2 only, no sweep) is its own recipe
+    own = replicate_grid(cfg, 1.0, 5, tmp_path, population=True, own_world=True)
+    assert own["world"]["extend_users"] is True and pop["world"]["extend_users"] is False
+    assert len({recipe_hash(own, sweep=False), recipe_hash(own), recipe_hash(pop, sweep=False), recipe_hash(pop)}) == 4
+    # the default world.extend_users (false) hashes as a grid from before the key existed: cached results stay valid
+    old = {**a, "world": {k: v for k, v in a["world"].items() if k != "extend_users"}}
+    assert "extend_users" in a["world"] and recipe_hash(old) == recipe_hash(a)
 
 
 def test_bad_calibrate_config_is_a_named_error(tmp_path: Path):
@@ -141,10 +194,12 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
     assert (out / "power_curve.png").stat().st_size > 0
     md = (out / "calibration.md").read_text()
     assert "| t2_popular | 1 |" in md and "MDE" in md
-    assert len(list((out / "replicates").glob("*.json"))) == 2  # a replicate and a population world
+    # a replicate, its own world with more users (the Table 2 coverage), a population world
+    assert len(list((out / "replicates").glob("*.json"))) == 3
+    assert t2["coverage_of"] == "own world" and "own world" in md
     # the study names what it measured: every run's recipe is a cached result file
     runs = data["grid"]["runs"]["1"]
-    assert {f"{h}.json" for h in runs["replicates"] + runs["population"]} == \
+    assert {f"{h}.json" for h in runs["replicates"] + runs["population"] + runs["own_world"]} == \
         {p.name for p in (out / "replicates").glob("*.json")}
     assert data["grid"]["name"] and len(data["grid"]["recipe"]) >= 12
     popfile = out / "population" / "1" / "population.json"

@@ -9,6 +9,7 @@ detectable effect at the configured power from the replicates' mean interval wid
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -112,6 +113,12 @@ class FindingCalibration:
     n: int  # replicates with an estimate
     # lambda_star: coverage, bias, MDE per domain; t2_popular with several paradigms: the same per paradigm
     per_domain: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # what coverage and bias are measured against: "configuration" (the population value, over world seeds) or
+    # "own world" (each replicate's own world with more users: sweeps.calibrate.t2_population: world)
+    coverage_of: str = "configuration"
+    # with "own world": the coverage a correct 95% interval reaches against a target with the own-world runs'
+    # noise, mean over replicates of 2 Phi(z se_r / sqrt(se_r^2 + se_w^2)) - 1 (NaN otherwise)
+    coverage_expected: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -127,11 +134,15 @@ EXCHANGEABLE = {"turnover", "trend_contrast", "domain_contrast"}  # at size 0 th
 
 
 def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop: dict[str, Any], level: float = 0.95,
-                      power: float = 0.8, knobs: list[str] | tuple[str, ...] = ()) -> FindingCalibration:
+                      power: float = 0.8, knobs: list[str] | tuple[str, ...] = (),
+                      own: list[dict[str, Any] | None] | None = None) -> FindingCalibration:
     """The performance measures of ``finding`` over replicate ``runs`` of one planted size.
 
     ``knobs``: the plant knobs the size sets. When they include :data:`EXCHANGEABLE` and the size is 0, the
-    domains are exchangeable, so rho's population value is 0 by symmetry (known truth, not estimated)."""
+    domains are exchangeable, so rho's population value is 0 by symmetry (known truth, not estimated).
+    ``own`` (Table 2 only; aligned with ``runs``): each replicate's own-world population run. Coverage and bias
+    are then measured against each replicate's own world's value (the estimand its interval is about: the
+    difference in *this* world, over its users and training seeds), not the configuration's."""
     null = FINDINGS[finding][3]
     if finding == "t4_rho" and float(size) == 0.0 and EXCHANGEABLE <= set(knobs):
         pop = {**pop, "t4_rho": 0.0}
@@ -178,8 +189,54 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
     cov = mcse_rate(np.array([as_float(x[1]) <= truth <= as_float(x[2]) for x in rows])) if rows and math.isfinite(truth) else None
     b = mcse_bias([as_float(x[0]) for x in rows], truth) if rows else None
     is_null = math.isfinite(truth) and abs(truth - null) <= (_null_tolerance(finding, pop))
-    return FindingCalibration(finding, size, truth, is_null, holds, cov, b, _interval_mde(rows, level, power), len(rows),
-                              parts)
+    res = FindingCalibration(finding, size, truth, is_null, holds, cov, b, _interval_mde(rows, level, power), len(rows),
+                             parts)
+    if finding == "t2_popular" and own is not None:
+        _own_world_coverage(res, runs, own, level)
+    return res
+
+
+def _own_world_coverage(res: FindingCalibration, runs: list[dict[str, Any]], own: list[dict[str, Any] | None],
+                        level: float) -> None:
+    """Coverage and bias of the Table 2 intervals against each replicate's own world's value (``own[i]``: the
+    population run of replicate i's world), overall and per paradigm; and the coverage to expect from the own-world
+    values' own noise (a correct interval covers a noisy target less often than ``level``)."""
+    if len(own) != len(runs):
+        raise ValueError(f"own-world runs: {len(own)} for {len(runs)} replicates; they must be aligned")
+    z = _Z(level)
+
+    def measure(get) -> dict[str, Any] | None:
+        pairs = [(get(r), get(o)) for r, o in zip(runs, own) if o is not None]
+        pairs = [(x, w) for x, w in pairs if x and w and x[1] is not None and math.isfinite(as_float(w[0]))]
+        if not pairs:
+            return None
+        cov = mcse_rate(np.array([as_float(x[1]) <= as_float(w[0]) <= as_float(x[2]) for x, w in pairs]))
+        b = mcse_bias([as_float(x[0]) - as_float(w[0]) for x, w in pairs], 0.0)
+        exp = []
+        for x, w in pairs:
+            se_r = se_from_interval(as_float(x[1]), as_float(x[2]), level)
+            se_w = se_from_interval(as_float(w[1]), as_float(w[2]), level) if w[1] is not None else float("nan")
+            if math.isfinite(se_r) and math.isfinite(se_w) and se_r > 0:
+                exp.append(2 * _N.cdf(z * se_r / math.sqrt(se_r**2 + se_w**2)) - 1)
+        return {"coverage": cov, "bias": b, "expected": float(np.mean(exp)) if exp else float("nan"),
+                "population": float(np.mean([as_float(w[0]) for _, w in pairs]))}
+
+    m = measure(lambda r: r.get("t2_popular"))
+    if m is not None:
+        res.coverage, res.bias, res.coverage_expected = m["coverage"], m["bias"], m["expected"]
+        res.coverage_of = "own world"
+    for par, part in res.per_domain.items():
+        pm = measure(lambda r, par=par: (r.get("t2_each") or {}).get(par))
+        if pm is not None:
+            part.update({"coverage": asdict(pm["coverage"]), "bias": asdict(pm["bias"]), "coverage_of": "own world",
+                         "coverage_expected": pm["expected"], "own_world_mean": pm["population"]})
+
+
+_N = NormalDist()
+
+
+def _Z(level: float) -> float:
+    return _N.inv_cdf((1.0 + level) / 2.0)
 
 
 def _null_tolerance(finding: str, pop: dict[str, Any]) -> float:

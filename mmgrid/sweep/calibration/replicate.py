@@ -28,12 +28,15 @@ REPLICATE_JOB = "mmgrid.sweep.calibration.replicate:replicate_job"
 # --------------------------------------------------------------------------- replicate configs
 
 
-def replicate_grid(cfg: GridConfig, size: float | None, world_seed: int, root: Path, population: bool = False) -> dict:
+def replicate_grid(cfg: GridConfig, size: float | None, world_seed: int, root: Path, population: bool = False,
+                   own_world: bool = False) -> dict:
     """The grid (as a dict) of one replicate: the grid's budget, only what the findings need (the swept
     paradigm, the default variant, no retention), the world's knobs at ``size`` (None: the grid's own
     ``world.plant``), folders under ``root``.
 
-    A population replicate has ``population_user_scale`` times the users and evaluates every test user."""
+    A population replicate has ``population_user_scale`` times the users and evaluates every test user; with
+    ``own_world`` those users extend the replicate's own world (``world.extend_users``: the same items, trends and
+    users, plus more users), so its value is that world's, not the configuration's."""
     if cfg.world is None:
         raise ConfigError("mmgrid calibrate: the grid has no `world:` section; calibration needs the synthetic "
                           "world (e.g. grids/demo.yaml).")
@@ -46,6 +49,7 @@ def replicate_grid(cfg: GridConfig, size: float | None, world_seed: int, root: P
     if population:
         g["world"]["user_scale"] = float(g["world"].get("user_scale", 1.0)) * c.population_user_scale
         g["eval"]["max_users"] = None
+        g["world"]["extend_users"] = bool(own_world)
     g["paradigms"] = list(dict.fromkeys([t.paradigm, *(c.t2_paradigms or [])]))
     g["variants"] = [v for v in g["variants"] if v["name"] == t.variant] or [{"name": t.variant}]
     g["eval"]["retention"] = False
@@ -58,22 +62,26 @@ def replicate_grid(cfg: GridConfig, size: float | None, world_seed: int, root: P
     return g
 
 
-def recipe_hash(grid: dict) -> str:
-    """The replicate's identity: its grid without folders and execution settings, and :data:`VERSION`."""
+def recipe_hash(grid: dict, sweep: bool = True) -> str:
+    """The replicate's identity: its grid without folders and execution settings, and :data:`VERSION`; a run
+    without the temporal sweep (``sweep=False``: the Table 2 finding only) is another recipe."""
     g = copy.deepcopy(grid)
     g["data"].pop("root", None)
+    if not g.get("world", {}).get("extend_users", True):
+        g["world"].pop("extend_users")  # the default (a fresh world) keeps the recipes from before the key existed
     for k in ("prepared", "registry", "exec", "name"):
         g.pop(k, None)
     g["sweeps"].pop("calibrate", None)  # the study's own settings do not change what one replicate computes
     g["sweeps"].pop("cross_domain", None)
-    return stable_hash({"calibrate_replicate": g, "version": VERSION})
+    key = {"calibrate_replicate": g, "version": VERSION}
+    return stable_hash(key if sweep else {**key, "steps": "table2"})
 
 
 # --------------------------------------------------------------------------- one replicate
 
 
-def run_replicate(grid: dict) -> dict[str, Any]:
-    """world -> prepare -> build -> evaluate -> temporal sweep -> the findings' estimates (JSON-able)."""
+def run_replicate(grid: dict, sweep: bool = True) -> dict[str, Any]:
+    """world -> prepare -> build -> evaluate -> temporal sweep (``sweep``) -> the findings' estimates (JSON-able)."""
     # lazy: the pipeline (torch ~3.5 s, transformers) is only needed where a replicate runs (a worker)
     from mmgrid.data.pipeline import prepare
     from mmgrid.data.world_files import write_world
@@ -95,30 +103,42 @@ def run_replicate(grid: dict) -> dict[str, Any]:
         build_grid(cfg, progress=False)
         reg = Registry.open(cfg.registry)
         evaluate_grid(cfg, plan_grid(cfg, reg, prepared), progress=False, registry=reg, prepared=prepared)
-        run_temporal(cfg, reg, prepared)
-        out = estimates(cfg, reg, prepared)
+        if sweep:
+            run_temporal(cfg, reg, prepared)
+        out = estimates(cfg, reg, prepared, sweep)
     finally:
         set_quiet(was if was else None)
     out["seconds"] = time.perf_counter() - t0
     return out
 
 
-def estimates(cfg: GridConfig, reg: Any, prepared: Any) -> dict[str, Any]:
-    """The findings' estimates and intervals of one run, as the report computes them."""
+def estimates(cfg: GridConfig, reg: Any, prepared: Any, sweep: bool = True) -> dict[str, Any]:
+    """The findings' estimates and intervals of one run, as the report computes them (without ``sweep``: the
+    Table 2 difference only)."""
     # lazy: pandas-heavy evidence readers, only where a replicate runs
-    from mmgrid.eval.table import CheckpointValues
-    from mmgrid.stats import spearman_with_interval
     from mmgrid.sweep import evidence as ev
     from mmgrid.sweep.lambda_model import stats_table
 
     t = cfg.sweeps.temporal
     level = cfg.sweeps.calibrate.level
-    curves = ev.temporal_curves(reg, t.paradigm, t.variant, t.metric)
-    stars = ev.robust_stars(curves, t.smooth)
     domains = sorted(str(d) for d in prepared.domains)
     st = stats_table(prepared).set_index("domain")
     out: dict[str, Any] = {"domains": domains, "avg_gap": {d: float(st.loc[d, "avg_gap_days"]) for d in domains},
                            "lambda_star": {}, "curves": {}}
+    if sweep:
+        _lambda_estimates(out, ev.temporal_curves(reg, t.paradigm, t.variant, t.metric), t.smooth, level)
+    _t2_estimates(out, cfg, reg)
+    return out
+
+
+def _lambda_estimates(out: dict[str, Any], curves: Any, smooth: Any, level: float) -> None:
+    """lambda* per domain and group, the curves, rho (Table 4) and "lambda = 1 is not the best" (Figure 5)."""
+    # lazy: as estimates()
+    from mmgrid.stats import spearman_with_interval
+    from mmgrid.sweep import evidence as ev
+
+    domains = out["domains"]
+    stars = ev.robust_stars(curves, smooth)
     for r in stars.itertuples():
         out["lambda_star"].setdefault(r.domain, {})[r.group] = [r.lambda_star, r.ci_low, r.ci_high, r.n_users]
     for (d, g), c in curves.items():
@@ -127,7 +147,7 @@ def estimates(cfg: GridConfig, reg: Any, prepared: Any) -> dict[str, Any]:
                                               "n_users": int(c.values.shape[2])}
     na = [out["lambda_star"].get(d, {}).get("non_active") for d in domains]
     if all(na) and len(domains) >= 3:
-        reps = ev.star_replicates(curves, domains, "non_active", t.smooth)
+        reps = ev.star_replicates(curves, domains, "non_active", smooth)
         sp = spearman_with_interval([out["avg_gap"][d] for d in domains], [x[0] for x in na], reps, level)
         out["t4_rho"] = [sp.rho, sp.ci_low, sp.ci_high, sp.pvalue]
     al = [(d, out["lambda_star"].get(d, {}).get("all")) for d in domains]
@@ -135,6 +155,15 @@ def estimates(cfg: GridConfig, reg: Any, prepared: Any) -> dict[str, Any]:
     if al:
         off = [d for d, x in al if x[1] > 1.0 or x[2] < 1.0]
         out["f5_not1"] = {"holds": bool(off), "max_dev": max(abs(x[0] - 1.0) for _, x in al), "domains": off}
+
+
+def _t2_estimates(out: dict[str, Any], cfg: GridConfig, reg: Any) -> None:
+    """Each paradigm - most-popular (Table 2), users of every domain pooled, and the spread for the planner."""
+    # lazy: as estimates()
+    from mmgrid.eval.table import CheckpointValues
+    from mmgrid.sweep import evidence as ev
+
+    t, domains = cfg.sweeps.temporal, out["domains"]
     t2 = list(dict.fromkeys([t.paradigm, *(cfg.sweeps.calibrate.t2_paradigms or [])]))
     cv = CheckpointValues(reg, cfg.eval.split, cfg.train.stages[-1], [*t2, "popular"], t.variant)
     out["t2_each"] = {}
@@ -147,7 +176,6 @@ def estimates(cfg: GridConfig, reg: Any, prepared: Any) -> dict[str, Any]:
         sd = _difference_spread(cv, t.paradigm, domains)
         if sd is not None:
             out["t2_sd_user"], out["t2_sd_seed"] = sd
-    return out
 
 
 def _difference_spread(cv: Any, paradigm: str, domains: list[str]) -> tuple[float, float] | None:
@@ -172,14 +200,14 @@ def _difference_spread(cv: Any, paradigm: str, domains: list[str]) -> tuple[floa
     return float(u.std(ddof=1)) if u.size > 1 else float("nan"), float(s.std(ddof=1)) if s.size > 1 else float("nan")
 
 
-def replicate_job(grid: dict, result_path: str, keep_runs: bool = False) -> dict[str, Any]:
+def replicate_job(grid: dict, result_path: str, keep_runs: bool = False, sweep: bool = True) -> dict[str, Any]:
     """Executor entry point (JSON in, JSON out): one replicate, its result written to ``result_path`` (cache)."""
     path = Path(result_path)
     if path.exists():
         return json.loads(path.read_text())
     root = Path(grid["registry"]).parent
     try:
-        out = run_replicate(grid)
+        out = run_replicate(grid, sweep)
     finally:
         if not keep_runs:
             shutil.rmtree(root, ignore_errors=True)

@@ -91,18 +91,22 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs: list[tuple[str, float, Job]] = []
+    own_world = _own_world(cfg)
     for size in c.sizes:
         for p in range(c.population_worlds):
             seed = c.world_seed + 10_000 + p  # population worlds never share a seed with a replicate
             jobs.append(("population", size, _job(cfg, size, seed, out, population=True)))
         for r in range(c.replicates):
             jobs.append(("replicate", size, _job(cfg, size, c.world_seed + r, out)))
+            if own_world:  # the Table 2 difference of this replicate's own world, with more of its users
+                jobs.append(("own world", size, _job(cfg, size, c.world_seed + r, out, population=True, own_world=True)))
     own = executor is None
     ex = executor if executor is not None else executor_from_config(cfg)
     cached = sum(Path(j.kwargs["result_path"]).exists() for _, _, j in jobs)
     if progress:
-        print(f"calibrate: {len(jobs)} runs ({len(c.sizes)} size(s) x ({c.replicates} replicate(s) + "
-              f"{c.population_worlds} population world(s))), {cached} cached under {out / 'replicates'}", flush=True)
+        print(f"calibrate: {len(jobs)} runs ({len(c.sizes)} size(s) x ({c.replicates} replicate(s)"
+              f"{' and as many own-world populations' if own_world else ''} + {c.population_worlds} population "
+              f"world(s))), {cached} cached under {out / 'replicates'}", flush=True)
     t0 = time.perf_counter()
 
     def line(i: int, res: dict[str, Any]) -> None:
@@ -126,9 +130,10 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
             ex.shutdown()
     pops: dict[float, dict[str, Any]] = {}
     runs: dict[float, list[dict[str, Any]]] = {}
+    owns: dict[float, list[dict[str, Any]]] = {}
     for (kind, size, _), res in zip(jobs, results):
-        (runs.setdefault(size, []) if kind == "replicate" else pops.setdefault(size, {}).setdefault("_runs", [])
-         ).append(res)
+        (runs.setdefault(size, []) if kind == "replicate" else owns.setdefault(size, []) if kind == "own world"
+         else pops.setdefault(size, {}).setdefault("_runs", [])).append(res)
     population = {}
     for size in c.sizes:
         pop = population_values(pops.get(size, {}).get("_runs", []))
@@ -139,7 +144,8 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
         ppath.write_text(json.dumps(json_safe({"size": size, "knobs": c.knobs, "world_user_scale": c.population_user_scale,
                                             "worlds": c.population_worlds, "recipes": recipes, "values": pop}),
                                     indent=1))
-    found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs)
+    found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs,
+                               owns.get(size) if own_world and f == "t2_popular" else None)
              for f in c.findings for size in c.sizes]
     secs = [r.get("seconds") for rs in runs.values() for r in rs if r.get("seconds")]
     res = CalibrationResult(out, list(c.sizes), list(c.knobs), c.replicates, population, found,
@@ -148,13 +154,22 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     return res
 
 
-def _job(cfg: GridConfig, size: float, world_seed: int, out: Path, population: bool = False) -> Job:
-    kind = "population" if population else "replicate"
-    g = replicate_grid(cfg, size, world_seed, out / "runs" / "pending", population)
-    h = recipe_hash(g)
-    g = replicate_grid(cfg, size, world_seed, out / "runs" / h, population)
-    return Job(REPLICATE_JOB, {"grid": g, "result_path": str(out / "replicates" / f"{h}.json"),
-                               "keep_runs": cfg.sweeps.calibrate.keep_runs},
+def _own_world(cfg: GridConfig) -> bool:
+    c = cfg.sweeps.calibrate
+    return "t2_popular" in c.findings and c.t2_population == "world"
+
+
+def _job(cfg: GridConfig, size: float, world_seed: int, out: Path, population: bool = False,
+         own_world: bool = False) -> Job:
+    """A replicate, a population world, or (``own_world``) a replicate's own world with more users and no sweep."""
+    kind = "own-world" if own_world else "population" if population else "replicate"
+    g = replicate_grid(cfg, size, world_seed, out / "runs" / "pending", population, own_world)
+    h = recipe_hash(g, sweep=not own_world)
+    g = replicate_grid(cfg, size, world_seed, out / "runs" / h, population, own_world)
+    kw = {"grid": g, "result_path": str(out / "replicates" / f"{h}.json"), "keep_runs": cfg.sweeps.calibrate.keep_runs}
+    if own_world:
+        kw["sweep"] = False
+    return Job(REPLICATE_JOB, kw,
                resources=job_resources(cfg.exec, "train"),  # a replicate trains: a training job's resources on Ray
                name=f"calibrate:{kind}:size={size:g}:world={world_seed}")
 
@@ -179,7 +194,10 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
              f"(paradigm `{cfg.sweeps.temporal.paradigm}`, training seeds {cfg.train.seed_list}, "
              f"`train.max_examples` {cfg.train.max_examples}, `eval.max_users` {cfg.eval.max_users}); planted knobs "
              f"{', '.join(f'`world.plant.{k}`' for k in res.knobs)} = the size (0 = the null world). Population values: "
-             f"{c.population_worlds} world(s) with {c.population_user_scale:g}x the users, every test user. Rates carry "
+             f"{c.population_worlds} world(s) with {c.population_user_scale:g}x the users, every test user"
+             + (f"; the Table 2 difference's coverage and bias are measured against each replicate's own world "
+                f"with {c.population_user_scale:g}x its users (its items, trends and users, plus more users)"
+                if _own_world(cfg) else "") + ". Rates carry "
              "their Monte Carlo standard error (MCSE = sqrt(p (1 - p) / R)); the MDE is the |effect| a replicate "
              f"detects at {c.power:.0%} power, 2.80 x the SE its mean 95% interval implies. "
              f"{res.seconds_per_replicate:.0f} s per replicate on average; the study took {seconds:.0f} s here "
@@ -189,7 +207,7 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
     for f in res.findings:
         row = f.__dict__
         lines.append(f"| {f.finding} | {f.size:g} | {_num(f.population)} | {'yes' if f.is_null else 'no'} | "
-                     f"{f.holds.text() if f.holds else '-'} | {f.coverage.text() if f.coverage else '-'} | "
+                     f"{f.holds.text() if f.holds else '-'} | {_coverage(f.coverage, f.coverage_of, f.coverage_expected)} | "
                      f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} | "
                      f"{target_check(f, 1 - c.level, c.power, c.level)} |")
     lines += ["", "Per domain (non-active lambda*) and per paradigm (Table 2 difference):", "",
@@ -197,8 +215,9 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
               "|---|---|---|---|---|---|---|"]
     for f in res.findings:
         for d, v in f.per_domain.items():
-            cov = Rate(**v["coverage"])
-            lines.append(f"| {f.finding} | {f.size:g} | {d} | {_num(v['population'])} | {cov.text()} | "
+            cov = _coverage(Rate(**v["coverage"]), v.get("coverage_of", "configuration"),
+                            v.get("coverage_expected", float("nan")))
+            lines.append(f"| {f.finding} | {f.size:g} | {d} | {_num(v['population'])} | {cov} | "
                          f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} |")
     lines += ["", "What each finding's estimand is:", ""]
     lines += [f"- `{k}` ({FINDINGS[k][0]}): {FINDINGS[k][2]}" for k in c.findings]
@@ -223,10 +242,15 @@ def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
     def recipe(size: float, seed: int, population: bool) -> str:
         return Path(_job(cfg, size, seed, out, population).kwargs["result_path"]).stem
 
+    def own_world(size: float, seed: int) -> str:
+        return Path(_job(cfg, size, seed, out, True, True).kwargs["result_path"]).stem
+
     return {"name": cfg.name, "recipe": own, "world_seed": c.world_seed,
             "runs": {_size_key(size): {
                 "replicates": [recipe(size, c.world_seed + r, False) for r in range(c.replicates)],
-                "population": [recipe(size, c.world_seed + 10_000 + p, True) for p in range(c.population_worlds)]}
+                "population": [recipe(size, c.world_seed + 10_000 + p, True) for p in range(c.population_worlds)],
+                **({"own_world": [own_world(size, c.world_seed + r) for r in range(c.replicates)]}
+                   if _own_world(cfg) else {})}
                 for size in c.sizes}}
 
 
@@ -236,6 +260,15 @@ def _t2_spread(res: CalibrationResult) -> dict[str, float]:
     u = [r["t2_sd_user"] for r in rs if r.get("t2_sd_user") is not None]
     s = [r["t2_sd_seed"] for r in rs if r.get("t2_sd_seed") is not None]
     return {"user": float(np.mean(u)) if u else float("nan"), "seed": float(np.mean(s)) if s else float("nan")}
+
+
+def _coverage(cov: Rate | None, of: str, expected: float) -> str:
+    if cov is None:
+        return "-"
+    if of != "own world":
+        return cov.text()
+    exp = f"; {expected:.0%} expected from its noise" if expected is not None and math.isfinite(expected) else ""
+    return f"{cov.text()} (own world{exp})"
 
 
 def _num(v: float) -> str:
