@@ -100,7 +100,14 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
     users = _users(k, n_users, n_cats, start_ms, span, personalization, rng)
     u = rng.random(n_cats)
     phase = 2 * np.pi * (np.argsort(u) / n_cats + u[0])  # evenly spaced phases, in random order
-    return _interactions(k, catalog, users, phase, start_ms, end_ms, period_days, rng, process.recency, process.counts)
+    return _interactions(k, catalog, users, phase, _Window(start_ms, end_ms, period_days), rng, process)
+
+
+@dataclass(frozen=True)
+class _Window:
+    start_ms: int
+    end_ms: int
+    period_days: float
 
 
 @dataclass(frozen=True)
@@ -161,8 +168,8 @@ def _extended(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_da
     users = _users(k, n_base, n_cats, start_ms, span, process.personalization, rng)
     u = rng.random(n_cats)
     phase = 2 * np.pi * (np.argsort(u) / n_cats + u[0])
-    base = _interactions(k, catalog, users, phase, start_ms, end_ms, period_days, rng, base_process.recency,
-                         base_process.counts)
+    window = _Window(start_ms, end_ms, period_days)
+    base = _interactions(k, catalog, users, phase, window, rng, base_process)
     n_extra = n_all - n_base
     if n_extra <= 0:
         return base
@@ -170,21 +177,21 @@ def _extended(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_da
     counts = None
     if process.counts is not None:  # the extra users' share of each period's interactions
         counts = tuple(int(round(c * (process.user_scale - 1.0))) for c in process.counts)
-    extra = _interactions(k, catalog, extra_users, phase, start_ms, end_ms, period_days, extra_rng, process.recency,
-                          counts)
+    extra = _interactions(k, catalog, extra_users, phase, window, extra_rng, replace(process, counts=counts))
     return Simulated(user=np.concatenate([base.user, extra.user + n_base]), item=np.concatenate([base.item, extra.item]),
                      ts=np.concatenate([base.ts, extra.ts]), item_cat=base.item_cat, release_ms=base.release_ms)
 
 
-def _interactions(k: DomainKnobs, catalog: _Catalog, people: _Users, phase: np.ndarray, start_ms: int, end_ms: int,
-                  period_days: float, rng: np.random.Generator, recency: float,
-                  counts: tuple[int, ...] | None) -> Simulated:  # fmt: skip
-    """Every period's interactions of ``people`` with ``catalog`` (see :func:`simulate`)."""
+def _interactions(k: DomainKnobs, catalog: _Catalog, people: _Users, phase: np.ndarray, window: _Window,
+                  rng: np.random.Generator, process: ProcessScales) -> Simulated:  # fmt: skip
+    """Every period's interactions of ``people`` with ``catalog`` (see :func:`simulate`; of ``process``, the
+    recency and the counts are read here)."""
+    start_ms, end_ms, recency, counts = window.start_ms, window.end_ms, process.recency, process.counts
     cat, release, life, quality = catalog.cat, catalog.release, catalog.life, catalog.quality
     arrive, act, p0, p1 = people.arrive, people.act, people.p0, people.p1
     n_users, n_items, n_cats = arrive.size, cat.size, phase.size
     span = end_ms - start_ms
-    period = int(period_days * DAY_MS)
+    period = int(window.period_days * DAY_MS)
     out_u, out_i, out_t = [], [], []
     # with fixed counts a user reviews an item once (as on Amazon): a pair already drawn is drawn again
     seen = np.zeros((n_users, n_items), dtype=bool) if counts is not None else None
