@@ -3,9 +3,10 @@
     python bench/calibration.py                        # mmgrid calibrate demo, R = 20 per size, sizes 0 and 1
     python bench/calibration.py --out runs/calibrate   # reuse (and fill) that folder's replicate cache
     python bench/calibration.py --workers 2 sweeps.calibrate.replicates=10
+    python bench/calibration.py --record calibration_own_world sweeps.calibrate.replicates=8   # another record
 
 Runs ``mmgrid calibrate demo --out OUT`` (docs/calibration.md) and writes
-``bench/results/calibration.md``: the machine, its load, the command, the study's table
+``bench/results/calibration.md`` (``--record NAME``: ``bench/results/NAME.md``): the machine, its load, the command, the study's table
 (type-I error, power, coverage, bias, minimum detectable effect, each with its Monte Carlo
 standard error) and what the study cost: the mean seconds a replicate took inside its job and
 the wall time of the replicates this run computed (cached replicates cost nothing: a rerun on a
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/calibrate", help="the study's folder (its replicate cache is reused)")
     ap.add_argument("--workers", default="0", help="exec.workers (0: one per CPU)")
+    ap.add_argument("--record", default="calibration",
+                    help="the record's name: bench/results/NAME.md and NAME_power_curve.png (default: calibration)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the demo grid")
     args = ap.parse_args(argv)
     from mmgrid.cli import main as mmgrid_main
@@ -44,15 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     if rc != 0:
         return rc
     data = json.loads((Path(args.out) / "calibration.json").read_text())
-    n_runs = sum(len(v["replicates"]) + len(v["population"]) for v in data["grid"]["runs"].values())
+    n_runs = sum(len(v["replicates"]) + len(v["population"]) + len(v.get("own_world", []))
+                 for v in data["grid"]["runs"].values())
     print(f"\n{n_runs} runs ({cached} cached before this run); {wall:.0f} s wall in this run; "
           f"{data['seconds_per_replicate']:.0f} s per replicate inside its job (mean)")
     print(f"grid {data['grid']['name']}, recipe {data['grid']['recipe']}\n")
     md = (Path(args.out) / "calibration.md").read_text()
     png = Path(args.out) / "power_curve.png"
     if png.is_file() and os.environ.get("MMGRID_BENCH_NO_RECORD") != "1":
-        shutil.copyfile(png, HERE / "results" / "calibration_power_curve.png")
-        md = md.replace("](power_curve.png)", "](calibration_power_curve.png)")
+        shutil.copyfile(png, HERE / "results" / f"{args.record}_power_curve.png")
+        md = md.replace("](power_curve.png)", f"]({args.record}_power_curve.png)")
     print(md)
     return 0
 
@@ -61,7 +65,9 @@ if __name__ == "__main__":
     sys.path.insert(0, str(HERE))
     from record import recorded  # bench/record.py: writes bench/results/calibration.md
 
-    with recorded("calibration"):
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--record", default="calibration")
+    with recorded(pre.parse_known_args()[0].record):
         code = main()
         if code:  # no record of a failed run
             raise SystemExit(code)
