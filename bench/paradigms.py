@@ -5,8 +5,9 @@ For each world preset (``default``, ``dense_short_text`` and ``amazon_table1``; 
 for the demo's and 4x), builds the demo grid's default variant (tiny base, pretrain -> p1 -> p2 at
 the demo's 3 / 2 / 2 epochs) for each asked paradigm on the first ``--domains`` domains, once per
 training seed, through the library (``mmgrid.train.build.build_grid`` into a registry under
-``--out``), then ranks a fixed, seeded sample of the evaluation window's examples (the same sample
-for every seed and paradigm, so differences are paired) with each p2 checkpoint.
+``--out``), then ranks every example of the evaluation window (or, with ``--eval-users N``, a fixed,
+seeded sample of N a domain) with each p2 checkpoint: the same examples for every seed and
+paradigm, so differences are paired.
 
 Per paradigm it prints, pooled over the domains:
 
@@ -40,7 +41,7 @@ Usage::
     python bench/paradigms.py --preset default --budget 6000 --paradigms semid sasrec
     python bench/paradigms.py --preset dense_short_text --paradigms semid -- paradigm_params.semid.codes=fused
 
-Cost on 2 cores: ``--domains 2 --eval-users 300`` with the demo budget is about one to a few
+Cost on 2 cores: ``--domains 2`` with the demo budget is about one to a few
 minutes per paradigm and seed (text, the slowest, generates titles; amazon_table1's two large
 domains cost the most); 4x the budget is ~4x the build.
 """
@@ -134,7 +135,7 @@ def evaluate_cell(cfg, paradigm: str, eval_users: int) -> dict:
     for (p, domain), cid in res.final_ids().items():
         dom = prepared.domain(domain)
         # seed 0 for the sample: every training seed and paradigm is evaluated on the same examples
-        ev = Evaluator(par, dom, split=cfg.eval.split, ks=[K], groups=["all"], max_users=eval_users, seed=0)
+        ev = Evaluator(par, dom, split=cfg.eval.split, ks=[K], groups=["all"], max_users=eval_users or None, seed=0)
         model = par.load(load_checkpoint(registry, cid), dom, params)
         model.eval()
         t0 = time.perf_counter()
@@ -179,7 +180,8 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace, arms: dict |
     n_users = pop_r.shape[1]
     lines = [f"preset {args.preset}, {'valid' if args.valid else 'test'} window, budget train.max_examples="
              f"{args.budget}, seeds {args.seeds}, {args.domains} domain(s), {n_users} evaluated users "
-             f"(<= {args.eval_users} examples a domain); 95% bootstrap intervals over users and seeds "
+             + (f"(<= {args.eval_users} examples a domain)" if args.eval_users else "(every example of the window)")
+             + "; 95% bootstrap intervals over users and seeds "
              "(differences paired per user and seed)",
              "", "| paradigm | R@10 | N@10 | R@10 - popular | ratio to SASRec | R@10 - SASRec | R@10 - 0.8 SASRec "
              "| R@10 - its default | build s | eval s |",
@@ -222,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", nargs="+", type=int, default=[1500],
                     help="train.max_examples, one table each (demo 1500; 4x: 6000)")
     ap.add_argument("--domains", type=int, default=2, help="world.n_domains (the first N of the preset)")
-    ap.add_argument("--eval-users", type=int, default=300, help="evaluated examples per domain (seeded sample)")
+    ap.add_argument("--eval-users", type=int, default=0,
+                    help="evaluated examples per domain: a seeded sample of this many (0, the default: every example "
+                         "of the window, as the targets ask: intervals over all its users)")
     ap.add_argument("--valid", action="store_true", help="evaluate on a window carved from p2, never on test")
     ap.add_argument("--valid-start", default="2022-12-01", help="first day of the validation window (p2 ends there)")
     ap.add_argument("--out", default="runs/bench-paradigms", help="world, registries and results go here")
