@@ -1,11 +1,13 @@
 """Recall@10 / NDCG@10 of every paradigm beside most-popular and SASRec, per world preset (issue 16).
 
-For one world preset (``default``, ``dense_short_text`` or ``amazon_table1``) and one training budget
-(``train.max_examples``), builds the demo grid's default variant (tiny base, pretrain -> p1 -> p2 at
+For each world preset (``default``, ``dense_short_text`` and ``amazon_table1``; all three unless
+``--preset`` names some) and each training budget (``train.max_examples``; ``--budget 1500 6000``
+for the demo's and 4x), builds the demo grid's default variant (tiny base, pretrain -> p1 -> p2 at
 the demo's 3 / 2 / 2 epochs) for each asked paradigm on the first ``--domains`` domains, once per
 training seed, through the library (``mmgrid.train.build.build_grid`` into a registry under
-``--out``), then ranks a fixed, seeded sample of the evaluation window's examples (the same sample
-for every seed and paradigm, so differences are paired) with each p2 checkpoint.
+``--out``), then ranks every example of the evaluation window (or, with ``--eval-users N``, a fixed,
+seeded sample of N a domain) with each p2 checkpoint: the same examples for every seed and
+paradigm, so differences are paired.
 
 Per paradigm it prints, pooled over the domains:
 
@@ -14,8 +16,12 @@ Per paradigm it prints, pooled over the domains:
   interval over users and seeds (``mmgrid.stats.mean_ci``);
 - the paired per-user difference in Recall@10 against most-popular (counts over the training
   phases, as ``mmgrid eval``) with its 95% interval: issue 16's first target is its lower bound > 0;
-- the ratio of its mean Recall@10 to SASRec's, and the paired difference ``R@10 - 0.8 x SASRec``
-  with its interval (the second target: >= 0.8 x SASRec);
+- the ratio of its mean Recall@10 to SASRec's, the paired differences ``R@10 - SASRec`` and
+  ``R@10 - 0.8 x SASRec`` with their intervals (SemEmb's target: ratio >= 1 with the first
+  interval not entirely below 0; SemID's: >= 0.8 x SASRec);
+- for an ``--arm`` (the paradigm with some knobs changed, e.g.
+  ``--arm emb-nobucket=emb:bucket_window=0``): the paired difference to the paradigm's own row
+  (same users, same seeds), which is how docs/paradigms.md's SemEmb option table was measured;
 - build seconds (every stage of every domain, summed over seeds; 0 when cached in the registry)
   and evaluation seconds (ranking, summed over seeds and domains).
 
@@ -29,12 +35,15 @@ re-runs only what is new; ``--fresh`` ignores the cache.
 
 Usage::
 
-    python bench/paradigms.py --preset dense_short_text --valid            # demo budget, seeds 0 1 2
+    python bench/paradigms.py                                              # all presets, demo budget, seeds 0 1 2
+    python bench/paradigms.py --preset dense_short_text --valid
+    python bench/paradigms.py --preset amazon_table1 --paradigms emb sasrec --arm emb-nobucket=emb:bucket_window=0
     python bench/paradigms.py --preset default --budget 6000 --paradigms semid sasrec
     python bench/paradigms.py --preset dense_short_text --paradigms semid -- paradigm_params.semid.codes=fused
 
-Cost on 2 cores: ``--domains 2 --eval-users 300`` with the demo budget is about one to a few
-minutes per paradigm and seed (text, the slowest, generates titles); 4x the budget is ~4x the build.
+Cost on 2 cores: ``--domains 2`` with the demo budget is about one to a few
+minutes per paradigm and seed (text, the slowest, generates titles; amazon_table1's two large
+domains cost the most); 4x the budget is ~4x the build.
 """
 
 from __future__ import annotations
@@ -56,7 +65,24 @@ PARADIGMS = ["text", "semid", "emb", "sasrec"]
 K = 10
 
 
-def grid_config(args: argparse.Namespace, seed: int, paradigm: str):
+def parse_arms(specs: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """``--arm LABEL=PARADIGM:KEY=VALUE,KEY=VALUE`` -> ``{LABEL: (PARADIGM, ["paradigm_params.P.KEY=VALUE", ...])}``.
+
+    An arm is one more row: the paradigm with some of its knobs changed (an A/B against the
+    paradigm's defaults, paired on the same users and seeds)."""
+    arms: dict[str, tuple[str, list[str]]] = {}
+    for spec in specs:
+        label, sep, rest = spec.partition("=")
+        par, sep2, knobs = rest.partition(":")
+        if not sep or not label or not par or label in PARADIGMS or label in arms:
+            raise SystemExit(f"--arm {spec!r}: expected LABEL=PARADIGM:KEY=VALUE[,KEY=VALUE] with a new label "
+                             "(e.g. emb-nobucket=emb:bucket_window=0)")
+        over = [f"paradigm_params.{par}.{kv}" for kv in knobs.split(",") if kv] if sep2 else []
+        arms[label] = (par, over)
+    return arms
+
+
+def grid_config(args: argparse.Namespace, seed: int, paradigm: str, extra: list[str] = ()):
     """The demo grid (default variant only) for this preset, budget, seed and paradigm."""
     from mmgrid.demo import demo_config
 
@@ -64,7 +90,8 @@ def grid_config(args: argparse.Namespace, seed: int, paradigm: str):
     out = Path(args.out) / args.preset
     over = [f"world.preset={args.preset}", f"world.n_domains={args.domains}", f"train.max_examples={args.budget}",
             f"train.seed={seed}", "eval.retention=false", f"eval.ks=[{K}]", "eval.groups=[all]",
-            f"prepared={out / ('prepared-' + mode)}", f"registry={out / ('registry-' + mode)}", *args.overrides]
+            f"prepared={out / ('prepared-' + mode)}", f"registry={out / ('registry-' + mode)}", *args.overrides,
+            *extra]
     cfg, _ = demo_config(False, str(out), overrides=over)
     cfg.variants = [v for v in cfg.variants if v.name == "default"]
     cfg.paradigms = [paradigm]
@@ -108,7 +135,7 @@ def evaluate_cell(cfg, paradigm: str, eval_users: int) -> dict:
     for (p, domain), cid in res.final_ids().items():
         dom = prepared.domain(domain)
         # seed 0 for the sample: every training seed and paradigm is evaluated on the same examples
-        ev = Evaluator(par, dom, split=cfg.eval.split, ks=[K], groups=["all"], max_users=eval_users, seed=0)
+        ev = Evaluator(par, dom, split=cfg.eval.split, ks=[K], groups=["all"], max_users=eval_users or None, seed=0)
         model = par.load(load_checkpoint(registry, cid), dom, params)
         model.eval()
         t0 = time.perf_counter()
@@ -137,8 +164,11 @@ def pooled(cells: list[dict], who: str, metric: str) -> np.ndarray:
     return np.stack(rows)
 
 
-def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
+def table(results: dict[str, list[dict]], args: argparse.Namespace, arms: dict | None = None) -> str:
+    """The markdown table of one preset and budget: a row per paradigm (and per ``--arm``)."""
     from mmgrid.stats import mean_ci
+
+    arms = arms or {}
 
     def ci(a: np.ndarray) -> str:
         m, lo, hi = mean_ci(a)
@@ -150,17 +180,24 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
     n_users = pop_r.shape[1]
     lines = [f"preset {args.preset}, {'valid' if args.valid else 'test'} window, budget train.max_examples="
              f"{args.budget}, seeds {args.seeds}, {args.domains} domain(s), {n_users} evaluated users "
-             f"(<= {args.eval_users} examples a domain); 95% bootstrap intervals over users and seeds",
-             "", "| paradigm | R@10 | N@10 | R@10 - popular | ratio to SASRec | R@10 - 0.8 SASRec | build s | eval s |",
-             "|---|---|---|---|---|---|---|---|",
+             + (f"(<= {args.eval_users} examples a domain)" if args.eval_users else "(every example of the window)")
+             + "; 95% bootstrap intervals over users and seeds "
+             "(differences paired per user and seed)",
+             "", "| paradigm | R@10 | N@10 | R@10 - popular | ratio to SASRec | R@10 - SASRec | R@10 - 0.8 SASRec "
+             "| R@10 - its default | build s | eval s |",
+             "|---|---|---|---|---|---|---|---|---|---|",
              f"| most-popular | {ci(pop_r)} | {ci(pop_n)} | | "
-             f"{pop_r.mean() / sas.mean():.2f} | | | |" if sas is not None else
-             f"| most-popular | {ci(pop_r)} | {ci(pop_n)} | | | | | |"]
+             + (f"{pop_r.mean() / sas.mean():.2f} | {ci(pop_r - sas)} |" if sas is not None else "| |")
+             + " | | | |"]
     for p, cells in results.items():
         r, n = pooled(cells, "model", "recall"), pooled(cells, "model", "ndcg")
         ratio = f"{r.mean() / sas.mean():.2f}" if sas is not None else "-"
+        vs = ci(r - sas) if sas is not None and p != "sasrec" else ""
         vs08 = ci(r - 0.8 * sas) if sas is not None and p != "sasrec" else ""
-        lines.append(f"| {p} | {ci(r)} | {ci(n)} | {ci(r - pop_r)} | {ratio} | {vs08} | "
+        base = arms.get(p, (None,))[0]
+        vsdef = ci(r - pooled(results[base], "model", "recall")) if base in results else ""
+        label = f"{p} ({', '.join(o.split('.', 2)[2] for o in arms[p][1])})" if p in arms else p
+        lines.append(f"| {label} | {ci(r)} | {ci(n)} | {ci(r - pop_r)} | {ratio} | {vs} | {vs08} | {vsdef} | "
                      f"{sum(c['build_s'] for c in cells):.0f} | {sum(c['eval_s'] for c in cells):.1f} |")
     lines += ["", "R@10 per domain (mean over users and seeds): " + "; ".join(
         f"{dom}: " + ", ".join(
@@ -171,16 +208,25 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+PRESETS = ["default", "dense_short_text", "amazon_table1"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="default", choices=["default", "dense_short_text", "amazon_table1"],
-                    help="world preset (amazon_table1: MMGRid's Amazon statistics; its first two domains are the "
-                         "largest, Health and Sports)")
-    ap.add_argument("--paradigms", nargs="+", default=PARADIGMS)
+    ap.add_argument("--preset", nargs="+", default=PRESETS, choices=PRESETS,
+                    help="world presets, one table each (default: all three; amazon_table1: MMGRid's Amazon "
+                         "statistics, its first two domains are the largest, Health and Sports)")
+    ap.add_argument("--paradigms", nargs="+", default=PARADIGMS, choices=PARADIGMS)
+    ap.add_argument("--arm", action="append", default=[], metavar="LABEL=PARADIGM:KEY=VALUE[,KEY=VALUE]",
+                    help="one more row: PARADIGM with these paradigm_params changed, paired against its default "
+                         "row (e.g. --arm emb-nobucket=emb:bucket_window=0); repeatable")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds (>= 3 for the targets)")
-    ap.add_argument("--budget", type=int, default=1500, help="train.max_examples (demo 1500; 4x: 6000)")
+    ap.add_argument("--budget", nargs="+", type=int, default=[1500],
+                    help="train.max_examples, one table each (demo 1500; 4x: 6000)")
     ap.add_argument("--domains", type=int, default=2, help="world.n_domains (the first N of the preset)")
-    ap.add_argument("--eval-users", type=int, default=300, help="evaluated examples per domain (seeded sample)")
+    ap.add_argument("--eval-users", type=int, default=0,
+                    help="evaluated examples per domain: a seeded sample of this many (0, the default: every example "
+                         "of the window, as the targets ask: intervals over all its users)")
     ap.add_argument("--valid", action="store_true", help="evaluate on a window carved from p2, never on test")
     ap.add_argument("--valid-start", default="2022-12-01", help="first day of the validation window (p2 ends there)")
     ap.add_argument("--out", default="runs/bench-paradigms", help="world, registries and results go here")
@@ -188,20 +234,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true", help="ignore cached results (checkpoints are still reused)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE grid overrides (e.g. paradigm_params.semid.codes=fused)")
     args = ap.parse_args(argv)
+    arms = parse_arms(args.arm)
 
-    from mmgrid.data.pipeline import prepare
-    from mmgrid.data.world_files import write_world
     from mmgrid.runtime.progress import set_quiet
 
     set_quiet(True)
+    presets, budgets = list(args.preset), list(args.budget)
+    for preset in presets:
+        for budget in budgets:
+            args.preset, args.budget = preset, budget
+            run_one(args, arms)
+    return 0
+
+
+def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]]) -> None:
+    """One preset and budget: build or reuse every cell, print and save the table."""
+    from mmgrid.data.pipeline import prepare
+    from mmgrid.data.world_files import write_world
+
     out = Path(args.out)
     cache_dir = out / "cells"
     cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
     prepared_done = False
-    for p in args.paradigms:
+    rows = [(p, p, []) for p in args.paradigms] + [(label, par, over) for label, (par, over) in arms.items()]
+    t_start = time.perf_counter()
+    for label, p, extra in rows:
         for seed in args.seeds:
-            cfg = grid_config(args, seed, p)
+            cfg = grid_config(args, seed, p, extra)
             if not prepared_done:
                 if not (Path(cfg.data.root) / "truth.json").exists():
                     write_world(cfg.data.root, cfg.world)
@@ -212,17 +272,17 @@ def main(argv: list[str] | None = None) -> int:
             if path.exists() and not args.fresh:
                 cell = json.loads(path.read_text())
             else:
-                print(f"  {args.preset} {p} seed {seed} budget {args.budget} ...", file=sys.stderr, flush=True)
+                print(f"  {args.preset} {label} seed {seed} budget {args.budget} "
+                      f"({time.perf_counter() - t_start:.0f} s) ...", file=sys.stderr, flush=True)
                 cell = evaluate_cell(cfg, p, args.eval_users)
                 path.write_text(json.dumps(cell))
-            results.setdefault(p, []).append(cell)
-    text = table(results, args)
-    print(text)
+            results.setdefault(label, []).append(cell)
+    text = table(results, args, arms)
+    print(text + "\n")
     tag = args.tag or f"{args.preset}-{'valid' if args.valid else 'test'}-b{args.budget}-s{'_'.join(map(str, args.seeds))}"
     (out / f"{tag}.md").write_text(f"$ python bench/paradigms.py {' '.join(sys.argv[1:])}\n\n{text}\n")
     (out / f"{tag}.json").write_text(json.dumps({"args": vars(args), "results": results}))
-    print(f"\nsaved {out / (tag + '.md')} and {out / (tag + '.json')}")
-    return 0
+    print(f"saved {out / (tag + '.md')} and {out / (tag + '.json')}\n")
 
 
 def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:
@@ -231,7 +291,10 @@ def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:
     from mmgrid.configtools import stable_hash, to_dict
     from mmgrid.runtime.plan import _train_version
 
-    return stable_hash({"cfg": to_dict(cfg), "paradigm": paradigm, "eval_users": args.eval_users, "k": K,
+    d = to_dict(cfg)
+    # only this paradigm's knobs: another paradigm's --arm must not invalidate this one's cells
+    d["paradigm_params"] = {paradigm: dict(d.get("paradigm_params", {}).get(paradigm, {}))}
+    return stable_hash({"cfg": d, "paradigm": paradigm, "eval_users": args.eval_users, "k": K,
                         **_train_version(paradigm)})[:16]
 
 

@@ -74,6 +74,14 @@ class EmbKnobs(Knobs):
                        "add a learned per-item ID vector (zero-initialised) to each text embedding")
     id_scale: float = knob(1.0, 0, None, 'float>',
                        "item = text embedding + id_scale * ID vector (a larger scale lets IDs move faster)")
+    bucket_window: int = knob(8, 0, None, 'int',
+                       "training batches of similar history length, sorted within windows of this many "
+                       "batches (mmgrid.train.loop.length_buckets); 0 or 1: plain shuffled batches")
+    fused_optimizer: bool = knob(True, None, None, 'bool',
+                       "the fused AdamW (one kernel per step); false: the foreach AdamW (equal up to rounding)")
+    last_layer_only: bool = knob(True, None, None, 'bool',
+                       "run both LLMs' last decoder layer only where it is read (mmgrid.models.partial); "
+                       "false: the plain Hugging Face forward (the same numbers up to rounding)")
 
 
 DEFAULTS: dict[str, Any] = EmbKnobs.defaults()  # the knobs' defaults (the declaration above)
@@ -140,6 +148,9 @@ class EmbModel(nn.Module):
         self.register_buffer("item_lengths", tokens.lengths, persistent=False)
         self.generator = torch.Generator().manual_seed(seed)
         self._emb_cache: tuple[torch.Tensor, torch.Tensor] | None = None
+        # read by the training loop in place of the paradigm's class defaults (mmgrid.train.loop.task_option)
+        self.train_options = {"bucket_window": int(params.bucket_window),
+                              "fused_optimizer": bool(params.fused_optimizer)}
         # Optional collaborative part of an item's embedding (HLLM's text-only item is the default):
         # zero-initialised, so a new model starts as the text-only one.
         self.item_id: nn.Embedding | None = None
@@ -166,8 +177,7 @@ class EmbModel(nn.Module):
         ids = self.item_ids[items, :width]
         mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
         # the hidden state at each text's EOS; the last layer runs there only (mmgrid.models.partial)
-        emb = hidden_states_at(self.item_llm.model, last_index(lengths)[:, None], attention_mask=mask,
-                               input_ids=ids)[:, 0]
+        emb = self._hidden_at(self.item_llm.model, last_index(lengths), attention_mask=mask, input_ids=ids)
         if self.item_id is not None:
             emb = emb + float(self.params.id_scale) * self.item_id(items)
         return emb
@@ -180,8 +190,15 @@ class EmbModel(nn.Module):
         mask = real.clone()
         mask[:, 0] = True
         # the last item's hidden state; the last layer runs there only (mmgrid.models.partial)
-        return hidden_states_at(self.user_llm, last_index(lengths)[:, None], attention_mask=mask.long(),
-                                inputs_embeds=seq)[:, 0]
+        return self._hidden_at(self.user_llm, last_index(lengths), attention_mask=mask.long(), inputs_embeds=seq)
+
+    def _hidden_at(self, inner: nn.Module, last: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
+        """``[B, H]``: the decoder's final hidden state at position ``last[b]`` of each row (the last
+        layer there only with ``last_layer_only``, else the plain forward and a gather)."""
+        if self.params.last_layer_only:
+            return hidden_states_at(inner, last[:, None], **inputs)[:, 0]
+        out = inner(**inputs, use_cache=False).last_hidden_state
+        return out[torch.arange(out.shape[0], device=out.device), last]
 
     @torch.no_grad()
     def all_item_embeddings(self) -> torch.Tensor:

@@ -75,10 +75,19 @@ def _record(log: StageLog, step: int, values: dict[str, float]) -> None:
             log.events.append({"step": step, **values})
 
 
-def _lengths(task: Any, examples: Sequence[Any]) -> list[int] | None:
-    """Per-example lengths when ``task`` asks for length bucketing (``bucket_window > 1`` and an
+def task_option(task: Any, model: Any, name: str, default: Any) -> Any:
+    """A training option (``bucket_window``, ``fused_optimizer``): the model's own
+    ``train_options[name]`` where it has one (a paradigm knob, e.g. ``paradigm_params.emb``),
+    else the task's attribute, else ``default``."""
+    own = getattr(model, "train_options", None)
+    if isinstance(own, dict) and name in own:
+        return own[name]
+    return getattr(task, name, default)
+
+
+def _lengths(task: Any, examples: Sequence[Any], window: int) -> list[int] | None:
+    """Per-example lengths when length bucketing is asked for (``window > 1`` and the task has an
     ``example_length(example)`` method), else None."""
-    window = int(getattr(task, "bucket_window", 0) or 0)
     if window <= 1 or not hasattr(task, "example_length"):
         return None
     return [int(task.example_length(e)) for e in examples]
@@ -135,6 +144,9 @@ class TrainTask(Protocol):
         fused_optimizer: True selects the fused AdamW (:func:`adamw`); default False.
         bucket_window: > 1 (with :meth:`example_length`) batches examples of similar length
             together (:func:`length_buckets`); default 0 (off).
+
+    A model with a ``train_options`` dict overrides either for itself (:func:`task_option`): emb
+    makes both ``paradigm_params.emb`` knobs.
     """
 
     def collate(self, model: torch.nn.Module, examples: list[Any]) -> dict[str, torch.Tensor]:
@@ -234,16 +246,17 @@ def train_stage(task: TrainTask, model: torch.nn.Module, examples: Sequence[Any]
     local_bs = local_batch_size(st.batch_size, dist) if world > 1 else st.batch_size
 
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = adamw(params, st.lr, st.weight_decay, fused=bool(getattr(task, "fused_optimizer", False)))
+    opt = adamw(params, st.lr, st.weight_decay, fused=bool(task_option(task, model, "fused_optimizer", False)))
     n_batches = math.ceil(math.ceil(len(examples) / world) / local_bs) if examples else 0
     show = progress and (dist is None or dist.is_main)
     bar = progress_bar(total=st.epochs * n_batches, desc=where or "train", unit="step", enabled=show)
     step = 0
-    lengths = _lengths(task, examples)
+    window = int(task_option(task, model, "bucket_window", 0) or 0)
+    lengths = _lengths(task, examples, window)
     for epoch in range(st.epochs):
         order = torch.randperm(len(examples), generator=gen).tolist()
         if lengths is not None:
-            order = length_buckets(order, lengths, st.batch_size, int(task.bucket_window), gen)
+            order = length_buckets(order, lengths, st.batch_size, window, gen)
         mine = [examples[i] for i in order]
         if world > 1:
             mine = shard(mine, dist)

@@ -1,0 +1,55 @@
+"""bench/paradigms.py: --arm rows (a paradigm with knobs changed) and cells keyed by their own
+paradigm's knobs only, so an arm of one paradigm never re-evaluates another's cells."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import numpy as np
+import pytest
+
+from tests.workflow.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_paradigms", REPO / "bench" / "paradigms.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_arms_parse_into_paradigm_knob_overrides(bench) -> None:
+    arms = bench.parse_arms(["emb-old=emb:bucket_window=0,fused_optimizer=false", "e2=emb:n_negatives=64"])
+    assert arms == {"emb-old": ("emb", ["paradigm_params.emb.bucket_window=0",
+                                        "paradigm_params.emb.fused_optimizer=false"]),
+                    "e2": ("emb", ["paradigm_params.emb.n_negatives=64"])}
+    for bad in (["emb"], ["=emb:x=1"], ["emb=emb:x=1"], ["a=emb:x=1", "a=emb:y=2"]):
+        with pytest.raises(SystemExit):
+            bench.parse_arms(bad)
+
+
+def test_a_cell_key_depends_on_its_own_paradigms_knobs_only(bench, tmp_path) -> None:
+    args = argparse.Namespace(valid=False, out=str(tmp_path), preset="default", domains=2, budget=1500,
+                              overrides=[], eval_users=0)
+    key = lambda p, extra=(): bench._cell_key(bench.grid_config(args, 0, p, list(extra)), p, args)  # noqa: E731
+    assert key("sasrec") == key("sasrec", ["paradigm_params.emb.bucket_window=0"])
+    assert key("emb") != key("emb", ["paradigm_params.emb.bucket_window=0"])
+    assert key("emb") != key("sasrec")
+
+
+def test_the_table_pairs_an_arm_with_its_default_row(bench) -> None:
+    # two users, one seed: the arm gains 1 on user 0 and 0 on user 1 -> a paired mean difference of 0.5
+    def cell(model):
+        return {"build_s": 0.0, "eval_s": 0.0, "domains": {"D": {"users": [0, 1], "model": {"recall": model, "ndcg": model},
+                                                                    "popular": {"recall": [0.0, 0.0], "ndcg": [0.0, 0.0]}}}}
+    results = {"emb": [cell([0.0, 1.0])], "sasrec": [cell([1.0, 1.0])], "emb-x": [cell([1.0, 1.0])]}
+    args = argparse.Namespace(preset="default", valid=False, budget=1500, seeds=[0], domains=1, eval_users=0)
+    text = bench.table(results, args, {"emb-x": ("emb", ["paradigm_params.emb.bucket_window=0"])})
+    row = next(line for line in text.splitlines() if line.startswith("| emb-x"))
+    assert "(bucket_window=0)" in row
+    cols = [c.strip() for c in row.split("|")]
+    assert cols[5] == "1.00" and cols[8].startswith("0.5000")  # ratio to SASRec; R@10 - its default
+    emb = next(line for line in text.splitlines() if line.startswith("| emb |"))
+    assert [c.strip() for c in emb.split("|")][5] == f"{np.mean([0.0, 1.0]) / 1.0:.2f}"
