@@ -24,14 +24,14 @@ times in one Python process (no repeated start-up).
 
 ``--all`` times every mergekit method mmgrid maps (all 20), each as the *same* mergekit
 recipe run by mergekit (``run_merge``) and by mmgrid's reader (``run_mergekit_recipe``), both
-writing an HF folder, and writes the table to bench/results/merge.md: wall time, peak
+writing an HF folder, and records the table in bench/results/merge_all.md: wall time, peak
 memory, mmgrid / mergekit ratios against the goals (>= 2x mergekit's speed at <= 1/4 of its
 peak memory), and the bandwidth floor of each case. ``--shape small`` builds a tiny
 Qwen3-shaped model instead (a smoke run of the benchmark itself; its numbers measure start-up,
 not merging).
 
 Usage: python bench/merge.py [--sweep-mergekit-points 21] [--sweep-cli-points 3] [--no-cli] [--only CASE ...] [--keep]
-       python bench/merge.py --all [--shape small] [--repeat 1] [--out bench/results/merge.md]
+       python bench/merge.py --all [--shape small] [--repeat 1] [--out TABLE.md]
 """
 
 from __future__ import annotations
@@ -303,8 +303,9 @@ def mmgrid_recipe(config: str, out: Path) -> dict:
 
 
 def run_all(p: dict[str, Path], root: Path, mk_py: str | None, repeat: int, size: int, rbw: float, wbw: float,
-            shape: str, out_md: Path, only: list[str] | None = None) -> None:
-    """Every mapped method against mergekit on the same recipe; the table to ``out_md``."""
+            shape: str, out_md: Path | None, only: list[str] | None = None) -> None:
+    """Every mapped method against mergekit on the same recipe; the table printed (the record keeps it) and, if
+    given, written to ``out_md``."""
     from mmgrid.merge.mergekit.spec import METHOD_TABLE, supported_methods
     from mmgrid.merge.methods import method_names
 
@@ -356,9 +357,11 @@ def run_all(p: dict[str, Path], root: Path, mk_py: str | None, repeat: int, size
     if shape != "0.6b":
         lines += ["", "A smoke run on a tiny model: both tools' times are start-up and imports, not merging; "
                   "run `--shape 0.6b` (the default) for the numbers the goals are about."]
-    out_md.parent.mkdir(parents=True, exist_ok=True)
-    out_md.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out_md}")
+    print("\n" + "\n".join(lines[2:]))  # the record (bench/results/merge_all.md) keeps the table
+    if out_md is not None and out_md.resolve() != (HERE / "results" / "merge_all.md").resolve():
+        out_md.parent.mkdir(parents=True, exist_ok=True)
+        out_md.write_text("\n".join(lines) + "\n")
+        print(f"wrote {out_md}")
 
 
 def bandwidth(src: Path, tmp: Path) -> tuple[float, float]:
@@ -424,7 +427,9 @@ def main() -> None:
                     help="time every mapped mergekit method (the same recipe in both tools) and write --out")
     ap.add_argument("--shape", choices=("0.6b", "small"), default="0.6b",
                     help="model shape: Qwen3-0.6B (default) or a tiny Qwen3 (a smoke run of the benchmark)")
-    ap.add_argument("--out", default=str(HERE / "results" / "merge.md"), help="--all: the Markdown table's path")
+    ap.add_argument("--out", default=None,
+                    help="--all: also write the Markdown table to this path (the run's record, bench/results/"
+                         "merge_all.md, holds it either way)")
     ap.add_argument("--models", metavar="DIR",
                     help="reuse base/, ft1/, ft2/ built by an earlier run (--keep) instead of building them")
     args = ap.parse_args()
@@ -443,7 +448,8 @@ def main() -> None:
         rbw, wbw = bandwidth(p["base"] / "model.safetensors", root)
         print(f"bandwidth: read {rbw / 1e9:.2f} GB/s, write {wbw / 1e9:.2f} GB/s (page cache, same run); load average {os.getloadavg()}")
         if args.all:
-            run_all(p, root, find_mergekit(), args.repeat, size, rbw, wbw, args.shape, Path(args.out), args.only)
+            run_all(p, root, find_mergekit(), args.repeat, size, rbw, wbw, args.shape,
+                    Path(args.out) if args.out else None, args.only)
             return
         out = root / "out.safetensors"
         mk_py = find_mergekit()
@@ -556,7 +562,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from record import recorded  # bench/record.py: writes bench/results/merge.md
+    from record import recorded  # bench/record.py: bench/results/merge.md, or merge_all.md for --all
 
-    with recorded("merge"):
+    with recorded("merge_all" if "--all" in sys.argv[1:] else "merge"):
         main()
