@@ -69,7 +69,9 @@ def _load() -> str:
 def render(name: str, command: str, output: str, load_before: str, load_after: str, seconds: float,
            earlier: str = "") -> str:
     """The Markdown of one record (plus the earlier ones, kept below)."""
-    text = (f"# bench/{name}.py\n\nWritten by the benchmark when it finished "
+    script = command.split()[1] if command.startswith("python ") and len(command.split()) > 1 else f"bench/{name}.py"
+    title = script if Path(script).stem == name else f"{script} ({name})"  # a named record of a benchmark
+    text = (f"# {title}\n\nWritten by the benchmark when it finished "
             f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seconds:.0f} s).\n\n"
             f"- machine: {machine()}\n- load average (1, 5, 15 min) before: {load_before}; after: {load_after}\n"
             f"- command: `{command}`\n\n```\n{output.rstrip()}\n```\n")

@@ -37,3 +37,13 @@ def test_a_benchmark_record_keeps_the_earlier_ones(tmp_path: Path, monkeypatch: 
     with record.recorded("z"):
         print("child")
     assert not (tmp_path / "z.md").exists()
+
+
+def test_a_named_record_says_which_benchmark_wrote_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import record
+
+    assert record.render("merge", "python bench/merge.py --only ties", "", "", "", 1.0).startswith("# bench/merge.py\n")
+    named = record.render("calibration_own_world", "python bench/calibration.py --record calibration_own_world",
+                          "", "", "", 1.0)
+    assert named.startswith("# bench/calibration.py (calibration_own_world)\n")
