@@ -264,6 +264,10 @@ ALL_RECIPES: dict[str, dict] = {
 # beside any row that misses one. The methods not named here stream through the fast file pass
 # (per-tensor coefficients or whole-model thresholds from a first pass).
 CAUSES: dict[str, str] = {
+    "model_stock": "its first pass over every input (each tensor's task vectors, subtracted into fresh tensors, and "
+                   "float64 row dot products for the cosines) before the merge pass: 5.3 s of 7.3 s (cProfile)",
+    "sce": "its first pass over every input (task vectors into fresh tensors, float64 row Gram dots) before the "
+           "merge pass: 5.8 s of 10.1 s (cProfile, while other work ran)",
     "ties": "the fast pass after two first passes over the files (each tensor's exact top-X% thresholds from "
             "histograms of |tau|'s bit patterns: bincount over every entry, single-threaded per input)",
     "dare_linear": "mergekit's DARE rescales to each tensor's L1 norm: whole float32 tensors on the reference path",
