@@ -21,6 +21,8 @@ from typing import Literal, get_args
 
 import torch
 
+from mmgrid.merge.errors import NonFiniteError
+
 # float32 magnitudes as int32 bit patterns are monotone in the value; their top 20 bits
 # (sign bit 0, 8 exponent bits, 11 mantissa bits) index the histogram bins of
 # :func:`magnitude_histogram`: one bin spans a relative width of 2^-11.
@@ -360,11 +362,36 @@ def magnitude_histogram(x: torch.Tensor, scratch: torch.Tensor | None = None) ->
     return torch.bincount(bits >> MAG_SHIFT if scratch is None else bits.bitwise_right_shift_(MAG_SHIFT))
 
 
+def add_magnitude_histogram(hist: torch.Tensor, x: torch.Tensor, what: str, scratch: torch.Tensor | None = None) -> None:
+    """Add x's :func:`magnitude_histogram` into ``hist`` (:data:`N_MAG_BINS` counts), the
+    streaming first pass of a top-X% threshold.
+
+    Raises:
+        NonFiniteError: x holds NaN or Inf (their bit patterns sort above every finite one);
+            ``what`` names it (e.g. "tensor 'w': input 0 or the base").
+    """
+    part = magnitude_histogram(x, scratch)
+    if part.numel() > NONFINITE_BIN:
+        raise NonFiniteError(f"{what} holds NaN or Inf; fix that checkpoint")
+    hist[: part.numel()] += part
+
+
+def _from_top(hist: torch.Tensor, k: int) -> tuple[int, torch.Tensor]:
+    """(pos, desc): ``desc`` the counts of ``hist`` cumulated from its last bin down, ``pos`` the
+    first position (counted from the last bin) where they reach ``k``."""
+    desc = torch.flip(hist, [0]).cumsum(0)
+    return int(torch.searchsorted(desc, torch.tensor(k, dtype=desc.dtype))), desc
+
+
+def _as_float32(bits: int) -> float:
+    """The float32 whose bit pattern is ``bits``."""
+    return float(torch.tensor([bits], dtype=torch.int32).view(torch.float32))
+
+
 def threshold_bin(hist: torch.Tensor, k: int) -> tuple[int, int]:
     """(b, above): the bin of a :func:`magnitude_histogram` (of :data:`N_MAG_BINS` counts)
     holding the k-th largest magnitude, and how many entries lie in the bins above it."""
-    desc = torch.flip(hist, [0]).cumsum(0)
-    pos = int(torch.searchsorted(desc, torch.tensor(k, dtype=desc.dtype)))
+    pos, desc = _from_top(hist, k)
     return hist.numel() - 1 - pos, int(desc[pos - 1]) if pos > 0 else 0
 
 
@@ -380,10 +407,8 @@ def bin_value(b: int, sub_hist: torch.Tensor, k: int) -> float:
     """The k-th largest magnitude inside bin ``b`` (1-based) from its :func:`sub_bin_histogram`:
     with ``k`` = (k-th overall) - (entries above the bin), the exact k-th largest magnitude, the
     value :func:`kth_largest_magnitude` gives, from two streaming passes (two histograms)."""
-    desc = torch.flip(sub_hist, [0]).cumsum(0)
-    pos = int(torch.searchsorted(desc, torch.tensor(k, dtype=desc.dtype)))
-    bits = (b << MAG_SHIFT) | ((1 << MAG_SHIFT) - 1 - pos)
-    return float(torch.tensor([bits], dtype=torch.int32).view(torch.float32))
+    pos, _ = _from_top(sub_hist, k)
+    return _as_float32((b << MAG_SHIFT) | ((1 << MAG_SHIFT) - 1 - pos))
 
 
 def locate_threshold(hist: torch.Tensor, k: int) -> float:
@@ -393,7 +418,5 @@ def locate_threshold(hist: torch.Tensor, k: int) -> float:
     |x| >= it are kept, i.e. the k largest plus the other entries of that bin (those
     within a relative 2^-11 of the k-th largest).
     """
-    desc = torch.flip(hist, [0]).cumsum(0)
-    pos = int(torch.searchsorted(desc, torch.tensor(k, dtype=desc.dtype)))
-    b = N_MAG_BINS - 1 - pos
-    return float(torch.tensor([b << MAG_SHIFT], dtype=torch.int32).view(torch.float32))
+    pos, _ = _from_top(hist, k)
+    return _as_float32((N_MAG_BINS - 1 - pos) << MAG_SHIFT)

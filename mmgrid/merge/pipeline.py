@@ -27,7 +27,6 @@ from typing import Literal
 import torch
 
 from mmgrid.merge import masks, ops
-from mmgrid.merge.errors import NonFiniteError
 from mmgrid.merge.masks import dare_generator  # noqa: F401  (its home before masks.py)
 
 Sparsify = Literal["none", "magnitude", "dare", "dare_magnitude"]
@@ -341,11 +340,9 @@ def tensor_thresholds(cfg: Pipeline, views: Callable[[], Iterator], n_inputs: in
             b[:] = [torch.empty(m, dtype=torch.float32), torch.empty(m, dtype=torch.int32)]
         return b[0][:m].copy_(v.raw[i].reshape(-1)).sub_(v.raw_base.reshape(-1)), b[1]
 
-    def first(v, i: int) -> torch.Tensor:
-        part = ops.magnitude_histogram(*delta(v, i))
-        if part.numel() > ops.NONFINITE_BIN:  # Inf/NaN bit patterns sort above all finite ones
-            raise NonFiniteError(f"tensor {v.name!r}: input {i} or the base holds NaN or Inf; fix that checkpoint")
-        return part
+    def first(v, i: int, h: torch.Tensor) -> None:
+        d, scratch = delta(v, i)
+        ops.add_magnitude_histogram(h, d, f"tensor {v.name!r}: input {i} or the base", scratch)
 
     def second(v, i: int, b: int) -> torch.Tensor:
         d, scratch = delta(v, i)
@@ -367,8 +364,7 @@ def tensor_thresholds(cfg: Pipeline, views: Callable[[], Iterator], n_inputs: in
                     raise RuntimeError(f"the first pass saw tensor {v.name!r} twice, not in consecutive pieces")
                 cur, hists, total = v.name, [torch.zeros(ops.N_MAG_BINS, dtype=torch.int64) for _ in range(n_inputs)], 0
             total += v.raw[0].numel()
-            for h, part in zip(hists, ex.map(lambda i, v=v: first(v, i), range(n_inputs))):
-                h[: part.numel()] += part
+            list(ex.map(lambda i, v=v: first(v, i, hists[i]), range(n_inputs)))  # each input its own histogram
         if cur is not None:
             close()
         subs = {name: [torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for _ in range(n_inputs)] for name in where}
@@ -415,10 +411,7 @@ class ThresholdFinder:
             deltas = [_f32_copy(t.reshape(-1)[first::self.stride]).sub_(b) for t in raw]
         self.seen += deltas[0].numel()
         for i, (h, d) in enumerate(zip(self.hists, deltas)):
-            part = ops.magnitude_histogram(d)
-            if part.numel() > ops.NONFINITE_BIN:  # Inf/NaN bit patterns sort above all finite ones
-                raise NonFiniteError(f"tensor {key!r}: input {i} or the base holds NaN or Inf; fix that checkpoint")
-            h[: part.numel()] += part
+            ops.add_magnitude_histogram(h, d, f"tensor {key!r}: input {i} or the base")
 
     def thresholds(self) -> list[float]:
         k = ops.keep_count(self.cfg.density, self.seen)
