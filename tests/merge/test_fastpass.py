@@ -428,3 +428,25 @@ def test_both_sign_rules_take_the_fast_pass(params):
     dare = get_method("ties_dare")(validate_params("ties_dare", {"density": 0.3, "p": 0.2}))
     dare.check_inputs(2)
     assert not dare.kernel(2).chunkable  # DARE's masks are drawn per tensor: the reference route
+
+
+def test_ramplus_added_rows_take_lambdas_from_their_own_counts(trio):
+    """Added vocabulary rows are a view the first pass never saw: RAM+ gives them lambda_i from
+    their own shared / unique change counts (lambda_i = 1 + r min(shared_i / unique_i, rho_max)),
+    then the masked definition."""
+    from mmgrid.merge.methods import get_method, validate_params
+    from mmgrid.merge.methods.base import TensorView
+
+    p = {"epsilon": 0.001, "r": 0.5, "rho_max": 2.0}
+    m = get_method("ramplus_tl")(validate_params("ramplus_tl", p))
+    name = "layers.0.up.weight"
+    base, ins = trio["base"][name][:3], [trio[k][name][:3] for k in "abc"]
+    on = [(t.float() - base.float()).abs() > p["epsilon"] for t in ins]
+    count = sum(x.int() for x in on)
+    lams = []
+    for x in on:
+        shared, unique = int((x & (count > 1)).sum()), int((x & (count == 1)).sum())
+        lams.append(1.0 + p["r"] * min(shared / max(unique, p["epsilon"]), p["rho_max"]))
+    want = _masked_definitions("ramplus_tl", base.float(), [t.float() for t in ins], lams)
+    got = m.merge_tensor(TensorView(f"{name}[added]", ins, base, True))
+    assert torch.allclose(got, want, rtol=1e-6, atol=0)

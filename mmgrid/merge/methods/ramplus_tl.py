@@ -84,19 +84,6 @@ class RamPlusTl(Method):
     def elementwise(self) -> bool:
         return True  # after prepare: lambda_i of each tensor is known
 
-    def _masks(self, ds: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
-        on = [d.abs() > self.params.epsilon for d in ds]
-        count = torch.zeros(ds[0].shape, dtype=torch.int32)
-        for m in on:
-            count += m
-        return on, count
-
-    @staticmethod
-    def _counts(on: list[torch.Tensor], count: torch.Tensor) -> list[tuple[int, int]]:
-        """(shared_i, unique_i) of each input over these entries."""
-        unique, overlap = count == 1, count > 1
-        return [(int((m & overlap).sum()), int((m & unique).sum())) for m in on]
-
     def _lambdas(self, counts: list[tuple[int, int]]) -> list[float]:
         p = self.params
         out = []
@@ -122,8 +109,8 @@ class RamPlusTl(Method):
         self._lams = {name: self._lambdas([(sh, un) for sh, un in c]) for name, c in acc.items()}
 
     def _chunk_counts(self, view: TensorView, w: Work) -> list[tuple[int, int]]:
-        """(shared_i, unique_i) of each input over this view's entries (:meth:`_counts` of
-        :meth:`_masks`), from float passes: the change indicators m_ie = |sign(hardshrink(tau_ie,
+        """(shared_i, unique_i) of each input over this view's entries (shared: a change where
+        another input changes too; unique: a change no other input makes), from float passes: the change indicators m_ie = |sign(hardshrink(tau_ie,
         eps))| (1 or 0), c_e = sum_i m_ie, [c_e = 1] = 1 - |sign(c_e - 1)|, [c_e > 1] =
         sign(relu(c_e - 1)), and each count a dot product of 0/1 vectors (:func:`_ones`)."""
         b = w.base32(view.raw_base.reshape(-1))
@@ -141,17 +128,18 @@ class RamPlusTl(Method):
     def kernel(self, n: int) -> Kernel:
         return Kernel(fn=self.entries)
 
-    def entries(self, name: str, parts: Sequence[torch.Tensor], work: Work | None = None) -> torch.Tensor:
+    def entries(self, name: str, parts: Sequence[torch.Tensor], work: Work | None = None,
+                lams: Sequence[float] | None = None) -> torch.Tensor:
         """The merged entries of one tensor or chunk (``parts``: theta_0, then the inputs, as
-        stored) with the first pass's lambda_i of tensor ``name``, in ``work``'s buffers: both
-        routes call it.
+        stored) with the first pass's lambda_i of tensor ``name`` (or ``lams``), in ``work``'s
+        buffers: both routes call it.
 
         Float passes only (boolean tensors cost 3-15x a float pass on CPU), the bits of
-        :meth:`_merge`'s masks: m_ie tau_ie = hardshrink(tau_ie, eps) (+0 where not a change),
+        boolean masks: m_ie tau_ie = hardshrink(tau_ie, eps) (+0 where not a change),
         m_ie = |sign(.)|, c_e their sum (small integers, exact), [c_e = 1] = 1 - |sign(c_e - 1)|,
         [c_e > 1] / c_e = sign(relu(c_e - 1)) / max(c_e, 1).
         """
-        lams = self._lams.get(name)
+        lams = self._lams.get(name) if lams is None else lams
         if lams is None:
             raise KeyError(f"no lambda_i for tensor {name!r}: the method's first pass did not see it")
         w = work if work is not None else Work.fresh(parts[0].shape, len(parts))
@@ -176,4 +164,9 @@ class RamPlusTl(Method):
         return out.add_(b)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        return self._merge(view.deltas(), view.raw_base, self._lams.get(view.name))
+        """The reference path's views that no kernel takes: added vocabulary rows (a view of their
+        own, not seen by the first pass) get lambda_i from their own counts."""
+        lams = self._lams.get(view.name)
+        if lams is None:
+            lams = self._lambdas(self._chunk_counts(view, Work.fresh((view.raw[0].numel(),), len(view.raw))))
+        return self.entries(view.name, [view.raw_base, *view.raw], lams=lams)
