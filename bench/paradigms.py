@@ -22,6 +22,10 @@ Per paradigm it prints, pooled over the domains:
 - for an ``--arm`` (the paradigm with some knobs changed, e.g.
   ``--arm emb-nobucket=emb:bucket_window=0``): the paired difference to the paradigm's own row
   (same users, same seeds), which is how docs/paradigms.md's SemEmb option table was measured;
+- for a ``--rank-arm`` (knobs that change only the ranking, e.g. the text paradigm's grounding:
+  ``--rank-arm mm=text:grounding_scale=minmax``): the same, on the paradigm's default checkpoints
+  (same ids, never retrained) loaded with those knobs; for ``text`` every rank arm grounds the beams
+  the default checkpoint generated once (cached under ``--out/beams``), so an arm costs grounding only;
 - build seconds (every stage of every domain, summed over seeds; 0 when cached in the registry)
   and evaluation seconds (ranking, summed over seeds and domains).
 
@@ -38,6 +42,7 @@ Usage::
     python bench/paradigms.py                                              # all presets, demo budget, seeds 0 1 2
     python bench/paradigms.py --preset dense_short_text --valid
     python bench/paradigms.py --preset amazon_table1 --paradigms emb sasrec --arm emb-nobucket=emb:bucket_window=0
+    python bench/paradigms.py --preset amazon_table1 --valid --paradigms text sasrec --rank-arm g0=text:popularity_gamma=0
     python bench/paradigms.py --preset default --budget 6000 --paradigms semid sasrec
     python bench/paradigms.py --preset dense_short_text --paradigms semid -- paradigm_params.semid.codes=fused
 
@@ -78,6 +83,31 @@ def parse_arms(specs: list[str]) -> dict[str, tuple[str, list[str]]]:
             raise SystemExit(f"--arm {spec!r}: expected LABEL=PARADIGM:KEY=VALUE[,KEY=VALUE] with a new label "
                              "(e.g. emb-nobucket=emb:bucket_window=0)")
         over = [f"paradigm_params.{par}.{kv}" for kv in knobs.split(",") if kv] if sep2 else []
+        arms[label] = (par, over)
+    return arms
+
+
+def parse_rank_arms(specs: list[str], taken: set[str]) -> dict[str, tuple[str, dict]]:
+    """``--rank-arm LABEL=PARADIGM:KEY=VALUE,...`` -> ``{LABEL: (PARADIGM, {KEY: value})}`` (values read as YAML).
+
+    A rank arm changes knobs that only the ranking reads: it is evaluated on the paradigm's default
+    checkpoints, loaded with these knobs (they are not part of the grid, so the checkpoint ids are
+    the default row's)."""
+    import yaml
+
+    arms: dict[str, tuple[str, dict]] = {}
+    for spec in specs:
+        label, sep, rest = spec.partition("=")
+        par, sep2, knobs = rest.partition(":")
+        if not sep or not sep2 or not label or not par or label in PARADIGMS or label in taken or label in arms:
+            raise SystemExit(f"--rank-arm {spec!r}: expected LABEL=PARADIGM:KEY=VALUE[,KEY=VALUE] with a new label "
+                             "(e.g. mm=text:grounding_scale=minmax)")
+        over = {}
+        for kv in knobs.split(","):
+            key, eq, value = kv.partition("=")
+            if not eq or not key:
+                raise SystemExit(f"--rank-arm {spec!r}: {kv!r} is not KEY=VALUE")
+            over[key] = yaml.safe_load(value)
         arms[label] = (par, over)
     return arms
 
@@ -152,6 +182,72 @@ def evaluate_cell(cfg, paradigm: str, eval_users: int) -> dict:
     return out
 
 
+def evaluate_rank_arms(cfg, paradigm: str, eval_users: int, arms: dict[str, dict], beams_dir: Path,
+                       beams_key: str) -> dict[str, dict]:
+    """The default checkpoints of one paradigm and seed, ranked once per rank arm (knobs in ``arms``).
+
+    ``text``: the beams are generated once per domain in the batches :class:`Evaluator` and
+    ``TextParadigm.rank`` use (so a rank arm at the default knobs gives the default row's ranking),
+    cached as JSON under ``beams_dir``, and each arm grounds them (``rank_generated``)."""
+    from mmgrid.eval.metrics import target_ranks
+    from mmgrid.eval.ranking import Evaluator
+    from mmgrid.paradigms import get_paradigm
+    from mmgrid.runtime.checkpoints import load_checkpoint
+    from mmgrid.runtime.context import open_prepared, open_registry
+    from mmgrid.train.build import build_grid
+
+    prepared, registry = open_prepared(cfg.prepared), open_registry(cfg.registry)
+    res = build_grid(cfg, progress=False)  # the default row's checkpoints: cached
+    par, params = get_paradigm(paradigm), dict(cfg.paradigm_params.get(paradigm, {}))
+    cells = {label: {"ids": {}, "build_s": 0.0, "eval_s": 0.0, "domains": {}} for label in arms}
+    for (p, domain), cid in res.final_ids().items():
+        dom = prepared.domain(domain)
+        ev = Evaluator(par, dom, split=cfg.eval.split, ks=[K], groups=["all"], max_users=eval_users or None, seed=0)
+        k = min(K, dom.n_items)
+        beams = None
+        if paradigm == "text":
+            model = par.load(load_checkpoint(registry, cid), dom, params)
+            model.eval()
+            path = beams_dir / f"{beams_key}-{domain}.json"
+            if path.exists():
+                beams = json.loads(path.read_text())
+            else:
+                beams = []
+                bs = int(model.mmgrid_text.params.rank_batch)
+                for s in range(0, ev.n, ev.batch_size):
+                    rows = ev.by_length[s:s + ev.batch_size]
+                    for c in range(0, len(rows), bs):
+                        chunk = rows[c:c + bs]
+                        texts, scores = par.generate(model, [ev.histories[i] for i in chunk])
+                        beams.append({"rows": chunk.tolist(), "texts": texts, "scores": scores.tolist()})
+                path.write_text(json.dumps(beams))
+        for label, over in arms.items():
+            t0 = time.perf_counter()
+            if beams is not None:
+                from mmgrid.paradigms.text import TextKnobs, model_embed
+
+                knobs = TextKnobs.resolve({**model.mmgrid_text.params.to_dict(), **over})
+                vecs = model_embed(model, model.mmgrid_text, model.mmgrid_text.title_ids) \
+                    if knobs.ground_embedder == "model" else None
+                ranked = np.zeros((ev.n, k), dtype=np.int64)
+                for b in beams:
+                    hist = [ev.histories[i] for i in b["rows"]]
+                    ranked[b["rows"]] = par.rank_generated(model, dom, hist, k, b["texts"], np.asarray(b["scores"]),
+                                                           overrides=over, model_items=vecs)
+            else:
+                model = par.load(load_checkpoint(registry, cid), dom, {**params, **over})
+                model.eval()
+                ranked = ev.rank(model)
+            cell = cells[label]
+            cell["eval_s"] += time.perf_counter() - t0
+            r = target_ranks(ranked[:, :K], ev.targets)
+            cell["ids"][domain] = cid
+            cell["domains"][domain] = {"users": ev.users.tolist(), "model": {
+                "recall": (r >= 0).astype(float).tolist(),
+                "ndcg": np.where(r >= 0, 1.0 / np.log2(np.maximum(r, 0) + 2.0), 0.0).tolist()}}
+    return cells
+
+
 def pooled(cells: list[dict], who: str, metric: str) -> np.ndarray:
     """[n_seeds, n_users] per-user means of ``metric``, users of every domain side by side."""
     rows = []
@@ -174,7 +270,7 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace, arms: dict |
         m, lo, hi = mean_ci(a)
         return f"{m:.4f} [{lo:.4f}, {hi:.4f}]"
 
-    first = next(iter(results.values()))
+    first = next(r for r in results.values() if "popular" in next(iter(r[0]["domains"].values())))
     pop_r, pop_n = pooled(first, "popular", "recall")[:1], pooled(first, "popular", "ndcg")[:1]
     sas = pooled(results["sasrec"], "model", "recall") if "sasrec" in results else None
     n_users = pop_r.shape[1]
@@ -197,6 +293,8 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace, arms: dict |
         base = arms.get(p, (None,))[0]
         vsdef = ci(r - pooled(results[base], "model", "recall")) if base in results else ""
         label = f"{p} ({', '.join(o.split('.', 2)[2] for o in arms[p][1])})" if p in arms else p
+        if p in arms and len(arms[p]) > 2:
+            label = label[:-1] + "; ranking only)"
         lines.append(f"| {label} | {ci(r)} | {ci(n)} | {ci(r - pop_r)} | {ratio} | {vs} | {vs08} | {vsdef} | "
                      f"{sum(c['build_s'] for c in cells):.0f} | {sum(c['eval_s'] for c in cells):.1f} |")
     lines += ["", "R@10 per domain (mean over users and seeds): " + "; ".join(
@@ -220,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm", action="append", default=[], metavar="LABEL=PARADIGM:KEY=VALUE[,KEY=VALUE]",
                     help="one more row: PARADIGM with these paradigm_params changed, paired against its default "
                          "row (e.g. --arm emb-nobucket=emb:bucket_window=0); repeatable")
+    ap.add_argument("--rank-arm", action="append", default=[], metavar="LABEL=PARADIGM:KEY=VALUE[,KEY=VALUE]",
+                    help="one more row whose knobs change only the ranking (e.g. the text grounding: "
+                         "--rank-arm mm=text:grounding_scale=minmax): the default checkpoints loaded with these "
+                         "knobs (text: the default beams, generated once), paired against the default row; repeatable")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds (>= 3 for the targets)")
     ap.add_argument("--budget", nargs="+", type=int, default=[1500],
                     help="train.max_examples, one table each (demo 1500; 4x: 6000)")
@@ -235,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE grid overrides (e.g. paradigm_params.semid.codes=fused)")
     args = ap.parse_args(argv)
     arms = parse_arms(args.arm)
+    rank_arms = parse_rank_arms(args.rank_arm, set(arms))
 
     from mmgrid.runtime.progress import set_quiet
 
@@ -243,11 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     for preset in presets:
         for budget in budgets:
             args.preset, args.budget = preset, budget
-            run_one(args, arms)
+            run_one(args, arms, rank_arms)
     return 0
 
 
-def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]]) -> None:
+def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
+            rank_arms: dict[str, tuple[str, dict]] | None = None) -> None:
     """One preset and budget: build or reuse every cell, print and save the table."""
     from mmgrid.data.pipeline import prepare
     from mmgrid.data.world_files import write_world
@@ -277,12 +381,36 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]]) ->
                 cell = evaluate_cell(cfg, p, args.eval_users)
                 path.write_text(json.dumps(cell))
             results.setdefault(label, []).append(cell)
-    text = table(results, args, arms)
+    rank_arms = rank_arms or {}
+    for seed in args.seeds:
+        for par in sorted({p for p, _ in rank_arms.values()}):
+            cfg = grid_config(args, seed, par)
+            key = _cell_key(cfg, par, args)
+            paths = {label: cache_dir / f"{key}-rank-{stable_hash(over)[:12]}.json"
+                     for label, (p, over) in rank_arms.items() if p == par}
+            todo = {label: rank_arms[label][1] for label, path in paths.items() if args.fresh or not path.exists()}
+            if todo:
+                print(f"  {args.preset} rank arms {', '.join(todo)} seed {seed} budget {args.budget} "
+                      f"({time.perf_counter() - t_start:.0f} s) ...", file=sys.stderr, flush=True)
+                (out / "beams").mkdir(exist_ok=True)
+                for label, cell in evaluate_rank_arms(cfg, par, args.eval_users, todo, out / "beams", key).items():
+                    paths[label].write_text(json.dumps(cell))
+            for label, path in paths.items():
+                results.setdefault(label, []).append(json.loads(path.read_text()))
+    shown = {**arms, **{label: (p, [f"paradigm_params.{p}.{k}={v}" for k, v in over.items()], "rank")
+                        for label, (p, over) in rank_arms.items()}}
+    text = table(results, args, shown)
     print(text + "\n")
     tag = args.tag or f"{args.preset}-{'valid' if args.valid else 'test'}-b{args.budget}-s{'_'.join(map(str, args.seeds))}"
     (out / f"{tag}.md").write_text(f"$ python bench/paradigms.py {' '.join(sys.argv[1:])}\n\n{text}\n")
     (out / f"{tag}.json").write_text(json.dumps({"args": vars(args), "results": results}))
     print(f"saved {out / (tag + '.md')} and {out / (tag + '.json')}\n")
+
+
+def stable_hash(obj) -> str:
+    from mmgrid.configtools import stable_hash as h
+
+    return h(obj)
 
 
 def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:

@@ -4,7 +4,8 @@ pure functions on similarity matrices, popularity counts and histories.
 BIGRec (Bao et al. 2023, "A Bi-Step Grounding Paradigm for Large Language Models in Recommendation
 Systems", grounding step with statistics injection): a generated title's L2 distance to each item's
 embedding is divided by
-``(1 + popularity)^gamma``; :func:`ground_scores` adds the history terms described in
+``(1 + popularity)^gamma``; :func:`popularity_adjust` is mmgrid's raw form, :func:`bigrec_adjust`
+BIGRec's own min-max scaled form; :func:`ground_scores` adds the history terms described in
 ``mmgrid.paradigms.text``.
 """
 
@@ -25,10 +26,48 @@ def popularity_adjust(sims: torch.Tensor, counts: np.ndarray, gamma: float) -> t
     item's training popularity scaled to [0, 1] by the most popular item. Returns a score
     (higher is better): the negated adjusted distance.
     """
-    dist = (2 - 2 * sims.float()).clamp(min=0).sqrt()
+    dist = sims_distance(sims)
+    return -dist / (1 + _scaled(counts))[None, :] ** gamma
+
+
+def _scaled(counts: np.ndarray) -> torch.Tensor:
+    """Counts divided by the largest (at least 1): mmgrid's raw popularity in [0, 1]."""
     pop = torch.as_tensor(np.asarray(counts, dtype=np.float32))
-    pop = pop / pop.max().clamp(min=1.0)
-    return -dist / (1 + pop)[None, :] ** gamma
+    return pop / pop.max().clamp(min=1.0)
+
+
+def minmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """Each row of ``x`` scaled to [0, 1]: ``(x - min) / (max - min)`` along the last dimension.
+    A constant row (max = min, where BIGRec's code divides 0 by 0) becomes all 0: every entry ties."""
+    lo = x.min(-1, keepdim=True).values
+    span = x.max(-1, keepdim=True).values - lo
+    return torch.where(span > 0, (x - lo) / torch.where(span > 0, span, torch.ones_like(span)), torch.zeros_like(x))
+
+
+def bigrec_adjust(dist: torch.Tensor, counts: np.ndarray | None, gamma: float) -> torch.Tensor:
+    """BIGRec's grounding with statistics injection as its code computes it (Bao et al. 2023,
+    section 3.2.2, Eq. 3-4): rank items by ``D~_i * (1 + N~_i)^-gamma``, smallest first, with
+
+    * ``D~ = (D - min_i D) / (max_i D - min_i D)``, the L2 distance ``D`` ``[n, n_items]`` of the
+      generated text's embedding to every item's, min-max scaled per row (per user);
+    * ``N~ = (N - min_i N) / (max_i N - min_i N)``, the popularity ``N`` (counts; BIGRec divides
+      them by their sum first, which the min-max scaling cancels) min-max scaled over the items;
+    * ``gamma`` >= 0 tuned on validation (0, or ``counts`` None: the scaled distance alone).
+
+    A constant row or constant counts scale to 0 (:func:`minmax_rows`). The item nearest to the
+    generated text has ``D~ = 0`` and stays first whatever its popularity; popularity re-orders the
+    rest. Returns a score (higher is better): the negated adjusted distance, ``[n, n_items]``.
+    """
+    score = minmax_rows(dist.float())
+    if counts is not None and gamma > 0:
+        pop = minmax_rows(torch.as_tensor(np.asarray(counts, dtype=np.float64)).float())
+        score = score * (1 + pop)[None, :] ** -gamma
+    return -score
+
+
+def sims_distance(sims: torch.Tensor) -> torch.Tensor:
+    """The L2 distance of unit vectors from their cosine: ``sqrt(2 - 2 cos)`` (clamped at 0)."""
+    return (2 - 2 * sims.float()).clamp(min=0).sqrt()
 
 
 def history_weights(histories: Sequence[Sequence[int]], n_items: int, max_history: int, decay: float) -> torch.Tensor:
@@ -54,6 +93,35 @@ def cooc_matrix(users: np.ndarray, items: np.ndarray, n_items: int, window: int)
     return torch.from_numpy((counts / np.maximum(total, 1.0)).astype(np.float32))
 
 
+def base_score(sims: torch.Tensor, counts: np.ndarray | None, gamma: float, scale: str = "raw",
+               dist: torch.Tensor | None = None) -> torch.Tensor:
+    """The grounding score before the history terms (higher is better), ``[n, n_items]``.
+
+    ``G`` = the beams' similarity (:meth:`TextParadigm._ground`). ``scale: raw``: with popularity
+    (``counts`` given) BIGRec's ``-D / (1 + N)^gamma`` with ``N`` = count / max count
+    (:func:`popularity_adjust`), else ``G`` itself. ``scale: minmax``: BIGRec's own form
+    (:func:`bigrec_adjust`): the distance min-max scaled per row, popularity min-max scaled over
+    items. ``dist`` (``[n, n_items]``) is the L2 distance where it is not ``sqrt(2 - 2 G)``
+    (embeddings that are not unit vectors; then ``scale: raw`` without popularity gives ``-D``).
+    """
+    if scale == "minmax":
+        return bigrec_adjust(sims_distance(sims) if dist is None else dist, counts, gamma)
+    if dist is not None:
+        return -dist.float() / ((1 + _scaled(counts))[None, :] ** gamma if counts is not None else 1.0)
+    return popularity_adjust(sims, counts, gamma) if counts is not None else sims.float()
+
+
+def history_terms(score: torch.Tensor, hist_w: torch.Tensor | None, items: torch.Tensor, history_weight: float,
+                  cooc: torch.Tensor | None, cooc_weight: float) -> torch.Tensor:
+    """``score`` plus the history terms of :func:`ground_scores` whose weights are > 0."""
+    if hist_w is not None and history_weight > 0:
+        score = score + history_weight * (hist_w @ items.float()) @ items.float().T
+    if hist_w is not None and cooc is not None and cooc_weight > 0:
+        c = hist_w @ cooc
+        score = score + cooc_weight * c / c.max(1, keepdim=True).values.clamp(min=1e-12)
+    return score
+
+
 def ground_scores(sims: torch.Tensor, counts: np.ndarray | None, gamma: float, hist_w: torch.Tensor | None,
                   items: torch.Tensor, history_weight: float, cooc: torch.Tensor | None,
                   cooc_weight: float) -> torch.Tensor:
@@ -61,7 +129,9 @@ def ground_scores(sims: torch.Tensor, counts: np.ndarray | None, gamma: float, h
 
     ``G`` = the beams' similarity (:meth:`TextParadigm._ground`). With popularity
     (``counts`` given, gamma > 0) the base is BIGRec's ``-D / (1 + pop)^gamma``
-    (:func:`popularity_adjust`), else ``G`` itself. Then, when their weights are > 0:
+    (:func:`popularity_adjust`), else ``G`` itself (:func:`base_score`, ``scale: raw``; the text
+    paradigm calls :func:`base_score` and :func:`history_terms` itself, to pass ``scale``). Then,
+    when their weights are > 0:
 
         + history_weight * sum_j w_j cos(title_j, title_i)        (content similarity to the history)
         + cooc_weight * C_i / max_i C_i,  C_i = sum_j w_j P(i | j)  (what followed the history's items)
@@ -69,10 +139,4 @@ def ground_scores(sims: torch.Tensor, counts: np.ndarray | None, gamma: float, h
     with ``w_j`` the recency weights of :func:`history_weights` and ``P`` of :func:`cooc_matrix`.
     Both weights 0 and no popularity give exactly the similarities (today's behaviour).
     """
-    score = popularity_adjust(sims, counts, gamma) if counts is not None else sims.float()
-    if hist_w is not None and history_weight > 0:
-        score = score + history_weight * (hist_w @ items.float()) @ items.float().T
-    if hist_w is not None and cooc is not None and cooc_weight > 0:
-        c = hist_w @ cooc
-        score = score + cooc_weight * c / c.max(1, keepdim=True).values.clamp(min=1e-12)
-    return score
+    return history_terms(base_score(sims, counts, gamma), hist_w, items, history_weight, cooc, cooc_weight)

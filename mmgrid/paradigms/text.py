@@ -16,7 +16,9 @@ domain by ``sum_b softmax(beam scores)_b * cos(beam_b, item)`` over the returned
 ``"best"`` (plain BIGRec step 1) by cosine similarity to the best beam's text only. BIGRec's
 second grounding step, popularity injection, is on by default (``popularity_gamma`` = 1;
 items' counts over the phases the model was trained on; 0 turns it off). On the demo
-world, weighted + gamma 1 was the best setting tried (docs/paradigms_text_semid.md). With
+world, weighted + gamma 1 was the best setting tried (docs/paradigms_text_semid.md).
+``grounding_scale: minmax`` and ``ground_embedder: model`` ground as BIGRec's code does (min-max
+scaled distance and popularity; the LM's own last-token hidden state, :func:`model_embed`). With
 ``exclude_history`` items of the history are never returned (prepared data is
 deduplicated per user and item). A generated text equal to an item title reuses that
 item's cached embedding, so only novel text is embedded.
@@ -53,7 +55,8 @@ from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import load_examples
 from mmgrid.paradigms.lm import (TokenExample, collate_lm, left_pad, lm_from_checkpoint, lm_loss, lm_state,  # noqa: F401
                                  model_device)
-from mmgrid.paradigms.grounding import cooc_matrix, ground_scores, history_weights, popularity_adjust  # noqa: F401
+from mmgrid.paradigms.grounding import (base_score, bigrec_adjust, cooc_matrix, ground_scores,  # noqa: F401
+                                        history_terms, history_weights, popularity_adjust)
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
 from mmgrid.paradigms.params import Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.ranking import topk_items
@@ -82,6 +85,12 @@ class TextKnobs(Knobs):
                        "weighted | best (see module docstring)")
     popularity_gamma: float = knob(1.0, 0, None, 'float',
                        "BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)")
+    grounding_scale: str = knob("raw", ('raw', 'minmax'), None, 'choice',
+                       "raw = distance / (1 + count/max)^gamma; minmax = BIGRec's code: per-row min-max "
+                       "scaled distance * (1 + min-max scaled popularity)^-gamma")
+    ground_embedder: str = knob("sentence", ('sentence', 'model'), None, 'choice',
+                       "embedding of titles and generated text for grounding: sentence = the embedder; model = "
+                       "the text model's own last-layer hidden state at the last token (BIGRec; raw L2)")
     popularity_phases: str = knob("last", ('last', 'all'), None, 'choice',
                        "popularity counted over: last = the latest trained phase, all = every trained phase")
     beam_candidates: int = knob(0, 0, None, 'int',
@@ -100,6 +109,10 @@ class TextKnobs(Knobs):
                        "weight of the j-th most recent history item in both history terms: decay^j")
     exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history")
     rank_batch: int = knob(128, 1, None, 'int', "histories per generate() call")
+
+    cross_checks = [(lambda p: p["ground_embedder"] == "sentence" or p["beam_candidates"] == 0,
+                     "ground_embedder 'model' grounds every item (beam_candidates must be 0, got "
+                     "{beam_candidates}); set beam_candidates: 0 or ground_embedder: sentence")]
 
 
 DEFAULTS: dict[str, Any] = TextKnobs.defaults()  # the knobs' defaults (the declaration above)
@@ -151,6 +164,27 @@ def prompt_ids(info: TextInfo, history: Sequence[int]) -> list[int]:
     for j, item in enumerate(hist):
         ids += (sep if j else []) + info.title_ids[item]
     return ids + list(answer)
+
+
+@torch.no_grad()
+def model_embed(model: torch.nn.Module, info: TextInfo, token_lists: Sequence[Sequence[int]],
+                batch: int = 256) -> torch.Tensor:
+    """BIGRec's title embedding (Bao et al. 2023, section 3.2.2, grounding step): the LM's last-layer
+    hidden state (after the final norm, as HF's ``hidden_states[-1]``) at the last token of
+    ``<bos> title`` (no ``<bos>`` where the tokenizer has none; an empty title is ``<eos>``), not
+    normalised. ``[len(token_lists), hidden]`` float32 on the CPU. BIGRec embeds with the frozen base
+    LLM; this uses the model it is given (the fine-tuned text model when ranking)."""
+    tok = info.tokenizer
+    head = [tok.bos_token_id] if tok.bos_token_id is not None else []
+    seqs = [head + list(t) if (head or t) else [tok.eos_token_id] for t in token_lists]
+    inner = getattr(model, "model", model)
+    dev = model_device(model)
+    out = []
+    for s in range(0, len(seqs), batch):
+        ids, mask, pos = left_pad(seqs[s:s + batch], tok.pad_token_id)
+        h = inner(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev)).last_hidden_state
+        out.append(h[:, -1].float().cpu())
+    return torch.cat(out) if out else torch.zeros(0, int(model.config.hidden_size))
 
 
 def _pop_phases(trained: list[str], params: TextKnobs) -> list[str]:
@@ -267,21 +301,24 @@ class TextParadigm:
         model.eval()
         out = []
         bs = int(info.params.rank_batch)
+        vecs = model_embed(model, info, info.title_ids) if info.params.ground_embedder == "model" else None
         for start in range(0, len(histories), bs):
             chunk = histories[start:start + bs]
             texts, scores = self.generate(model, chunk)
-            out.append(self.rank_generated(model, domain, chunk, k, texts, scores))
+            out.append(self.rank_generated(model, domain, chunk, k, texts, scores, model_items=vecs))
         model.train(was_training)
         return np.concatenate(out, axis=0) if out else np.zeros((0, k), dtype=np.int64)
 
     def rank_generated(self, model: torch.nn.Module, domain: "DomainData", histories: list[list[int]], k: int,
                        texts: list[list[str]], scores: np.ndarray,
-                       overrides: dict[str, Any] | None = None) -> np.ndarray:
+                       overrides: dict[str, Any] | None = None, model_items: torch.Tensor | None = None) -> np.ndarray:
         """Ground already generated beams (:meth:`generate`) to the top-``k`` items of each history.
 
         ``overrides`` replaces grounding knobs (beam_combine, beam_candidates, popularity_*,
-        history_*, cooc_*) for this call only, so one generation serves a sweep of grounding
-        settings (bench/text_emb_tune.py). See :func:`ground_scores` for the score.
+        grounding_scale, ground_embedder, history_*, cooc_*) for this call only, so one generation
+        serves a sweep of grounding settings (bench/text_emb_tune.py, bench/paradigms.py
+        ``--rank-arm``). See :func:`ground_scores` for the score. ``model_items``: the items'
+        :func:`model_embed` vectors of this model (``ground_embedder: model``; computed when None).
         """
         info = _info(model)
         _check_domain(info, domain)
@@ -289,6 +326,12 @@ class TextParadigm:
         items = torch.from_numpy(np.array(self.item_embeddings(model, domain)))  # a copy: the cache is read-only
         title_row = {t.strip(): i for i, t in reversed(list(enumerate(domain.item_titles)))}
         sims = self._ground(texts, scores, items, title_row, p)
+        dist = None
+        if p.ground_embedder == "model":
+            vecs = model_items if model_items is not None else model_embed(model, info, info.title_ids)
+            dist = self._ground_model(texts, scores, vecs, title_row, p, lambda ts: model_embed(
+                model, info, [e[:int(p.max_title_tokens)] for e in
+                              info.tokenizer([" " + t for t in ts], add_special_tokens=False)["input_ids"]]))
         counts = None
         if float(p.popularity_gamma) > 0 and info.trained_phases:
             counts = domain.popularity(_pop_phases(info.trained_phases, p))
@@ -297,8 +340,8 @@ class TextParadigm:
             hist_w = history_weights(histories, domain.n_items, int(p.max_history), float(p.history_decay))
         if float(p.cooc_weight) > 0 and info.trained_phases:
             cooc = _cooc(info, domain, int(p.cooc_window))
-        score = ground_scores(sims, counts, float(p.popularity_gamma), hist_w, items,
-                              float(p.history_weight), cooc, float(p.cooc_weight))
+        score = history_terms(base_score(sims, counts, float(p.popularity_gamma), p.grounding_scale, dist),
+                              hist_w, items, float(p.history_weight), cooc, float(p.cooc_weight))
         if float(p.collab_weight) > 0 and info.trained_phases:
             hist_c = history_weights(histories, domain.n_items, int(p.max_history), float(p.history_decay))
             emb = _collab(info, domain, items, int(p.cooc_window), int(p.collab_dim))
@@ -341,6 +384,30 @@ class TextParadigm:
             w = torch.softmax(torch.from_numpy(np.asarray(scores, dtype=np.float32)), dim=1)
             out = (w[..., None] * sims).sum(1)
         return out if keep is None else out.masked_fill(~keep, -1.0)
+
+    @staticmethod
+    def _ground_model(texts: list[list[str]], scores: np.ndarray, vecs: torch.Tensor, title_row: dict[str, int],
+                      p: TextKnobs, embed_texts: Any) -> torch.Tensor:
+        """L2 distance [n, n_items] of each history's generated text(s) to every item, both embedded
+        by the model (:func:`model_embed`, ``ground_embedder: model``; BIGRec's ``cdist`` of raw
+        hidden states). Beams combine as in :meth:`_ground`: ``best`` the best beam's distance,
+        ``weighted`` ``sum_b softmax(beam scores)_b * D_b``, ``max`` (the most similar beam) the
+        smallest distance. A text equal to an item title reuses that item's vector; other text is
+        embedded by ``embed_texts`` (a list of strings -> ``[len, hidden]``)."""
+        use = [row[:1] for row in texts] if p.beam_combine == "best" else texts
+        flat = [t for row in use for t in row]
+        novel = sorted({t for t in flat if t not in title_row})
+        novel_vecs = embed_texts(novel) if novel else None
+        where = {t: i for i, t in enumerate(novel)}
+        rows = torch.stack([vecs[title_row[t]] if t in title_row else novel_vecs[where[t]]  # type: ignore[index]
+                            for t in flat])
+        dist = torch.cdist(rows[None], vecs[None])[0].view(len(use), -1, vecs.shape[0])
+        if p.beam_combine == "best":
+            return dist[:, 0]
+        if p.beam_combine == "max":
+            return dist.min(1).values
+        w = torch.softmax(torch.from_numpy(np.asarray(scores, dtype=np.float32)), dim=1)
+        return (w[..., None] * dist).sum(1)
 
     def save(self, model: torch.nn.Module) -> Checkpoint:
         info = _info(model)

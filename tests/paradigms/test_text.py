@@ -255,3 +255,132 @@ def test_collab_term_prefers_items_consumed_with_the_history(tiny_base_shared: A
         cos[hist] = -np.inf
         np.testing.assert_allclose(cos[row[0]], cos.max(), rtol=1e-4)  # the term dominates at this weight
     assert not np.array_equal(base, ranked)
+
+
+# --------------------------------------------------------------------------- BIGRec's own grounding (min-max, model)
+
+
+def test_bigrec_adjust_min_max_scales_distance_per_row_and_popularity_over_items() -> None:
+    from mmgrid.paradigms.grounding import bigrec_adjust
+
+    # row 0: distances 1, 3, 5 -> 0, 0.5, 1; row 1: 4, 2, 2 -> 1, 0, 0
+    dist = torch.tensor([[1.0, 3.0, 5.0], [4.0, 2.0, 2.0]])
+    np.testing.assert_allclose(bigrec_adjust(dist, None, 1.0).numpy(), [[0.0, -0.5, -1.0], [-1.0, 0.0, 0.0]],
+                               atol=1e-7)
+    # counts 2, 6, 10 -> min-max 0, 0.5, 1 (the sum normalisation of BIGRec's code cancels);
+    # gamma 1: row 0 -> 0, 0.5/1.5, 1/2; row 1 -> 1, 0, 0
+    s = bigrec_adjust(dist, np.array([2, 6, 10]), 1.0)
+    np.testing.assert_allclose(s.numpy(), [[0.0, -1 / 3, -0.5], [-1.0, 0.0, 0.0]], atol=1e-6)
+    # gamma 2: item 1's 0.5 / 1.5^2 = 0.222 still beats item 2's 1 / 2^2 = 0.25
+    s2 = bigrec_adjust(dist, np.array([2, 6, 10]), 2.0)
+    np.testing.assert_allclose(s2.numpy()[0], [0.0, -0.5 / 2.25, -0.25], atol=1e-6)
+    assert s2[0].argsort(descending=True).tolist() == [0, 1, 2]
+    # gamma 4: 0.5 / 1.5^4 = 0.0988 > 1 / 2^4 = 0.0625: the most popular item passes item 1,
+    # never the nearest item (scaled distance 0 whatever its popularity)
+    s4 = bigrec_adjust(dist, np.array([2, 6, 10]), 4.0)
+    assert s4[0].argsort(descending=True).tolist() == [0, 2, 1]
+    # ties stay ties: row 1's two nearest items (both 0)
+    assert s4[1, 1] == s4[1, 2] == 0.0
+
+
+def test_bigrec_adjust_constant_row_and_constant_counts_scale_to_zero() -> None:
+    from mmgrid.paradigms.grounding import bigrec_adjust, minmax_rows
+
+    dist = torch.tensor([[2.0, 2.0, 2.0], [0.0, 1.0, 2.0]])
+    out = bigrec_adjust(dist, np.array([5, 5, 5]), 3.0)  # constant counts: no popularity effect
+    assert torch.isfinite(out).all()
+    np.testing.assert_allclose(out.numpy(), [[0.0, 0.0, 0.0], [0.0, -0.5, -1.0]], atol=1e-7)
+    np.testing.assert_allclose(minmax_rows(torch.tensor([7.0, 7.0])).numpy(), [0.0, 0.0])
+
+
+def test_ground_scores_minmax_orders_like_bigrec_and_raw_default_is_unchanged() -> None:
+    from mmgrid.paradigms.grounding import base_score, ground_scores, popularity_adjust
+
+    sims = torch.tensor([[0.9, 0.5, 0.1, 0.0]])
+    items = torch.eye(4)
+    counts = np.array([0, 1, 4, 9])
+    raw = ground_scores(sims, counts, 1.0, None, items, 0.0, None, 0.0)
+    assert torch.equal(raw, popularity_adjust(sims, counts, 1.0))  # default scale: the same numbers
+    assert torch.equal(base_score(sims, counts, 1.0), raw) and torch.equal(base_score(sims, None, 1.0), sims)
+    mm = base_score(sims, counts, 1.0, scale="minmax")
+    d = np.sqrt(2 - 2 * np.array([0.9, 0.5, 0.1, 0.0]))
+    dn = (d - d.min()) / (d.max() - d.min())
+    expect = -dn / (1 + np.array([0, 1, 4, 9]) / 9)
+    np.testing.assert_allclose(mm.numpy()[0], expect, atol=1e-6)
+    # gamma 0 under minmax: a monotone rescaling of each row, the same order as the raw similarities
+    mm0 = base_score(sims, None, 0.0, scale="minmax")
+    assert mm0.argsort(descending=True).tolist() == sims.argsort(descending=True).tolist()
+    # a distance given directly (model embeddings) replaces sqrt(2 - 2 cos)
+    dist = torch.tensor([[3.0, 1.0, 2.0, 5.0]])
+    np.testing.assert_allclose(base_score(sims, None, 0.0, dist=dist).numpy(),
+                               -dist.numpy())
+    np.testing.assert_allclose(base_score(sims, counts, 1.0, dist=dist).numpy(),
+                               [[-3.0, -1.0 / (1 + 1 / 9), -2.0 / (1 + 4 / 9), -2.5]], rtol=1e-6)
+
+
+def test_rank_generated_minmax_gamma_zero_equals_raw_gamma_zero(tiny_base_shared: Any, tiny_domain: Any) -> None:
+    model = P.build(tiny_base_shared, tiny_domain, {"max_history": 3}, seed=0)
+    P.examples(model, tiny_domain, "pretrain")
+    hists = _histories(tiny_domain)[:6]
+    texts, scores = P.generate(model, hists)
+    raw0 = P.rank_generated(model, tiny_domain, hists, 5, texts, scores, overrides={"popularity_gamma": 0.0})
+    mm0 = P.rank_generated(model, tiny_domain, hists, 5, texts, scores,
+                           overrides={"popularity_gamma": 0.0, "grounding_scale": "minmax"})
+    np.testing.assert_array_equal(raw0, mm0)
+
+
+def test_model_embed_is_the_last_normed_hidden_state_at_the_last_token(built: torch.nn.Module) -> None:
+    from mmgrid.paradigms.text import model_embed
+
+    info = built.mmgrid_text
+    built.eval()
+    lists = [info.title_ids[0], info.title_ids[1][:2]]  # different lengths: left padding must not matter
+    vecs = model_embed(built, info, lists)
+    head = [info.tokenizer.bos_token_id] if info.tokenizer.bos_token_id is not None else []
+    for row, ids in zip(vecs, lists):
+        with torch.no_grad():
+            out = built(input_ids=torch.tensor([head + list(ids)]), output_hidden_states=True)
+        torch.testing.assert_close(row, out.hidden_states[-1][0, -1].float(), rtol=1e-4, atol=1e-4)
+
+
+def test_ground_model_combines_beam_distances() -> None:
+    vecs = torch.tensor([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0]])
+    title_row = {"a": 0, "b": 1, "c": 2}
+    texts = [["b", "novel"]]
+    scores = np.log(np.array([[0.75, 0.25]]))
+
+    def embed(ts: list[str]) -> torch.Tensor:
+        assert ts == ["novel"]  # catalog titles reuse their vectors; only new text is embedded
+        return torch.tensor([[0.0, 0.0]])
+
+    best = P._ground_model(texts, scores, vecs, title_row, TextKnobs.resolve({"beam_combine": "best"}), embed)
+    np.testing.assert_allclose(best.numpy(), [[5.0, 0.0, 5.0]], atol=1e-5)  # only "b" is read
+    w = P._ground_model(texts, scores, vecs, title_row, TextKnobs.resolve({}), embed)
+    np.testing.assert_allclose(w.numpy(), [[0.75 * 5 + 0.25 * 0, 0.75 * 0 + 0.25 * 5, 0.75 * 5 + 0.25 * 10]],
+                               atol=1e-5)
+    mx = P._ground_model(texts, scores, vecs, title_row, TextKnobs.resolve({"beam_combine": "max"}), embed)
+    np.testing.assert_allclose(mx.numpy(), [[0.0, 0.0, 5.0]], atol=1e-5)
+
+
+def test_rank_with_model_embedder_returns_the_generated_title_first(tiny_base_shared: Any, tiny_domain: Any) -> None:
+    model = P.build(tiny_base_shared, tiny_domain, {"max_history": 3, "ground_embedder": "model",
+                                                    "beam_combine": "best", "popularity_gamma": 0.0,
+                                                    "exclude_history": False}, seed=0)
+    hists = _histories(tiny_domain)[:4]
+    texts, scores = P.generate(model, hists)
+    ranked = P.rank(model, tiny_domain, hists, 3)
+    np.testing.assert_array_equal(ranked, P.rank_generated(model, tiny_domain, hists, 3, texts, scores))
+    # a catalog title as the best beam: its own item is at distance 0, so it comes first
+    picks = [3, 0, 5, 1]
+    fake = [[tiny_domain.item_titles[j].strip()] * len(b) for j, b in zip(picks, texts)]
+    got = P.rank_generated(model, tiny_domain, hists, 3, fake, scores)
+    assert got[:, 0].tolist() == picks
+
+
+def test_model_embedder_refuses_beam_candidates(tiny_base_shared: Any, tiny_domain: Any) -> None:
+    from mmgrid.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="beam_candidates must be 0"):
+        TextKnobs.resolve({"ground_embedder": "model", "beam_candidates": 5})
+    with pytest.raises(ConfigError, match="grounding_scale"):
+        TextKnobs.resolve({"grounding_scale": "zscore"})

@@ -53,3 +53,32 @@ def test_the_table_pairs_an_arm_with_its_default_row(bench) -> None:
     assert cols[5] == "1.00" and cols[8].startswith("0.5000")  # ratio to SASRec; R@10 - its default
     emb = next(line for line in text.splitlines() if line.startswith("| emb |"))
     assert [c.strip() for c in emb.split("|")][5] == f"{np.mean([0.0, 1.0]) / 1.0:.2f}"
+
+
+def test_rank_arms_parse_into_typed_knobs_and_refuse_bad_specs(bench) -> None:
+    arms = bench.parse_rank_arms(["mm=text:grounding_scale=minmax,popularity_gamma=0.5", "g0=text:popularity_gamma=0"],
+                                 set())
+    assert arms == {"mm": ("text", {"grounding_scale": "minmax", "popularity_gamma": 0.5}),
+                    "g0": ("text", {"popularity_gamma": 0})}
+    for bad, taken in ((["mm=text"], set()), (["text=text:x=1"], set()), (["a=text:x=1"], {"a"}),
+                       (["a=text:x"], set()), (["a=text:x=1", "a=text:y=2"], set())):
+        with pytest.raises(SystemExit):
+            bench.parse_rank_arms(bad, taken)
+
+
+def test_the_table_marks_a_rank_arm_and_reads_most_popular_from_a_full_cell(bench) -> None:
+    def cell(model, popular=True):
+        d = {"users": [0, 1], "model": {"recall": model, "ndcg": model}}
+        if popular:
+            d["popular"] = {"recall": [1.0, 0.0], "ndcg": [1.0, 0.0]}
+        return {"build_s": 0.0, "eval_s": 0.0, "domains": {"D": d}}
+
+    # the rank arm (no most-popular hits in its cell) listed first must not hide most-popular's row
+    results = {"mm": [cell([1.0, 1.0], popular=False)], "text": [cell([0.0, 1.0])], "sasrec": [cell([1.0, 1.0])]}
+    args = argparse.Namespace(preset="default", valid=True, budget=1500, seeds=[0], domains=1, eval_users=0)
+    text = bench.table(results, args, {"mm": ("text", ["paradigm_params.text.grounding_scale=minmax"], "rank")})
+    row = next(line for line in text.splitlines() if line.startswith("| mm"))
+    assert "(grounding_scale=minmax; ranking only)" in row
+    assert [c.strip() for c in row.split("|")][8].startswith("0.5000")
+    pop = next(line for line in text.splitlines() if line.startswith("| most-popular"))
+    assert [c.strip() for c in pop.split("|")][2].startswith("0.5000")
