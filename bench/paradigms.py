@@ -34,7 +34,8 @@ Per paradigm it prints, pooled over the domains:
 prepared, so tuning never looks at it. Without ``--valid`` the test window is evaluated.
 
 Results (the table, and every per-user value as JSON) are saved under ``--out`` (printed at the
-end). A paradigm's result is cached there by its checkpoint ids, so adding a paradigm or a seed
+end); the printed tables are also the record ``bench/results/paradigms.md`` (``--record NAME``:
+``bench/results/NAME.md``). A paradigm's result is cached there by its checkpoint ids, so adding a paradigm or a seed
 re-runs only what is new; ``--fresh`` ignores the cache.
 
 Usage::
@@ -333,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--valid-start", default="2022-12-01", help="first day of the validation window (p2 ends there)")
     ap.add_argument("--out", default="runs/bench-paradigms", help="world, registries and results go here")
     ap.add_argument("--tag", default="", help="name of this run's results file (default: from the options)")
+    ap.add_argument("--record", default="paradigms",
+                    help="the record's name: bench/results/NAME.md (default: paradigms, the test-window record)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached results (checkpoints are still reused)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE grid overrides (e.g. paradigm_params.semid.codes=fused)")
     args = ap.parse_args(argv)
@@ -428,8 +431,10 @@ def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:
 
 if __name__ == "__main__":
     sys.path.append(str(HERE))  # last, so that it shadows nothing
-    from record import recorded  # bench/record.py: writes bench/results/paradigms.md
+    from record import recorded  # bench/record.py: writes bench/results/paradigms.md (--record NAME: NAME.md)
 
-    with recorded("paradigms"):
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--record", default="paradigms")
+    with recorded(pre.parse_known_args()[0].record):
         rc = main()
     raise SystemExit(rc)
