@@ -43,7 +43,7 @@ Usage::
     python bench/paradigms.py                                              # all presets, demo budget, seeds 0 1 2
     python bench/paradigms.py --preset dense_short_text --valid
     python bench/paradigms.py --preset amazon_table1 --paradigms emb sasrec --arm emb-nobucket=emb:bucket_window=0
-    python bench/paradigms.py --preset amazon_table1 --valid --paradigms text sasrec --rank-arm g0=text:popularity_gamma=0
+    python bench/paradigms.py --preset amazon_table1 --valid --paradigms text --rank-arm g0=text:popularity_gamma=0
     python bench/paradigms.py --preset default --budget 6000 --paradigms semid sasrec
     python bench/paradigms.py --preset dense_short_text --paradigms semid -- paradigm_params.semid.codes=fused
 

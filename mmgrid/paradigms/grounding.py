@@ -93,7 +93,7 @@ def cooc_matrix(users: np.ndarray, items: np.ndarray, n_items: int, window: int)
     return torch.from_numpy((counts / np.maximum(total, 1.0)).astype(np.float32))
 
 
-def base_score(sims: torch.Tensor, counts: np.ndarray | None, gamma: float, scale: str = "raw",
+def base_score(sims: torch.Tensor | None, counts: np.ndarray | None, gamma: float, scale: str = "raw",
                dist: torch.Tensor | None = None) -> torch.Tensor:
     """The grounding score before the history terms (higher is better), ``[n, n_items]``.
 
@@ -102,7 +102,8 @@ def base_score(sims: torch.Tensor, counts: np.ndarray | None, gamma: float, scal
     (:func:`popularity_adjust`), else ``G`` itself. ``scale: minmax``: BIGRec's own form
     (:func:`bigrec_adjust`): the distance min-max scaled per row, popularity min-max scaled over
     items. ``dist`` (``[n, n_items]``) is the L2 distance where it is not ``sqrt(2 - 2 G)``
-    (embeddings that are not unit vectors; then ``scale: raw`` without popularity gives ``-D``).
+    (embeddings that are not unit vectors; then ``scale: raw`` without popularity gives ``-D``, and
+    ``sims`` may be None: it is not read).
     """
     if scale == "minmax":
         return bigrec_adjust(sims_distance(sims) if dist is None else dist, counts, gamma)

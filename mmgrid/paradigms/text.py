@@ -325,9 +325,10 @@ class TextParadigm:
         p = TextKnobs.resolve({**info.params.to_dict(), **(overrides or {})})
         items = torch.from_numpy(np.array(self.item_embeddings(model, domain)))  # a copy: the cache is read-only
         title_row = {t.strip(): i for i, t in reversed(list(enumerate(domain.item_titles)))}
-        sims = self._ground(texts, scores, items, title_row, p)
-        dist = None
-        if p.ground_embedder == "model":
+        sims = dist = None
+        if p.ground_embedder == "sentence":
+            sims = self._ground(texts, scores, items, title_row, p)
+        else:
             vecs = model_items if model_items is not None else model_embed(model, info, info.title_ids)
             dist = self._ground_model(texts, scores, vecs, title_row, p, lambda ts: model_embed(
                 model, info, [e[:int(p.max_title_tokens)] for e in
