@@ -48,6 +48,22 @@ def test_measures_of_a_known_normal_estimator():
     assert biased.coverage.rate == pytest.approx(sps.norm.cdf(Z - 2) - sps.norm.cdf(-Z - 2), abs=0.03)
 
 
+def test_a_paradigm_worse_than_the_baseline_is_a_null_for_beats():
+    """One-sided claim: where the population difference is below 0, "beats most-popular" is false, so its rate
+    of "holds" is a type-I error; with the estimator N(-se, se) it is P(Z > z + 1) (~0.17%)."""
+    se, reps = 0.01, 4000
+    worse = calibrate_finding("t2_popular", 0.0, _runs(-se, se, reps, 7), {"t2_popular": -se, "t2_popular_se": 0.001})
+    assert worse.is_null
+    want = sps.norm.sf(Z + 1)
+    assert abs(worse.holds.rate - want) <= 3 * math.sqrt(want * (1 - want) / reps) + 1e-12
+    # 3 population SEs above 0 is an effect: power, not type-I
+    assert not calibrate_finding("t2_popular", 1.0, _runs(0.003, se, 10, 7),
+                                 {"t2_popular": 0.003, "t2_popular_se": 0.001}).is_null
+    # rho's claim is "< 0": a positive population rho is no effect either
+    runs = [{"t4_rho": [0.3, -0.2, 0.8, 0.5]}]
+    assert calibrate_finding("t4_rho", 1.0, runs, {"t4_rho": 0.3}, knobs=["turnover"]).is_null
+
+
 def _world_runs(spread: float, se: float, se_w: float, reps: int, seed: int) -> tuple[list[dict], list[dict]]:
     """Replicate worlds whose own value varies (N(0.05, spread)); each replicate's estimate is N(own, se) with a
     correct normal interval, and its own-world run estimates the own value with noise se_w."""
