@@ -303,3 +303,16 @@ def test_target_check_against_the_issue_targets():
     assert target_check(weak).startswith("power below 80%")  # an effect of 1 SE: power ~17%
     biased = calibrate_finding("t2_popular", 1.0, _runs(0.05, 0.01, reps, 9), {"t2_popular": 0.02})
     assert "below 90%: a defect" in target_check(biased)
+
+
+def test_the_packaged_demo_has_its_population_values():
+    """known_populations.json is keyed by the demo's population recipes: a change of the demo's world, budget or
+    evaluation (e.g. the most-popular rule) misses it, and this fails until the values are measured again."""
+    from mmgrid.sweep.calibration.population import read_world_population
+
+    cfg = load_grid("demo")
+    cfg.data.root = "/nonexistent-mmgrid-world"  # no sidecar: only the packaged table can answer
+    got = read_world_population(cfg)
+    assert got is not None, "re-run `mmgrid calibrate demo --population` and update known_populations.json"
+    assert got["t4_rho"] < 0 and 0 < got["t2_popular"] < 0.1 and set(got["lambda_star"]) == {
+        "Books", "Games", "Health", "Phones", "Sports"}
