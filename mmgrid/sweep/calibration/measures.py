@@ -26,7 +26,8 @@ FINDINGS: dict[str, tuple[str, str, str, float]] = {
     "t4_rho": ("Table 4", "the non-active users' lambda* falls as the average interaction time gap rises",
                "Spearman's rho(avg_gap_days, non-active lambda*) over domains; holds if its interval is below 0", 0.0),
     "f5_not1": ("Figure 5", "lambda = 1 is not the best lambda in every domain (all users)",
-                "max over domains of |lambda* - 1| (all users); holds if some domain's interval excludes 1", 0.0),
+                "max over domains of |lambda* - 1| (all users); holds if some domain's interval at the family level "
+                "(Bonferroni over the domains) excludes 1", 0.0),
     "t2_popular": ("Table 2", "every calibrated GR paradigm beats most-popular (NDCG@10, users of all domains pooled)",
                    "paradigm - most-popular NDCG@10, mean paired per-user difference (the swept paradigm; with "
                    "sweeps.calibrate.t2_paradigms each of them); holds if every paradigm's interval is above 0", 0.0),
