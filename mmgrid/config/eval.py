@@ -18,3 +18,6 @@ class EvalConfig:
     retention_docs: int | None = ranged(1, default=200)  # held-out texts used for retention (None = all)
     matrix_paradigms: list[str] = field(default_factory=lambda: ["emb"])  # accuracy matrix R for these
     popular_phases: list[str] | None = None  # phases counted by the most-popular baseline (None = train.stages)
+    # most-popular leaves out each user's history items, as every paradigm's exclude_history does (false: the
+    # same top-K for every user, the rule of stored baselines from before the key existed)
+    popular_exclude_history: bool = True

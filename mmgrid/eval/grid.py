@@ -308,9 +308,11 @@ def evaluate_popular(cfg: Any, reg: Any, prepared: Any, domain: str,
     """Most-popular baseline of ``domain`` over the training phases, recorded in the registry."""
     dom = prepared.domain(domain)
     phases = list(cfg.eval.popular_phases or cfg.train.stages)
-    cid = put_popular(reg, dom, phases, prepared.fingerprint, cfg.train.seed)
+    exclude = bool(cfg.eval.popular_exclude_history)
+    cid = put_popular(reg, dom, phases, prepared.fingerprint, cfg.train.seed, exclude_history=exclude)
     ev = grid_evaluator(None, dom, cfg)
-    res = ev.evaluate_ranked(popular_ranking(dom.popularity(phases), max(cfg.eval.ks)))
+    res = ev.evaluate_ranked(popular_ranking(dom.popularity(phases), max(cfg.eval.ks),
+                                             ev.histories if exclude else None))
     if redo or not _done(reg, cid, cfg.eval.split):
         record_results(reg, cid, cfg.eval.split, res, domain)
     return res

@@ -22,12 +22,12 @@ here:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from mmgrid.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, cluster_index, cluster_sums, percentile_interval,
-                                    resample_counts, resample_weights, resampled_means)
+from mmgrid.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, check_level, cluster_index, cluster_sums,
+                                    percentile_interval, resample_counts, resample_weights, resampled_means)
 from mmgrid.stats.errors import StatsError
 
 TIE_DECIMALS = 9  # metrics equal after rounding to 1e-9 decimals tie (the one definition)
@@ -47,6 +47,9 @@ class LambdaStar:
     curve: np.ndarray  # the seed-averaged (smoothed) curve, [n_lambdas]
     n_users: int
     n_seeds: int
+    # the bootstrap replicates of lambda* behind the interval, so that an interval at another level (e.g. a
+    # family's Bonferroni level, :func:`family_interval`) comes from the same draws
+    replicates: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 def as_curves(values: np.ndarray) -> np.ndarray:
@@ -155,7 +158,27 @@ def robust_lambda_star(lambdas, values: np.ndarray, smooth: int = 1, prefer: flo
     side = "" if not on_edge else ("low" if star == lam[0] else "high")
     edge_share = float(np.isin(reps, edges).mean()) if lam.size > 1 else 0.0
     best = float(curve[np.argmin(np.abs(lam - star))])
-    return LambdaStar(star, lo, hi, bool(on_edge), side, edge_share, best, curve, a.shape[2], a.shape[0])
+    return LambdaStar(star, lo, hi, bool(on_edge), side, edge_share, best, curve, a.shape[2], a.shape[0], reps)
+
+
+def family_level(level: float, m: int) -> float:
+    """The per-member level at which m intervals hold together at ``level`` (Bonferroni: 1 - (1 - level) / m).
+
+    An existential claim over m domains ("some domain's lambda* is not 1") judged on per-domain intervals at
+    ``level`` errs with probability up to 1 - level^m under the null (23% for m = 5 at 95%); judged on intervals
+    at this level, at most 1 - level. For "some member differs" this is Holm's first step, which is all of Holm
+    that such a claim uses."""
+    check_level(level)
+    if m < 1:
+        raise StatsError(f"family_level: m = {m}; need at least one member")
+    return 1.0 - (1.0 - level) / m
+
+
+def family_interval(star: LambdaStar, level: float, m: int) -> tuple[float, float]:
+    """``star``'s percentile interval at :func:`family_level` (``level``, ``m``), from its own bootstrap replicates."""
+    if star.replicates is None:
+        raise StatsError("family_interval: this lambda* carries no bootstrap replicates")
+    return percentile_interval(star.replicates, family_level(level, m))
 
 
 def lambda_star_replicates(lambdas, values: np.ndarray, smooth: int = 1, prefer: float = 1.0,

@@ -30,6 +30,7 @@ from mmgrid.eval.table import (KEY_SPAN, LEVEL, N_RESAMPLES, Cell, CheckpointVal
 from mmgrid.stats.bootstrap import cluster_index, cluster_sums, resample_counts
 from mmgrid.stats import (LambdaStar, curve_band, domains_lambda_star_replicates, holm, mean_ci,
                           paired_difference, robust_lambda_star)
+from mmgrid.stats.lambda_star import family_interval, family_level
 
 
 
@@ -133,12 +134,17 @@ def temporal_curves(registry: Any, paradigm: str, variant: str, metric: str, stu
 
 
 def robust_stars(curves: dict[tuple[str, str], Curves], smooth: int = 1) -> pd.DataFrame:
-    """One row per (domain, group): lambda*, its interval, the edge flag, users and seeds."""
+    """One row per (domain, group): lambda*, its interval, the edge flag, users and seeds; and ``fw_low`` /
+    ``fw_high``, the interval at the family level of the group's m domains (:func:`mmgrid.stats.lambda_star.
+    family_level`: 1 - 0.05 / m), on which a claim about *some* domain ("lambda = 1 is not the best") is judged."""
     rows = []
+    m = {g: sum(1 for _, g2 in curves if g2 == g) for _, g in curves}
     for (d, g), c in sorted(curves.items()):
         r: LambdaStar = robust_lambda_star(c.lambdas, c.values, smooth=smooth, level=LEVEL, n_resamples=N_RESAMPLES,
                                            clusters=c.users)
+        fw_low, fw_high = family_interval(r, LEVEL, m[g])
         rows.append({"domain": d, "group": g, "lambda_star": r.lambda_star, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                     "fw_low": fw_low, "fw_high": fw_high, "fw_level": family_level(LEVEL, m[g]),
                      "on_edge": r.on_edge, "edge_side": r.edge_side, "edge_share": r.edge_share, "best": r.best,
                      "n_users": r.n_users, "n_seeds": r.n_seeds, "grid_low": float(c.lambdas[0]),
                      "grid_high": float(c.lambdas[-1])})

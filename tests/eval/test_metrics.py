@@ -6,10 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mmgrid.eval.matrix import backward_transfer, forgetting, forward_transfer, transfer_summary
 from mmgrid.eval.metrics import ndcg_at_k, ranking_metrics, recall_at_k, target_ranks
-from mmgrid.eval.popular import popular_ranking
+from mmgrid.eval.popular import popular_counts, popular_ranking, put_popular
 
 # five items ranked for three users; targets at ranks 0, 3 and absent
 RANKED = np.array([[4, 2, 0, 1, 3], [0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
@@ -63,3 +65,51 @@ def test_matrix_rejects_non_square_and_one_period_is_nan() -> None:
 def test_popular_ranking_ties_go_to_lower_index() -> None:
     assert popular_ranking(np.array([3, 5, 5, 0, 1]), 4).tolist() == [1, 2, 0, 4]
     assert popular_ranking(np.array([1, 2]), 10).tolist() == [1, 0]
+
+
+def test_popular_ranking_leaves_out_each_history_by_hand() -> None:
+    counts = np.array([3, 5, 5, 0, 1])  # order: 1, 2, 0, 4, 3
+    got = popular_ranking(counts, 3, [[], [1], [2, 0], [1, 2, 0, 4, 3], [4, 4]])
+    assert got.tolist() == [[1, 2, 0], [2, 0, 4], [1, 4, 3], [-1, -1, -1], [1, 2, 0]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=12),
+       st.lists(st.lists(st.integers(0, 11), max_size=8), min_size=1, max_size=5), st.integers(1, 6))
+def test_popular_ranking_with_histories_is_the_shared_list_without_them(counts, histories, k) -> None:
+    """Invariants: a row holds no history item, keeps the shared order, and is the first k such items."""
+    counts = np.array(counts)
+    histories = [[i for i in h if i < len(counts)] for h in histories]
+    full = popular_ranking(counts, len(counts)).tolist()
+    got = popular_ranking(counts, k, histories)
+    for row, h in zip(got.tolist(), histories):
+        want = [i for i in full if i not in set(h)][:k]
+        assert row == want + [-1] * (k - len(want))
+
+
+def test_most_popular_gains_what_it_spent_on_history_items() -> None:
+    """A history item is never the target (one interaction per user and item): with it left out, the
+    target moves up exactly by the number of history items ranked above it."""
+    counts = np.array([9, 8, 7, 6, 5, 4])
+    histories, targets = [[0, 1], [3]], np.array([2, 2])  # user 2's history item ranks below
+    shared = np.broadcast_to(popular_ranking(counts, 3), (2, 3))
+    own = popular_ranking(counts, 3, histories)
+    assert shared.tolist() == [[0, 1, 2], [0, 1, 2]]
+    assert own.tolist() == [[2, 3, 4], [0, 1, 2]]
+    assert [int(np.nonzero(r == t)[0][0]) if t in r else -1 for r, t in zip(shared, targets)] == [2, 2]
+    assert [int(np.nonzero(r == t)[0][0]) if t in r else -1 for r, t in zip(own, targets)] == [0, 2]
+
+
+def test_the_history_rule_is_in_the_baselines_id(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from mmgrid.registry.api import Registry
+
+    reg = Registry.open(tmp_path / "reg")
+    dom = SimpleNamespace(name="Books", popularity=lambda phases: np.array([2, 0, 5]))
+    new = put_popular(reg, dom, ["p1", "p2"], "fp", exclude_history=True)
+    old = put_popular(reg, dom, ["p1", "p2"], "fp", exclude_history=False)
+    assert new != old
+    assert reg.get(new).params["exclude_history"] is True
+    assert "exclude_history" not in reg.get(old).params
+    assert popular_counts(reg, new).tolist() == popular_counts(reg, old).tolist() == [2, 0, 5]

@@ -48,6 +48,22 @@ def test_measures_of_a_known_normal_estimator():
     assert biased.coverage.rate == pytest.approx(sps.norm.cdf(Z - 2) - sps.norm.cdf(-Z - 2), abs=0.03)
 
 
+def test_a_paradigm_worse_than_the_baseline_is_a_null_for_beats():
+    """One-sided claim: where the population difference is below 0, "beats most-popular" is false, so its rate
+    of "holds" is a type-I error; with the estimator N(-se, se) it is P(Z > z + 1) (~0.17%)."""
+    se, reps = 0.01, 4000
+    worse = calibrate_finding("t2_popular", 0.0, _runs(-se, se, reps, 7), {"t2_popular": -se, "t2_popular_se": 0.001})
+    assert worse.is_null
+    want = sps.norm.sf(Z + 1)
+    assert abs(worse.holds.rate - want) <= 3 * math.sqrt(want * (1 - want) / reps) + 1e-12
+    # 3 population SEs above 0 is an effect: power, not type-I
+    assert not calibrate_finding("t2_popular", 1.0, _runs(0.003, se, 10, 7),
+                                 {"t2_popular": 0.003, "t2_popular_se": 0.001}).is_null
+    # rho's claim is "< 0": a positive population rho is no effect either
+    runs = [{"t4_rho": [0.3, -0.2, 0.8, 0.5]}]
+    assert calibrate_finding("t4_rho", 1.0, runs, {"t4_rho": 0.3}, knobs=["turnover"]).is_null
+
+
 def _world_runs(spread: float, se: float, se_w: float, reps: int, seed: int) -> tuple[list[dict], list[dict]]:
     """Replicate worlds whose own value varies (N(0.05, spread)); each replicate's estimate is N(own, se) with a
     correct normal interval, and its own-world run estimates the own value with noise se_w."""
@@ -287,3 +303,16 @@ def test_target_check_against_the_issue_targets():
     assert target_check(weak).startswith("power below 80%")  # an effect of 1 SE: power ~17%
     biased = calibrate_finding("t2_popular", 1.0, _runs(0.05, 0.01, reps, 9), {"t2_popular": 0.02})
     assert "below 90%: a defect" in target_check(biased)
+
+
+def test_the_packaged_demo_has_its_population_values():
+    """known_populations.json is keyed by the demo's population recipes: a change of the demo's world, budget or
+    evaluation (e.g. the most-popular rule) misses it, and this fails until the values are measured again."""
+    from mmgrid.sweep.calibration.population import read_world_population
+
+    cfg = load_grid("demo")
+    cfg.data.root = "/nonexistent-mmgrid-world"  # no sidecar: only the packaged table can answer
+    got = read_world_population(cfg)
+    assert got is not None, "re-run `mmgrid calibrate demo --population` and update known_populations.json"
+    assert got["t4_rho"] < 0 and 0 < got["t2_popular"] < 0.1 and set(got["lambda_star"]) == {
+        "Books", "Games", "Health", "Phones", "Sports"}
