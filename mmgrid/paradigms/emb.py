@@ -20,6 +20,25 @@ Only the last position of each example is trained: an example is one interaction
 phase, its history holds earlier ones (already trained in their own phase), so next-item
 targets never leak across phases.
 
+Three knobs run HLLM's own choices instead (all off by default; docs/paradigms.md, "Where emb
+departs from HLLM", has their measured effects):
+
+* ``item_token: learned``: HLLM's learned item token (one vector, normal with std 0.02, seeded
+  by the build seed) is the last input embedding of every item text in place of the EOS
+  token's; the item embedding is the final-normed hidden state there. Checkpoint tensor
+  ``item_token`` ``[hidden]``.
+* ``learned_temperature: true``: HLLM's learned logit scale (CLIP's): logits are
+  ``min(exp(s), 100) * cos`` with ``s`` starting at ``log(1 / 0.07)``, instead of ``cos / tau``.
+  Checkpoint tensor ``logit_scale`` ``[1]``.
+* ``all_positions: true``: HLLM's next-item InfoNCE at every position of the user's sequence
+  history + target (position ``t`` predicts item ``t + 1``), the mean over every such
+  prediction of the batch. Its histories hold the interactions of earlier phases, so this
+  re-trains them as targets in every later stage (HLLM has no phases); that is why it is off.
+  The candidates are every position's positive plus the sampled negatives.
+
+A checkpoint holding ``item_token`` or ``logit_scale`` loads only with the knob that makes it
+(and one lacking it only without), else CheckpointMismatchError names the tensor.
+
 Ranking scores every item of the domain (cosine of the predicted user embedding with all
 item embeddings, computed once per call, batched, no grad). With ``exclude_history``
 (default true) the history's items are masked out: prepared data is deduplicated per
@@ -34,6 +53,7 @@ get a plain HF folder; a tied ``lm_head.weight`` is left out), ``user_llm.`` + t
 from __future__ import annotations
 
 import copy
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -82,25 +102,54 @@ class EmbKnobs(Knobs):
     last_layer_only: bool = knob(True, None, None, 'bool',
                        "run both LLMs' last decoder layer only where it is read (mmgrid.models.partial); "
                        "false: the plain Hugging Face forward (the same numbers up to rounding)")
+    item_token: str = knob("eos", ("eos", "learned"), None, 'choice',
+                       "the last input embedding of each item text: the EOS token's (eos) or HLLM's learned "
+                       "item-token vector (learned: checkpoint tensor item_token, normal std 0.02 at build)")
+    learned_temperature: bool = knob(False, None, None, 'bool',
+                       "HLLM's learned logit scale: logits = exp(s) * cos, s from log(1/0.07), exp(s) capped "
+                       "at 100 (checkpoint tensor logit_scale); temperature is then unused")
+    all_positions: bool = knob(False, None, None, 'bool',
+                       "HLLM's next-item InfoNCE at every position of history + target (re-trains earlier "
+                       "phases' interactions as targets); false: after the whole history only")
 
 
 DEFAULTS: dict[str, Any] = EmbKnobs.defaults()  # the knobs' defaults (the declaration above)
 
 
-def info_nce(user: torch.Tensor, cands: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+def info_nce(user: torch.Tensor, cands: torch.Tensor, labels: torch.Tensor, temperature: float,
+             scale: torch.Tensor | None = None) -> torch.Tensor:
     """InfoNCE with cosine similarity (HLLM Eq. 3): mean over rows of CE(cos(u, C) / tau, label).
 
     Args:
         user: ``[B, d]`` predicted user embeddings.
         cands: ``[C, d]`` candidate item embeddings (positives and negatives).
         labels: ``[B]`` index into ``cands`` of each row's positive.
-        temperature: tau > 0.
+        temperature: tau > 0 (unused when ``scale`` is given).
+        scale: a learned logit scale (``[1]`` or scalar tensor): logits are ``scale * cos`` instead
+            of ``cos / tau`` (HLLM's learned temperature, :func:`logit_scale`).
 
     Returns:
         Scalar mean loss.
     """
-    logits = F.normalize(user, dim=-1) @ F.normalize(cands, dim=-1).T / temperature
+    if scale is None:
+        logits = F.normalize(user, dim=-1) @ F.normalize(cands, dim=-1).T / temperature
+    else:
+        logits = (F.normalize(user, dim=-1) @ F.normalize(cands, dim=-1).T) * scale
     return F.cross_entropy(logits.float(), labels)
+
+
+#: HLLM's learned logit scale: ``s`` starts at ``log(1 / 0.07)`` and ``exp(s)`` is capped at 100.
+LOGIT_SCALE_INIT = math.log(1 / 0.07)
+LOGIT_SCALE_MAX = 100.0
+
+
+def logit_scale(s: torch.Tensor) -> torch.Tensor:
+    """``min(exp(s), 100)``: the factor on the cosines with a learned temperature (HLLM, as CLIP).
+
+    Capped through ``s`` (``exp(min(s, log 100))``): the same value; above the cap ``s`` gets no
+    gradient. HLLM instead clamps the parameter itself in place before each step; the logits are
+    the same."""
+    return torch.clamp(s, max=math.log(LOGIT_SCALE_MAX)).exp()
 
 
 def _user_config(item_config: Any) -> Any:
@@ -154,10 +203,23 @@ class EmbModel(nn.Module):
         # Optional collaborative part of an item's embedding (HLLM's text-only item is the default):
         # zero-initialised, so a new model starts as the text-only one.
         self.item_id: nn.Embedding | None = None
+        dtype = next(item_llm.parameters()).dtype
+        hidden = int(item_llm.config.hidden_size)
         if params.id_embeddings:
-            hidden = int(item_llm.config.hidden_size)
-            self.item_id = nn.Embedding(n_items, hidden).to(next(item_llm.parameters()).dtype)
+            self.item_id = nn.Embedding(n_items, hidden).to(dtype)
             nn.init.zeros_(self.item_id.weight)
+        # HLLM's learned item token (item_token: learned): the last input embedding of every item
+        # text; normal(0, 0.02) from the build seed (its own generator: the negatives' draws stay those
+        # of the eos model). A checkpoint overwrites it.
+        self.item_token: nn.Parameter | None = None
+        if params.item_token == "learned":
+            init = torch.empty(hidden, dtype=torch.float32)
+            nn.init.normal_(init, std=0.02, generator=torch.Generator().manual_seed(seed))
+            self.item_token = nn.Parameter(init.to(dtype))
+        # HLLM's learned logit scale s (learned_temperature): logits = min(exp(s), 100) * cos.
+        self.logit_scale: nn.Parameter | None = None
+        if params.learned_temperature:
+            self.logit_scale = nn.Parameter(torch.full((1,), LOGIT_SCALE_INIT, dtype=dtype))
 
     @torch.no_grad()
     def weights_key(self) -> torch.Tensor:
@@ -168,27 +230,47 @@ class EmbModel(nn.Module):
         the catalog).
         """
         params = list(self.item_llm.parameters()) + ([self.item_id.weight] if self.item_id is not None else [])
+        params += [self.item_token] if self.item_token is not None else []
         return torch.stack([p.detach().double().sum() for p in params]).cpu()
 
     def encode_items(self, items: torch.Tensor) -> torch.Tensor:
-        """Raw item embeddings ``[U, H]``: hidden state at each item text's last (EOS) token."""
+        """Raw item embeddings ``[U, H]``: hidden state at each item text's last (EOS) token.
+
+        With ``item_token: learned`` the last input embedding is HLLM's learned item-token vector
+        instead of the EOS token's (the text's other tokens are read as before)."""
         lengths = self.item_lengths[items]
         width = int(lengths.max())
         ids = self.item_ids[items, :width]
-        mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()
+        cols = torch.arange(width, device=ids.device)[None, :]
+        mask = (cols < lengths[:, None]).long()
+        last = last_index(lengths)
         # the hidden state at each text's EOS; the last layer runs there only (mmgrid.models.partial)
-        emb = self._hidden_at(self.item_llm.model, last_index(lengths), attention_mask=mask, input_ids=ids)
+        if self.item_token is None:
+            emb = self._hidden_at(self.item_llm.model, last, attention_mask=mask, input_ids=ids)
+        else:
+            x = self.item_llm.model.embed_tokens(ids)
+            x = torch.where((cols == last[:, None])[..., None], self.item_token.to(x.dtype), x)
+            emb = self._hidden_at(self.item_llm.model, last, attention_mask=mask, inputs_embeds=x)
         if self.item_id is not None:
             emb = emb + float(self.params.id_scale) * self.item_id(items)
         return emb
 
-    def encode_users(self, seq: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """Predicted next-item embeddings ``[B, H]`` from right-padded item-embedding sequences ``[B, L, H]``."""
+    def encode_users(self, seq: torch.Tensor, lengths: torch.Tensor, every: bool = False) -> torch.Tensor:
+        """Predicted next-item embeddings ``[B, H]`` from right-padded item-embedding sequences ``[B, L, H]``.
+
+        ``every``: ``[B, L, H]``, the prediction after each position (``all_positions``); position
+        ``t`` of a row reads its items ``0..t`` only (causal), so it equals the prediction from the
+        history cut after ``t``. Positions past a row's length are padding."""
         width = seq.shape[1]
         real = torch.arange(width, device=seq.device)[None, :] < lengths[:, None]
         seq = seq * real[..., None].to(seq.dtype)  # an empty history reads one zero vector
         mask = real.clone()
         mask[:, 0] = True
+        if every:
+            cols = torch.arange(width, device=seq.device)[None, :].expand(seq.shape[0], width)
+            if self.params.last_layer_only:
+                return hidden_states_at(self.user_llm, cols, attention_mask=mask.long(), inputs_embeds=seq)
+            return self.user_llm(attention_mask=mask.long(), inputs_embeds=seq, use_cache=False).last_hidden_state
         # the last item's hidden state; the last layer runs there only (mmgrid.models.partial)
         return self._hidden_at(self.user_llm, last_index(lengths), attention_mask=mask.long(), inputs_embeds=seq)
 
@@ -266,6 +348,8 @@ class EmbParadigm:
         else:
             negs = torch.randint(0, model.n_items, (n_neg,), generator=model.generator)
         real = torch.arange(hist.shape[1])[None, :] < hist_len[:, None]
+        if model.params.all_positions:
+            return self._collate_every(hist, hist_len, targets, negs, real)
         items, inverse = torch.unique(torch.cat([hist[real], targets, negs]), return_inverse=True)
         hist_pos = torch.zeros_like(hist)
         n_real = int(real.sum())
@@ -279,10 +363,52 @@ class EmbParadigm:
             "labels": labels[: len(examples)],
         }
 
+    @staticmethod
+    def _collate_every(hist: torch.Tensor, hist_len: torch.Tensor, targets: torch.Tensor, negs: torch.Tensor,
+                       real: torch.Tensor) -> dict[str, torch.Tensor]:
+        """:meth:`collate` with ``all_positions``: every position of a row is trained.
+
+        Position ``t`` of the sequence history + target predicts item ``t + 1``: ``history[t + 1]``
+        for ``t < n - 1``, the target at ``t = n - 1``; an empty history's one (zero) position
+        predicts the target, as without the option. The candidates are every position's positive
+        (the batch's targets in this mode) and the sampled negatives, deduplicated, shared by every
+        prediction. Adds ``pos_labels [B, L]``: each position's positive in ``cand_pos``, -100 on
+        padding; ``labels`` stays the last position's.
+        """
+        b, width = hist.shape
+        nxt = torch.cat([hist[:, 1:], torch.zeros(b, 1, dtype=hist.dtype)], dim=1)
+        nxt[torch.arange(b), last_index(hist_len)] = targets
+        trained = torch.arange(width)[None, :] < hist_len.clamp(min=1)[:, None]
+        positives = nxt[trained]
+        items, inverse = torch.unique(torch.cat([hist[real], positives, negs]), return_inverse=True)
+        hist_pos = torch.zeros_like(hist)
+        n_real = int(real.sum())
+        hist_pos[real] = inverse[:n_real]
+        cands, labels = torch.unique(inverse[n_real:], return_inverse=True)
+        pos_labels = torch.full_like(hist, -100)
+        pos_labels[trained] = labels[: len(positives)]
+        return {
+            "items": items,
+            "hist_pos": hist_pos,
+            "hist_len": hist_len,
+            "cand_pos": cands,
+            "labels": pos_labels[torch.arange(b), last_index(hist_len)],
+            "pos_labels": pos_labels,
+        }
+
     def loss(self, model: EmbModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """InfoNCE (HLLM Eq. 3, :func:`info_nce`) of the prediction after each history; with
+        ``all_positions`` the mean over every trained position of every row (``pos_labels``), with
+        ``learned_temperature`` at the learned scale (:func:`logit_scale`)."""
         emb = model.encode_items(batch["items"])
+        scale = logit_scale(model.logit_scale) if model.logit_scale is not None else None
+        tau = float(model.params.temperature)
+        if "pos_labels" in batch:
+            users = model.encode_users(emb[batch["hist_pos"]], batch["hist_len"], every=True)
+            trained = batch["pos_labels"] >= 0
+            return info_nce(users[trained], emb[batch["cand_pos"]], batch["pos_labels"][trained], tau, scale)
         user = model.encode_users(emb[batch["hist_pos"]], batch["hist_len"])
-        return info_nce(user, emb[batch["cand_pos"]], batch["labels"], float(model.params.temperature))
+        return info_nce(user, emb[batch["cand_pos"]], batch["labels"], tau, scale)
 
     def item_embeddings(self, model: EmbModel) -> torch.Tensor:
         """Raw embeddings of all items ``[n_items, H]`` (eval mode, no grad); pass to :meth:`rank` to reuse."""
@@ -326,6 +452,9 @@ class EmbParadigm:
         state.update(module_state(model.user_llm, "user_llm."))
         if model.item_id is not None:
             state.update(module_state(model.item_id, "item_id."))
+        for name in OWN_TENSORS:
+            if getattr(model, name) is not None:
+                state[name] = getattr(model, name).detach().to("cpu").contiguous().clone()
         files = {"config.json": hf_config_file(model.item_llm.config), **tokenizer_files(model.tokenizer)}
         meta = {
             "paradigm": "emb",
@@ -366,4 +495,30 @@ class EmbParadigm:
         elif "item_id.weight" in ckpt.state:
             raise CheckpointMismatchError("emb checkpoint has item_id.weight but paradigm_params.emb.id_embeddings is "
                                           "false; load it with id_embeddings: true.")
+        for name, knob_set in OWN_TENSORS.items():
+            _load_own_tensor(model, ckpt.state, name, knob_set)
         return model.eval()
+
+
+#: The emb model's own tensors (not of a sub-module), by checkpoint name: the knob setting that adds each.
+OWN_TENSORS = {"item_token": "item_token: learned", "logit_scale": "learned_temperature: true"}
+
+
+def _load_own_tensor(model: EmbModel, state: dict[str, torch.Tensor], name: str, knob_set: str) -> None:
+    """Copy checkpoint tensor ``name`` into the model's parameter of that name; a checkpoint that has it
+    where the knobs do not ask for it (or lacks it where they do) raises CheckpointMismatchError."""
+    param = getattr(model, name)
+    if param is None and name in state:
+        raise CheckpointMismatchError(f"emb checkpoint has {name} but the knobs do not ask for it; load it with "
+                                      f"paradigm_params.emb.{knob_set}.")
+    if param is None:
+        return
+    if name not in state:
+        raise CheckpointMismatchError(f"emb checkpoint has no {name} tensor but paradigm_params.emb.{knob_set} "
+                                      "asks for one; load it with that knob at its default.")
+    tensor = state[name]
+    if tuple(tensor.shape) != tuple(param.shape):
+        raise CheckpointMismatchError(f"emb: tensor {name!r} has shape {tuple(tensor.shape)} but the model expects "
+                                      f"{tuple(param.shape)}; the checkpoint was made for another size.")
+    with torch.no_grad():
+        param.copy_(tensor.to(param.dtype))
