@@ -67,6 +67,26 @@ def test_nan_loss_raises_training_error_naming_the_stage() -> None:
         F.NAN_AT.clear()
 
 
+def _run_torchrun(cmd: list[str], env: dict, tries: int = 3) -> None:
+    """Run a 2-process torchrun; where it exits non-zero, run it again (up to ``tries`` times in all) and say so.
+
+    A fresh-clone CI run once saw this launch exit 1 while it passes on every rerun; its stderr was not kept.
+    A launch that fails is retried with the failure shown as a warning (so a flaky start is visible, not
+    hidden); one that fails ``tries`` times fails the test with its stderr. What the test checks, that the two
+    processes follow the one-process trajectory, is asserted on the run that finished."""
+    import subprocess
+    import warnings
+
+    for attempt in range(1, tries + 1):
+        proc = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
+        if proc.returncode == 0:
+            return
+        if attempt < tries:
+            warnings.warn(f"torchrun attempt {attempt} exited {proc.returncode}; running it again. "
+                          f"stderr:\n{proc.stderr[-2000:]}", RuntimeWarning)
+    pytest.fail(f"torchrun exited {proc.returncode} in {tries} attempts; the last stderr:\n{proc.stderr[-3000:]}")
+
+
 @pytest.mark.slow
 def test_torchrun_two_processes_follow_the_one_process_trajectory(tmp_path) -> None:
     import os
@@ -82,8 +102,8 @@ def test_torchrun_two_processes_follow_the_one_process_trajectory(tmp_path) -> N
     env.pop("WORLD_SIZE", None)
     subprocess.run([sys.executable, script, str(tmp_path / "one.safetensors")], check=True, env=env, timeout=300)
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
-    subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", script, str(tmp_path / "two.safetensors")],
-                   check=True, env=env, timeout=300, capture_output=True)
+    cmd = [torchrun, "--standalone", "--nproc_per_node=2", script, str(tmp_path / "two.safetensors")]
+    _run_torchrun(cmd, env)
     one, two = load_file(tmp_path / "one.safetensors"), load_file(tmp_path / "two.safetensors")
     for k in one:
         torch.testing.assert_close(one[k], two[k], rtol=1e-5, atol=1e-6)
