@@ -143,9 +143,17 @@ def per_user(users: np.ndarray, hits: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return uniq, np.bincount(inv, weights=hits) / np.bincount(inv)
 
 
+def hits(ranked: np.ndarray, targets: np.ndarray) -> dict[str, list[float]]:
+    """Each example's Recall@K and NDCG@K (one target: 1 / log2(rank + 2) where it is in the top K)."""
+    from mmgrid.eval.metrics import target_ranks
+
+    r = target_ranks(ranked[:, :K], targets)
+    return {"recall": (r >= 0).astype(float).tolist(),
+            "ndcg": np.where(r >= 0, 1.0 / np.log2(np.maximum(r, 0) + 2.0), 0.0).tolist()}
+
+
 def evaluate_cell(cfg, paradigm: str, eval_users: int) -> dict:
     """Build (or reuse) the grid of one paradigm and seed, then rank the sampled evaluation examples."""
-    from mmgrid.eval.metrics import target_ranks
     from mmgrid.eval.popular import popular_ranking
     from mmgrid.eval.ranking import Evaluator
     from mmgrid.paradigms import get_paradigm
@@ -178,9 +186,7 @@ def evaluate_cell(cfg, paradigm: str, eval_users: int) -> dict:
                               ev.histories if cfg.eval.popular_exclude_history else None)
         d = {"users": ev.users.tolist()}
         for name, rk in (("model", ranked), ("popular", np.broadcast_to(pop, (ev.n, pop.shape[-1])))):
-            r = target_ranks(rk[:, :K], ev.targets)
-            d[name] = {"recall": (r >= 0).astype(float).tolist(),
-                       "ndcg": np.where(r >= 0, 1.0 / np.log2(np.maximum(r, 0) + 2.0), 0.0).tolist()}
+            d[name] = hits(rk, ev.targets)
         out["ids"][domain] = cid
         out["domains"][domain] = d
     return out
@@ -193,7 +199,6 @@ def evaluate_rank_arms(cfg, paradigm: str, eval_users: int, arms: dict[str, dict
     ``text``: the beams are generated once per domain in the batches :class:`Evaluator` and
     ``TextParadigm.rank`` use (so a rank arm at the default knobs gives the default row's ranking),
     cached as JSON under ``beams_dir``, and each arm grounds them (``rank_generated``)."""
-    from mmgrid.eval.metrics import target_ranks
     from mmgrid.eval.ranking import Evaluator
     from mmgrid.paradigms import get_paradigm
     from mmgrid.runtime.checkpoints import load_checkpoint
@@ -244,11 +249,8 @@ def evaluate_rank_arms(cfg, paradigm: str, eval_users: int, arms: dict[str, dict
                 ranked = ev.rank(model)
             cell = cells[label]
             cell["eval_s"] += time.perf_counter() - t0
-            r = target_ranks(ranked[:, :K], ev.targets)
             cell["ids"][domain] = cid
-            cell["domains"][domain] = {"users": ev.users.tolist(), "model": {
-                "recall": (r >= 0).astype(float).tolist(),
-                "ndcg": np.where(r >= 0, 1.0 / np.log2(np.maximum(r, 0) + 2.0), 0.0).tolist()}}
+            cell["domains"][domain] = {"users": ev.users.tolist(), "model": hits(ranked, ev.targets)}
     return cells
 
 

@@ -350,17 +350,13 @@ class EmbParadigm:
         real = torch.arange(hist.shape[1])[None, :] < hist_len[:, None]
         if model.params.all_positions:
             return self._collate_every(hist, hist_len, targets, negs, real)
-        items, inverse = torch.unique(torch.cat([hist[real], targets, negs]), return_inverse=True)
-        hist_pos = torch.zeros_like(hist)
-        n_real = int(real.sum())
-        hist_pos[real] = inverse[:n_real]
-        cands, labels = torch.unique(inverse[n_real:], return_inverse=True)
+        items, hist_pos, cands, labels = _positions(hist, real, targets, negs)
         return {
             "items": items,
             "hist_pos": hist_pos,
             "hist_len": hist_len,
             "cand_pos": cands,
-            "labels": labels[: len(examples)],
+            "labels": labels,
         }
 
     @staticmethod
@@ -380,13 +376,9 @@ class EmbParadigm:
         nxt[torch.arange(b), last_index(hist_len)] = targets
         trained = torch.arange(width)[None, :] < hist_len.clamp(min=1)[:, None]
         positives = nxt[trained]
-        items, inverse = torch.unique(torch.cat([hist[real], positives, negs]), return_inverse=True)
-        hist_pos = torch.zeros_like(hist)
-        n_real = int(real.sum())
-        hist_pos[real] = inverse[:n_real]
-        cands, labels = torch.unique(inverse[n_real:], return_inverse=True)
+        items, hist_pos, cands, labels = _positions(hist, real, positives, negs)
         pos_labels = torch.full_like(hist, -100)
-        pos_labels[trained] = labels[: len(positives)]
+        pos_labels[trained] = labels
         return {
             "items": items,
             "hist_pos": hist_pos,
@@ -498,6 +490,19 @@ class EmbParadigm:
         for name, knob_set in OWN_TENSORS.items():
             _load_own_tensor(model, ckpt.state, name, knob_set)
         return model.eval()
+
+
+def _positions(hist: torch.Tensor, real: torch.Tensor, positives: torch.Tensor, negs: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch's indices: ``items`` (the unique items to encode), ``hist_pos`` (each real history entry's
+    position among them, 0 on padding), ``cand_pos`` (the positions of the candidates: ``positives`` and
+    ``negs``, deduplicated) and ``labels`` (each positive's position in ``cand_pos``, in order)."""
+    items, inverse = torch.unique(torch.cat([hist[real], positives, negs]), return_inverse=True)
+    hist_pos = torch.zeros_like(hist)
+    n_real = int(real.sum())
+    hist_pos[real] = inverse[:n_real]
+    cands, labels = torch.unique(inverse[n_real:], return_inverse=True)
+    return items, hist_pos, cands, labels[: len(positives)]
 
 
 #: The emb model's own tensors (not of a sub-module), by checkpoint name: the knob setting that adds each.

@@ -26,8 +26,13 @@ def popularity_adjust(sims: torch.Tensor, counts: np.ndarray, gamma: float) -> t
     item's training popularity scaled to [0, 1] by the most popular item. Returns a score
     (higher is better): the negated adjusted distance.
     """
-    dist = sims_distance(sims)
-    return -dist / (1 + _scaled(counts))[None, :] ** gamma
+    return divide_by_popularity(sims_distance(sims), counts, gamma)
+
+
+def divide_by_popularity(dist: torch.Tensor, counts: np.ndarray, gamma: float) -> torch.Tensor:
+    """mmgrid's raw statistics injection on a distance ``[n, n_items]``: ``-D / (1 + N)^gamma``, ``N`` = count /
+    max count (:func:`_scaled`). Higher is better."""
+    return -dist.float() / (1 + _scaled(counts))[None, :] ** gamma
 
 
 def _scaled(counts: np.ndarray) -> torch.Tensor:
@@ -108,7 +113,7 @@ def base_score(sims: torch.Tensor | None, counts: np.ndarray | None, gamma: floa
     if scale == "minmax":
         return bigrec_adjust(sims_distance(sims) if dist is None else dist, counts, gamma)
     if dist is not None:
-        return -dist.float() / ((1 + _scaled(counts))[None, :] ** gamma if counts is not None else 1.0)
+        return divide_by_popularity(dist, counts, gamma) if counts is not None else -dist.float()
     return popularity_adjust(sims, counts, gamma) if counts is not None else sims.float()
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,7 @@ def robust_stars(curves: dict[tuple[str, str], Curves], smooth: int = 1) -> pd.D
     ``fw_high``, the interval at the family level of the group's m domains (:func:`mmgrid.stats.lambda_star.
     family_level`: 1 - 0.05 / m), on which a claim about *some* domain ("lambda = 1 is not the best") is judged."""
     rows = []
-    m = {g: sum(1 for _, g2 in curves if g2 == g) for _, g in curves}
+    m = Counter(g for _, g in curves)  # the group's domains: the family of its claim
     for (d, g), c in sorted(curves.items()):
         r: LambdaStar = robust_lambda_star(c.lambdas, c.values, smooth=smooth, level=LEVEL, n_resamples=N_RESAMPLES,
                                            clusters=c.users)
