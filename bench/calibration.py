@@ -36,8 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="0", help="exec.workers (0: one per CPU)")
     ap.add_argument("--record", default="calibration",
                     help="the record's name: bench/results/NAME.md and NAME_power_curve.png (default: calibration)")
+    ap.add_argument("--note", default="", help="a sentence printed first (and so recorded), e.g. how the --out "
+                                               "folder's cached runs were computed")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the demo grid")
     args = ap.parse_args(argv)
+    if args.note:
+        print(f"Note: {args.note}\n")
     from mmgrid.cli import main as mmgrid_main
 
     cached = len(list((Path(args.out) / "replicates").glob("*.json")))

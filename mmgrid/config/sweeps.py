@@ -64,7 +64,7 @@ class PredictLambdaConfig:
     level: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.9)  # coverage of the prediction interval given for a new domain
 
 
-CALIBRATE_FINDINGS = ("lambda_star", "t4_rho", "f5_not1", "t2_popular")
+CALIBRATE_FINDINGS = ("lambda_star", "t4_rho", "f5_not1", "f5_varies", "t2_popular")
 PLANT_KNOBS = ("turnover", "trend", "trend_contrast", "domain_contrast", "personalization", "recency", "text_signal")
 
 
@@ -90,6 +90,9 @@ class CalibrateConfig:
     # population_user_scale x the users (world.extend_users: same items, trends and users, plus more users) and
     # no temporal sweep, one more run per replicate; "config" = the population worlds' value (over world seeds)
     t2_population: Literal["world", "config"] = "world"
+    # with t2_population "world": own-world runs for the first this-many replicates of each size (None: every
+    # replicate). Each costs about two replicates; the coverage is then measured on these replicates only.
+    own_world_replicates: int | None = ranged(1, default=None)
     level: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.95)  # coverage of every interval
     power: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.8)  # the power of the minimum detectable effect
     keep_runs: bool = False  # keep each replicate's world, prepared data and registry (else only its result)

@@ -320,8 +320,8 @@ def _temporal_findings(cfg: GridConfig, stars: pd.DataFrame, pop: dict[str, Any]
         f = Finding("f5_varies", HOLDS if disjoint else INCONCLUSIVE,
                     f"{len(disjoint)} pair(s) of domains with disjoint lambda* intervals (all users)"
                     + (f", e.g. {disjoint[0][0]} vs {disjoint[0][1]}" if disjoint else ""), "temporal")
-        out.append(with_mde(f, _width_pairs(al.dropna(subset=["ci_low", "ci_high"])),
-                            what="difference of two domains' lambda*"))
+        f = with_mde(f, _width_pairs(al.dropna(subset=["ci_low", "ci_high"])), what="difference of two domains' lambda*")
+        out.append(with_population(f, _f5_varies_population(pop)))
     truth, source = world_lambdas(cfg, pop)
     na = stars[(stars["group"] == "non_active") & stars["domain"].isin(list(truth))]
     world = None
@@ -351,6 +351,16 @@ def _f5_population(pop: dict[str, Any]) -> str:
     per = {d: g.get("all") for d, g in (pop.get("lambda_star") or {}).items() if isinstance(g, dict)}
     each = ", ".join(f"{d} {float(x):.2f}" for d, x in sorted(per.items()) if x is not None)
     return f"max |lambda* - 1| (all users) = {v:.2f}" + (f"; lambda*: {each}" if each else "") + f" ({_pop_source(pop)})"
+
+
+def _f5_varies_population(pop: dict[str, Any]) -> str:
+    """The population value of "the best lambda differs between domains": the range of the population all-users
+    lambda* over domains (the largest pairwise difference)."""
+    per = [float(g["all"]) for g in (pop.get("lambda_star") or {}).values()
+           if isinstance(g, dict) and g.get("all") is not None]
+    if len(per) < 2:
+        return ""
+    return f"max |lambda*_a - lambda*_b| (all users) = {max(per) - min(per):.2f} ({_pop_source(pop)})"
 
 
 # --------------------------------------------------------------------------- Tables 3-4

@@ -50,6 +50,8 @@ def test_an_inconclusive_finding_states_its_mde_and_the_published_value():
     # several intervals (one per domain): the mean of their standard errors
     k = with_mde(Finding("f5_not1", INCONCLUSIVE, "", "temporal"), [(0.5, 1.5), (0.8, 1.0)], what="lambda* - 1")
     assert f"|lambda* - 1| >= {_mde(0, 0.6):.2f}" in k.note and "MMGRid reports 0.30" in k.note
+    v = with_mde(Finding("f5_varies", INCONCLUSIVE, "", "temporal"), [(-0.4, 0.4)], what="difference")
+    assert f"|difference| >= {_mde(-0.4, 0.4):.2f}" in v.note and "MMGRid reports 0.47" in v.note  # Table 4's range
     # only inconclusive findings get a note; no interval: says so
     for v in (HOLDS, FAILS):
         assert with_mde(Finding("t4_rho", v, "", "prediction"), [(-0.9, -0.1)]).note == ""
@@ -91,6 +93,7 @@ def test_the_world_value_is_the_population_value_where_computed(world, tmp_path)
     fs = _findings(text)
     assert "population value of this world and budget: rho = -0.70 (2 world(s), 4x the users)" in fs
     assert "max |lambda* - 1| (all users) = 0.50" in fs
+    assert "max |lambda*_a - lambda*_b| (all users) = 1.00" in fs  # 1.25 - 0.25: the range of the domains' lambda*
     assert "most-popular N@10 +20.00 pts (SE 1.00)" in fs
     page = render_html(compute_study_results(cfg, reg, prep, diagnostics=False), None)  # (no grid view: a fake registry)
     assert "population lambda*" in page and "rho = -0.70" in page and 'class="finding-note"' in page

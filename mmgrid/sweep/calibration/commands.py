@@ -113,7 +113,7 @@ def _population(args: argparse.Namespace) -> int:
     print(f"population values ({pop.get('worlds')} world(s), {pop.get('user_scale')}x users, seeds {pop.get('seeds')}):")
     for d, by in sorted((pop.get("lambda_star") or {}).items()):
         print(f"  {d}: lambda* " + ", ".join(f"{g} {v:.2f}" for g, v in sorted(by.items()) if v is not None))
-    for k in ("t4_rho", "f5_not1", "t2_popular"):
+    for k in ("t4_rho", "f5_not1", "f5_varies", "t2_popular"):
         if pop.get(k) is not None:
             print(f"  {k}: {pop[k]:.4f}")
     print(f"cached in {cfg.data.root}/population.json")

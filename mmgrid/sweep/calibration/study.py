@@ -92,20 +92,21 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     out.mkdir(parents=True, exist_ok=True)
     jobs: list[tuple[str, float, Job]] = []
     own_world = _own_world(cfg)
+    n_own = _own_world_count(cfg)
     for size in c.sizes:
         for p in range(c.population_worlds):
             seed = c.world_seed + 10_000 + p  # population worlds never share a seed with a replicate
             jobs.append(("population", size, _job(cfg, size, seed, out, population=True)))
         for r in range(c.replicates):
             jobs.append(("replicate", size, _job(cfg, size, c.world_seed + r, out)))
-            if own_world:  # the Table 2 difference of this replicate's own world, with more of its users
+            if own_world and r < n_own:  # the Table 2 difference of this replicate's own world, more of its users
                 jobs.append(("own world", size, _job(cfg, size, c.world_seed + r, out, population=True, own_world=True)))
     own = executor is None
     ex = executor if executor is not None else executor_from_config(cfg)
     cached = sum(Path(j.kwargs["result_path"]).exists() for _, _, j in jobs)
     if progress:
         print(f"calibrate: {len(jobs)} runs ({len(c.sizes)} size(s) x ({c.replicates} replicate(s)"
-              f"{' and as many own-world populations' if own_world else ''} + {c.population_worlds} population "
+              f"{f' + {n_own} own-world population(s)' if own_world else ''} + {c.population_worlds} population "
               f"world(s))), {cached} cached under {out / 'replicates'}", flush=True)
     t0 = time.perf_counter()
 
@@ -134,6 +135,9 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     for (kind, size, _), res in zip(jobs, results):
         (runs.setdefault(size, []) if kind == "replicate" else owns.setdefault(size, []) if kind == "own world"
          else pops.setdefault(size, {}).setdefault("_runs", [])).append(res)
+    for size, rs in runs.items():  # own-world runs belong to the first n_own replicates: the rest have none
+        if size in owns:
+            owns[size] = owns[size] + [None] * (len(rs) - len(owns[size]))
     population = {}
     for size in c.sizes:
         pop = population_values(pops.get(size, {}).get("_runs", []))
@@ -157,6 +161,14 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
 def _own_world(cfg: GridConfig) -> bool:
     c = cfg.sweeps.calibrate
     return "t2_popular" in c.findings and c.t2_population == "world"
+
+
+def _own_world_count(cfg: GridConfig) -> int:
+    """How many replicates of each size get an own-world run (the first ones; ``own_world_replicates``)."""
+    c = cfg.sweeps.calibrate
+    if not _own_world(cfg):
+        return 0
+    return c.replicates if c.own_world_replicates is None else min(c.own_world_replicates, c.replicates)
 
 
 def _job(cfg: GridConfig, size: float, world_seed: int, out: Path, population: bool = False,
@@ -195,9 +207,9 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
              f"`train.max_examples` {cfg.train.max_examples}, `eval.max_users` {cfg.eval.max_users}); planted knobs "
              f"{', '.join(f'`world.plant.{k}`' for k in res.knobs)} = the size (0 = the null world). Population values: "
              f"{c.population_worlds} world(s) with {c.population_user_scale:g}x the users, every test user"
-             + (f"; the Table 2 difference's coverage and bias are measured against each replicate's own world "
-                f"with {c.population_user_scale:g}x its users (its items, trends and users, plus more users)"
-                if _own_world(cfg) else "") + ". Rates carry "
+             + (f"; the Table 2 difference's coverage and bias are measured against "
+                f"{_own_world_who(cfg)} own world with {c.population_user_scale:g}x its users (its items, trends and "
+                "users, plus more users)" if _own_world(cfg) else "") + ". Rates carry "
              "their Monte Carlo standard error (MCSE = sqrt(p (1 - p) / R)); the MDE is the |effect| a replicate "
              f"detects at {c.power:.0%} power, 2.80 x the SE its mean 95% interval implies. "
              f"{res.seconds_per_replicate:.0f} s per replicate on average; the study took {seconds:.0f} s here "
@@ -211,14 +223,28 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
                      f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} | "
                      f"{target_check(f, 1 - c.level, c.power, c.level)} |")
     lines += ["", "Per domain (non-active lambda*) and per paradigm (Table 2 difference):", "",
-              "| finding | size | domain / paradigm | population value | coverage | bias | MDE |",
-              "|---|---|---|---|---|---|---|"]
+              "| finding | size | domain / paradigm | population value | coverage | bias | MDE | spread / SE |",
+              "|---|---|---|---|---|---|---|---|"]
     for f in res.findings:
         for d, v in f.per_domain.items():
             cov = _coverage(Rate(**v["coverage"]), v.get("coverage_of", "configuration"),
                             v.get("coverage_expected", float("nan")))
             lines.append(f"| {f.finding} | {f.size:g} | {d} | {_num(v['population'])} | {cov} | "
-                         f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} |")
+                         f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} | {_num(v.get('spread_ratio'))} |")
+    lines += ["", "*spread / SE*: the SD of the replicates' estimates over the mean standard error their intervals "
+              "imply (above 1: the worlds differ by more than one world's interval allows). *expected from the "
+              "population value's own noise*: the rate at which correct intervals cover a target estimated with the "
+              "population runs' SE (their intervals combined as for a mean), 2 Phi(1.96 se / sqrt(se^2 + se_p^2)) - 1."]
+    lines += ["", "Population values as the population runs measured them (lambda* all users / non-active users per "
+              "domain; the rows above replace rho and the range by 0 where the null world's domains are alike):", "",
+              "| size | lambda* per domain (all / non-active) | rho | max abs(lambda* - 1) | range of lambda* | "
+              "Table 2 difference (SE) |", "|---|---|---|---|---|---|"]
+    for size in res.sizes:
+        pv = res.population.get(size) or {}
+        lam = ", ".join(f"{d} {_num(g.get('all'))} / {_num(g.get('non_active'))}"
+                        for d, g in sorted((pv.get("lambda_star") or {}).items()))
+        lines.append(f"| {size:g} | {lam or '-'} | {_num(pv.get('t4_rho'))} | {_num(pv.get('f5_not1'))} | "
+                     f"{_num(pv.get('f5_varies'))} | {_num(pv.get('t2_popular'))} ({_num(pv.get('t2_popular_se'))}) |")
     lines += ["", "What each finding's estimand is:", ""]
     lines += [f"- `{k}` ({FINDINGS[k][0]}): {FINDINGS[k][2]}" for k in c.findings]
     if png is not None:
@@ -249,9 +275,14 @@ def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
             "runs": {_size_key(size): {
                 "replicates": [recipe(size, c.world_seed + r, False) for r in range(c.replicates)],
                 "population": [recipe(size, c.world_seed + 10_000 + p, True) for p in range(c.population_worlds)],
-                **({"own_world": [own_world(size, c.world_seed + r) for r in range(c.replicates)]}
+                **({"own_world": [own_world(size, c.world_seed + r) for r in range(_own_world_count(cfg))]}
                    if _own_world(cfg) else {})}
                 for size in c.sizes}}
+
+
+def _own_world_who(cfg: GridConfig) -> str:
+    n, r = _own_world_count(cfg), cfg.sweeps.calibrate.replicates
+    return "each replicate's" if n >= r else f"each of the first {n} replicates' (of {r})"
 
 
 def _t2_spread(res: CalibrationResult) -> dict[str, float]:
@@ -265,10 +296,10 @@ def _t2_spread(res: CalibrationResult) -> dict[str, float]:
 def _coverage(cov: Rate | None, of: str, expected: float) -> str:
     if cov is None:
         return "-"
+    known = expected is not None and math.isfinite(expected)
     if of != "own world":
-        return cov.text()
-    exp = f"; {expected:.0%} expected from its noise" if expected is not None and math.isfinite(expected) else ""
-    return f"{cov.text()} (own world{exp})"
+        return cov.text() + (f" ({expected:.0%} expected from the population value's own noise)" if known else "")
+    return f"{cov.text()} (own world{f'; {expected:.0%} expected from its noise' if known else ''})"
 
 
 def _num(v: float) -> str:
