@@ -3,7 +3,7 @@
     python bench/calibration.py                        # mmgrid calibrate demo, R = 20 per size, sizes 0 and 1
     python bench/calibration.py --out runs/calibrate   # reuse (and fill) that folder's replicate cache
     python bench/calibration.py --workers 2 sweeps.calibrate.replicates=10
-    python bench/calibration.py --record calibration_own_world sweeps.calibrate.replicates=8   # another record
+    python bench/calibration.py --record calibration_r8 sweeps.calibrate.replicates=8   # another record
 
 Runs ``mmgrid calibrate demo --out OUT`` (docs/calibration.md) and writes
 ``bench/results/calibration.md`` (``--record NAME``: ``bench/results/NAME.md``): the machine, its load, the command, the study's table
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     data = json.loads((Path(args.out) / "calibration.json").read_text())
     n_runs = sum(len(v["replicates"]) + len(v["population"]) + len(v.get("own_world", []))
-                 for v in data["grid"]["runs"].values())
+                 for v in data["grid"]["runs"].values()) + bool(data["grid"].get("grid_world"))
     print(f"\n{n_runs} runs ({cached} cached before this run); {wall:.0f} s wall in this run; "
           f"{data['seconds_per_replicate']:.0f} s per replicate inside its job (mean)")
     print(f"grid {data['grid']['name']}, recipe {data['grid']['recipe']}\n")

@@ -93,6 +93,9 @@ class CalibrateConfig:
     # with t2_population "world": own-world runs for the first this-many replicates of each size (None: every
     # replicate). Each costs about two replicates; the coverage is then measured on these replicates only.
     own_world_replicates: int | None = ranged(1, default=None)
+    # also run the grid's own world (its world.seed and world.plant) through the same replicate pipeline and show
+    # where its estimates fall among the replicates': is the world a report was made on a typical draw?
+    grid_world: bool = True
     level: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.95)  # coverage of every interval
     power: float = ranged(0, 1, lo_open=True, hi_open=True, default=0.8)  # the power of the minimum detectable effect
     keep_runs: bool = False  # keep each replicate's world, prepared data and registry (else only its result)

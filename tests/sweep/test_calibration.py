@@ -173,6 +173,13 @@ def test_f5_varies_type_one_error_on_alike_domains_matches_the_range_law():
     assert res.holds.rate == pytest.approx(want, abs=4 * math.sqrt(want * (1 - want) / reps))
 
 
+def test_where_the_grid_world_ranks_among_the_replicates():
+    from mmgrid.sweep.calibration.study import _rank
+
+    assert _rank(0.5, [0.1, 0.5, 0.9, 1.2]) == "1 below, 1 equal, 2 above"
+    assert _rank(2.0, [0.1, 0.5]) == "2 below, 0 equal, 0 above"
+
+
 def test_rho_null_is_zero_by_symmetry_only_when_the_domains_are_exchangeable():
     runs = [{"t4_rho": [r, r - 0.5, r + 0.5, 0.5]} for r in (-0.5, 0.0, 0.5, 1.0)]
     pop = {"t4_rho": -0.4}  # an estimated population value, noisy
@@ -274,13 +281,18 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
     assert (out / "power_curve.png").stat().st_size > 0
     md = (out / "calibration.md").read_text()
     assert "| t2_popular | 1 |" in md and "MDE" in md
-    # a replicate, its own world with more users (the Table 2 coverage), a population world
-    assert len(list((out / "replicates").glob("*.json"))) == 3
+    # a replicate, its own world with more users (the Table 2 coverage), a population world, the grid's own world
+    assert len(list((out / "replicates").glob("*.json"))) == 4
     assert t2["coverage_of"] == "own world" and "own world" in md
     # the study names what it measured: every run's recipe is a cached result file
     runs = data["grid"]["runs"]["1"]
-    assert {f"{h}.json" for h in runs["replicates"] + runs["population"] + runs["own_world"]} == \
-        {p.name for p in (out / "replicates").glob("*.json")}
+    assert {f"{h}.json" for h in runs["replicates"] + runs["population"] + runs["own_world"]
+            + [data["grid"]["grid_world"]]} == {p.name for p in (out / "replicates").glob("*.json")}
+    # the grid's own world, ranked among the replicates of its planted size (--quick keeps the demo's plant: 1)
+    gw = data["grid_world"]
+    assert gw["world_seed"] == 0 and gw["size"] == 1.0 and gw["replicates"] == 1
+    assert set(gw["lambda_star"]) and all(v["rank"].endswith("above") for v in gw["lambda_star"].values())
+    assert "The grid's own world (world seed 0" in md
     assert data["grid"]["name"] and len(data["grid"]["recipe"]) >= 12
     popfile = out / "population" / "1" / "population.json"
     assert json.loads(popfile.read_text())["values"]["n_runs"] == 1

@@ -182,6 +182,7 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
             per[d] = {"population": truth, "coverage": asdict(mcse_rate(np.array(cov))),
                       "bias": asdict(mcse_bias([as_float(x[0]) for x in rows], truth)),
                       "mde": _interval_mde(rows, level, power), "population_se": se_p,
+                      "estimates": [float(q) for q in np.quantile([as_float(x[0]) for x in rows], [0.0, 0.5, 1.0])],
                       "coverage_expected": float(np.mean(exp)) if exp else float("nan"),
                       # the replicates' spread against what their intervals imply: above 1, the worlds differ by
                       # more than one world's interval allows (world-to-world variation the interval leaves out)

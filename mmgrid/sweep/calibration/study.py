@@ -44,7 +44,7 @@ from mmgrid.runtime.gather import gather
 from mmgrid.stats.power import Bias, Rate
 from mmgrid.sweep.calibration.measures import (FINDINGS, FindingCalibration, calibrate_finding, population_values,
                                                target_check)
-from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, json_safe, recipe_hash, replicate_grid
+from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, as_float, json_safe, recipe_hash, replicate_grid
 
 # --------------------------------------------------------------------------- the study
 
@@ -61,6 +61,7 @@ class CalibrationResult:
     findings: list[FindingCalibration]
     seconds_per_replicate: float
     runs: dict[float, list[dict[str, Any]]] = field(default_factory=dict)
+    grid_world: dict[str, Any] | None = None  # the grid's own world through the replicate pipeline (grid_world)
 
     def table(self) -> list[dict[str, Any]]:
         rows = []
@@ -101,20 +102,24 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
             jobs.append(("replicate", size, _job(cfg, size, c.world_seed + r, out)))
             if own_world and r < n_own:  # the Table 2 difference of this replicate's own world, more of its users
                 jobs.append(("own world", size, _job(cfg, size, c.world_seed + r, out, population=True, own_world=True)))
+    if c.grid_world:
+        jobs.append(("grid world", float("nan"), _job(cfg, None, cfg.world.seed, out)))
     own = executor is None
     ex = executor if executor is not None else executor_from_config(cfg)
     cached = sum(Path(j.kwargs["result_path"]).exists() for _, _, j in jobs)
     if progress:
+        grid = " + the grid's own world" if c.grid_world else ""
         print(f"calibrate: {len(jobs)} runs ({len(c.sizes)} size(s) x ({c.replicates} replicate(s)"
               f"{f' + {n_own} own-world population(s)' if own_world else ''} + {c.population_worlds} population "
-              f"world(s))), {cached} cached under {out / 'replicates'}", flush=True)
+              f"world(s)){grid}), {cached} cached under {out / 'replicates'}", flush=True)
     t0 = time.perf_counter()
 
     def line(i: int, res: dict[str, Any]) -> None:
         if progress:
             kind, size, _ = jobs[i]
             el = time.perf_counter() - t0
-            print(f"   {kind} size {size:g} [{i + 1}/{len(jobs)}]: {res.get('seconds', 0.0):.0f} s "
+            what = kind if kind == "grid world" else f"{kind} size {size:g}"
+            print(f"   {what} [{i + 1}/{len(jobs)}]: {res.get('seconds', 0.0):.0f} s "
                   f"(elapsed {el:.0f} s, ETA {el / (i + 1) * (len(jobs) - i - 1):.0f} s)", flush=True)
 
     try:
@@ -132,7 +137,10 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     pops: dict[float, dict[str, Any]] = {}
     runs: dict[float, list[dict[str, Any]]] = {}
     owns: dict[float, list[dict[str, Any]]] = {}
+    grid_world = next((res for (kind, _, _), res in zip(jobs, results) if kind == "grid world"), None)
     for (kind, size, _), res in zip(jobs, results):
+        if kind == "grid world":
+            continue
         (runs.setdefault(size, []) if kind == "replicate" else owns.setdefault(size, []) if kind == "own world"
          else pops.setdefault(size, {}).setdefault("_runs", [])).append(res)
     for size, rs in runs.items():  # own-world runs belong to the first n_own replicates: the rest have none
@@ -153,7 +161,7 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
              for f in c.findings for size in c.sizes]
     secs = [r.get("seconds") for rs in runs.values() for r in rs if r.get("seconds")]
     res = CalibrationResult(out, list(c.sizes), list(c.knobs), c.replicates, population, found,
-                            float(np.mean(secs)) if secs else float("nan"), runs)
+                            float(np.mean(secs)) if secs else float("nan"), runs, grid_world)
     write_calibration(res, cfg, time.perf_counter() - t0)
     return res
 
@@ -171,9 +179,10 @@ def _own_world_count(cfg: GridConfig) -> int:
     return c.replicates if c.own_world_replicates is None else min(c.own_world_replicates, c.replicates)
 
 
-def _job(cfg: GridConfig, size: float, world_seed: int, out: Path, population: bool = False,
+def _job(cfg: GridConfig, size: float | None, world_seed: int, out: Path, population: bool = False,
          own_world: bool = False) -> Job:
-    """A replicate, a population world, or (``own_world``) a replicate's own world with more users and no sweep."""
+    """A replicate, a population world, or (``own_world``) a replicate's own world with more users and no sweep;
+    ``size`` None: the grid's own ``world.plant``."""
     kind = "own-world" if own_world else "population" if population else "replicate"
     g = replicate_grid(cfg, size, world_seed, out / "runs" / "pending", population, own_world)
     h = recipe_hash(g, sweep=not own_world)
@@ -183,7 +192,7 @@ def _job(cfg: GridConfig, size: float, world_seed: int, out: Path, population: b
         kw["sweep"] = False
     return Job(REPLICATE_JOB, kw,
                resources=job_resources(cfg.exec, "train"),  # a replicate trains: a training job's resources on Ray
-               name=f"calibrate:{kind}:size={size:g}:world={world_seed}")
+               name=f"calibrate:{kind}:size={'grid' if size is None else format(size, 'g')}:world={world_seed}")
 
 
 # --------------------------------------------------------------------------- the study's report
@@ -198,6 +207,7 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
         "sizes": res.sizes, "knobs": res.knobs, "replicates": res.replicates,
         "population": {_size_key(k): v for k, v in res.population.items()},
         "findings": [f.to_dict() for f in res.findings], "seconds_per_replicate": res.seconds_per_replicate,
+        "grid_world": _grid_world_summary(res, cfg),
         "t2_sd": _t2_spread(res),
     }), indent=1))
     png = power_curve(res, out / "power_curve.png", c.power)
@@ -223,14 +233,15 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
                      f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} | "
                      f"{target_check(f, 1 - c.level, c.power, c.level)} |")
     lines += ["", "Per domain (non-active lambda*) and per paradigm (Table 2 difference):", "",
-              "| finding | size | domain / paradigm | population value | coverage | bias | MDE | spread / SE |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| finding | size | domain / paradigm | population value | coverage | bias | MDE | spread / SE | "
+              "estimates (min / median / max) |", "|---|---|---|---|---|---|---|---|---|"]
     for f in res.findings:
         for d, v in f.per_domain.items():
             cov = _coverage(Rate(**v["coverage"]), v.get("coverage_of", "configuration"),
                             v.get("coverage_expected", float("nan")))
             lines.append(f"| {f.finding} | {f.size:g} | {d} | {_num(v['population'])} | {cov} | "
-                         f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} | {_num(v.get('spread_ratio'))} |")
+                         f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} | {_num(v.get('spread_ratio'))} | "
+                         f"{' / '.join(f'{q:.2f}' for q in v['estimates']) if v.get('estimates') else '-'} |")
     lines += ["", "*spread / SE*: the SD of the replicates' estimates over the mean standard error their intervals "
               "imply (above 1: the worlds differ by more than one world's interval allows). *expected from the "
               "population value's own noise*: the rate at which correct intervals cover a target estimated with the "
@@ -245,6 +256,7 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
                         for d, g in sorted((pv.get("lambda_star") or {}).items()))
         lines.append(f"| {size:g} | {lam or '-'} | {_num(pv.get('t4_rho'))} | {_num(pv.get('f5_not1'))} | "
                      f"{_num(pv.get('f5_varies'))} | {_num(pv.get('t2_popular'))} ({_num(pv.get('t2_popular_se'))}) |")
+    lines += _grid_world_lines(res, cfg)
     lines += ["", "What each finding's estimand is:", ""]
     lines += [f"- `{k}` ({FINDINGS[k][0]}): {FINDINGS[k][2]}" for k in c.findings]
     if png is not None:
@@ -271,13 +283,81 @@ def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
     def own_world(size: float, seed: int) -> str:
         return Path(_job(cfg, size, seed, out, True, True).kwargs["result_path"]).stem
 
-    return {"name": cfg.name, "recipe": own, "world_seed": c.world_seed,
+    grid = Path(_job(cfg, None, cfg.world.seed, out).kwargs["result_path"]).stem if cfg.world is not None else None
+    return {"name": cfg.name, "recipe": own, "world_seed": c.world_seed, **({"grid_world": grid} if c.grid_world else {}),
             "runs": {_size_key(size): {
                 "replicates": [recipe(size, c.world_seed + r, False) for r in range(c.replicates)],
                 "population": [recipe(size, c.world_seed + 10_000 + p, True) for p in range(c.population_worlds)],
                 **({"own_world": [own_world(size, c.world_seed + r) for r in range(_own_world_count(cfg))]}
                    if _own_world(cfg) else {})}
                 for size in c.sizes}}
+
+
+def _grid_size(res: CalibrationResult, cfg: GridConfig) -> float | None:
+    """The planted size equal to the grid's own world (every calibrated knob at that size), if the study has it."""
+    plant = cfg.world.plant if cfg.world is not None else None
+    vals = {float(getattr(plant, k)) for k in res.knobs} if plant is not None else set()
+    return next((s for s in res.sizes if vals == {float(s)}), None)
+
+
+def _rank(v: float, xs: list[float]) -> str:
+    """Where ``v`` falls among ``xs``: "k of n below, m equal"."""
+    below, equal = sum(x < v - 1e-9 for x in xs), sum(abs(x - v) <= 1e-9 for x in xs)
+    return f"{below} below, {equal} equal, {len(xs) - below - equal} above"
+
+
+def _grid_world_summary(res: CalibrationResult, cfg: GridConfig) -> dict[str, Any] | None:
+    """The grid's own world's estimates and, where the study has its planted size, their ranks among the
+    replicates' (per domain for the non-active lambda*; rho's point estimate; the Table 2 difference)."""
+    g = res.grid_world
+    if not g:
+        return None
+    size = _grid_size(res, cfg)
+    reps = res.runs.get(size, []) if size is not None else []
+    out: dict[str, Any] = {"world_seed": cfg.world.seed, "size": size, "replicates": len(reps), "lambda_star": {},
+                           "t4_rho": g.get("t4_rho"), "f5_not1": (g.get("f5_not1") or {}).get("holds"),
+                           "t2_popular": g.get("t2_popular")}
+    for d, by in sorted((g.get("lambda_star") or {}).items()):
+        x = by.get("non_active")
+        if x is None:
+            continue
+        xs = [as_float(r["lambda_star"][d]["non_active"][0]) for r in reps
+              if (r.get("lambda_star") or {}).get(d, {}).get("non_active")]
+        out["lambda_star"][d] = {"estimate": x, "rank": _rank(as_float(x[0]), xs) if xs else None}
+    if reps and g.get("t4_rho"):
+        out["t4_rho_rank"] = _rank(as_float(g["t4_rho"][0]), [as_float(r["t4_rho"][0]) for r in reps if r.get("t4_rho")])
+    if reps and g.get("t2_popular"):
+        out["t2_rank"] = _rank(as_float(g["t2_popular"][0]),
+                               [as_float(r["t2_popular"][0]) for r in reps if r.get("t2_popular")])
+    al = [x for x in (v.get("all") for v in (g.get("lambda_star") or {}).values()) if x and x[1] is not None]
+    out["f5_varies"] = any(a[2] < b[1] or b[2] < a[1] for i, a in enumerate(al) for b in al[i + 1:])
+    return out
+
+
+def _grid_world_lines(res: CalibrationResult, cfg: GridConfig) -> list[str]:
+    s = _grid_world_summary(res, cfg)
+    if s is None:
+        return []
+    where = (f"ranked among the {s['replicates']} replicate worlds of planted size {s['size']:g}, which has the "
+             "same knobs" if s["size"] is not None else "no planted size of this study has its knobs, so no ranks")
+    lines = ["", f"The grid's own world (world seed {s['world_seed']}, its own `world.plant`), run through the same "
+                 f"replicate pipeline and {where}: is the world a report was made on a typical draw?", "",
+             "| estimate | the grid's world [95% interval] | rank among the replicates |", "|---|---|---|"]
+    for d, v in s["lambda_star"].items():
+        e = v["estimate"]
+        lines.append(f"| {d} non-active lambda* | {as_float(e[0]):.2f} [{_num(as_float(e[1]))}, {_num(as_float(e[2]))}] "
+                     f"| {v['rank'] or '-'} |")
+    if s.get("t4_rho"):
+        r = s["t4_rho"]
+        lines.append(f"| rho(gap, non-active lambda*) | {as_float(r[0]):+.2f} [{as_float(r[1]):+.2f}, "
+                     f"{as_float(r[2]):+.2f}] | {s.get('t4_rho_rank') or '-'} |")
+    if s.get("t2_popular"):
+        t = s["t2_popular"]
+        lines.append(f"| Table 2 difference | {as_float(t[0]):+.4f} [{as_float(t[1]):+.4f}, {as_float(t[2]):+.4f}] | "
+                     f"{s.get('t2_rank') or '-'} |")
+    lines.append(f"| Figure 5 verdicts | lambda = 1 not the best: {'holds' if s['f5_not1'] else 'inconclusive'}; "
+                 f"lambda* differs between domains: {'holds' if s['f5_varies'] else 'inconclusive'} | - |")
+    return lines
 
 
 def _own_world_who(cfg: GridConfig) -> str:
