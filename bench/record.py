@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import platform
+import shlex
 import sys
 import time
 from contextlib import contextmanager
@@ -105,7 +106,7 @@ def recorded(name: str) -> Iterator[None]:
     finally:
         sys.stdout = real
     path = RESULTS / f"{name}.md"
-    command = "python " + " ".join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    command = "python " + shlex.join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])  # quoted as typed
     text = render(name, command, buf.getvalue(), before, _load(), time.perf_counter() - t0, _earlier(path))
     RESULTS.mkdir(exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

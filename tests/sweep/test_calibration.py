@@ -96,6 +96,7 @@ def test_own_world_coverage_measures_the_interval_against_its_own_world():
     assert world.coverage_expected == pytest.approx(want, rel=1e-9)
     assert abs(world.bias.bias) <= 4 * world.bias.mcse
     assert world.holds.rate == config.holds.rate  # "holds" is about the replicate's own interval either way
+    assert world.coverage_config == config.coverage  # the configuration's coverage stays beside it
     # with several paradigms, each paradigm's row is measured the same way
     runs2 = [{**r, "t2_each": {**r["t2_each"], "text": r["t2_each"]["emb"]}} for r in runs]
     owns2 = [{**o, "t2_each": {**o["t2_each"], "text": o["t2_each"]["emb"]}} for o in owns]

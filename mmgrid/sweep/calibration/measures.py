@@ -136,6 +136,8 @@ class FindingCalibration:
     # with "own world": the coverage a correct 95% interval reaches against a target with the own-world runs'
     # noise, mean over replicates of 2 Phi(z se_r / sqrt(se_r^2 + se_w^2)) - 1 (NaN otherwise)
     coverage_expected: float = float("nan")
+    # with "own world": the coverage of the configuration's value by the same intervals, kept for comparison
+    coverage_config: Rate | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -274,6 +276,7 @@ def _own_world_coverage(res: FindingCalibration, runs: list[dict[str, Any]], own
 
     m = measure(lambda r: r.get("t2_popular"))
     if m is not None:
+        res.coverage_config = res.coverage
         res.coverage, res.bias, res.coverage_expected = m["coverage"], m["bias"], m["expected"]
         res.coverage_of = "own world"
     for par, part in res.per_domain.items():

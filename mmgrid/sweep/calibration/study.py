@@ -227,9 +227,11 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
              "| finding | size | population value | null? | holds (type-I under the null, else power) | coverage | "
              "bias | MDE (80%) | n | targets |", "|---|---|---|---|---|---|---|---|---|---|"]
     for f in res.findings:
+        also = f"; the configuration's value: {f.coverage_config.text()}" if f.coverage_config else ""
         row = f.__dict__
         lines.append(f"| {f.finding} | {f.size:g} | {_num(f.population)} | {'yes' if f.is_null else 'no'} | "
-                     f"{f.holds.text() if f.holds else '-'} | {_coverage(f.coverage, f.coverage_of, f.coverage_expected)} | "
+                     f"{f.holds.text() if f.holds else '-'} | {_coverage(f.coverage, f.coverage_of, f.coverage_expected)}"
+                     f"{also} | "
                      f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} | "
                      f"{target_check(f, 1 - c.level, c.power, c.level)} |")
     lines += ["", "Per domain (non-active lambda*) and per paradigm (Table 2 difference):", "",
@@ -345,7 +347,7 @@ def _grid_world_lines(res: CalibrationResult, cfg: GridConfig) -> list[str]:
              "| estimate | the grid's world [95% interval] | rank among the replicates |", "|---|---|---|"]
     for d, v in s["lambda_star"].items():
         e = v["estimate"]
-        lines.append(f"| {d} non-active lambda* | {as_float(e[0]):.2f} [{_num(as_float(e[1]))}, {_num(as_float(e[2]))}] "
+        lines.append(f"| {d} non-active lambda* | {as_float(e[0]):.2f} [{as_float(e[1]):.2f}, {as_float(e[2]):.2f}] "
                      f"| {v['rank'] or '-'} |")
     if s.get("t4_rho"):
         r = s["t4_rho"]
