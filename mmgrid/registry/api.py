@@ -244,7 +244,11 @@ class Registry(Evaluations):
         """Write the manifest last: until its rename the checkpoint does not exist."""
         m.check_paths()
         path = self.manifest_path(m.id)
-        atomic_write(path, m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written")
+        if not atomic_write(path, m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written",
+                            exclusive=True):
+            # another writer put the same identity first: its manifest is the checkpoint, and the index must say
+            # what the file says (else a rebuilt index would differ from the live one)
+            m = read_manifest(path)
         self._manifests[m.id] = m
         if self.indexed:
             mstat = manifest_stat(os.stat(path))

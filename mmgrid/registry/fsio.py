@@ -71,8 +71,14 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, tmp_dir: Path, durable: bool = True, pause: str | None = None) -> None:
-    """Write ``data`` to ``path`` so that readers see the old state or the whole new file."""
+def atomic_write(path: Path, data: bytes, tmp_dir: Path, durable: bool = True, pause: str | None = None,
+                 exclusive: bool = False) -> bool:
+    """Write ``data`` to ``path`` so that readers see the old state or the whole new file.
+
+    ``exclusive``: the first writer wins. The file is hard-linked into place, which fails where ``path``
+    already exists, so that writers racing on one name all end with the same file. Returns False where
+    another writer's file was there first (and is kept). On a filesystem without hard links, it falls back
+    to a rename (the last writer wins)."""
     tmp_dir.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(tmp_dir, path.name)
     try:
@@ -84,12 +90,30 @@ def atomic_write(path: Path, data: bytes, tmp_dir: Path, durable: bool = True, p
         if pause:
             pause_point(pause)
         path.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, path)
+        if exclusive and _link_first(tmp, path) is False:
+            tmp.unlink(missing_ok=True)
+            return False
+        if tmp.exists():
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable:
         fsync_dir(path.parent)
+    return True
+
+
+def _link_first(tmp: Path, path: Path) -> bool | None:
+    """Hard-link ``tmp`` to ``path`` and remove ``tmp``: True; False where ``path`` exists already; None where
+    the filesystem cannot link (``tmp`` is then left for a rename)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError:
+        return None
+    tmp.unlink(missing_ok=True)
+    return True
 
 
 def sha256_file(path: Path) -> str:

@@ -49,6 +49,36 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, index: bool) -> None:
     driver.close()
 
 
+def test_two_writers_of_one_identity_agree_with_the_file(tmp_path: Path) -> None:
+    """The race behind a rare mismatch: two writers pass ``has()`` for the same id and both commit a manifest
+    (with their own ``created``). The first file wins; the second writer indexes that file, not its own
+    manifest, so the live index equals a rebuilt one whichever order the commits land in."""
+    from dataclasses import replace
+
+    from mmgrid.registry.fsio import atomic_write
+    from mmgrid.registry.manifest import read_manifest
+
+    root = tmp_path / "reg"
+    a, b = Registry.open(root), Registry.open(root)
+    cid = a.put(workers.small_state(1), {"paradigm": "text", "domain": "d", "period": "p0"}, "trained")
+    first = read_manifest(a.manifest_path(cid))
+    late = replace(first, created="2000-01-01T00:00:00.000000Z")  # the losing writer's own manifest
+    b._commit(late)  # as if b had checked has() before a's manifest landed
+    assert read_manifest(a.manifest_path(cid)).created == first.created
+    before = snapshot(b)
+    assert [r[8] for r in before["checkpoints"] if r[0] == cid] == [first.created]
+    b.reindex()
+    assert snapshot(b) == before
+    # the primitive: exclusive writes keep the first file and say so
+    f = tmp_path / "x.json"
+    assert atomic_write(f, b"one", tmp_path / "tmp", exclusive=True) is True
+    assert atomic_write(f, b"two", tmp_path / "tmp", exclusive=True) is False
+    assert f.read_bytes() == b"one" and not any((tmp_path / "tmp").iterdir())
+    assert atomic_write(f, b"three", tmp_path / "tmp") is True and f.read_bytes() == b"three"  # plain: replaces
+    a.close()
+    b.close()
+
+
 def spawn_writer(root: Path, point: str, flag: Path, seed: int) -> subprocess.Popen:
     env = {**os.environ, "MMGRID_REGISTRY_PAUSE": point, "MMGRID_REGISTRY_PAUSE_FILE": str(flag)}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
