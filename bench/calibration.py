@@ -67,11 +67,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE))
-    from record import recorded  # bench/record.py: writes bench/results/calibration.md
+    from record import run_recorded  # bench/record.py: writes bench/results/calibration.md (--record NAME: NAME.md)
 
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--record", default="calibration")
-    with recorded(pre.parse_known_args()[0].record):
-        code = main()
-        if code:  # no record of a failed run
-            raise SystemExit(code)
+    run_recorded(main, "calibration")

@@ -73,11 +73,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE))
-    from record import recorded  # bench/record.py: writes bench/results/popular_history.md
+    from record import run_recorded  # bench/record.py: writes bench/results/popular_history.md (--record NAME: NAME.md)
 
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--record", default="popular_history")
-    with recorded(pre.parse_known_args()[0].record):
-        code = main()
-        if code:
-            raise SystemExit(code)
+    run_recorded(main, "popular_history")

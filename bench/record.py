@@ -10,6 +10,7 @@ benchmark starts (``--child``) and ``MMGRID_BENCH_NO_RECORD=1`` write nothing.
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import platform
@@ -18,7 +19,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EARLIER = "## Earlier records"
@@ -113,3 +114,14 @@ def recorded(name: str) -> Iterator[None]:
     tmp.write_text(text)
     os.replace(tmp, path)
     print(f"record written to {path}", file=sys.stderr)
+
+
+def run_recorded(main: Callable[[], int], default: str) -> None:
+    """A benchmark's entry point: ``main()`` under :func:`recorded`, the record named by the command line's
+    ``--record NAME`` (else ``default``); a non-zero code exits with it and leaves no record."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--record", default=default)
+    with recorded(pre.parse_known_args()[0].record):
+        code = main()
+        if code:  # no record of a failed run
+            raise SystemExit(code)

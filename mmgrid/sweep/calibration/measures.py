@@ -230,6 +230,19 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
     return res
 
 
+def all_users_intervals(run: dict[str, Any]) -> list[list[Any]]:
+    """A replicate's all-users lambda* ``[estimate, low, high, n]`` per domain, those with an interval."""
+    return [x for x in (v.get("all") for v in (run.get("lambda_star") or {}).values())
+            if x is not None and x[1] is not None and x[2] is not None]
+
+
+def some_pair_disjoint(intervals: list[list[Any]]) -> bool:
+    """The report's rule for "the best lambda differs between domains": some pair of ``[_, low, high, ...]``
+    intervals does not overlap."""
+    return any(as_float(a[2]) < as_float(b[1]) or as_float(b[2]) < as_float(a[1])
+               for i, a in enumerate(intervals) for b in intervals[i + 1:])
+
+
 def _f5_varies(size: float, runs: list[dict[str, Any]], truth: float, level: float, power: float
                ) -> FindingCalibration:
     """"The best lambda differs between domains", judged as the report judges it (study_results: some pair of
@@ -238,12 +251,11 @@ def _f5_varies(size: float, runs: list[dict[str, Any]], truth: float, level: flo
     sqrt(se_a^2 + se_b^2) for independent domains (the report's own MDE for this finding)."""
     holds, est, pairs = [], [], []
     for r in runs:
-        al = [x for x in (v.get("all") for v in (r.get("lambda_star") or {}).values())
-              if x is not None and x[1] is not None and x[2] is not None]
+        al = all_users_intervals(r)
         if len(al) < 2:
             continue
         lo, hi, pt = ([as_float(x[i]) for x in al] for i in (1, 2, 0))
-        holds.append(any(hi[i] < lo[j] or hi[j] < lo[i] for i in range(len(al)) for j in range(i + 1, len(al))))
+        holds.append(some_pair_disjoint(al))
         est.append(max(pt) - min(pt))
         pairs += [[0.0, -math.hypot(hi[i] - lo[i], hi[j] - lo[j]) / 2, math.hypot(hi[i] - lo[i], hi[j] - lo[j]) / 2]
                   for i in range(len(al)) for j in range(i + 1, len(al))]

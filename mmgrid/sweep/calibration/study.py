@@ -42,8 +42,8 @@ from mmgrid.exec.args import executor_from_config, job_resources
 from mmgrid.exec.base import Job, LocalExecutor
 from mmgrid.runtime.gather import gather
 from mmgrid.stats.power import Bias, Rate
-from mmgrid.sweep.calibration.measures import (FINDINGS, FindingCalibration, calibrate_finding, population_values,
-                                               target_check)
+from mmgrid.sweep.calibration.measures import (FINDINGS, FindingCalibration, all_users_intervals, calibrate_finding,
+                                               population_values, some_pair_disjoint, target_check)
 from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, as_float, json_safe, recipe_hash, replicate_grid
 
 # --------------------------------------------------------------------------- the study
@@ -202,12 +202,13 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
     """``OUT/calibration.md`` (+ ``calibration.json``, ``power_curve.png``)."""
     c = cfg.sweeps.calibrate
     out = res.out
+    grid_world = _grid_world_summary(res, cfg)
     (out / "calibration.json").write_text(json.dumps(json_safe({
         "grid": grid_identity(cfg, out),
         "sizes": res.sizes, "knobs": res.knobs, "replicates": res.replicates,
         "population": {_size_key(k): v for k, v in res.population.items()},
         "findings": [f.to_dict() for f in res.findings], "seconds_per_replicate": res.seconds_per_replicate,
-        "grid_world": _grid_world_summary(res, cfg),
+        "grid_world": grid_world,
         "t2_sd": _t2_spread(res),
     }), indent=1))
     png = power_curve(res, out / "power_curve.png", c.power)
@@ -258,7 +259,7 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
                         for d, g in sorted((pv.get("lambda_star") or {}).items()))
         lines.append(f"| {size:g} | {lam or '-'} | {_num(pv.get('t4_rho'))} | {_num(pv.get('f5_not1'))} | "
                      f"{_num(pv.get('f5_varies'))} | {_num(pv.get('t2_popular'))} ({_num(pv.get('t2_popular_se'))}) |")
-    lines += _grid_world_lines(res, cfg)
+    lines += _grid_world_lines(grid_world)
     lines += ["", "What each finding's estimand is:", ""]
     lines += [f"- `{k}` ({FINDINGS[k][0]}): {FINDINGS[k][2]}" for k in c.findings]
     if png is not None:
@@ -331,13 +332,12 @@ def _grid_world_summary(res: CalibrationResult, cfg: GridConfig) -> dict[str, An
     if reps and g.get("t2_popular"):
         out["t2_rank"] = _rank(as_float(g["t2_popular"][0]),
                                [as_float(r["t2_popular"][0]) for r in reps if r.get("t2_popular")])
-    al = [x for x in (v.get("all") for v in (g.get("lambda_star") or {}).values()) if x and x[1] is not None]
-    out["f5_varies"] = any(a[2] < b[1] or b[2] < a[1] for i, a in enumerate(al) for b in al[i + 1:])
+    out["f5_varies"] = some_pair_disjoint(all_users_intervals(g))
     return out
 
 
-def _grid_world_lines(res: CalibrationResult, cfg: GridConfig) -> list[str]:
-    s = _grid_world_summary(res, cfg)
+def _grid_world_lines(s: dict[str, Any] | None) -> list[str]:
+    """calibration.md's section on the grid's own world, from :func:`_grid_world_summary`."""
     if s is None:
         return []
     where = (f"ranked among the {s['replicates']} replicate worlds of planted size {s['size']:g}, which has the "
