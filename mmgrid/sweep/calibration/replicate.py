@@ -45,7 +45,7 @@ def replicate_grid(cfg: GridConfig, size: float | None, world_seed: int, root: P
     t = cfg.sweeps.temporal
     g["world"]["seed"] = int(world_seed)
     if size is not None:
-        g["world"]["plant"] = {**g["world"].get("plant", {}), **{k: float(size) for k in c.knobs}}
+        g["world"]["plant"] = {**g["world"].get("plant", {}), **planted_knobs(cfg, size)}
     if population:
         g["world"]["user_scale"] = float(g["world"].get("user_scale", 1.0)) * c.population_user_scale
         g["eval"]["max_users"] = None
@@ -60,6 +60,25 @@ def replicate_grid(cfg: GridConfig, size: float | None, world_seed: int, root: P
     g["prepared"] = str(root / "prepared")
     g["registry"] = str(root / "registry")
     return g
+
+
+def planted_knobs(cfg: GridConfig, size: float) -> dict[str, float]:
+    """The calibrated knobs of ``sweeps.calibrate.knobs`` at planted ``size``, relative to the grid's own
+    ``world.plant``: each knob is ``size`` times the grid's value, so size 0 is the null world of every
+    calibrated finding and size 1 is the grid's own world whatever its knobs are (with every knob at 1, as in
+    the preset worlds, the size is the knob's value itself). Raises ConfigError when a product leaves the
+    knob's range, before anything runs."""
+    from mmgrid.config.data import PlantConfig
+    from mmgrid.configtools import check_ranges
+    c = cfg.sweeps.calibrate
+    out = {k: float(size) * float(getattr(cfg.world.plant, k)) for k in c.knobs}
+    try:
+        check_ranges(PlantConfig(**{**cfg.world.plant.__dict__, **out}), "world.plant")
+    except ConfigError as e:
+        raise ConfigError(f"sweeps.calibrate.sizes: size {size:g} times the grid's world.plant leaves a knob's "
+                          f"range ({e}); planted sizes multiply the grid's own knobs (docs/calibration.md), "
+                          "so give smaller sizes or drop that knob from sweeps.calibrate.knobs.") from e
+    return out
 
 
 def recipe_hash(grid: dict, sweep: bool = True) -> str:

@@ -297,10 +297,9 @@ def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
 
 
 def _grid_size(res: CalibrationResult, cfg: GridConfig) -> float | None:
-    """The planted size equal to the grid's own world (every calibrated knob at that size), if the study has it."""
-    plant = cfg.world.plant if cfg.world is not None else None
-    vals = {float(getattr(plant, k)) for k in res.knobs} if plant is not None else set()
-    return next((s for s in res.sizes if vals == {float(s)}), None)
+    """The planted size equal to the grid's own world: 1 (sizes multiply the grid's own knobs), if the study
+    has it."""
+    return next((s for s in res.sizes if float(s) == 1.0), None)
 
 
 def _rank(v: float, xs: list[float]) -> str:
