@@ -17,7 +17,7 @@ from mmgrid.errors import ConfigError
 from mmgrid.stats.power import z_sum
 from mmgrid.sweep.calibration.measures import calibrate_finding, population_values
 from mmgrid.sweep.calibration.replicate import recipe_hash, replicate_grid
-from mmgrid.sweep.calibration.study import grid_identity
+from mmgrid.sweep.calibration.study import grid_identity, run_calibration
 
 Z = sps.norm.ppf(0.975)
 
@@ -237,7 +237,17 @@ def test_replicate_recipe_names_what_it_computes_not_where(tmp_path: Path):
     pop = replicate_grid(cfg, 1.0, 5, tmp_path, population=True)
     assert recipe_hash(pop) != recipe_hash(a)
     assert pop["world"]["user_scale"] == cfg.sweeps.calibrate.population_user_scale and pop["eval"]["max_users"] is None
-    assert a["paradigms"] == [cfg.sweeps.temporal.paradigm] and a["world"]["plant"]["turnover"] == 1.0
+    assert a["paradigms"] == [cfg.sweeps.temporal.paradigm] and a["exec"]["workers"] == 1
+    # planted sizes multiply the grid's own knobs: size 1 is the grid's world (its recipe equals the grid's own),
+    # size 0.5 halves each calibrated knob, a knob outside sweeps.calibrate.knobs keeps the grid's value
+    assert a["world"]["plant"]["turnover"] == cfg.world.plant.turnover
+    assert recipe_hash(a) == recipe_hash(replicate_grid(cfg, None, 5, tmp_path))
+    half = replicate_grid(cfg, 0.5, 5, tmp_path)["world"]["plant"]
+    assert all(half[k] == pytest.approx(0.5 * getattr(cfg.world.plant, k)) for k in cfg.sweeps.calibrate.knobs)
+    assert half["text_signal"] == cfg.world.plant.text_signal and "text_signal" not in cfg.sweeps.calibrate.knobs
+    three = load_grid("demo", ["world.plant.turnover=3", "world.plant.trend=0.5"])
+    assert replicate_grid(three, 0.5, 5, tmp_path)["world"]["plant"]["turnover"] == 1.5
+    assert replicate_grid(three, 0.5, 5, tmp_path)["world"]["plant"]["trend"] == 0.25
     assert a["exec"]["workers"] == 1
     # a replicate's own world with more users (Table 2 only, no sweep) is its own recipe
     own = replicate_grid(cfg, 1.0, 5, tmp_path, population=True, own_world=True)
@@ -256,6 +266,10 @@ def test_bad_calibrate_config_is_a_named_error(tmp_path: Path):
     with pytest.raises(ConfigError, match="share"):
         load_grid("demo", ["sweeps.calibrate.sizes=[0, 2]"])
     assert main(["calibrate", "demo"]) == 2  # no --out
+    # a planted size times the grid's knob leaves the knob's range (turnover 3 x 1.5 > 4): named, nothing written
+    with pytest.raises(ConfigError, match=r"turnover: 4\.5 is out of range"):
+        run_calibration(load_grid("demo", ["world.plant.turnover=3", "sweeps.calibrate.sizes=[0, 1.5]",
+                                           "sweeps.calibrate.knobs=[turnover]"]), tmp_path / "cal", progress=False)
     assert not any(tmp_path.iterdir())
 
 
@@ -289,7 +303,7 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
     runs = data["grid"]["runs"]["1"]
     assert {f"{h}.json" for h in runs["replicates"] + runs["population"] + runs["own_world"]
             + [data["grid"]["grid_world"]]} == {p.name for p in (out / "replicates").glob("*.json")}
-    # the grid's own world, ranked among the replicates of its planted size (--quick keeps the demo's plant: 1)
+    # the grid's own world, ranked among the replicates of its planted size (size 1: the demo's own knobs)
     gw = data["grid_world"]
     assert gw["world_seed"] == 0 and gw["size"] == 1.0 and gw["replicates"] == 1
     assert set(gw["lambda_star"]) and all(v["rank"].endswith("above") for v in gw["lambda_star"].values())

@@ -90,7 +90,6 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     """
     c = cfg.sweeps.calibrate
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     jobs: list[tuple[str, float, Job]] = []
     own_world = _own_world(cfg)
     n_own = _own_world_count(cfg)
@@ -104,6 +103,7 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
                 jobs.append(("own world", size, _job(cfg, size, c.world_seed + r, out, population=True, own_world=True)))
     if c.grid_world:
         jobs.append(("grid world", float("nan"), _job(cfg, None, cfg.world.seed, out)))
+    out.mkdir(parents=True, exist_ok=True)  # every job built (a bad planted size is named) before anything is written
     own = executor is None
     ex = executor if executor is not None else executor_from_config(cfg)
     cached = sum(Path(j.kwargs["result_path"]).exists() for _, _, j in jobs)
