@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     data = json.loads((Path(args.out) / "calibration.json").read_text())
     n_runs = sum(len(v["replicates"]) + len(v["population"]) + len(v.get("own_world", []))
-                 for v in data["grid"]["runs"].values()) + bool(data["grid"].get("grid_world"))
+                 for v in data["grid"]["runs"].values()) + int(
+        data.get("grid_world") is not None and data["grid_world"].get("is_replicate") is None)  # own run, else a replicate
     print(f"\n{n_runs} runs ({cached} cached before this run); {wall:.0f} s wall in this run; "
           f"{data['seconds_per_replicate']:.0f} s per replicate inside its job (mean)")
     print(f"grid {data['grid']['name']}, recipe {data['grid']['recipe']}\n")

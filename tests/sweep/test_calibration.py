@@ -305,9 +305,9 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
             + [data["grid"]["grid_world"]]} == {p.name for p in (out / "replicates").glob("*.json")}
     # the grid's own world, ranked among the replicates of its planted size (size 1: the demo's own knobs)
     gw = data["grid_world"]
-    assert gw["world_seed"] == 0 and gw["size"] == 1.0 and gw["replicates"] == 1
+    assert gw["world_seed"] == load_grid("demo").world.seed and gw["size"] == 1.0 and gw["replicates"] == 1
     assert set(gw["lambda_star"]) and all(v["rank"].endswith("above") for v in gw["lambda_star"].values())
-    assert "The grid's own world (world seed 0" in md
+    assert f"The grid's own world (world seed {gw['world_seed']}" in md
     assert data["grid"]["name"] and len(data["grid"]["recipe"]) >= 12
     popfile = out / "population" / "1" / "population.json"
     assert json.loads(popfile.read_text())["values"]["n_runs"] == 1
@@ -446,3 +446,30 @@ def test_the_packaged_demo_has_its_population_values():
     assert got is not None, "re-run `mmgrid calibrate demo --population` and update known_populations.json"
     assert got["t4_rho"] < 0 and 0 < got["t2_popular"] < 0.1 and set(got["lambda_star"]) == {
         "Books", "Games", "Health", "Phones", "Sports"}
+
+
+def test_a_grid_world_that_is_a_replicate_is_ranked_among_the_others(tmp_path: Path):
+    """The demo's world seed can be one of the replicates' (world_seed + r): its summary leaves that replicate out
+    of the ranks (a world is not ranked against itself) and says which replicate it is."""
+    from mmgrid.sweep.calibration.study import CalibrationResult, _grid_world_lines, _grid_world_summary
+
+    def rep(lam: float, rho: float, t2: float) -> dict:
+        return {"lambda_star": {"A": {"non_active": [lam, lam - 0.2, lam + 0.2, 50], "all": [lam, lam - 0.2, lam + 0.2, 90]},
+                                "B": {"non_active": [1.0, 0.8, 1.2, 50], "all": [1.0, 0.9, 1.1, 90]}},
+                "t4_rho": [rho, rho - 0.3, rho + 0.3], "t2_popular": [t2, t2 - 0.01, t2 + 0.01],
+                "f5_not1": {"holds": True}}
+
+    runs = [rep(0.1, -0.9, 0.01), rep(0.5, -0.5, 0.03), rep(0.9, -0.1, 0.05)]
+    cfg = load_grid("demo")
+    c = cfg.sweeps.calibrate
+    cfg.world.seed = c.world_seed + 1  # the middle replicate's world
+    res = CalibrationResult(tmp_path, [0.0, 1.0], list(c.knobs), 3, {}, [], 1.0, {1.0: runs}, runs[1])
+    s = _grid_world_summary(res, cfg)
+    assert s["is_replicate"] == 1 and s["replicates"] == 2
+    assert s["lambda_star"]["A"]["rank"] == "1 below, 0 equal, 1 above"  # not "1 equal": itself is left out
+    assert s["t4_rho_rank"] == "1 below, 0 equal, 1 above" and s["t2_rank"] == "1 below, 0 equal, 1 above"
+    assert s["f5_varies"] is True  # A's [0.3, 0.7] and B's [0.9, 1.1] are disjoint
+    assert "the 2 other replicate worlds" in "\n".join(_grid_world_lines(s))
+    cfg.world.seed = c.world_seed + 3  # past the replicates: ranked among all of them
+    s = _grid_world_summary(res, cfg)
+    assert s["is_replicate"] is None and s["replicates"] == 3

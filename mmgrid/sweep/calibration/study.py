@@ -101,14 +101,19 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
             jobs.append(("replicate", size, _job(cfg, size, c.world_seed + r, out)))
             if own_world and r < n_own:  # the Table 2 difference of this replicate's own world, more of its users
                 jobs.append(("own world", size, _job(cfg, size, c.world_seed + r, out, population=True, own_world=True)))
+    grid_path = None  # the grid's own world's result (one of the replicates' when its seed and knobs are theirs)
     if c.grid_world:
-        jobs.append(("grid world", float("nan"), _job(cfg, None, cfg.world.seed, out)))
+        gj = _job(cfg, None, cfg.world.seed, out)
+        grid_path = gj.kwargs["result_path"]
+        if all(j.kwargs["result_path"] != grid_path for _, _, j in jobs):
+            jobs.append(("grid world", float("nan"), gj))
     out.mkdir(parents=True, exist_ok=True)  # every job built (a bad planted size is named) before anything is written
     own = executor is None
     ex = executor if executor is not None else executor_from_config(cfg)
     cached = sum(Path(j.kwargs["result_path"]).exists() for _, _, j in jobs)
     if progress:
-        grid = " + the grid's own world" if c.grid_world else ""
+        grid = (" + the grid's own world" if any(k == "grid world" for k, _, _ in jobs)
+                else " (the grid's own world is one of them)" if c.grid_world else "")
         print(f"calibrate: {len(jobs)} runs ({len(c.sizes)} size(s) x ({c.replicates} replicate(s)"
               f"{f' + {n_own} own-world population(s)' if own_world else ''} + {c.population_worlds} population "
               f"world(s)){grid}), {cached} cached under {out / 'replicates'}", flush=True)
@@ -137,7 +142,7 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     pops: dict[float, dict[str, Any]] = {}
     runs: dict[float, list[dict[str, Any]]] = {}
     owns: dict[float, list[dict[str, Any]]] = {}
-    grid_world = next((res for (kind, _, _), res in zip(jobs, results) if kind == "grid world"), None)
+    grid_world = next((res for (_, _, j), res in zip(jobs, results) if j.kwargs["result_path"] == grid_path), None)
     for (kind, size, _), res in zip(jobs, results):
         if kind == "grid world":
             continue
@@ -216,7 +221,8 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
              f"{res.replicates} replicate world(s) per planted size, each run through the grid's pipeline at its budget "
              f"(paradigm `{cfg.sweeps.temporal.paradigm}`, training seeds {cfg.train.seed_list}, "
              f"`train.max_examples` {cfg.train.max_examples}, `eval.max_users` {cfg.eval.max_users}); planted knobs "
-             f"{', '.join(f'`world.plant.{k}`' for k in res.knobs)} = the size (0 = the null world). Population values: "
+             f"{', '.join(f'`world.plant.{k}`' for k in res.knobs)} = the size times the grid's own value "
+             f"({_plant_text(cfg, res.knobs)}; 0 = the null world, 1 = the grid's world). Population values: "
              f"{c.population_worlds} world(s) with {c.population_user_scale:g}x the users, every test user"
              + (f"; the Table 2 difference's coverage and bias are measured against "
                 f"{_own_world_who(cfg)} own world with {c.population_user_scale:g}x its users (its items, trends and "
@@ -296,6 +302,14 @@ def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
                 for size in c.sizes}}
 
 
+def _plant_text(cfg: GridConfig, knobs: list[str]) -> str:
+    """The grid's own values of the calibrated knobs, e.g. "all 1" or "turnover 1.5, trend 1"."""
+    vals = {k: float(getattr(cfg.world.plant, k)) for k in knobs}
+    if len(set(vals.values())) == 1:
+        return f"all {next(iter(vals.values())):g} in this grid"
+    return "in this grid " + ", ".join(f"{k} {v:g}" for k, v in vals.items())
+
+
 def _grid_size(res: CalibrationResult, cfg: GridConfig) -> float | None:
     """The planted size equal to the grid's own world: 1 (sizes multiply the grid's own knobs), if the study
     has it."""
@@ -316,7 +330,13 @@ def _grid_world_summary(res: CalibrationResult, cfg: GridConfig) -> dict[str, An
         return None
     size = _grid_size(res, cfg)
     reps = res.runs.get(size, []) if size is not None else []
-    out: dict[str, Any] = {"world_seed": cfg.world.seed, "size": size, "replicates": len(reps), "lambda_star": {},
+    # a grid whose world seed is one of the replicates' (world_seed + r) is that replicate: rank it among the others
+    same = cfg.world.seed - cfg.sweeps.calibrate.world_seed
+    is_replicate = 0 <= same < len(reps)
+    if is_replicate:
+        reps = reps[:same] + reps[same + 1:]
+    out: dict[str, Any] = {"world_seed": cfg.world.seed, "size": size, "replicates": len(reps),
+                           "is_replicate": same if is_replicate else None, "lambda_star": {},
                            "t4_rho": g.get("t4_rho"), "f5_not1": (g.get("f5_not1") or {}).get("holds"),
                            "t2_popular": g.get("t2_popular")}
     for d, by in sorted((g.get("lambda_star") or {}).items()):
@@ -339,8 +359,11 @@ def _grid_world_lines(s: dict[str, Any] | None) -> list[str]:
     """calibration.md's section on the grid's own world, from :func:`_grid_world_summary`."""
     if s is None:
         return []
-    where = (f"ranked among the {s['replicates']} replicate worlds of planted size {s['size']:g}, which has the "
+    other = " other" if s.get("is_replicate") is not None else ""
+    where = (f"ranked among the {s['replicates']}{other} replicate worlds of planted size {s['size']:g}, which has the "
              "same knobs" if s["size"] is not None else "no planted size of this study has its knobs, so no ranks")
+    if s.get("is_replicate") is not None:
+        where += f" (it is replicate {s['is_replicate']} of that size: the same world seed and knobs)"
     lines = ["", f"The grid's own world (world seed {s['world_seed']}, its own `world.plant`), run through the same "
                  f"replicate pipeline and {where}: is the world a report was made on a typical draw?", "",
              "| estimate | the grid's world [95% interval] | rank among the replicates |", "|---|---|---|"]
