@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from mmgrid.config import GridConfig, grid_from_dict
-from mmgrid.configtools import stable_hash
+from mmgrid.config.data import PlantConfig
+from mmgrid.configtools import check_ranges, stable_hash
 from mmgrid.errors import ConfigError
 
 VERSION = 3  # in every replicate's recipe: a change of what a replicate computes changes its hash
@@ -68,8 +69,6 @@ def planted_knobs(cfg: GridConfig, size: float) -> dict[str, float]:
     calibrated finding and size 1 is the grid's own world whatever its knobs are (with every knob at 1, as in
     the preset worlds, the size is the knob's value itself). Raises ConfigError when a product leaves the
     knob's range, before anything runs."""
-    from mmgrid.config.data import PlantConfig
-    from mmgrid.configtools import check_ranges
     c = cfg.sweeps.calibrate
     out = {k: float(size) * float(getattr(cfg.world.plant, k)) for k in c.knobs}
     try:
