@@ -76,8 +76,8 @@ class CalibrateConfig:
     findings: list[str] = field(default_factory=lambda: list(CALIBRATE_FINDINGS))  # which findings to calibrate
     replicates: int = ranged(1, default=20)  # replicate worlds per planted size (world seed x the grid's train.seeds)
     world_seed: int = ranged(0, default=1000)  # replicate r has world seed world_seed + r (the demo's 1014 is replicate 14)
-    # planted sizes: every knob of `knobs` is set to the size (0 = the null world, 1 = the preset's world);
-    # the power curve is drawn over them
+    # planted sizes: every knob of `knobs` is the size times the grid's own world.plant value (0 = the null world,
+    # 1 = the grid's world); the power curve is drawn over them
     sizes: list[float] = ranged(0, 4, default_factory=lambda: [0.0, 1.0])
     knobs: list[str] = field(default_factory=lambda: ["turnover", "trend", "trend_contrast", "domain_contrast",
                                                         "personalization", "recency"])

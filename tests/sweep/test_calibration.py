@@ -462,7 +462,7 @@ def test_a_grid_world_that_is_a_replicate_is_ranked_among_the_others(tmp_path: P
     runs = [rep(0.1, -0.9, 0.01), rep(0.5, -0.5, 0.03), rep(0.9, -0.1, 0.05)]
     cfg = load_grid("demo")
     c = cfg.sweeps.calibrate
-    cfg.world.seed = c.world_seed + 1  # the middle replicate's world
+    cfg.world.seed = c.world_seed + 1  # the middle replicate's world: run_calibration hands over its result
     res = CalibrationResult(tmp_path, [0.0, 1.0], list(c.knobs), 3, {}, [], 1.0, {1.0: runs}, runs[1])
     s = _grid_world_summary(res, cfg)
     assert s["is_replicate"] == 1 and s["replicates"] == 2
@@ -470,6 +470,7 @@ def test_a_grid_world_that_is_a_replicate_is_ranked_among_the_others(tmp_path: P
     assert s["t4_rho_rank"] == "1 below, 0 equal, 1 above" and s["t2_rank"] == "1 below, 0 equal, 1 above"
     assert s["f5_varies"] is True  # A's [0.3, 0.7] and B's [0.9, 1.1] are disjoint
     assert "the 2 other replicate worlds" in "\n".join(_grid_world_lines(s))
-    cfg.world.seed = c.world_seed + 3  # past the replicates: ranked among all of them
+    cfg.world.seed = c.world_seed + 3  # past the replicates: its own run, ranked among all of them
+    res.grid_world = rep(0.5, -0.5, 0.03)
     s = _grid_world_summary(res, cfg)
     assert s["is_replicate"] is None and s["replicates"] == 3

@@ -310,7 +310,7 @@ def _plant_text(cfg: GridConfig, knobs: list[str]) -> str:
     return "in this grid " + ", ".join(f"{k} {v:g}" for k, v in vals.items())
 
 
-def _grid_size(res: CalibrationResult, cfg: GridConfig) -> float | None:
+def _grid_size(res: CalibrationResult) -> float | None:
     """The planted size equal to the grid's own world: 1 (sizes multiply the grid's own knobs), if the study
     has it."""
     return next((s for s in res.sizes if float(s) == 1.0), None)
@@ -328,15 +328,15 @@ def _grid_world_summary(res: CalibrationResult, cfg: GridConfig) -> dict[str, An
     g = res.grid_world
     if not g:
         return None
-    size = _grid_size(res, cfg)
+    size = _grid_size(res)
     reps = res.runs.get(size, []) if size is not None else []
-    # a grid whose world seed is one of the replicates' (world_seed + r) is that replicate: rank it among the others
-    same = cfg.world.seed - cfg.sweeps.calibrate.world_seed
-    is_replicate = 0 <= same < len(reps)
-    if is_replicate:
+    # a grid world with a replicate's recipe is that replicate's result (run_calibration runs it once): rank it
+    # among the others
+    same = next((i for i, r in enumerate(reps) if r is g), None)
+    if same is not None:
         reps = reps[:same] + reps[same + 1:]
     out: dict[str, Any] = {"world_seed": cfg.world.seed, "size": size, "replicates": len(reps),
-                           "is_replicate": same if is_replicate else None, "lambda_star": {},
+                           "is_replicate": same, "lambda_star": {},
                            "t4_rho": g.get("t4_rho"), "f5_not1": (g.get("f5_not1") or {}).get("holds"),
                            "t2_popular": g.get("t2_popular")}
     for d, by in sorted((g.get("lambda_star") or {}).items()):
