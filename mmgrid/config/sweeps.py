@@ -87,12 +87,17 @@ class CalibrateConfig:
     population_worlds: int = ranged(1, default=2)  # worlds (and the grid's seeds) behind each population value
     population_user_scale: float = ranged(1, 10_000, default=4.0)  # users x this in the population worlds
     # the Table 2 difference's population value for coverage and bias: "world" = each replicate's own world with
-    # population_user_scale x the users (world.extend_users: same items, trends and users, plus more users) and
-    # no temporal sweep, one more run per replicate; "config" = the population worlds' value (over world seeds)
+    # population_user_scale x the users (world.extend_users: same items, trends and users, plus more users), one
+    # more run per replicate; "config" = the population worlds' value (over world seeds)
     t2_population: Literal["world", "config"] = "world"
-    # with t2_population "world": own-world runs for the first this-many replicates of each size (None: every
-    # replicate). Each costs about two replicates; the coverage is then measured on these replicates only.
-    own_world_replicates: int | None = ranged(1, default=None)
+    # the non-active lambda*'s target for coverage and bias: "world" = each replicate's own world (the same
+    # own-world run as t2_population "world", which then also runs the temporal sweep: about two replicates more
+    # per own world); "config" = the population worlds' value (over world seeds)
+    lambda_population: Literal["world", "config"] = "world"
+    # with an own-world target: own-world runs for the first this-many replicates of each size (None: every
+    # replicate); the own-world coverage is then measured on these replicates only. Each costs about two
+    # replicates, so the default keeps the demo's full study near 2 h on 2 cores (docs/calibration.md).
+    own_world_replicates: int | None = ranged(1, default=10)
     # also run the grid's own world (its world.seed and world.plant) through the same replicate pipeline and show
     # where its estimates fall among the replicates': is the world a report was made on a typical draw?
     grid_world: bool = True

@@ -45,6 +45,10 @@ class CalibrationRow:
     bias: tuple[float, float] | None  # bias, MCSE
     mde: float
     n: int
+    # what coverage and bias are measured against: "configuration" (the population value) or "own world"
+    # (each replicate's own world with more users); with "own world", the configuration's coverage beside it
+    coverage_of: str = "configuration"
+    coverage_config: tuple[int, int, float, float] | None = None
 
 
 @dataclass
@@ -99,7 +103,8 @@ def read_calibration(path: str | Path) -> CalibrationRecord:
                                _rate(f.get("holds")), _rate(f.get("coverage")),
                                (_num(f["bias"].get("bias")), _num(f["bias"].get("mcse")))
                                if isinstance(f.get("bias"), dict) else None,
-                               _num(f.get("mde")), int(f.get("n") or 0))
+                               _num(f.get("mde")), int(f.get("n") or 0), str(f.get("coverage_of") or "configuration"),
+                               _rate(f.get("coverage_config")))
                 for f in data["findings"]]
         return CalibrationRecord(str(path), [_num(s) for s in data.get("sizes", [])], list(data.get("knobs", [])),
                                  int(data.get("replicates") or 0), _num(data.get("seconds_per_replicate")), rows)
@@ -127,8 +132,12 @@ def row_cells(r: CalibrationRow) -> list[str]:
     what = "type-I error" if r.is_null else "power"
     holds = f"{what} {rate_text(r.holds)}" if r.holds is not None and r.holds[1] else "-"
     bias = f"{r.bias[0]:+.3f} (MCSE {_fmt(r.bias[1])})" if r.bias is not None and math.isfinite(r.bias[0]) else "-"
+    cov = rate_text(r.coverage)
+    if r.coverage_of == "own world" and r.coverage is not None:
+        cov += " of each world's own value" + (f"; {rate_text(r.coverage_config)} of the configuration's"
+                                                if r.coverage_config is not None else "")
     return [r.finding, f"{r.size:g}", _fmt(r.population), "yes" if r.is_null else "no", holds,
-            rate_text(r.coverage), bias, _fmt(r.mde), str(r.n)]
+            cov, bias, _fmt(r.mde), str(r.n)]
 
 
 HEADER = ["finding", "planted size", "population value", "null?", "rate of holds", "coverage of 95% intervals",

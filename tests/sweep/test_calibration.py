@@ -106,6 +106,56 @@ def test_own_world_coverage_measures_the_interval_against_its_own_world():
     assert both.per_domain["text"]["coverage"]["rate"] == pytest.approx(world.coverage.rate)
 
 
+def test_lambda_star_own_world_coverage_against_known_truth():
+    """Worlds whose own non-active lambda* varies between world seeds (SD 0.3 around 0.8); each replicate's
+    interval is a correct normal interval (SE 0.2) about its own world's value, and its own-world run estimates that
+    value with SE 0.1. Against the configuration's single value the intervals cover at
+    2 Phi(z 0.2 / hypot(0.2, 0.3)) - 1 (~72%); against each replicate's own world at
+    2 Phi(z 0.2 / hypot(0.2, 0.1)) - 1 (~92%), which the measure predicts from the own-world runs' intervals."""
+    rng = np.random.default_rng(21)
+    se, se_w, spread, reps = 0.2, 0.1, 0.3, 2000
+    own = rng.normal(0.8, spread, reps)
+    est, w = rng.normal(own, se), rng.normal(own, se_w)
+    runs = [{"lambda_star": {"A": {"non_active": [x, x - Z * se, x + Z * se, 100]}}} for x in est]
+    owns = [{"lambda_star": {"A": {"non_active": [x, x - Z * se_w, x + Z * se_w, 400]}}} for x in w]
+    pop = {"lambda_star": {"A": {"non_active": 0.8}}}
+    config = calibrate_finding("lambda_star", 1.0, runs, pop)
+    assert config.coverage.rate == pytest.approx(2 * sps.norm.cdf(Z * se / math.hypot(se, spread)) - 1,
+                                                 abs=4 * config.coverage.mcse)
+    world = calibrate_finding("lambda_star", 1.0, runs, pop, own=owns)
+    want = 2 * sps.norm.cdf(Z * se / math.hypot(se, se_w)) - 1
+    assert world.coverage_of == "own world" and world.per_domain["A"]["coverage_of"] == "own world"
+    assert world.coverage.rate == pytest.approx(want, abs=4 * world.coverage.mcse)
+    assert world.coverage_expected == pytest.approx(want, rel=1e-9)
+    assert world.coverage_config == config.coverage  # the configuration's coverage stays beside it
+    assert world.per_domain["A"]["coverage_config"]["rate"] == pytest.approx(config.coverage.rate)
+    assert abs(world.per_domain["A"]["bias"]["bias"]) <= 4 * world.per_domain["A"]["bias"]["mcse"]
+    # replicates without an own-world run (None) are left out of the own-world coverage only
+    part = calibrate_finding("lambda_star", 1.0, runs[:10], pop, own=owns[:4] + [None] * 6)
+    assert part.coverage.n == 4 and part.coverage_config.n == 10
+    with pytest.raises(ValueError, match="aligned"):
+        calibrate_finding("lambda_star", 1.0, runs, pop, own=owns[:3])
+
+
+def test_own_world_runs_sweep_only_for_lambda_star(tmp_path: Path):
+    """The own-world run sweeps (another recipe) only where lambda*'s target is the own world; with both targets
+    on the configuration there is no own-world run at all."""
+    from mmgrid.sweep.calibration.study import calibrate_job
+
+    def own_job(*over):
+        cfg = load_grid("demo", ["sweeps.calibrate.replicates=2", *over])
+        return calibrate_job(cfg, 1.0, 1000, tmp_path, population=True, own_world=True), cfg
+
+    swept, _ = own_job()
+    t2only, _ = own_job("sweeps.calibrate.lambda_population=config")
+    assert "sweep" not in swept.kwargs and t2only.kwargs["sweep"] is False
+    assert swept.kwargs["result_path"] != t2only.kwargs["result_path"]
+    _, cfg = own_job("sweeps.calibrate.findings=[lambda_star]", "sweeps.calibrate.t2_population=config")
+    assert len(grid_identity(cfg, tmp_path)["runs"]["1"]["own_world"]) == 2  # lambda* alone still needs them
+    _, cfg = own_job("sweeps.calibrate.lambda_population=config", "sweeps.calibrate.t2_population=config")
+    assert "own_world" not in grid_identity(cfg, tmp_path)["runs"]["1"]
+
+
 def test_own_world_runs_must_align_with_the_replicates():
     runs, owns = _world_runs(0.01, 0.004, 0.002, 4, 0)
     with pytest.raises(ValueError, match="aligned"):
@@ -126,7 +176,8 @@ def test_own_world_on_the_first_replicates_only_measures_those(tmp_path: Path):
     assert len(runs_id["replicates"]) == 6 and len(runs_id["own_world"]) == 2
     full = grid_identity(load_grid("demo", ["sweeps.calibrate.replicates=6"]), tmp_path)["runs"]["1"]
     assert runs_id["own_world"] == full["own_world"][:2]  # the same runs as the first two of a full study
-    assert "own_world" not in grid_identity(load_grid("demo", ["sweeps.calibrate.t2_population=config"]),
+    assert "own_world" not in grid_identity(load_grid("demo", ["sweeps.calibrate.t2_population=config",
+                                                               "sweeps.calibrate.lambda_population=config"]),
                                             tmp_path)["runs"]["1"]
     with pytest.raises(ConfigError, match="own_world_replicates"):
         load_grid("demo", ["sweeps.calibrate.own_world_replicates=0"])
@@ -249,7 +300,7 @@ def test_replicate_recipe_names_what_it_computes_not_where(tmp_path: Path):
     assert replicate_grid(three, 0.5, 5, tmp_path)["world"]["plant"]["turnover"] == 1.5
     assert replicate_grid(three, 0.5, 5, tmp_path)["world"]["plant"]["trend"] == 0.25
     assert a["exec"]["workers"] == 1
-    # a replicate's own world with more users (Table 2 only, no sweep) is its own recipe
+    # a replicate's own world with more users (with or without the sweep) is its own recipe
     own = replicate_grid(cfg, 1.0, 5, tmp_path, population=True, own_world=True)
     assert own["world"]["extend_users"] is True and pop["world"]["extend_users"] is False
     assert len({recipe_hash(own, sweep=False), recipe_hash(own), recipe_hash(pop, sweep=False), recipe_hash(pop)}) == 4
@@ -299,6 +350,8 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
     # a replicate, its own world with more users (the Table 2 coverage), a population world, the grid's own world
     assert len(list((out / "replicates").glob("*.json"))) == 4
     assert t2["coverage_of"] == "own world" and "own world" in md
+    lam = next(f for f in data["findings"] if f["finding"] == "lambda_star")  # the own world swept: lambda* too
+    assert lam["coverage_of"] == "own world" and lam["coverage_config"]["n"] == lam["coverage"]["n"]
     # the study names what it measured: every run's recipe is a cached result file
     runs = data["grid"]["runs"]["1"]
     assert {f"{h}.json" for h in runs["replicates"] + runs["population"] + runs["own_world"]

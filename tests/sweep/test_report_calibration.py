@@ -143,3 +143,19 @@ def test_a_named_calibration_output_must_exist_before_anything_is_written(world,
     with pytest.raises(MmgridError, match="not a `mmgrid calibrate` output"):
         write_report(cfg, reg, prep, tmp_path / "rep", diagnostics=False, calibration=tmp_path / "bad")
     assert not (tmp_path / "rep" / "report.md").exists()
+
+
+def test_a_coverage_of_each_worlds_own_value_says_so(tmp_path):
+    """A row measured against each replicate's own world names that target and keeps the configuration's
+    coverage beside it; a row measured against the configuration's value reads as before."""
+    from mmgrid.sweep.report_calibration import row_cells
+
+    f = {"finding": "lambda_star", "size": 1.0, "population": None, "is_null": False, "holds": None,
+         "coverage": {"hits": 42, "n": 50, "rate": 0.84, "mcse": 0.052}, "bias": None, "mde": None, "n": 20,
+         "coverage_of": "own world", "coverage_config": {"hits": 88, "n": 100, "rate": 0.88, "mcse": 0.032}}
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"findings": [f, {**f, "coverage_of": "configuration", "coverage_config": None}],
+                                "sizes": [1.0], "knobs": ["turnover"], "replicates": 20}))
+    own, config = (row_cells(r)[5] for r in read_calibration(path).rows)
+    assert own == "84% (MCSE 5%, 42/50) of each world's own value; 88% (MCSE 3%, 88/100) of the configuration's"
+    assert config == "84% (MCSE 5%, 42/50)"

@@ -17,7 +17,9 @@ sweeps.calibrate.knobs, e.g. world.plant.turnover, set to 0; 1 = the preset's wo
 sweeps.calibrate.replicates replicate worlds (world seeds world_seed, world_seed + 1, ...) through
 the grid's own pipeline at its budget (world -> prepare -> build the swept paradigm -> evaluate ->
 temporal sweep), judge every finding as the report does, and compare with each finding's
-population value (the same pipeline on worlds with population_user_scale x the users). Writes
+population value (the same pipeline on worlds with population_user_scale x the users; for lambda*
+and the Table 2 difference also each replicate's own world with that many more users, for the first
+sweeps.calibrate.own_world_replicates replicates: their intervals are about one world). Writes
 OUT/calibration.md (type-I error, power, coverage, bias, minimum detectable effect, each with its
 Monte Carlo standard error), OUT/calibration.json and OUT/power_curve.png. Replicates run as
 executor jobs (exec.workers, --workers, Ray) and are cached by recipe under OUT/replicates/.
@@ -28,7 +30,7 @@ of the difference (--sd) and the seed-to-seed SD of a run's mean (--seed-sd); wi
 SDs measured by a calibrate run are used.
 
 Examples:
-  mmgrid calibrate demo --out runs/calibrate                                 # the full study
+  mmgrid calibrate demo --out runs/calibrate                                 # the full study (~2 h 20 min, 2 cores)
   mmgrid calibrate demo --out /tmp/cal --quick                               # a smoke run (minutes)
   mmgrid calibrate demo sweeps.calibrate.replicates=5 "sweeps.calibrate.sizes=[0, 0.5, 1]" --out runs/cal
   mmgrid calibrate --plan --effect 0.005 --sd 0.2 --seed-sd 0.002

@@ -160,9 +160,10 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
     ``knobs``: the plant knobs the size sets. When they include :data:`EXCHANGEABLE` and the size is 0, the
     domains are exchangeable, so rho's population value and the range of the domains' lambda* (``f5_varies``)
     are 0 by symmetry (known truth, not estimated: the population runs' own range is their noise).
-    ``own`` (Table 2 only; aligned with ``runs``): each replicate's own-world population run. Coverage and bias
-    are then measured against each replicate's own world's value (the estimand its interval is about: the
-    difference in *this* world, over its users and training seeds), not the configuration's."""
+    ``own`` (Table 2 and lambda*; aligned with ``runs``, None where a replicate has none): each replicate's
+    own-world population run. Coverage and bias are then measured against each replicate's own world's value
+    (the estimand its interval is about: the difference, or the non-active lambda*, in *this* world, over its
+    users and training seeds), not the configuration's; the configuration's coverage is kept beside it."""
     null = FINDINGS[finding][3]
     if finding in ("t4_rho", "f5_varies") and float(size) == 0.0 and EXCHANGEABLE <= set(knobs):
         pop = {**pop, finding: 0.0}  # alike domains: one lambda* for all, so no association and no range
@@ -191,8 +192,11 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
                       "spread_ratio": float(np.std([as_float(x[0]) for x in rows], ddof=1) / np.mean(ok))
                       if len(rows) > 1 and ok else float("nan")}
         cov = mcse_rate(np.array(hits)) if hits else None
-        return FindingCalibration(finding, size, float("nan"), False, None, cov, None, float("nan"), len(runs), per,
-                                  coverage_expected=float(np.mean(expected)) if expected else float("nan"))
+        res = FindingCalibration(finding, size, float("nan"), False, None, cov, None, float("nan"), len(runs), per,
+                                 coverage_expected=float(np.mean(expected)) if expected else float("nan"))
+        if own is not None:
+            _own_world_lambda(res, runs, own, level)
+        return res
     truth = as_float(pop.get(finding))
     if finding == "f5_not1":
         got = [r["f5_not1"] for r in runs if r.get("f5_not1")]
@@ -298,6 +302,38 @@ def _own_world_coverage(res: FindingCalibration, runs: list[dict[str, Any]], own
                          "coverage_expected": pm["expected"], "own_world_mean": pm["population"]})
 
 
+def _own_world_lambda(res: FindingCalibration, runs: list[dict[str, Any]], own: list[dict[str, Any] | None],
+                      level: float) -> None:
+    """Coverage and bias of each domain's non-active lambda* intervals against each replicate's own world's
+    lambda* (``own[i]``: the own-world run of replicate i, with its temporal sweep), overall and per domain, and
+    the coverage to expect from the own-world values' own noise. The configuration's coverage (over world seeds)
+    stays beside it (``coverage_config``)."""
+    if len(own) != len(runs):
+        raise ValueError(f"own-world runs: {len(own)} for {len(runs)} replicates; they must be aligned")
+    hits, expected = [], []
+    for d, part in res.per_domain.items():
+        pairs = [(r["lambda_star"].get(d, {}).get("non_active"), (o.get("lambda_star") or {}).get(d, {}).get("non_active"))
+                 for r, o in zip(runs, own) if o is not None]
+        pairs = [(x, w) for x, w in pairs if x and w and x[1] is not None and math.isfinite(as_float(w[0]))]
+        if not pairs:
+            continue
+        cov = [as_float(x[1]) - 1e-9 <= as_float(w[0]) <= as_float(x[2]) + 1e-9 for x, w in pairs]
+        exp = [e for x, w in pairs for e in _expected_coverage(
+            [se_from_interval(as_float(x[1]), as_float(x[2]), level)],
+            se_from_interval(as_float(w[1]), as_float(w[2]), level) if w[1] is not None else float("nan"), level)]
+        hits += cov
+        expected += exp
+        part.update({"coverage_config": part["coverage"], "coverage": asdict(mcse_rate(np.array(cov))),
+                     "coverage_of": "own world", "coverage_expected": float(np.mean(exp)) if exp else float("nan"),
+                     "bias": asdict(mcse_bias([as_float(x[0]) - as_float(w[0]) for x, w in pairs], 0.0)),
+                     "own_world_mean": float(np.mean([as_float(w[0]) for _, w in pairs]))})
+    if hits:
+        res.coverage_config = res.coverage
+        res.coverage = mcse_rate(np.array(hits))
+        res.coverage_of = "own world"
+        res.coverage_expected = float(np.mean(expected)) if expected else float("nan")
+
+
 _N = NormalDist()
 
 
@@ -352,8 +388,9 @@ def target_check(f: FindingCalibration, alpha: float = 0.05, power: float = 0.8,
             # a correct interval against a noisy target covers at e, not at level: within 2 MCSE of e it is the
             # target's noise (a larger population would remove it), beyond it the interval's own defect
             near = f.coverage.rate >= e - 2 * math.sqrt(e * (1 - e) / f.coverage.n)
-            text += (f", within 2 MCSE of the {e:.0%} the population value's own noise allows" if near
-                     else f", below the {e:.0%} the population value's own noise allows: a defect")
+            whose = "the own-world value's" if f.coverage_of == "own world" else "the population value's"
+            text += (f", within 2 MCSE of the {e:.0%} {whose} own noise allows" if near
+                     else f", below the {e:.0%} {whose} own noise allows: a defect")
         elif text == "below 90%":
             text += ": a defect"
         out.append("coverage " + text)

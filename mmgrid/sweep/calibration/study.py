@@ -96,14 +96,15 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     for size in c.sizes:
         for p in range(c.population_worlds):
             seed = c.world_seed + 10_000 + p  # population worlds never share a seed with a replicate
-            jobs.append(("population", size, _job(cfg, size, seed, out, population=True)))
+            jobs.append(("population", size, calibrate_job(cfg, size, seed, out, population=True)))
         for r in range(c.replicates):
-            jobs.append(("replicate", size, _job(cfg, size, c.world_seed + r, out)))
-            if own_world and r < n_own:  # the Table 2 difference of this replicate's own world, more of its users
-                jobs.append(("own world", size, _job(cfg, size, c.world_seed + r, out, population=True, own_world=True)))
+            jobs.append(("replicate", size, calibrate_job(cfg, size, c.world_seed + r, out)))
+            if own_world and r < n_own:  # this replicate's own world, more of its users (Table 2's, lambda*'s value)
+                jobs.append(("own world", size, calibrate_job(cfg, size, c.world_seed + r, out, population=True,
+                                                              own_world=True)))
     grid_path = None  # the grid's own world's result (one of the replicates' when its seed and knobs are theirs)
     if c.grid_world:
-        gj = _job(cfg, None, cfg.world.seed, out)
+        gj = calibrate_job(cfg, None, cfg.world.seed, out)
         grid_path = gj.kwargs["result_path"]
         if all(j.kwargs["result_path"] != grid_path for _, _, j in jobs):
             jobs.append(("grid world", float("nan"), gj))
@@ -161,8 +162,10 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
         ppath.write_text(json.dumps(json_safe({"size": size, "knobs": c.knobs, "world_user_scale": c.population_user_scale,
                                             "worlds": c.population_worlds, "recipes": recipes, "values": pop}),
                                     indent=1))
+    own_for = {f for f, on in (("t2_popular", own_world and c.t2_population == "world"),
+                               ("lambda_star", _own_world_sweep(cfg))) if on}
     found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs,
-                               owns.get(size) if own_world and f == "t2_popular" else None)
+                               owns.get(size) if f in own_for else None)
              for f in c.findings for size in c.sizes]
     secs = [r.get("seconds") for rs in runs.values() for r in rs if r.get("seconds")]
     res = CalibrationResult(out, list(c.sizes), list(c.knobs), c.replicates, population, found,
@@ -172,8 +175,16 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
 
 
 def _own_world(cfg: GridConfig) -> bool:
+    """Whether the study runs each replicate's own world (more of its users): for the Table 2 difference's or
+    the lambda* target (``t2_population`` / ``lambda_population`` "world")."""
     c = cfg.sweeps.calibrate
-    return "t2_popular" in c.findings and c.t2_population == "world"
+    return ("t2_popular" in c.findings and c.t2_population == "world") or _own_world_sweep(cfg)
+
+
+def _own_world_sweep(cfg: GridConfig) -> bool:
+    """Whether the own-world runs also run the temporal sweep (lambda*'s own-world value)."""
+    c = cfg.sweeps.calibrate
+    return "lambda_star" in c.findings and c.lambda_population == "world"
 
 
 def _own_world_count(cfg: GridConfig) -> int:
@@ -184,16 +195,18 @@ def _own_world_count(cfg: GridConfig) -> int:
     return c.replicates if c.own_world_replicates is None else min(c.own_world_replicates, c.replicates)
 
 
-def _job(cfg: GridConfig, size: float | None, world_seed: int, out: Path, population: bool = False,
+def calibrate_job(cfg: GridConfig, size: float | None, world_seed: int, out: Path, population: bool = False,
          own_world: bool = False) -> Job:
-    """A replicate, a population world, or (``own_world``) a replicate's own world with more users and no sweep;
-    ``size`` None: the grid's own ``world.plant``."""
+    """A replicate, a population world, or (``own_world``) a replicate's own world with more users (with the
+    temporal sweep only where lambda*'s target is the own world, :func:`_own_world_sweep`); ``size`` None: the
+    grid's own ``world.plant``."""
     kind = "own-world" if own_world else "population" if population else "replicate"
+    sweep = not own_world or _own_world_sweep(cfg)
     g = replicate_grid(cfg, size, world_seed, out / "runs" / "pending", population, own_world)
-    h = recipe_hash(g, sweep=not own_world)
+    h = recipe_hash(g, sweep=sweep)
     g = replicate_grid(cfg, size, world_seed, out / "runs" / h, population, own_world)
     kw = {"grid": g, "result_path": str(out / "replicates" / f"{h}.json"), "keep_runs": cfg.sweeps.calibrate.keep_runs}
-    if own_world:
+    if not sweep:
         kw["sweep"] = False
     return Job(REPLICATE_JOB, kw,
                resources=job_resources(cfg.exec, "train"),  # a replicate trains: a training job's resources on Ray
@@ -224,7 +237,7 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
              f"{', '.join(f'`world.plant.{k}`' for k in res.knobs)} = the size times the grid's own value "
              f"({_plant_text(cfg, res.knobs)}; 0 = the null world, 1 = the grid's world). Population values: "
              f"{c.population_worlds} world(s) with {c.population_user_scale:g}x the users, every test user"
-             + (f"; the Table 2 difference's coverage and bias are measured against "
+             + (f"; {_own_world_what(cfg)} coverage and bias are measured against "
                 f"{_own_world_who(cfg)} own world with {c.population_user_scale:g}x its users (its items, trends and "
                 "users, plus more users)" if _own_world(cfg) else "") + ". Rates carry "
              "their Monte Carlo standard error (MCSE = sqrt(p (1 - p) / R)); the MDE is the |effect| a replicate "
@@ -248,13 +261,16 @@ def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -
         for d, v in f.per_domain.items():
             cov = _coverage(Rate(**v["coverage"]), v.get("coverage_of", "configuration"),
                             v.get("coverage_expected", float("nan")))
+            if v.get("coverage_config"):
+                cov += f"; the configuration's value: {Rate(**v['coverage_config']).text()}"
             lines.append(f"| {f.finding} | {f.size:g} | {d} | {_num(v['population'])} | {cov} | "
                          f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} | {_num(v.get('spread_ratio'))} | "
                          f"{' / '.join(f'{q:.2f}' for q in v['estimates']) if v.get('estimates') else '-'} |")
     lines += ["", "*spread / SE*: the SD of the replicates' estimates over the mean standard error their intervals "
               "imply (above 1: the worlds differ by more than one world's interval allows). *expected from the "
-              "population value's own noise*: the rate at which correct intervals cover a target estimated with the "
-              "population runs' SE (their intervals combined as for a mean), 2 Phi(1.96 se / sqrt(se^2 + se_p^2)) - 1."]
+              "population value's own noise* (*from its noise* for an own world): the rate at which correct intervals "
+              "cover a target estimated with the population runs' SE (their intervals combined as for a mean) or the "
+              "own-world run's SE, 2 Phi(1.96 se / sqrt(se^2 + se_p^2)) - 1."]
     lines += ["", "Population values as the population runs measured them (lambda* all users / non-active users per "
               "domain; the rows above replace rho and the range by 0 where the null world's domains are alike):", "",
               "| size | lambda* per domain (all / non-active) | rho | max abs(lambda* - 1) | range of lambda* | "
@@ -287,12 +303,12 @@ def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
     own = recipe_hash(replicate_grid(cfg, None, c.world_seed, out / "runs" / "pending"))
 
     def recipe(size: float, seed: int, population: bool) -> str:
-        return Path(_job(cfg, size, seed, out, population).kwargs["result_path"]).stem
+        return Path(calibrate_job(cfg, size, seed, out, population).kwargs["result_path"]).stem
 
     def own_world(size: float, seed: int) -> str:
-        return Path(_job(cfg, size, seed, out, True, True).kwargs["result_path"]).stem
+        return Path(calibrate_job(cfg, size, seed, out, True, True).kwargs["result_path"]).stem
 
-    grid = Path(_job(cfg, None, cfg.world.seed, out).kwargs["result_path"]).stem if cfg.world is not None else None
+    grid = Path(calibrate_job(cfg, None, cfg.world.seed, out).kwargs["result_path"]).stem if cfg.world is not None else None
     return {"name": cfg.name, "recipe": own, "world_seed": c.world_seed, **({"grid_world": grid} if c.grid_world else {}),
             "runs": {_size_key(size): {
                 "replicates": [recipe(size, c.world_seed + r, False) for r in range(c.replicates)],
@@ -382,6 +398,15 @@ def _grid_world_lines(s: dict[str, Any] | None) -> list[str]:
     lines.append(f"| Figure 5 verdicts | lambda = 1 not the best: {'holds' if s['f5_not1'] else 'inconclusive'}; "
                  f"lambda* differs between domains: {'holds' if s['f5_varies'] else 'inconclusive'} | - |")
     return lines
+
+
+def _own_world_what(cfg: GridConfig) -> str:
+    """Whose coverage is measured against the own world: "the Table 2 difference's", "lambda*'s" or both."""
+    c = cfg.sweeps.calibrate
+    who = [w for w, on in (("the non-active lambda*'s", _own_world_sweep(cfg)),
+                           ("the Table 2 difference's", "t2_popular" in c.findings and c.t2_population == "world"))
+           if on]
+    return " and ".join(who)
 
 
 def _own_world_who(cfg: GridConfig) -> str:
