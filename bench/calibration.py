@@ -4,6 +4,8 @@
     python bench/calibration.py --out runs/calibrate   # reuse (and fill) that folder's replicate cache
     python bench/calibration.py --workers 2 sweeps.calibrate.replicates=10
     python bench/calibration.py --record calibration_r8 sweeps.calibrate.replicates=8   # another record
+    python bench/calibration.py --population --record population_amazon_table1 \
+        world.preset=amazon_table1 world.n_domains=6       # a world's population values only
 
 Runs ``mmgrid calibrate demo --out OUT`` (docs/calibration.md) and writes
 ``bench/results/calibration.md`` (``--record NAME``: ``bench/results/NAME.md``): the machine, its load, the command, the study's table
@@ -38,11 +40,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="the record's name: bench/results/NAME.md and NAME_power_curve.png (default: calibration)")
     ap.add_argument("--note", default="", help="a sentence printed first (and so recorded), e.g. how the --out "
                                                "folder's cached runs were computed")
+    ap.add_argument("--population", action="store_true",
+                    help="only the population values of the grid's own world (mmgrid calibrate --population)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the demo grid")
     args = ap.parse_args(argv)
     if args.note:
         print(f"Note: {args.note}\n")
     from mmgrid.cli import main as mmgrid_main
+
+    if args.population:
+        from mmgrid.config import load_grid
+        from mmgrid.sweep.calibration.population import population_key
+
+        print(f"population key {population_key(load_grid('demo', args.overrides))} (the shipped table's key for "
+              "this world and budget)")
+        return mmgrid_main(["calibrate", "demo", "--population", f"exec.workers={args.workers}", *args.overrides])
 
     cached = len(list((Path(args.out) / "replicates").glob("*.json")))
     t0 = time.perf_counter()

@@ -499,6 +499,13 @@ def test_the_packaged_demo_has_its_population_values():
     assert got is not None, "re-run `mmgrid calibrate demo --population` and update known_populations.json"
     assert got["t4_rho"] < 0 and 0 < got["t2_popular"] < 0.1 and set(got["lambda_star"]) == {
         "Books", "Games", "Health", "Phones", "Sports"}
+    # the preset fitted to MMGRid's Amazon statistics ships its values too (bench/results/population_amazon_table1.md)
+    at1 = load_grid("demo", ["world.preset=amazon_table1", "world.n_domains=6"])
+    at1.data.root = "/nonexistent-mmgrid-world"
+    got = read_world_population(at1)
+    assert got is not None, ("re-run `python bench/calibration.py --population --record population_amazon_table1 "
+                             "world.preset=amazon_table1 world.n_domains=6` and update known_populations.json")
+    assert got["t4_rho"] < 0 and 0 < got["t2_popular"] < 0.1 and len(got["lambda_star"]) == 6
 
 
 def test_a_grid_world_that_is_a_replicate_is_ranked_among_the_others(tmp_path: Path):

@@ -8,14 +8,24 @@ and aliases to it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/<name>.py`` imported as a module (bench/ is scripts, not a package), to test its functions."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def mmgrid(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600,

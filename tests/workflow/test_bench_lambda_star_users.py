@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.workflow.conftest import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_lambda_star_users", REPO / "bench" / "lambda_star_users.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("lambda_star_users")
 
 
 def test_alike_users_are_always_covered_and_the_truth_is_the_argmax() -> None:

@@ -4,20 +4,16 @@ paradigm's knobs only, so an arm of one paradigm never re-evaluates another's ce
 from __future__ import annotations
 
 import argparse
-import importlib.util
 
 import numpy as np
 import pytest
 
-from tests.workflow.conftest import REPO
+from tests.workflow.conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_paradigms", REPO / "bench" / "paradigms.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("paradigms")
 
 
 def test_arms_parse_into_paradigm_knob_overrides(bench) -> None:

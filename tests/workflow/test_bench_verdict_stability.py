@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,14 +10,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.workflow.conftest import REPO, load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_verdict_stability", REPO / "bench" / "verdict_stability.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("verdict_stability")
 
 
 def test_verdicts_follow_the_report_rules_by_hand() -> None:
