@@ -41,9 +41,10 @@ def subsample_coverage(lambdas, values: np.ndarray, frac: float, trials: int, se
         trials: subsets.
     """
     from mmgrid.stats.lambda_star import robust_lambda_star
+    from mmgrid.sweep.selection import select_lambda_star
 
     rng = np.random.default_rng(seed)
-    full = robust_lambda_star(lambdas, values, n_resamples=10).lambda_star  # the point estimate needs no bootstrap
+    full = select_lambda_star(lambdas, values.mean(axis=(0, 2)))  # robust_lambda_star's point estimate (smooth 1)
     n = values.shape[2]
     k = max(2, int(round(frac * n)))
     hits = 0

@@ -36,20 +36,16 @@ sys.path.insert(0, str(HERE.parent))  # this checkout's mmgrid, not whichever on
 
 def verdicts(res: dict) -> dict[str, bool]:
     """The report's verdicts ("holds") of one replicate result, as ``mmgrid calibrate`` judges them."""
-    from mmgrid.stats import HOLDS, verdict
-    from mmgrid.sweep.calibration.measures import all_users_intervals, some_pair_disjoint
-    from mmgrid.sweep.calibration.replicate import as_float
+    from mmgrid.sweep.calibration.measures import all_users_intervals, interval_holds, some_pair_disjoint
 
     out = {}
     if res.get("t4_rho"):
-        r = res["t4_rho"]
-        out["rho < 0 (Table 4)"] = verdict(as_float(r[1]), as_float(r[2]), "less") == HOLDS
+        out["rho < 0 (Table 4)"] = interval_holds("t4_rho", res["t4_rho"])
     if res.get("f5_not1"):
         out["lambda = 1 not the best (Figure 5)"] = bool(res["f5_not1"]["holds"])
     out["lambda* differs between domains (Figure 5)"] = some_pair_disjoint(all_users_intervals(res))
     if res.get("t2_popular"):
-        t = res["t2_popular"]
-        out["emb beats most-popular (Table 2)"] = verdict(as_float(t[1]), as_float(t[2]), "greater") == HOLDS
+        out["emb beats most-popular (Table 2)"] = interval_holds("t2_popular", res["t2_popular"])
     return out
 
 
@@ -106,15 +102,13 @@ def main() -> int:
     n = len(base.train.seed_list)
     sets = [list(base.train.seed_list)] + [[n * k + i for i in range(n)] for k in range(1, args.sets + 1)]
     out = Path(args.out).resolve()
-    jobs = []
-    for s in sets:
-        cfg = load_grid("demo", [*args.overrides, f"train.seeds=[{', '.join(map(str, s))}]", f"train.seed={s[0]}",
-                                 f"exec.workers={args.workers}"])
-        jobs.append(calibrate_job(cfg, None, cfg.world.seed, out))
+    cfgs = [load_grid("demo", [*args.overrides, f"train.seeds=[{', '.join(map(str, s))}]", f"train.seed={s[0]}",
+                               f"exec.workers={args.workers}"]) for s in sets]
+    jobs = [calibrate_job(cfg, None, cfg.world.seed, out) for cfg in cfgs]
     print(f"demo world (world seed {base.world.seed}, its own world.plant) through the calibrate replicate pipeline; "
           f"baseline: the demo's seeds {sets[0]}; {len(sets) - 1} other seed set(s); cache {out / 'replicates'}\n")
     t0 = time.perf_counter()
-    ex = executor_from_config(load_grid("demo", [*args.overrides, f"exec.workers={args.workers}"]))
+    ex = executor_from_config(cfgs[0])  # exec.workers as asked (every set's exec section is the same)
     try:
         results = gather([ex.submit(j) for j in jobs], None, "seed sets", unit="run", enabled=True)
     finally:

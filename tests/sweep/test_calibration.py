@@ -316,6 +316,8 @@ def test_bad_calibrate_config_is_a_named_error(tmp_path: Path):
         load_grid("demo", ["sweeps.calibrate.findings=[t9]"])
     with pytest.raises(ConfigError, match="share"):
         load_grid("demo", ["sweeps.calibrate.sizes=[0, 2]"])
+    with pytest.raises(ConfigError, match="lambda_population: 'foo' is not one of 'world', 'config'"):
+        load_grid("demo", ["sweeps.calibrate.lambda_population=foo"])
     assert main(["calibrate", "demo"]) == 2  # no --out
     # a planted size times the grid's knob leaves the knob's range (turnover 3 x 1.5 > 4): named, nothing written
     with pytest.raises(ConfigError, match=r"turnover: 4\.5 is out of range"):

@@ -209,14 +209,13 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
     if finding == "f5_varies":
         return _f5_varies(size, runs, truth, level, power)
     rows = [r[finding] for r in runs if r.get(finding) and r[finding][1] is not None]
-    direction = "less" if finding == "t4_rho" else "greater"
-    holds = mcse_rate(np.array([verdict(as_float(x[1]), as_float(x[2]), direction) == HOLDS for x in rows])) if rows else None
+    holds = mcse_rate(np.array([interval_holds(finding, x) for x in rows])) if rows else None
     parts: dict[str, dict[str, Any]] = {}
     if finding == "t2_popular" and any(len(r.get("t2_each") or {}) > 1 for r in runs):
         # "every GR paradigm beats most-popular": holds where every paradigm's interval lies above 0; coverage,
         # bias and MDE per paradigm
         each = [r["t2_each"] for r in runs if r.get("t2_each")]
-        holds = mcse_rate(np.array([all(verdict(as_float(x[1]), as_float(x[2]), "greater") == HOLDS for x in e.values())
+        holds = mcse_rate(np.array([all(interval_holds(finding, x) for x in e.values())
                                     for e in each]))
         for par, popv in (pop.get("t2_each") or {}).items():
             pr = [e[par] for e in each if par in e and e[par][1] is not None]
@@ -232,6 +231,12 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
     if finding == "t2_popular" and own is not None:
         _own_world_coverage(res, runs, own, level)
     return res
+
+
+def interval_holds(finding: str, row: list[Any]) -> bool:
+    """The report's verdict on one interval ``[estimate, low, high, ...]`` of ``t4_rho`` (holds below 0) or
+    ``t2_popular`` (holds above 0)."""
+    return verdict(as_float(row[1]), as_float(row[2]), "less" if finding == "t4_rho" else "greater") == HOLDS
 
 
 def all_users_intervals(run: dict[str, Any]) -> list[list[Any]]:
@@ -269,34 +274,43 @@ def _f5_varies(size: float, runs: list[dict[str, Any]], truth: float, level: flo
                               _interval_mde(pairs, level, power), len(holds))
 
 
+def _check_aligned(runs: list[dict[str, Any]], own: list[dict[str, Any] | None]) -> None:
+    if len(own) != len(runs):
+        raise ValueError(f"own-world runs: {len(own)} for {len(runs)} replicates; they must be aligned")
+
+
+def _against_own_world(runs: list[dict[str, Any]], own: list[dict[str, Any] | None], get: Any, level: float,
+                       tol: float = 0.0) -> dict[str, Any] | None:
+    """One estimate's intervals (``get(run)``: ``[estimate, low, high, ...]``) against each replicate's own world's
+    value (``get(own[i])``): per pair, covered (within ``tol``) and the coverage to expect from the own-world
+    value's noise; the bias and the own-world values' mean. None where no replicate has both."""
+    pairs = [(get(r), get(o)) for r, o in zip(runs, own) if o is not None]
+    pairs = [(x, w) for x, w in pairs if x and w and x[1] is not None and math.isfinite(as_float(w[0]))]
+    if not pairs:
+        return None
+    hits = [as_float(x[1]) - tol <= as_float(w[0]) <= as_float(x[2]) + tol for x, w in pairs]
+    exp = [e for x, w in pairs for e in _expected_coverage(
+        [se_from_interval(as_float(x[1]), as_float(x[2]), level)],
+        se_from_interval(as_float(w[1]), as_float(w[2]), level) if w[1] is not None else float("nan"), level)]
+    return {"hits": hits, "expected_each": exp, "coverage": mcse_rate(np.array(hits)),
+            "bias": mcse_bias([as_float(x[0]) - as_float(w[0]) for x, w in pairs], 0.0),
+            "expected": float(np.mean(exp)) if exp else float("nan"),
+            "population": float(np.mean([as_float(w[0]) for _, w in pairs]))}
+
+
 def _own_world_coverage(res: FindingCalibration, runs: list[dict[str, Any]], own: list[dict[str, Any] | None],
                         level: float) -> None:
     """Coverage and bias of the Table 2 intervals against each replicate's own world's value (``own[i]``: the
     population run of replicate i's world), overall and per paradigm; and the coverage to expect from the own-world
     values' own noise (a correct interval covers a noisy target less often than ``level``)."""
-    if len(own) != len(runs):
-        raise ValueError(f"own-world runs: {len(own)} for {len(runs)} replicates; they must be aligned")
-
-    def measure(get) -> dict[str, Any] | None:
-        pairs = [(get(r), get(o)) for r, o in zip(runs, own) if o is not None]
-        pairs = [(x, w) for x, w in pairs if x and w and x[1] is not None and math.isfinite(as_float(w[0]))]
-        if not pairs:
-            return None
-        cov = mcse_rate(np.array([as_float(x[1]) <= as_float(w[0]) <= as_float(x[2]) for x, w in pairs]))
-        b = mcse_bias([as_float(x[0]) - as_float(w[0]) for x, w in pairs], 0.0)
-        exp = [e for x, w in pairs for e in _expected_coverage(
-            [se_from_interval(as_float(x[1]), as_float(x[2]), level)],
-            se_from_interval(as_float(w[1]), as_float(w[2]), level) if w[1] is not None else float("nan"), level)]
-        return {"coverage": cov, "bias": b, "expected": float(np.mean(exp)) if exp else float("nan"),
-                "population": float(np.mean([as_float(w[0]) for _, w in pairs]))}
-
-    m = measure(lambda r: r.get("t2_popular"))
+    _check_aligned(runs, own)
+    m = _against_own_world(runs, own, lambda r: r.get("t2_popular"), level)
     if m is not None:
         res.coverage_config = res.coverage
         res.coverage, res.bias, res.coverage_expected = m["coverage"], m["bias"], m["expected"]
         res.coverage_of = "own world"
     for par, part in res.per_domain.items():
-        pm = measure(lambda r, par=par: (r.get("t2_each") or {}).get(par))
+        pm = _against_own_world(runs, own, lambda r, par=par: (r.get("t2_each") or {}).get(par), level)
         if pm is not None:
             part.update({"coverage": asdict(pm["coverage"]), "bias": asdict(pm["bias"]), "coverage_of": "own world",
                          "coverage_expected": pm["expected"], "own_world_mean": pm["population"]})
@@ -308,25 +322,18 @@ def _own_world_lambda(res: FindingCalibration, runs: list[dict[str, Any]], own: 
     lambda* (``own[i]``: the own-world run of replicate i, with its temporal sweep), overall and per domain, and
     the coverage to expect from the own-world values' own noise. The configuration's coverage (over world seeds)
     stays beside it (``coverage_config``)."""
-    if len(own) != len(runs):
-        raise ValueError(f"own-world runs: {len(own)} for {len(runs)} replicates; they must be aligned")
+    _check_aligned(runs, own)
     hits, expected = [], []
     for d, part in res.per_domain.items():
-        pairs = [(r["lambda_star"].get(d, {}).get("non_active"), (o.get("lambda_star") or {}).get(d, {}).get("non_active"))
-                 for r, o in zip(runs, own) if o is not None]
-        pairs = [(x, w) for x, w in pairs if x and w and x[1] is not None and math.isfinite(as_float(w[0]))]
-        if not pairs:
+        m = _against_own_world(runs, own, lambda r, d=d: (r.get("lambda_star") or {}).get(d, {}).get("non_active"),
+                               level, tol=1e-9)
+        if m is None:
             continue
-        cov = [as_float(x[1]) - 1e-9 <= as_float(w[0]) <= as_float(x[2]) + 1e-9 for x, w in pairs]
-        exp = [e for x, w in pairs for e in _expected_coverage(
-            [se_from_interval(as_float(x[1]), as_float(x[2]), level)],
-            se_from_interval(as_float(w[1]), as_float(w[2]), level) if w[1] is not None else float("nan"), level)]
-        hits += cov
-        expected += exp
-        part.update({"coverage_config": part["coverage"], "coverage": asdict(mcse_rate(np.array(cov))),
-                     "coverage_of": "own world", "coverage_expected": float(np.mean(exp)) if exp else float("nan"),
-                     "bias": asdict(mcse_bias([as_float(x[0]) - as_float(w[0]) for x, w in pairs], 0.0)),
-                     "own_world_mean": float(np.mean([as_float(w[0]) for _, w in pairs]))})
+        hits += m["hits"]
+        expected += m["expected_each"]
+        part.update({"coverage_config": part["coverage"], "coverage": asdict(m["coverage"]),
+                     "coverage_of": "own world", "coverage_expected": m["expected"], "bias": asdict(m["bias"]),
+                     "own_world_mean": m["population"]})
     if hits:
         res.coverage_config = res.coverage
         res.coverage = mcse_rate(np.array(hits))

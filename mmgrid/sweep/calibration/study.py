@@ -162,8 +162,7 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
         ppath.write_text(json.dumps(json_safe({"size": size, "knobs": c.knobs, "world_user_scale": c.population_user_scale,
                                             "worlds": c.population_worlds, "recipes": recipes, "values": pop}),
                                     indent=1))
-    own_for = {f for f, on in (("t2_popular", own_world and c.t2_population == "world"),
-                               ("lambda_star", _own_world_sweep(cfg))) if on}
+    own_for = {f for f, on in (("t2_popular", _own_world_t2(cfg)), ("lambda_star", _own_world_sweep(cfg))) if on}
     found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs,
                                owns.get(size) if f in own_for else None)
              for f in c.findings for size in c.sizes]
@@ -177,8 +176,13 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
 def _own_world(cfg: GridConfig) -> bool:
     """Whether the study runs each replicate's own world (more of its users): for the Table 2 difference's or
     the lambda* target (``t2_population`` / ``lambda_population`` "world")."""
+    return _own_world_t2(cfg) or _own_world_sweep(cfg)
+
+
+def _own_world_t2(cfg: GridConfig) -> bool:
+    """Whether the Table 2 difference is measured against each replicate's own world."""
     c = cfg.sweeps.calibrate
-    return ("t2_popular" in c.findings and c.t2_population == "world") or _own_world_sweep(cfg)
+    return "t2_popular" in c.findings and c.t2_population == "world"
 
 
 def _own_world_sweep(cfg: GridConfig) -> bool:
@@ -402,10 +406,8 @@ def _grid_world_lines(s: dict[str, Any] | None) -> list[str]:
 
 def _own_world_what(cfg: GridConfig) -> str:
     """Whose coverage is measured against the own world: "the Table 2 difference's", "lambda*'s" or both."""
-    c = cfg.sweeps.calibrate
     who = [w for w, on in (("the non-active lambda*'s", _own_world_sweep(cfg)),
-                           ("the Table 2 difference's", "t2_popular" in c.findings and c.t2_population == "world"))
-           if on]
+                           ("the Table 2 difference's", _own_world_t2(cfg))) if on]
     return " and ".join(who)
 
 
