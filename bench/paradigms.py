@@ -233,11 +233,9 @@ def evaluate_rank_arms(cfg, paradigm: str, eval_users: int, arms: dict[str, dict
         for label, over in arms.items():
             t0 = time.perf_counter()
             if beams is not None:
-                from mmgrid.paradigms.text import TextKnobs, model_embed
+                from mmgrid.paradigms.text import TextKnobs, grounding_vectors
 
-                knobs = TextKnobs.resolve({**model.mmgrid_text.params.to_dict(), **over})
-                vecs = model_embed(model, model.mmgrid_text, model.mmgrid_text.title_ids) \
-                    if knobs.ground_embedder == "model" else None
+                vecs = grounding_vectors(model, TextKnobs.resolve({**model.mmgrid_text.params.to_dict(), **over}))
                 ranked = np.zeros((ev.n, k), dtype=np.int64)
                 for b in beams:
                     hist = [ev.histories[i] for i in b["rows"]]

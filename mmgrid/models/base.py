@@ -126,7 +126,7 @@ def load_base(cfg: BaseConfig, prepared: Any, registry: Any, seed: int = 0, prog
     base_id = _make_id(registry, ident)
     bundle = _CACHE.get(base_id)
     if bundle is None and registry.has(base_id):
-        bundle = bundle_from_registry(registry, base_id)
+        bundle = shared_base(registry, base_id)
     if bundle is None:
         name = parse_builder(cfg.model)
         if name is None:
@@ -211,6 +211,15 @@ def bundle_from_registry(registry: Any, base_id: str) -> BaseBundle:
     man = registry.get(base_id)
     files = {name: registry.file(base_id, name) for name in _file_names(man)}
     return bundle_from_files(registry.load(base_id), files)
+
+
+def shared_base(registry: Any, base_id: str) -> BaseBundle:
+    """The base ``base_id``, loaded once per process (the bundle :func:`load_base` keeps): read it,
+    never train or resize it (take :meth:`BaseBundle.copy` for that)."""
+    bundle = _CACHE.get(base_id)
+    if bundle is None:
+        bundle = _CACHE[base_id] = bundle_from_registry(registry, base_id)
+    return bundle
 
 
 def _file_names(manifest: Any) -> list[str]:

@@ -18,7 +18,7 @@ is the result of a merge.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -39,6 +39,10 @@ class Checkpoint:
     # tokens): tensor name -> (first added row, token names of the added rows). The merge
     # engine keeps these rows per model and merges only the shared rows; Orbit excludes them.
     added_rows: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+    # The grid's base LM this checkpoint descends from, loaded on first call (None: unknown, e.g. a
+    # checkpoint made outside a registry). Set by ``mmgrid.runtime.checkpoints.load_checkpoint``;
+    # text's ``ground_embedder: base`` embeds with it (BIGRec grounds with the frozen base LLM).
+    base_model: Callable[[], "torch.nn.Module"] | None = field(default=None, repr=False, compare=False)
 
 
 @runtime_checkable

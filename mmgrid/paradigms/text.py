@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -88,9 +88,10 @@ class TextKnobs(Knobs):
     grounding_scale: str = knob("raw", ('raw', 'minmax'), None, 'choice',
                        "raw = distance / (1 + count/max)^gamma; minmax = BIGRec's code: per-row min-max "
                        "scaled distance * (1 + min-max scaled popularity)^-gamma")
-    ground_embedder: str = knob("sentence", ('sentence', 'model'), None, 'choice',
+    ground_embedder: str = knob("sentence", ('sentence', 'model', 'base'), None, 'choice',
                        "embedding of titles and generated text for grounding: sentence = the embedder; model = "
-                       "the text model's own last-layer hidden state at the last token (BIGRec; raw L2)")
+                       "the text model's own last-layer hidden state at the last token (raw L2); base = the same "
+                       "from the grid's frozen base LM, as BIGRec's code embeds")
     popularity_phases: str = knob("last", ('last', 'all'), None, 'choice',
                        "popularity counted over: last = the latest trained phase, all = every trained phase")
     beam_candidates: int = knob(0, 0, None, 'int',
@@ -111,7 +112,7 @@ class TextKnobs(Knobs):
     rank_batch: int = knob(128, 1, None, 'int', "histories per generate() call")
 
     cross_checks = [(lambda p: p["ground_embedder"] == "sentence" or p["beam_candidates"] == 0,
-                     "ground_embedder 'model' grounds every item (beam_candidates must be 0, got "
+                     "ground_embedder '{ground_embedder}' grounds every item (beam_candidates must be 0, got "
                      "{beam_candidates}); set beam_candidates: 0 or ground_embedder: sentence")]
 
 
@@ -134,6 +135,7 @@ class TextInfo:
     title_ids: list[list[int]]
     trained_phases: list[str]  # phases whose examples were made (popularity source)
     template: tuple[list[int], list[int], list[int]]  # prompt, separator, answer marker
+    base_model: Callable[[], torch.nn.Module] | None = None  # the frozen base LM (ground_embedder: base)
 
 
 def _info(model: torch.nn.Module) -> TextInfo:
@@ -144,14 +146,14 @@ def _info(model: torch.nn.Module) -> TextInfo:
 
 
 def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", params: TextKnobs, seed: int,
-            phases: Sequence[str] = ()) -> Any:
+            phases: Sequence[str] = (), base_model: Callable[[], torch.nn.Module] | None = None) -> Any:
     if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
         raise ModelError("text: the tokenizer needs eos and pad tokens (set tokenizer.eos_token/pad_token).")
     cut = int(params.max_title_tokens)
     enc = tokenizer([" " + t for t in domain.item_titles], add_special_tokens=False)["input_ids"]
     template = tuple(tokenizer(s, add_special_tokens=False)["input_ids"] for s in (PROMPT, SEP, ANSWER))
     lm.mmgrid_text = TextInfo(tokenizer, domain.name, domain.n_items, params, seed,
-                              [list(e[:cut]) for e in enc], list(phases), template)  # type: ignore[arg-type]
+                              [list(e[:cut]) for e in enc], list(phases), template, base_model)  # type: ignore[arg-type]
     return lm
 
 
@@ -172,8 +174,8 @@ def model_embed(model: torch.nn.Module, info: TextInfo, token_lists: Sequence[Se
     """BIGRec's title embedding (Bao et al. 2023, section 3.2.2, grounding step): the LM's last-layer
     hidden state (after the final norm, as HF's ``hidden_states[-1]``) at the last token of
     ``<bos> title`` (no ``<bos>`` where the tokenizer has none; an empty title is ``<eos>``), not
-    normalised. ``[len(token_lists), hidden]`` float32 on the CPU. BIGRec embeds with the frozen base
-    LLM; this uses the model it is given (the fine-tuned text model when ranking)."""
+    normalised. ``[len(token_lists), hidden]`` float32 on the CPU. BIGRec's code embeds with the frozen
+    base LLM (``ground_embedder: base``, :func:`grounding_lm`); this uses the model it is given."""
     tok = info.tokenizer
     head = [tok.bos_token_id] if tok.bos_token_id is not None else []
     seqs = [head + list(t) if (head or t) else [tok.eos_token_id] for t in token_lists]
@@ -185,6 +187,45 @@ def model_embed(model: torch.nn.Module, info: TextInfo, token_lists: Sequence[Se
         h = inner(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev)).last_hidden_state
         out.append(h[:, -1].float().cpu())
     return torch.cat(out) if out else torch.zeros(0, int(model.config.hidden_size))
+
+
+def grounding_lm(model: torch.nn.Module, params: TextKnobs) -> torch.nn.Module | None:
+    """The LM whose hidden states ground generated text (:func:`model_embed`): the text model itself
+    (``ground_embedder: model``), the grid's frozen base LM it was trained from (``base``), or None
+    (``sentence``: the sentence embedder grounds).
+
+    Raises:
+        ModelError: ``base`` for a model that does not know its base (loaded from a checkpoint made
+            outside a registry); load it with ``mmgrid.runtime.checkpoints.load_checkpoint``.
+    """
+    if params.ground_embedder == "sentence":
+        return None
+    if params.ground_embedder == "model":
+        return model
+    info = _info(model)
+    if info.base_model is None:
+        raise ModelError("text: ground_embedder 'base' needs the grid's base LM, and this model does not know it "
+                         "(its checkpoint was not read from a registry); load the checkpoint with "
+                         "mmgrid.runtime.checkpoints.load_checkpoint, or set ground_embedder: model or sentence.")
+    base = info.base_model()
+    base.eval()
+    return base
+
+
+def grounding_vectors(model: torch.nn.Module, params: TextKnobs) -> torch.Tensor | None:
+    """:func:`model_embed` vectors of every title by :func:`grounding_lm` (None with ``sentence``); the
+    frozen base's are computed once per model."""
+    lm = grounding_lm(model, params)
+    if lm is None:
+        return None
+    info = _info(model)
+    if lm is model:
+        return model_embed(model, info, info.title_ids)
+    cache = info.__dict__.setdefault("_base_vecs", {})
+    if id(lm) not in cache:
+        cache.clear()
+        cache[id(lm)] = model_embed(lm, info, info.title_ids)
+    return cache[id(lm)]
 
 
 def _pop_phases(trained: list[str], params: TextKnobs) -> list[str]:
@@ -246,7 +287,8 @@ class TextParadigm:
 
     def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> torch.nn.Module:
         p = TextKnobs.resolve(params)
-        return _attach(copy.deepcopy(base.model), base.tokenizer, domain, p, seed)
+        frozen = base.model  # build trains a copy; the base itself stays as it is
+        return _attach(copy.deepcopy(base.model), base.tokenizer, domain, p, seed, base_model=lambda: frozen)
 
     def examples(self, model: torch.nn.Module, domain: "DomainData", phase: str) -> list[TokenExample]:
         info = _info(model)
@@ -301,7 +343,7 @@ class TextParadigm:
         model.eval()
         out = []
         bs = int(info.params.rank_batch)
-        vecs = model_embed(model, info, info.title_ids) if info.params.ground_embedder == "model" else None
+        vecs = grounding_vectors(model, info.params)
         for start in range(0, len(histories), bs):
             chunk = histories[start:start + bs]
             texts, scores = self.generate(model, chunk)
@@ -318,7 +360,7 @@ class TextParadigm:
         grounding_scale, ground_embedder, history_*, cooc_*) for this call only, so one generation
         serves a sweep of grounding settings (bench/text_emb_tune.py, bench/paradigms.py
         ``--rank-arm``). See :func:`ground_scores` for the score. ``model_items``: the items'
-        :func:`model_embed` vectors of this model (``ground_embedder: model``; computed when None).
+        :func:`grounding_vectors` for these knobs (``ground_embedder: model | base``; computed when None).
         """
         info = _info(model)
         _check_domain(info, domain)
@@ -329,10 +371,11 @@ class TextParadigm:
         if p.ground_embedder == "sentence":
             sims = self._ground(texts, scores, items, title_row, p)
         else:
-            vecs = model_items if model_items is not None else model_embed(model, info, info.title_ids)
+            lm = grounding_lm(model, p)
+            vecs = model_items if model_items is not None else grounding_vectors(model, p)
             dist = self._ground_model(texts, scores, vecs, title_row, p, lambda ts: model_embed(
-                model, info, [e[:int(p.max_title_tokens)] for e in
-                              info.tokenizer([" " + t for t in ts], add_special_tokens=False)["input_ids"]]))
+                lm, info, [e[:int(p.max_title_tokens)] for e in
+                           info.tokenizer([" " + t for t in ts], add_special_tokens=False)["input_ids"]]))
         counts = None
         if float(p.popularity_gamma) > 0 and info.trained_phases:
             counts = domain.popularity(_pop_phases(info.trained_phases, p))
@@ -425,4 +468,4 @@ class TextParadigm:
         lm = lm_from_checkpoint(ckpt, "text checkpoint")
         # Phases named by another domain's meta (a cross-domain merge) still count this domain's items.
         return _attach(lm, tokenizer_from_files(ckpt.files), domain, p, int(ckpt.meta.get("seed", 0)),
-                       ckpt.meta.get("trained_phases", []))
+                       ckpt.meta.get("trained_phases", []), ckpt.base_model)

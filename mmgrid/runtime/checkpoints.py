@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mmgrid.errors import ConfigError
+from mmgrid.models.base import shared_base
 from mmgrid.paradigms.base import Checkpoint
 
 
@@ -29,4 +31,16 @@ def load_checkpoint(registry: Any, ref: Any, state: dict | None = None) -> Check
     meta = dict(man.meta or {})
     added = {k: (int(v[0]), list(v[1])) for k, v in (meta.get("added_rows") or {}).items()}
     return Checkpoint(state=state if state is not None else registry.load(man.id), files=files, meta=meta,
-                      added_rows=added)
+                      added_rows=added, base_model=lambda: shared_base(registry, lineage_root(registry, man.id)).model)
+
+
+def lineage_root(registry: Any, cid: str) -> str:
+    """The root of a checkpoint's lineage (the base LLM it was trained from)."""
+    g = registry.lineage(cid)
+    roots = sorted(n for n in g.nodes if g.in_degree(n) == 0)
+    if not roots:
+        raise ConfigError(f"checkpoint {cid}: its lineage has no root; cannot find the original base.")
+    if len(roots) > 1:
+        bases = [r for r in roots if registry.get(r).kind == "base"]
+        roots = bases or roots
+    return roots[0]

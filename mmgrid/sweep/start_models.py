@@ -14,27 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mmgrid.config import GridConfig
-from mmgrid.errors import ConfigError
 from mmgrid.models.base import bundle_from_registry
 from mmgrid.paradigms import get_paradigm
-from mmgrid.runtime.checkpoints import checkpoint_meta
+from mmgrid.runtime.checkpoints import checkpoint_meta, lineage_root
 from mmgrid.runtime.device import derive_seed, seed_everything
 from mmgrid.sweep.evaluation import paradigm_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.data.dataset import PreparedDataset
-
-
-def lineage_root(registry: Any, cid: str) -> str:
-    """The root of a checkpoint's lineage (the base LLM it was trained from)."""
-    g = registry.lineage(cid)
-    roots = sorted(n for n in g.nodes if g.in_degree(n) == 0)
-    if not roots:
-        raise ConfigError(f"checkpoint {cid}: its lineage has no root; cannot find the original base.")
-    if len(roots) > 1:
-        bases = [r for r in roots if registry.get(r).kind == "base"]
-        roots = bases or roots
-    return roots[0]
 
 
 def start_model_id(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", paradigm: str, domain: str,

@@ -384,3 +384,86 @@ def test_model_embedder_refuses_beam_candidates(tiny_base_shared: Any, tiny_doma
         TextKnobs.resolve({"ground_embedder": "model", "beam_candidates": 5})
     with pytest.raises(ConfigError, match="grounding_scale"):
         TextKnobs.resolve({"grounding_scale": "zscore"})
+
+
+def _trained_text(tiny_base: Any, tiny_domain: Any, **knobs: Any) -> torch.nn.Module:
+    """A text model one AdamW burst away from its base, so the base's and the model's hidden states differ."""
+    model = P.build(tiny_base, tiny_domain, {"max_history": 3, **knobs}, seed=0)
+    exs = P.examples(model, tiny_domain, "p1")[:8]
+    fit_batch(P, model, P.collate(model, exs), steps=5, lr=5e-3)
+    model.eval()
+    return model
+
+
+def test_base_embedder_grounds_with_the_frozen_base(tiny_base: Any, tiny_domain: Any) -> None:
+    """``ground_embedder: base`` (BIGRec's code): titles and generated text embedded by the base LM's
+    last normed hidden state at the last token, not by the fine-tuned model's."""
+    from mmgrid.paradigms.text import grounding_vectors
+
+    base = tiny_base.model
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    model = _trained_text(tiny_base, tiny_domain, ground_embedder="base", beam_combine="best",
+                          popularity_gamma=0.0, exclude_history=False)
+    for k, v in base.state_dict().items():  # training worked on a copy; the base is untouched
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    info = model.mmgrid_text
+    head = [info.tokenizer.bos_token_id] if info.tokenizer.bos_token_id is not None else []
+    with torch.no_grad():  # the oracle: HF's own hidden_states[-1] of the base, one title at a time
+        want = torch.stack([base(input_ids=torch.tensor([head + list(ids)]), output_hidden_states=True)
+                            .hidden_states[-1][0, -1].float() for ids in info.title_ids])
+    got = grounding_vectors(model, info.params)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    tuned = grounding_vectors(model, TextKnobs.resolve({**info.params.to_dict(), "ground_embedder": "model"}))
+    assert (tuned - want).abs().max() > 1e-3  # the fine-tuned model's states are another embedding
+    # ranking: a catalog title as the best beam is at distance 0 from its own item in any embedding
+    hists = _histories(tiny_domain)[:4]
+    texts, scores = P.generate(model, hists)
+    picks = [2, 7, 0, 4]
+    fake = [[tiny_domain.item_titles[j].strip()] * len(b) for j, b in zip(picks, texts)]
+    assert P.rank_generated(model, tiny_domain, hists, 3, fake, scores)[:, 0].tolist() == picks
+    # and a novel text ranks items by its L2 distance to them under the base
+    novel = [["zzz qq"] * len(b) for b in texts]
+    ranked = P.rank_generated(model, tiny_domain, hists, 5, novel, scores)
+    ids = info.tokenizer([" zzz qq"], add_special_tokens=False)["input_ids"][0][:int(info.params.max_title_tokens)]
+    with torch.no_grad():
+        q = base(input_ids=torch.tensor([head + ids]), output_hidden_states=True).hidden_states[-1][0, -1].float()
+    order = torch.argsort(torch.linalg.vector_norm(want - q, dim=1), stable=True)[:5].tolist()
+    assert ranked[0].tolist() == order
+
+
+def test_base_embedder_needs_a_model_that_knows_its_base(tiny_base: Any, tiny_domain: Any) -> None:
+    model = _trained_text(tiny_base, tiny_domain)
+    ckpt = P.save(model)  # a checkpoint made outside a registry does not know its base
+    loaded = P.load(ckpt, tiny_domain, {"ground_embedder": "base"})
+    with pytest.raises(ModelError, match="ground_embedder 'base' needs the grid's base LM"):
+        P.rank(loaded, tiny_domain, _histories(tiny_domain)[:2], 3)
+    with pytest.raises(ConfigError, match="ground_embedder 'base' grounds every item"):
+        TextKnobs.resolve({"ground_embedder": "base", "beam_candidates": 5})
+
+
+def test_a_checkpoint_read_from_the_registry_finds_its_base(tmp_path: Any, tiny_base: Any, tiny_domain: Any) -> None:
+    """load_checkpoint hands the checkpoint its lineage's base LM; a text model loaded from it grounds
+    with ``ground_embedder: base`` exactly as the model it was saved from."""
+    from mmgrid.models.base import bundle_files
+    from mmgrid.paradigms.text import grounding_vectors
+    from mmgrid.registry.api import Registry
+    from mmgrid.runtime.checkpoints import checkpoint_meta, load_checkpoint
+
+    reg = Registry.open(tmp_path / "reg")
+    try:
+        base_id = reg.put({k: v.detach().clone() for k, v in tiny_base.model.state_dict().items()},
+                          {"paradigm": "base", "domain": "all", "period": "base"}, "base", files=bundle_files(tiny_base),
+                          seed=0)
+        model = _trained_text(tiny_base, tiny_domain, ground_embedder="base")
+        ck = P.save(model)
+        p1 = reg.put(ck.state, {"paradigm": "text", "domain": tiny_domain.name, "period": "p1"}, "trained",
+                     parents=[(base_id, "init")], files=ck.files, meta=checkpoint_meta(ck), seed=0)
+        ck2 = P.save(model)
+        p2 = reg.put({k: v + 0 for k, v in ck2.state.items()},
+                     {"paradigm": "text", "domain": tiny_domain.name, "period": "p2"}, "trained",
+                     parents=[(p1, "init")], files=ck2.files, meta=checkpoint_meta(ck2), seed=1)
+        loaded = P.load(load_checkpoint(reg, p2), tiny_domain, {})
+        want = grounding_vectors(model, model.mmgrid_text.params)
+        torch.testing.assert_close(grounding_vectors(loaded, loaded.mmgrid_text.params), want, rtol=1e-5, atol=1e-5)
+    finally:
+        reg.close()
