@@ -72,6 +72,7 @@ def _top(prof: cProfile.Profile, n: int = 12) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/profile")
+    ap.add_argument("--record", default="profile_cell", help="bench/results/NAME.md")
     ap.add_argument("--paradigms", nargs="+", default=["text", "semid", "emb", "sasrec"])
     ap.add_argument("--stage", default="pretrain")
     ap.add_argument("--domain", default=None)
@@ -187,4 +188,7 @@ def _padding(par, model, examples, batch_size: int) -> float:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from record import run_recorded  # bench/record.py: writes bench/results/profile_cell.md (--record NAME: NAME.md)
+
+    run_recorded(main, "profile_cell")

@@ -20,9 +20,10 @@ C=${BENCH_CACHE:-runs/bench}
 ONLY=" ${BENCH_ONLY:-} "
 mkdir -p "$C"
 
+want() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }  # is step NAME to run?
 step() {  # step NAME COMMAND...: run unless BENCH_ONLY names others; print its wall time
   local name=$1; shift
-  if [ "$ONLY" != "  " ] && [[ "$ONLY" != *" $name "* ]]; then return 0; fi
+  want "$name" || return 0
   echo "== $name: $*"
   local t0=$SECONDS
   "$@"
@@ -37,10 +38,12 @@ step step_floor "$PY" bench/step_floor.py --compile --quick
 step step_floor "$PY" bench/step_floor.py --compile
 step train_eval "$PY" bench/train_eval.py --quick
 step train_eval "$PY" bench/train_eval.py
+step profile_cell "$PY" bench/profile_cell.py --out "$C/profile"
 step merge "$PY" bench/merge.py
 step merge_all "$PY" bench/merge.py --all
-step demo "$PY" -m mmgrid demo --out "$C/demo"
-step report_html "$PY" -m mmgrid demo --quick --out "$C/demo-quick"
+if want demo; then rm -rf "$C/demo" "$C/demo-quick"; fi  # bench/demo.py times a new run
+step demo "$PY" bench/demo.py --out "$C/demo"
+step demo "$PY" bench/demo.py --quick --out "$C/demo-quick"
 step report_html "$PY" bench/report_html.py --run "$C/demo-quick"
 
 # studies (trained checkpoints and replicate worlds from the cache)
@@ -72,6 +75,7 @@ step paradigms "$PY" bench/paradigms.py --valid --preset amazon_table1 dense_sho
       bigrecbase-g8=ground_embedder=base,grounding_scale=minmax,beam_combine=best,popularity_gamma=8 \
       bigrecbase-g16=ground_embedder=base,grounding_scale=minmax,beam_combine=best,popularity_gamma=16; do
       echo --rank-arm "${a%%=*}=text:${a#*=}"; done)
+step text_emb_tune "$PY" bench/text_emb_tune.py --valid --seeds 0 1 2 --paradigms text emb sasrec --out "$C/text-emb-tune"
 step popular_history "$PY" bench/popular_history.py --out "$C/popular-history"
 step calibration "$PY" bench/calibration.py --note "$NOTE" --out "$C/calibrate" sweeps.calibrate.own_world_replicates=10
 step calibration "$PY" bench/calibration.py --note "$NOTE" --record calibration_plant15 --out "$C/calibrate-plant15" world.seed=0 \

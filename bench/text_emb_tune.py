@@ -53,6 +53,7 @@ def per_user(ranked: np.ndarray, targets: np.ndarray, k: int = 10) -> tuple[np.n
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--record", default="text_emb_tune", help="bench/results/NAME.md")
     ap.add_argument("--valid", action="store_true", help="evaluate the validation window carved from p2")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--paradigms", nargs="+", default=["text", "emb", "sasrec"])
@@ -218,4 +219,7 @@ def report(store: dict, mean_ci) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from record import run_recorded  # bench/record.py: writes bench/results/text_emb_tune.md (--record NAME: NAME.md)
+
+    run_recorded(main, "text_emb_tune")
