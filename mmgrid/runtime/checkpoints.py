@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmgrid.errors import ConfigError
+from mmgrid.errors import ConfigError, ModelError
 from mmgrid.models.base import shared_base
 from mmgrid.paradigms.base import Checkpoint
 
@@ -31,7 +31,22 @@ def load_checkpoint(registry: Any, ref: Any, state: dict | None = None) -> Check
     meta = dict(man.meta or {})
     added = {k: (int(v[0]), list(v[1])) for k, v in (meta.get("added_rows") or {}).items()}
     return Checkpoint(state=state if state is not None else registry.load(man.id), files=files, meta=meta,
-                      added_rows=added, base_model=lambda: shared_base(registry, lineage_root(registry, man.id)).model)
+                      added_rows=added, base_model=lambda: lineage_base(registry, man.id))
+
+
+def lineage_base(registry: Any, cid: str) -> Any:
+    """The base LM at the root of a checkpoint's lineage, loaded once per process (read-only).
+
+    Raises:
+        ModelError: the lineage's root is not a base checkpoint (e.g. an imported checkpoint without
+            parents), so there is no base to read.
+    """
+    root = lineage_root(registry, cid)
+    kind = registry.get(root).kind
+    if kind != "base":
+        raise ModelError(f"checkpoint {cid}: the root of its lineage, {root}, is a {kind!r} checkpoint, not a base; "
+                         "there is no base LM to read (ground with ground_embedder: model or sentence instead).")
+    return shared_base(registry, root).model
 
 
 def lineage_root(registry: Any, cid: str) -> str:

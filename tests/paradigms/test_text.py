@@ -467,3 +467,19 @@ def test_a_checkpoint_read_from_the_registry_finds_its_base(tmp_path: Any, tiny_
         torch.testing.assert_close(grounding_vectors(loaded, loaded.mmgrid_text.params), want, rtol=1e-5, atol=1e-5)
     finally:
         reg.close()
+
+
+def test_a_checkpoint_without_a_base_in_its_lineage_says_so(tmp_path: Any, tiny_base: Any, tiny_domain: Any) -> None:
+    from mmgrid.registry.api import Registry
+    from mmgrid.runtime.checkpoints import checkpoint_meta, load_checkpoint
+
+    reg = Registry.open(tmp_path / "reg")
+    try:
+        ck = P.save(_trained_text(tiny_base, tiny_domain))
+        cid = reg.put(ck.state, {"paradigm": "text", "domain": tiny_domain.name, "period": "p1"}, "trained",
+                      files=ck.files, meta=checkpoint_meta(ck), seed=0)  # no parents: its own root
+        loaded = P.load(load_checkpoint(reg, cid), tiny_domain, {"ground_embedder": "base"})
+        with pytest.raises(ModelError, match="not a base"):
+            P.rank(loaded, tiny_domain, _histories(tiny_domain)[:2], 3)
+    finally:
+        reg.close()
