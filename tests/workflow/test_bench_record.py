@@ -47,3 +47,21 @@ def test_a_named_record_says_which_benchmark_wrote_it(monkeypatch: pytest.Monkey
     named = record.render("calibration_own_world", "python bench/calibration.py --record calibration_own_world",
                           "", "", "", 1.0)
     assert named.startswith("# bench/calibration.py (calibration_own_world)\n")
+
+
+def test_run_all_runs_every_benchmark_that_writes_a_record(tmp_path: Path) -> None:
+    """bench/run_all.sh names every script of bench/ that writes a record (a benchmark added without it
+    would not be re-run), and with BENCH_ONLY runs just the steps it names, in order."""
+    import os
+    import re
+    import subprocess
+
+    writers = sorted(p.stem for p in (REPO / "bench").glob("*.py")
+                     if p.stem != "record" and re.search(r"\brecorded\(|\brun_recorded\(", p.read_text()))
+    script = (REPO / "bench" / "run_all.sh").read_text()
+    assert writers and [w for w in writers if f"bench/{w}.py" not in script] == []
+    env = {**os.environ, "PYTHON": "echo", "BENCH_CACHE": str(tmp_path), "BENCH_ONLY": "sweep lambda_star_users"}
+    out = subprocess.run(["bash", str(REPO / "bench" / "run_all.sh")], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    ran = [ln for ln in out.splitlines() if not ln.startswith("==")]
+    assert ran == ["bench/sweep.py", f"bench/lambda_star_users.py --registry {tmp_path}/demo/registry"]
