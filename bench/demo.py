@@ -1,5 +1,6 @@
 """`mmgrid demo` timed as a user runs it: each step's wall time, the process's wall time and peak
-memory against the README's budget, and the Findings of the report it wrote.
+memory against the README's budget, and what it printed of its report (each finding's verdict, the
+continual-merging rows).
 
 The demo runs in a child process (``python -m mmgrid demo``, this checkout's code), so its peak
 memory (``getrusage(RUSAGE_CHILDREN)``) is its own. ``--out`` must be a new folder: a finished run
@@ -24,10 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = {False: 8 * 60, True: 60}  # the README: "6-8 minutes on 2 cores"; --quick: "about a minute"
 
 
-def findings(report: str) -> str:
-    """The ``## Findings`` section of a report (up to the next ``## `` heading), or '' where there is none."""
-    m = re.search(r"^## Findings\n(.*?)(?=^## )", report, flags=re.M | re.S)
-    return m.group(1).strip() if m else ""
+def report_step(stdout: str) -> str:
+    """What the demo printed from its last step on (``== report``: each finding's verdict with its interval,
+    and the continual-merging rows of Table 3), without progress lines; '' where it printed no such step."""
+    at = stdout.rfind("== report\n")
+    if at < 0:
+        return ""
+    keep = [ln for ln in stdout[at:].splitlines()[1:] if not re.search(r"ETA|step/s|it/s", ln)]
+    return "\n".join(ln for ln in keep if not ln.startswith("demo finished")).strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,9 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"steps: {steps[-1] if steps else '(the demo printed no step line)'}")
     print(f"process: {wall:.1f} s wall ({wall / budget:.2f} of the README's {budget // 60}-minute budget), "
           f"peak memory {peak_gb:.2f} GB")
-    report = out / "report.md"
-    text = findings(report.read_text()) if report.exists() else ""
-    print("\nFindings of its report:\n\n" + (text or "(no Findings section)"))
+    print("\nWhat it printed in its report step:\n\n" + (report_step(proc.stdout) or "(no report step)"))
     return 0
 
 

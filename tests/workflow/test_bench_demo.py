@@ -10,12 +10,16 @@ from pathlib import Path
 from tests.workflow.conftest import REPO, load_bench
 
 
-def test_findings_is_the_reports_findings_section_only() -> None:
+def test_the_report_step_is_what_the_demo_printed_last_without_progress_lines() -> None:
     demo = load_bench("demo")
-    report = ("# mmgrid report\n\nintro\n\n## Findings\n\n- rho < 0: **holds**\n- lambda* differs: inconclusive\n\n"
-              "## Table 2: baselines\n\n| a | b |\n")
-    assert demo.findings(report) == "- rho < 0: **holds**\n- lambda* differs: inconclusive"
-    assert demo.findings("# a report\n\n## Table 2\n") == ""
+    out = ("== build\ntext/Books/p1 seed=0: 100% 36/36 step, 32.80 step/s, elapsed 1.1s, ETA 0.0s\n== report\n"
+           "Findings (95% intervals; details in report.md):\n          holds  rho < 0\n"
+           "report/html: 50% 1/2, ETA 1s\n  lambda = 1 (theta_t2)        7.52 [6.82, 8.24]       reference\n"
+           "   (54.2 s)\n\nworld: 0.3s  build: 194.0s\ndemo finished in 421.5 s; report: runs/demo/report.md\n")
+    assert demo.report_step(out) == ("Findings (95% intervals; details in report.md):\n          holds  rho < 0\n"
+                                     "  lambda = 1 (theta_t2)        7.52 [6.82, 8.24]       reference\n"
+                                     "   (54.2 s)\n\nworld: 0.3s  build: 194.0s")
+    assert demo.report_step("== build\nloss 2.1\n") == ""
 
 
 def test_a_folder_that_is_not_empty_is_refused_before_anything_runs(tmp_path: Path) -> None:
