@@ -6,7 +6,7 @@ The demo runs in a child process (``python -m mmgrid demo``, this checkout's cod
 memory (``getrusage(RUSAGE_CHILDREN)``) is its own. ``--out`` must be a new folder: a finished run
 there would be a cache hit, not a measurement.
 
-    python bench/demo.py --out runs/bench-demo               # the full demo (6-8 minutes on 2 cores)
+    python bench/demo.py --out runs/bench-demo               # the full demo (5-8 minutes on 2 cores)
     python bench/demo.py --quick --out runs/bench-demo-quick # the quick one (about a minute)
 """
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGET_S = {False: 8 * 60, True: 60}  # the README: "6-8 minutes on 2 cores"; --quick: "about a minute"
+BUDGET_S = {False: 8 * 60, True: 60}  # the README: "5-8 minutes on 2 cores"; --quick: "about a minute"
 
 
 def report_step(stdout: str) -> str:

@@ -42,11 +42,12 @@ step profile_cell "$PY" bench/profile_cell.py --out "$C/profile"
 step merge "$PY" bench/merge.py
 step merge_all "$PY" bench/merge.py --all
 if want demo; then rm -rf "$C/demo" "$C/demo-quick"; fi  # bench/demo.py times a new run
-step demo "$PY" bench/demo.py --out "$C/demo"
 step demo "$PY" bench/demo.py --quick --out "$C/demo-quick"
+step demo "$PY" bench/demo.py --out "$C/demo"  # the full demo last: its record comes first in demo.md
 step report_html "$PY" bench/report_html.py --run "$C/demo-quick"
 
-# studies (trained checkpoints and replicate worlds from the cache)
+# studies (trained checkpoints and replicate worlds from the cache). The two calibration variants measure
+# lambda*'s coverage against the configuration's value (lambda_population=config), as they were recorded.
 NOTE="by bench/run_all.sh: the runs this record reads were re-used from the cache folder by recipe where they were there \
 (how and how long they were computed: the earlier records below), and computed here where they were not"
 step paradigms "$PY" bench/paradigms.py --budget 1500 6000 --out "$C/paradigms"
@@ -79,9 +80,11 @@ step text_emb_tune "$PY" bench/text_emb_tune.py --valid --seeds 0 1 2 --paradigm
 step popular_history "$PY" bench/popular_history.py --out "$C/popular-history"
 step calibration "$PY" bench/calibration.py --note "$NOTE" --out "$C/calibrate" sweeps.calibrate.own_world_replicates=10
 step calibration "$PY" bench/calibration.py --note "$NOTE" --record calibration_plant15 --out "$C/calibrate-plant15" world.seed=0 \
-  world.plant.turnover=1.5 world.plant.trend=1.5 world.plant.trend_contrast=1.5 sweeps.calibrate.own_world_replicates=10
+  world.plant.turnover=1.5 world.plant.trend=1.5 world.plant.trend_contrast=1.5 sweeps.calibrate.own_world_replicates=10 \
+  sweeps.calibrate.lambda_population=config
 step calibration "$PY" bench/calibration.py --note "$NOTE" --record calibration_pop6 --out "$C/calibrate-pop6" \
-  sweeps.calibrate.own_world_replicates=10 sweeps.calibrate.population_worlds=6 'sweeps.calibrate.sizes=[1]'
+  sweeps.calibrate.own_world_replicates=10 sweeps.calibrate.population_worlds=6 'sweeps.calibrate.sizes=[1]' \
+  sweeps.calibrate.lambda_population=config
 step calibration "$PY" bench/calibration.py --note "$NOTE" --population --record population_amazon_table1 \
   world.preset=amazon_table1 world.n_domains=6 "data.root=$C/population-amazon_table1/world"
 step verdict_stability "$PY" bench/verdict_stability.py --note "$NOTE" --sets 8 --out "$C/calibrate"
