@@ -207,8 +207,10 @@ def grounding_lm(model: torch.nn.Module, params: TextKnobs) -> torch.nn.Module |
         raise ModelError("text: ground_embedder 'base' needs the grid's base LM, and this model does not know it "
                          "(its checkpoint was not read from a registry); load the checkpoint with "
                          "mmgrid.runtime.checkpoints.load_checkpoint, or set ground_embedder: model or sentence.")
-    base = info.base_model()
-    base.eval()
+    base = info.__dict__.get("_base")
+    if base is None:  # resolved once per model: a registry's lineage walk, not one per ranking chunk
+        base = info.__dict__["_base"] = info.base_model()
+        base.eval()
     return base
 
 
