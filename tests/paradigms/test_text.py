@@ -427,8 +427,10 @@ def test_base_embedder_grounds_with_the_frozen_base(tiny_base: Any, tiny_domain:
     ids = info.tokenizer([" zzz qq"], add_special_tokens=False)["input_ids"][0][:int(info.params.max_title_tokens)]
     with torch.no_grad():
         q = base(input_ids=torch.tensor([head + ids]), output_hidden_states=True).hidden_states[-1][0, -1].float()
-    order = torch.argsort(torch.linalg.vector_norm(want - q, dim=1), stable=True)[:5].tolist()
-    assert ranked[0].tolist() == order
+    dist = torch.linalg.vector_norm(want - q, dim=1)
+    got = dist[torch.as_tensor(ranked[0])]  # relative slack: near-ties may order differently on another CPU
+    assert torch.all(got[1:] >= got[:-1] * (1 - 1e-5))  # ascending in the base's L2 distance
+    assert got[-1] <= dist.sort().values[4] * (1 + 1e-5)  # and the 5 nearest items
 
 
 def test_base_embedder_needs_a_model_that_knows_its_base(tiny_base: Any, tiny_domain: Any) -> None:
