@@ -16,13 +16,27 @@ from collections.abc import Iterable, Sequence
 import torch
 
 
-def procrustes(target: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-    """argmin_R ||target - R base||_F over orthogonal R (OrthoMerge Eq. 3-4, 12).
+def procrustes(target: torch.Tensor, base: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
+    """argmin_R ||target - R base||_F over orthogonal R (OrthoMerge Eq. 3-4, 12), the minimal one.
 
-    R = U V^T with U S V^T = SVD(target base^T).
+    With U S V^T = SVD(target base^T) of rank k (singular values above ``rtol`` s_max),
+    every minimiser maps V_k onto U_k: R = U_k V_k^T + U_c Z V_c^T for any orthogonal Z
+    between the complements (Gower and Dijksterhuis 2004, Procrustes Problems, Sec. 5).
+    Full rank (k = d: a base with at least as many columns as rows and a cross-covariance
+    of full rank) leaves no choice, R = U V^T. Rank-deficient (a base with fewer columns
+    than rows -- the input space of a wide PyTorch weight, the output space of a tall one)
+    leaves Z free, and any Z there is as good a fit; the one taken is the minimal rotation,
+    max tr R = min ||R - I||_F: Z = Y X^T with X S Y^T = SVD(V_c^T U_c). It is the identity
+    on every direction orthogonal to span(U_k) + span(V_k), the subspaces the data
+    determine (the principal vectors of angle 0 between the complements).
     """
-    u, _, vh = torch.linalg.svd(target.double() @ base.double().T)
-    return (u @ vh).float()
+    u, s, vh = torch.linalg.svd(target.double() @ base.double().T)
+    k = int((s > rtol * float(s[0])).sum()) if float(s[0]) > 0 else 0
+    if k == s.numel():
+        return (u @ vh).float()
+    uc, vc = u[:, k:], vh[k:].T
+    x, _, yh = torch.linalg.svd(vc.T @ uc)
+    return (u[:, :k] @ vh[:k] + uc @ (yh.T @ x.T) @ vc.T).float()
 
 
 def cayley(q: torch.Tensor) -> torch.Tensor:
@@ -59,6 +73,37 @@ def magnitude_corrected_mean(qs: Sequence[torch.Tensor]) -> torch.Tensor:
     if norm_total <= 1e-30:  # all generators cancel (or are zero): no rotation
         return torch.zeros_like(qs[0])
     return (total * (norm_sum / norm_total) / len(qs)).float()
+
+
+def cayley_reach(q: torch.Tensor, w0: torch.Tensor, limit: float) -> tuple[torch.Tensor, bool]:
+    """Q scaled by the s in (0, 1] at which ||(Cayley(s Q) - I) W_0||_F = ``limit``, or Q
+    itself when it already stays within ``limit`` (then returned as given, bit for bit).
+
+    For skew Q with eigenvalues i mu_k (eigenvectors v_k), Cayley(sQ) has eigenvalues
+    e^{i phi_k}, |e^{i phi_k} - 1|^2 = 4 s^2 mu_k^2 / (1 + s^2 mu_k^2), so
+    ||(Cayley(sQ) - I) W_0||_F^2 = sum_k 4 s^2 mu_k^2 / (1 + s^2 mu_k^2) ||v_k^H W_0||^2
+    grows monotonically in s: bisection finds s.
+
+    Returns:
+        (the generator, whether it was scaled).
+    """
+    qd, wd = q.double(), w0.double()
+    eye = torch.eye(q.shape[-1], dtype=torch.float64)
+    reach = float(torch.linalg.matrix_norm(torch.linalg.solve(eye - qd, eye + qd) @ wd - wd))
+    if reach <= limit * (1 + 1e-9):
+        return q, False
+    mu, v = torch.linalg.eigh(1j * qd.to(torch.complex128))  # i Q is Hermitian
+    mass = (v.conj().T @ wd.to(torch.complex128)).abs().pow(2).sum(1)
+    mu2 = mu.real.pow(2)
+
+    def f(s: float) -> float:
+        return float((4 * s * s * mu2 / (1 + s * s * mu2) * mass).sum()) ** 0.5
+
+    lo, hi = 0.0, 1.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) <= limit else (lo, mid)
+    return (q.double() * lo).to(q.dtype), True
 
 
 def conflict_columns(taus: Sequence[torch.Tensor]) -> list[torch.Tensor]:

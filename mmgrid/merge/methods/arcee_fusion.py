@@ -68,6 +68,10 @@ class ArceeFusion(Method):
     min_inputs = 1
     max_inputs = 1
 
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return 1.0
+
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         # The importances are row-local (a softmax and a KL per row): computed in row chunks from
         # the stored tensors into one float32 buffer, which then takes the result in place, so a

@@ -40,6 +40,10 @@ class Average(Method):
     Params = AverageParams
     needs_base = False
 
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return 1.0
+
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
         self._weights(n)  # raises on weights that do not fit n inputs

@@ -108,6 +108,19 @@ class Method:
     # The computation's version: bumped when a fix changes what the method computes, so
     # that results stored by an older version are recomputed, never served (see identity()).
     version: ClassVar[int] = 1
+    # Where the update bound is measured from: "base" (theta_0, the base the merge is given),
+    # "origin" (theta_0 = 0: base-free methods bounded around the sphere's centre) or
+    # "first_input" (temporal: theta_0 = theta_t1).
+    bound_origin: ClassVar[str] = "base"
+
+    @staticmethod
+    def update_bound(params: Any, n: int, numel: int) -> float | None:
+        """The c of the module docstring's bound ||theta* - theta_0|| <= c max_i ||theta_i -
+        theta_0||, per tensor, for these parameters, ``n`` inputs and a tensor of ``numel``
+        entries (:mod:`mmgrid.merge.methods.bounds`; inf: no finite constant for these
+        parameters; None: no per-tensor bound, the docstring says what holds instead). Every
+        method states its own; tests/merge/test_update_bounds.py checks each on every shape family."""
+        raise NotImplementedError("a merge method states its update bound: override update_bound")
 
     def __init__(self, params: Any) -> None:
         self.params = params

@@ -34,6 +34,7 @@ import torch
 
 from mmgrid.merge import ops
 from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.sparsified import SparsifiedMethod
@@ -100,6 +101,11 @@ class Breadcrumbs(SparsifiedMethod):
     pretty = "Model Breadcrumbs"
     paper = "Davari & Belilovsky 2023 (Model Breadcrumbs, arXiv 2312.06795); mergekit breadcrumbs"
     Params = BreadcrumbsParams
+
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * bd.mass(p, n) * bd.rescale_factor(p.rescale, 1.0, numel)
 
     def sparsify(self, key: str, index: int, delta: torch.Tensor) -> torch.Tensor:
         p = self.params

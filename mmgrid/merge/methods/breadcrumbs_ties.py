@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.breadcrumbs import Breadcrumbs, BreadcrumbsParams
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.sparsified import Combine
@@ -44,6 +45,11 @@ class BreadcrumbsTies(Breadcrumbs):
     pretty = "Model Breadcrumbs with TIES sign election"
     paper = "Davari & Belilovsky 2023 (arXiv 2312.06795); Yadav et al. 2023 (TIES); mergekit breadcrumbs_ties"
     Params = BreadcrumbsTiesParams
+
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * bd.fused(p, n, p.combine) * bd.rescale_factor(p.rescale, 1.0, numel)
 
     def fuse_config(self, n: int) -> pl.Pipeline:
         p = self.params

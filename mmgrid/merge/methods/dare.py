@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
@@ -59,6 +60,10 @@ class Dare(PipelineMethod):
     paper = "Yu et al. 2024 (DARE); MMGRid (paper 004) Sec. 2"
     Params = DareParams
     symmetric = False  # input i's mask depends on i
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * bd.mass(p, n) * bd.rescale_factor(p.rescale, 1.0 - p.p, numel)
 
     def pipeline(self, n: int) -> pl.Pipeline:
         p = self.params

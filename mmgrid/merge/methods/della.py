@@ -38,6 +38,7 @@ import torch
 from mmgrid.merge import masks, ops
 from mmgrid.merge import pipeline as pl
 from mmgrid.merge.errors import MergeParamError
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.sparsified import Combine, SparsifiedMethod
@@ -135,6 +136,10 @@ class Della(SparsifiedMethod):
     paper = "Deep et al. 2024 (DELLA-Merging, arXiv 2406.11617); mergekit della"
     Params = DellaParams
     symmetric = False  # input i's mask depends on i
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * bd.fused(p, n, p.combine) * bd.rescale_factor(p.rescale, 1.0 if p.density >= 1.0 else p.density - p.epsilon, numel)
 
     def sparsify(self, key: str, index: int, delta: torch.Tensor) -> torch.Tensor:
         p = self.params

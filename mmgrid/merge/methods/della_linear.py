@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.della import DellaLinearParams, magprune
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.sparsified import SparsifiedMethod
@@ -24,6 +25,10 @@ class DellaLinear(SparsifiedMethod):
     paper = "Deep et al. 2024 (DELLA-Merging, arXiv 2406.11617); mergekit della_linear"
     Params = DellaLinearParams
     symmetric = False
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * bd.mass(p, n) * bd.rescale_factor(p.rescale, 1.0 if p.density >= 1.0 else p.density - p.epsilon, numel)
 
     def sparsify(self, key: str, index: int, delta: torch.Tensor) -> torch.Tensor:
         p = self.params

@@ -115,6 +115,10 @@ class Dop(Method):
     Params = DopParams
     symmetric = False
 
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return None  # no per-tensor bound: see the module docstring
+
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         if not is_matrix(view):
             merged = view.models[0].clone()

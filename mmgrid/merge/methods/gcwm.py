@@ -73,6 +73,7 @@ import torch
 
 from mmgrid.merge import geometry as geo
 from mmgrid.merge import ops
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.base import Method, TensorView, check_range
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
@@ -114,6 +115,10 @@ class Gcwm(Method):
     paper = "Geometry Conflict (paper 001, abstract); our reading in docs/merging.md"
     Params = GcwmParams
     version = 2  # 1: closed-form relation minimiser in whitened coordinates (unbounded, issue 18)
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return bd.mass(p, n)
 
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)

@@ -78,9 +78,14 @@ class Karcher(Method):
     pretty = "Karcher (Riemannian) mean on the sphere"
     paper = "Karcher 1977; Buss & Fillmore 2001 Sec. 3; mergekit karcher"
     Params = KarcherParams
+    bound_origin = "origin"
     needs_base = False
     version = 2  # streaming statistics, the iteration on coefficients (module docstring)
     elementwise = True  # after prepare: each tensor is a linear combination with its own coefficients
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return 1.0
 
     def __init__(self, params) -> None:
         super().__init__(params)

@@ -54,6 +54,10 @@ class MagMax(Method):
     symmetric = False  # order-robust except at exact magnitude ties (the later input wins)
     elementwise = True
 
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * n ** 0.5
+
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         ds = view.deltas()
         best = ds[0]

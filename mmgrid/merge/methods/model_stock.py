@@ -71,6 +71,10 @@ class ModelStock(Method):
     min_inputs = 2
     version = 2  # streaming statistics (module docstring)
 
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return 1.0 if p.clamp_cos else float("inf")
+
     def __init__(self, params) -> None:
         super().__init__(params)
         self._coefs: dict[str, tuple[float, list[float]]] = {}

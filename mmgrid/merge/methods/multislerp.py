@@ -48,6 +48,7 @@ import torch
 
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.pipeline import Kernel
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
@@ -77,6 +78,10 @@ class MultiSlerp(Method):
     optional_base = True
     version = 2  # streaming statistics (module docstring)
     elementwise = True  # after prepare: each tensor is a linear combination with its own coefficients
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return bd.mass(p, n) / (abs(sum(p.per_input(n))) or math.nan) if p.normalize_weights else bd.mass(p, n)
 
     def __init__(self, params) -> None:
         super().__init__(params)

@@ -45,7 +45,7 @@ from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream
 from mmgrid.merge.methods.registry import register
-from mmgrid.merge.methods.slerp import DOT_THRESHOLD
+from mmgrid.merge.methods.slerp import BOUND_C, DOT_THRESHOLD
 from mmgrid.merge.methods.weights import Weights
 from mmgrid.merge.pipeline import Kernel
 
@@ -100,6 +100,10 @@ class NuSlerp(Method):
     symmetric = True  # swapping the inputs swaps their weights: t -> 1 - t on the swapped pair
     min_inputs = 2
     max_inputs = 2
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return BOUND_C
 
     def t(self) -> float:
         w0, w1 = self.params.per_input(2)

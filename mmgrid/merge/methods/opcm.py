@@ -80,6 +80,10 @@ class Opcm(Method):
     Params = OpcmParams
     symmetric = False
 
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return None  # no per-tensor bound: see the module docstring
+
     def __init__(self, params) -> None:
         super().__init__(params)
         self._factor: float | None = None

@@ -7,9 +7,11 @@ the input space as OFT does; ``side="out"`` rotates the output space instead):
 
 1. targets: W_i (global, Eq. 9) or W_0 + tau_i^conf keeping only the columns
    (neurons) whose update opposes the mean update (conflict-aware, Eq. 10-11);
-2. R_i = U V^T from SVD(W_i^target W_0^T) (Procrustes, Eq. 4/12);
+2. R_i = U V^T from SVD(W_i^target W_0^T) (Procrustes, Eq. 4/12; the minimal rotation when
+   that product is rank-deficient, see below);
 3. Q_i = (R_i - I)(R_i + I)^{-1} (inverse Cayley, Eq. 5);
-4. Q = c mean_i Q_i, c = sum_i ||Q_i|| / ||sum_i Q_i|| (Eq. 7-8); R = Cayley(Q) (Eq. 2);
+4. Q = c mean_i Q_i, c = sum_i ||Q_i|| / ||sum_i Q_i|| (Eq. 7-8), shortened if needed to stay
+   within the inputs' reach (below); R = Cayley(Q) (Eq. 2);
 5. rho_i = W_i - R_i W_0 (Eq. 13) merged by a Euclidean method (task arithmetic, TIES
    or DARE, residuals taken as task vectors on a zero base, TIES per tensor);
 6. W = R W_0 + rho_merged (Eq. 14).
@@ -17,18 +19,38 @@ the input space as OFT does; ``side="out"`` rotates the output space instead):
 1-D tensors and vocabulary rows (embeddings, LM head) are merged in Euclidean space
 by the residual method.
 
-Bound, per tensor (task-arithmetic residuals): ||rho_i|| <= ||tau_i|| (R = I is feasible in
-the Procrustes problem), so ||theta* - theta_0|| <= sum_i |w_i| max_i ||tau_i|| +
-||(R - I) W_0||, and on matrices ||(R - I) W_0||_F <= 2 mean_i ||Q_i||_F ||W_0||_2 (Cayley:
-R - I = 2 Q (I - Q)^{-1}, ||(I - Q)^{-1}||_2 <= 1 for skew Q; Eq. 7-8 make ||Q||_F the
-mean of the ||Q_i||_F). The rotation part is not bounded by the task vectors alone: an
-R_i with eigenvalue -1 (a reflection or half turn) has no generator (see
-:func:`mmgrid.merge.geometry.inverse_cayley`). Merging PEFT OFT adapters directly in the Lie algebra:
-:func:`mmgrid.merge.oft.merge_oft_adapters`.
+Well-posed on every shape (version 2). A matrix of d rotated rows and m < d columns (the
+input space of a wide PyTorch weight with ``side="in"``, the output space of a tall one with
+``side="out"``) gives a cross-covariance W_i W_0^T of rank <= m < d, and step 2 fixes R_i only
+on the subspaces the data determine; R_i is then the minimal rotation, the identity on the rest
+(:func:`mmgrid.merge.geometry.procrustes`). Step 4 keeps the merged rotation within the inputs'
+reach: when ||(R - I) W_0||_F exceeds a = 2 max_i ||tau_i||_F, the most any input's own
+rotation can move W_0 (see the bound), Q is shortened to the angle where ||(R - I) W_0||_F = a
+(:func:`mmgrid.merge.geometry.cayley_reach`; the tensors this happens to are listed in
+``report["rotation_capped"]``). The magnitude correction of Eq. 8 can otherwise send a nearly
+cancelling mean of generators far along a direction no input moved W_0 in (on a square (4, 4)
+weight too). Where the
+cross-covariances have full rank and the cap does not act, the result is the paper's and
+version 1's, bit for bit. Version 1 took the Procrustes completion the SVD happened to give:
+on a (4, 6) weight with three inputs 0.1 N(0, 1) away from a N(0, 1) base it moved the base
+4.8 where no input moved it more than 0.56. Merges stored by version 1 are recomputed.
+
+Bound, per tensor: ||theta* - theta_0|| <= c max_i ||tau_i|| with
+c = 2 + k F (:meth:`OrthoMerge.update_bound`), where F is the residual method's factor on
+rho_1..rho_n (task arithmetic sum_i |w_i|; DARE sum_i |w_i| / (1 - p); TIES with non-negative
+weights sqrt(n)) and k = 1 for ``global``, sqrt(2) for ``conflict_aware``. Derivation:
+theta* - theta_0 = (R - I) W_0 + rho. Global: R = I is feasible in Procrustes, so
+||rho_i|| <= ||tau_i||, and ||(R_i - I) W_0|| <= ||R_i W_0 - W_i|| + ||tau_i|| <= 2 ||tau_i||;
+the cap gives ||(R - I) W_0|| <= a = 2 max_i ||tau_i||. Conflict-aware: R_i fits the target
+T_i = W_0 + tau_i^c (tau_i^c: tau_i's conflicting columns), so ||(R_i - I) W_0|| <=
+2 ||tau_i^c|| <= 2 ||tau_i|| and ||rho_i|| <= ||tau_i - tau_i^c|| + ||tau_i^c|| <= sqrt(2)
+||tau_i|| (the two parts are column-disjoint). 1-D tensors and vocabulary rows get F alone.
+Merging PEFT OFT adapters directly in the Lie algebra: :func:`mmgrid.merge.oft.merge_oft_adapters`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -72,6 +94,17 @@ class OrthoMerge(Method):
     pretty = "OrthoMerge (orthogonal-residual decoupling)"
     paper = "OrthoMerge (paper 003) Eq. 2-14, Algorithm 1"
     Params = OrthoMergeParams
+    version = 2  # 1: an arbitrary Procrustes completion on rank-deficient matrices, no reach cap
+
+    @staticmethod
+    def update_bound(p: OrthoMergeParams, n: int, numel: int) -> float:
+        """c = 2 + k F of the module docstring's bound (inf: TIES residuals with a negative weight)."""
+        w = p.per_input(n)
+        if p.residual_method == "ties":
+            f = math.sqrt(n) if min(w) >= 0 else math.inf
+        else:
+            f = sum(abs(x) for x in w) / (1.0 - p.p if p.residual_method == "dare" else 1.0)
+        return 2.0 + (math.sqrt(2.0) if p.strategy == "conflict_aware" else 1.0) * f
 
     def check_inputs(self, n: int) -> None:
         super().check_inputs(n)
@@ -110,6 +143,10 @@ class OrthoMerge(Method):
             targets = ws
         rs = [geo.procrustes(t, w0) for t in targets]
         q = geo.magnitude_corrected_mean([geo.inverse_cayley(r) for r in rs])
+        reach = 2.0 * max(float(torch.linalg.matrix_norm(t)) for t in taus)
+        q, capped = geo.cayley_reach(q, w0, reach)
+        if capped:
+            self.report.setdefault("rotation_capped", []).append(name)
         r_merged = geo.cayley(q)
         rhos = [w - r @ w0 for w, r in zip(ws, rs)]
         rho = pl.combine(self._pipe, name, rhos)

@@ -45,11 +45,16 @@ class Passthrough(Method):
     pretty = "Passthrough (copy of one model)"
     paper = "mergekit passthrough"
     Params = PassthroughParams
+    bound_origin = "origin"
     needs_base = False
     min_inputs = 1
     max_inputs = 1
 
     elementwise = True
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale)
 
     def check_inputs(self, n: int) -> None:
         if n != 1:

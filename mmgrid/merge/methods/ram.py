@@ -51,6 +51,10 @@ class Ram(Method):
     Params = RamParams
     elementwise = True
 
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return n ** 0.5
+
     def kernel(self, n: int) -> Kernel:
         return Kernel(fn=self.entries)
 

@@ -76,6 +76,11 @@ class RamPlusTl(Method):
     paper = "arXiv 2601.13572 (Reinforced Agent Merging); mergekit ramplus_tl"
     Params = RamPlusParams
 
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return (1.0 + p.r * p.rho_max) * n ** 0.5
+
     def __init__(self, params) -> None:
         super().__init__(params)
         self._lams: dict[str, list[float]] = {}

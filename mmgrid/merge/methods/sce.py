@@ -90,7 +90,12 @@ class Sce(Method):
     paper = "Wan et al. 2024 (FuseChat, arXiv 2408.07990); mergekit sce"
     Params = SceParams
 
+
     version = 2  # streaming float64 means (module docstring)
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return n ** 0.5
 
     def __init__(self, params) -> None:
         super().__init__(params)

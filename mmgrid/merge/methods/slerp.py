@@ -83,12 +83,17 @@ class Slerp(Method):
     pretty = "SLERP (spherical linear interpolation)"
     paper = "Shoemake 1985 Sec. 3; mergekit slerp"
     Params = SlerpParams
+    bound_origin = "origin"
     needs_base = False
     symmetric = False  # slerp(A, B, t) = slerp(B, A, 1 - t)
     min_inputs = 2
     max_inputs = 2
     version = 2  # streaming statistics (module docstring)
     elementwise = True  # after prepare: each tensor is a linear combination with its own coefficients
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return BOUND_C
 
     def __init__(self, params) -> None:
         super().__init__(params)

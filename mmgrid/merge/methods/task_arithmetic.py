@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
@@ -34,6 +35,11 @@ class TaskArithmetic(PipelineMethod):
     pretty = "Task arithmetic"
     paper = "MMGRid (paper 004) Eq. 3; Ilharco et al. 2023"
     Params = TaskArithmeticParams
+
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * bd.mass(p, n)
 
     def pipeline(self, n: int) -> pl.Pipeline:
         p = self.params

@@ -45,12 +45,17 @@ class Temporal(Method):
     pretty = "Temporal preference-shift scaling"
     paper = "MMGRid (paper 004) Eq. 9-10"
     Params = TemporalParams
+    bound_origin = "first_input"
     needs_base = False
     symmetric = False
     min_inputs = 2
     max_inputs = 2
 
     elementwise = True
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.lam)
 
     def kernel(self, n: int) -> Kernel:
         return Kernel(lerp=float(self.params.lam))

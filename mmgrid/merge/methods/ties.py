@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
@@ -81,6 +82,11 @@ class Ties(PipelineMethod):
     pretty = "TIES merging"
     paper = "Yadav et al. 2023 (TIES-Merging); MMGRid (paper 004) Eq. 4"
     Params = TiesParams
+
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * bd.fused(p, n, p.combine or ("sum" if p.alpha is not None else "disjoint_mean"), 1.0 / n)
 
     def pipeline(self, n: int) -> pl.Pipeline:
         return ties_pipeline(self.params, n)

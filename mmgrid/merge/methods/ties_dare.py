@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mmgrid.merge import pipeline as pl
+from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
@@ -59,6 +60,10 @@ class TiesDare(PipelineMethod):
     paper = "MMGRid (paper 004) Sec. 2 (p=0.1, X=20); Yadav et al. 2023; Yu et al. 2024"
     Params = TiesDareParams
     symmetric = False
+
+    @staticmethod
+    def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
+        return abs(p.scale) * bd.fused(p, n, p.combine or ("sum" if p.alpha is not None else "disjoint_mean"), 1.0 / n) * bd.rescale_factor(p.rescale, 1.0 - p.p, numel)
 
     def pipeline(self, n: int) -> pl.Pipeline:
         p = self.params
