@@ -6,7 +6,9 @@
   ``model.safetensors`` (tensor names exactly as stored, e.g. ``model.layers.0...``; the
   vocabulary size of ``config.json`` set to the embedding rows the state holds, which a
   merge of two semid models can grow) plus the tokenizer files, which is what
-  ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` read;
+  ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` read, and a
+  ``README.md`` model card (:mod:`mmgrid.registry.card`: ``base_model``,
+  ``base_model_relation``, the method, its parameters and the lineage);
 * ``emb`` and ``sasrec``: refused with :class:`ExportUnsupportedError`: their scoring head (an
   item LLM plus a user LLM, or a SASRec network) is no transformers model, and a causal-LM
   folder of their tensors would load with every weight missing. Load them through mmgrid
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mmgrid.errors import MmgridError, RegistryError
+import mmgrid.registry.card as card
 import mmgrid.registry.names as names
 import mmgrid.registry.writing as writing
 from mmgrid.registry.errors import ArchitectureMismatchError, InvalidFileError, UnsafePathError
@@ -111,6 +114,7 @@ def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = T
             config["vocab_size"] = int(state["model.embed_tokens.weight"].shape[0])  # a merge may add rows
             files["config.json"] = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
         _write(tmp / "model.safetensors", to_bytes(state, metadata={"format": "pt"}), mode)
+        files[card.CARD_FILE] = card.render_card(card.checkpoint_card(reg, m)).encode()  # replaces an imported card
         for name, data in files.items():
             target = tmp / names.check_file_name(name)
             if not names.inside(tmp, target):  # defence in depth: check_file_name already forbids it

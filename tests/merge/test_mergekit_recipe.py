@@ -151,7 +151,8 @@ def test_hf_folder_in_and_sharded_out(folders, tmp_path: Path):
     assert len({g.params["weights"][1] for g in res.groups}) == 2  # two parameter groups (mlp / other)
     # one file below the threshold, and the base's tokenizer by default
     run_mergekit_recipe(_ta(paths), tmp_path / "one")
-    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["config.json", "model.safetensors", "tokenizer_config.json"]
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                                "tokenizer_config.json"]
     assert json.loads((tmp_path / "one" / "tokenizer_config.json").read_text()) == {"marker": "base"}
     (tmp_path / "one" / "stray").write_text("old")  # overwrite replaces the folder whole
     run_mergekit_recipe(_ta(paths), tmp_path / "one", overwrite=True)

@@ -4,7 +4,8 @@ Per tensor, the recipe's settings are evaluated (filters, gradients over the lay
 and mapped onto an mmgrid method and its parameters (:data:`.spec.METHOD_TABLE`).
 Tensors with the same mapped parameters form a group, merged by one streamed
 ``merge_to_file`` pass; the result is written as an HF folder (sharded above a size,
-with the index) or stored in the registry with lineage. Everything (recipe, sources,
+with the index, and a README.md model card, :func:`recipe_card`) or stored in the registry
+with lineage. Everything (recipe, sources,
 shapes, every group's parameters) is checked before anything is written.
 """
 
@@ -29,6 +30,7 @@ from mmgrid.merge.mergekit.spec import ZERO_BASE, MergekitSpec, layer_position, 
 from mmgrid.merge.methods import get_method, identity
 from mmgrid.merge.recipe import Recipe, default_coords
 from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, from_safetensors, open_source
+from mmgrid.registry import card
 
 
 @dataclass
@@ -153,6 +155,8 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
         files["config.json"] = hf.config_with_dtype(files["config.json"], out_dtype)
     if dry_run:
         return MergekitResult(out_p, None, groups)
+    if out_p is not None:
+        files[card.CARD_FILE] = card.render_card(recipe_card(spec, groups, registry)).encode()
     if out_p is not None and len(groups) == 1:
         models, gbase = _group_inputs(groups[0], srcs, base, registry)
         weights = _direct(groups[0], models, gbase, registry, names, out_dtype, max_shard_bytes)
@@ -252,6 +256,46 @@ def _store(spec: MergekitSpec, registry: Any, path: Path, files: dict[str, bytes
                                                         for g in groups]}}
     return registry.put(str(path), {**dflt, **(coords or {})}, "merged", parents=parents, params=params,
                         files=files, meta=meta)
+
+
+def _lineage_of(ref: str, registry: Any) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """A recipe input's name in a card, the base of its lineage, and its lineage entries: a
+    registry checkpoint's (:mod:`mmgrid.registry.card`), or a folder's hub id (a hub cache
+    folder) or folder name, its own card's ``base_model`` when it has one."""
+    if not _is_path(ref):
+        cid = registry.get(ref).id
+        entries = card.lineage(registry, [cid])
+        return cid, card.base_names(registry, entries), entries
+    p = Path(ref)
+    name = card.hub_name(str(p.resolve())) or p.name
+    readme = p / card.CARD_FILE if p.is_dir() else None
+    bases = card.card_base_models(readme.read_text(errors="replace")) if readme and readme.is_file() else []
+    return name, bases or [name], [{"id": name, "kind": "folder", "coords": {}, "method": None, "parents": []}]
+
+
+def recipe_card(spec: MergekitSpec, groups: list[Group], registry: Any) -> card.Card:
+    """The model card of a folder a recipe writes: ``base_model`` the inputs' lineage bases,
+    relation ``merge``, the recipe (inputs by name) and the mmgrid merges that ran."""
+    names, bases, entries, parents = [], [], [], []
+    refs = ([(spec.base, "merge_base")] if spec.base is not None else []) + [(m, "merge_input") for m in spec.models]
+    for ref, role in refs:
+        name, base, lin = _lineage_of(ref, registry)
+        names.append(name)
+        bases += base
+        entries += [e for e in lin if e["id"] not in {x["id"] for x in entries}]
+        parents.append({"id": name, "role": role})
+    params = {"parameters": spec.params, "models": [{"model": n, "parameters": mp} for n, mp in
+                                                    zip(names[-len(spec.models):], spec.model_params)]}
+    if spec.base is not None:
+        params["base_model"] = names[0]
+    used = [{"method": g.method, "params": g.params, "tensors": len(g.tensors)} for g in groups]
+    return card.Card(
+        title=f"mmgrid {spec.row.mergekit} merge of {len(spec.models)} models", base_model=list(dict.fromkeys(bases)),
+        relation="merge", method=spec.row.mergekit, params=params, tags=["merge", "mergekit", spec.row.mergekit],
+        mmgrid={"kind": "merged", "parents": parents, "lineage": [{"id": "(this merge)", "kind": "merged",
+                                                                   "method": spec.row.mergekit, "parents": parents}, *entries],
+                "mmgrid_merges": used},
+        summary=f"A mergekit `{spec.row.mergekit}` recipe run with mmgrid's merge engine.")
 
 
 def _is_path(ref: str) -> bool:
