@@ -408,6 +408,7 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "apply_kernel": ("mmgrid/merge/pipeline.py", "a method's declared kernel on a chunk (reference and fast pass)"),
     "SIGN_RULES": ("mmgrid/merge/ops.py", "the TIES sign rules' names"),
     "safetensors_header": ("mmgrid/registry/blobfmt.py", "the safetensors header (registry blobs, merge inputs)"),
+    "render_card": ("mmgrid/registry/card.py", "the README.md model card of every exported folder"),
 }
 
 # library calls that would be a second implementation of a home above, outside that home

@@ -20,7 +20,6 @@ card of a folder it writes from the recipe.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,13 +64,14 @@ class Card:
 
 def hub_name(source: Any) -> str | None:
     """The hub id a model came from: a hub cache folder's ``models--org--name``, or a source
-    written ``org/name`` that is no folder here; None otherwise."""
+    written ``org/name`` (the string alone decides: a path from a manifest is never looked
+    up; a relative folder spelled ``a/b`` reads as a hub id); None otherwise."""
     if not isinstance(source, str) or not source:
         return None
     m = _HUB_CACHE.search(source)
     if m:
         return f"{m.group(1)}/{m.group(2)}"
-    if _HUB_ID.match(source) and not os.path.exists(source):
+    if _HUB_ID.match(source):
         return source
     return None
 

@@ -225,7 +225,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
     a.set_defaults(func=cmd_alias, root=None)
     e = rs.add_parser("export-hf", help="write a checkpoint as a folder its paradigm's loader opens: ID OUT_DIR",
-                      description="text and semid: a Hugging Face causal-LM folder (AutoModelForCausalLM); emb and "
+                      description="text and semid: a Hugging Face causal-LM folder (AutoModelForCausalLM) with a "
+                                  "README.md model card (base_model, base_model_relation: finetune or merge, the "
+                                  "method, its parameters and the lineage); emb and "
                                   "sasrec: refused with a named error (their scoring head lives outside a "
                                   "transformers model; see docs/registry.md).")
     e.add_argument("items", nargs="+", metavar="ID OUT_DIR", help="id, id prefix or alias; a new or empty folder")
