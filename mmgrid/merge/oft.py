@@ -7,6 +7,14 @@ part is taken) and a stack of packed upper triangles ``(r, b(b-1)/2)`` (``oft_R.
 in newer PEFT). For every block the generators Q_i of the adapters are merged with the
 magnitude-corrected mean Q = c mean_i Q_i (Eq. 7-8) and written back in the same
 layout; every other adapter tensor (biases, scales) is averaged.
+
+Unlike OrthoMerge's decoupling of full weights, nothing here is solved for: the generators
+are read from the adapters, so there is no Procrustes problem and no rank-deficient
+completion to choose. Per block, ||Q||_F = mean_i ||Q_i||_F (Eq. 8), so with
+t = max_i ||Q_i||_F the merged block rotation obeys ||Cayley(Q) - I||_2 <= 2 t / sqrt(1 + t^2)
+(a skew Q of spectral norm mu moves a vector by at most |e^{i phi} - 1| = 2 mu / sqrt(1 + mu^2),
+and mu <= ||Q||_F). An adapter holds no base weight, so there is no move of W_0 to cap:
+Eq. 7-8 are applied as written.
 """
 
 from __future__ import annotations

@@ -169,3 +169,23 @@ def test_cancelling_generators_are_capped_and_reported():
 
 def test_version_two_in_the_identity():
     assert identity("orthomerge") == {"method": "orthomerge", "method_version": 2}
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(st.integers(0, 10_000), st.integers(2, 4), st.integers(1, 3))
+def test_oft_merged_block_rotation_within_the_farthest_input(seed, n, blocks):
+    """OFT adapters (no Procrustes): per block ||Q||_F = mean_i ||Q_i||_F (Eq. 8) and
+    ||Cayley(Q) - I||_2 <= 2 t / sqrt(1 + t^2), t = max_i ||Q_i||_F (oft.py's docstring)."""
+    from mmgrid.merge.oft import merge_oft_adapters
+
+    g = torch.Generator().manual_seed(seed)
+    b = 4
+    ads = [{"l.oft_r": torch.randn(blocks, b, b, generator=g) * (0.3 + i)} for i in range(n)]
+    out = merge_oft_adapters(ads)["l.oft_r"].double()
+    for r in range(blocks):
+        qs = [0.5 * (a["l.oft_r"][r].double() - a["l.oft_r"][r].double().T) for a in ads]
+        norms = [float(q.norm()) for q in qs]
+        assert float(out[r].norm()) == pytest.approx(sum(norms) / n, rel=1e-5)
+        t = max(norms)
+        move = float(torch.linalg.matrix_norm(geo.cayley(out[r].float()).double() - torch.eye(b, dtype=torch.float64), 2))
+        assert move <= 2 * t / (1 + t * t) ** 0.5 * (1 + 1e-5)

@@ -29,16 +29,17 @@ rotation can move W_0 (see the bound), Q is shortened to the angle where ||(R - 
 (:func:`mmgrid.merge.geometry.cayley_reach`; the tensors this happens to are listed in
 ``report["rotation_capped"]``). The magnitude correction of Eq. 8 can otherwise send a nearly
 cancelling mean of generators far along a direction no input moved W_0 in (on a square (4, 4)
-weight too). Where the
-cross-covariances have full rank and the cap does not act, the result is the paper's and
-version 1's, bit for bit. Version 1 took the Procrustes completion the SVD happened to give:
+weight too); the cap measures the R actually applied, so it also covers an R_i with the
+eigenvalue -1, which no generator reaches (:func:`mmgrid.merge.geometry.inverse_cayley`).
+Where the cross-covariances have full rank and the cap does not act, the result is the
+paper's and version 1's, bit for bit. Version 1 took the Procrustes completion the SVD happened to give:
 on a (4, 6) weight with three inputs 0.1 N(0, 1) away from a N(0, 1) base it moved the base
 4.8 where no input moved it more than 0.56. Merges stored by version 1 are recomputed.
 
 Bound, per tensor: ||theta* - theta_0|| <= c max_i ||tau_i|| with
 c = 2 + k F (:meth:`OrthoMerge.update_bound`), where F is the residual method's factor on
 rho_1..rho_n (task arithmetic sum_i |w_i|; DARE sum_i |w_i| / (1 - p); TIES with non-negative
-weights sqrt(n)) and k = 1 for ``global``, sqrt(2) for ``conflict_aware``. Derivation:
+weights sqrt(n), inf with a negative one) and k = 1 for ``global``, sqrt(2) for ``conflict_aware``. Derivation:
 theta* - theta_0 = (R - I) W_0 + rho. Global: R = I is feasible in Procrustes, so
 ||rho_i|| <= ||tau_i||, and ||(R_i - I) W_0|| <= ||R_i W_0 - W_i|| + ||tau_i|| <= 2 ||tau_i||;
 the cap gives ||(R - I) W_0|| <= a = 2 max_i ||tau_i||. Conflict-aware: R_i fits the target
