@@ -59,6 +59,11 @@ and the gate and replaces only the combination by the transport above, which nee
 inverse of M and is bounded by construction. Merges stored by version 1 are recomputed:
 the version is part of a merge's identity (:func:`mmgrid.merge.methods.identity`).
 
+Shapes: nothing here is solved on a rank-deficient system (no Procrustes problem, no Cayley
+map): the covariances live in the span U of the updates' right singular vectors, of dimension
+k <= min(rows, cols), and the ridge ``reg`` keeps every B_i positive definite there, so wide,
+tall and square weights obey the bound alike.
+
 1-D tensors and vocabulary rows (embeddings, LM head: the authors skip them) use task
 arithmetic.
 """
