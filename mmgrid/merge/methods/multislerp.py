@@ -81,7 +81,10 @@ class MultiSlerp(Method):
 
     @staticmethod
     def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
-        return bd.mass(p, n) / (abs(sum(p.per_input(n))) or math.nan) if p.normalize_weights else bd.mass(p, n)
+        if not p.normalize_weights:
+            return bd.mass(p, n)
+        total = abs(sum(p.per_input(n)))
+        return bd.mass(p, n) / total if total else math.inf  # weights summing to 0: no normalization
 
     def __init__(self, params) -> None:
         super().__init__(params)
