@@ -5,8 +5,8 @@ Importing this package imports every method module (each registers itself in
 :func:`validate_params` and :func:`identity` are the only places that know them all.
 
 Adding a method: write ``methods/<name>.py`` with a ``Params`` dataclass and a
-:class:`~mmgrid.merge.methods.base.Method` subclass decorated with ``@register``, and
-import it below.
+:class:`~mmgrid.merge.methods.base.Method` subclass decorated with ``@register`` that states
+its update bound (``update_bound``, :mod:`mmgrid.merge.methods.bounds`), and import it below.
 """
 
 from __future__ import annotations
