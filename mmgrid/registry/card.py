@@ -136,10 +136,10 @@ def checkpoint_card(reg: "Registry", m: "Manifest") -> Card:
     """The card of registry checkpoint ``m``: its lineage's base and relation, method,
     parameters and lineage."""
     entries = lineage(reg, [m.id])
-    bases = base_names(reg, entries, own=m.id)
-    if not bases and m.kind in ("base", "imported"):
-        own = hub_name(m.meta.get("source"))
-        bases = [own] if own else []
+    bases = base_names(reg, entries, own=m.id)  # none for a base model itself (no self-loop in the tree)
+    record: dict[str, Any] = {"id": m.id, "kind": m.kind, "coords": dict(m.coords)}
+    if hub_name(m.meta.get("source")):
+        record["source"] = hub_name(m.meta.get("source"))
     coords = ", ".join(f"{k}={v}" for k, v in m.coords.items())
     method = m.params.get("merge_method") or m.method
     params = {k: v for k, v in m.params.items() if k != "method"}
@@ -149,7 +149,7 @@ def checkpoint_card(reg: "Registry", m: "Manifest") -> Card:
                "trained": "A checkpoint trained with mmgrid from its parent(s) below."}.get(m.kind, f"A {m.kind} checkpoint of mmgrid's registry.")
     return Card(title=f"mmgrid {m.kind} checkpoint {m.id[:12]} ({coords})", base_model=bases,
                 relation=RELATION.get(m.kind), method=str(method) if method else None, params=params, tags=tags,
-                mmgrid={"id": m.id, "kind": m.kind, "coords": dict(m.coords), "lineage": entries}, summary=summary)
+                mmgrid={**record, "lineage": entries}, summary=summary)
 
 
 def card_base_models(text: str) -> list[str]:

@@ -112,3 +112,10 @@ def test_mergekit_recipe_folder_has_a_merge_card(tmp_path: Path):
     assert {(p["id"], p["role"]) for p in rec["parents"]} == {("Qwen/Qwen3-0.6B", "merge_base"), ("a", "merge_input"),
                                                                ("b", "merge_input")}
     assert str(tmp_path) not in card.content  # no machine path in a card
+
+
+def test_a_hub_base_exported_as_is_names_its_source_not_itself(lineage, tmp_path: Path):
+    reg, ids = lineage
+    data = ModelCard.load(reg.export_hf(ids["base"], tmp_path / "base") / "README.md").data
+    assert data.base_model is None  # not its own base: no self-loop in the model tree
+    assert data.to_dict()["mmgrid"]["source"] == HUB
