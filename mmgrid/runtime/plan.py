@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mmgrid.configtools import stable_hash
-from mmgrid.errors import DataError, RegistryError, UnknownNameError
+from mmgrid.errors import DataError, MmgridError, RegistryError, UnknownNameError
 from mmgrid.models.base import base_checkpoint_id
 from mmgrid.paradigms import get_paradigm
 from mmgrid.paradigms.params import training_params
@@ -77,6 +77,21 @@ class BuildResult:
     def seed_ids(self) -> dict[tuple[int, str, str, str, str], str]:
         """(seed, variant, paradigm, domain, stage) -> id, every replicate."""
         return {(s.seed, s.variant, s.paradigm, s.domain, s.stage): s.id for s in self.stages}
+
+    def id_of(self, paradigm: str, domain: str, stage: str, variant: str = "default",
+              seed: int | None = None) -> str | None:
+        """The planned id of one stage (of ``seed``'s replicate; default the first seed), None when
+        the plan has no such stage (not in the grid; for :func:`plan_grid`, not stored; a further
+        seed's stage of ``train.shared_stages``, which is the first seed's)."""
+        seeds = self.seeds
+        if not seeds:
+            return None
+        return self.seed_ids.get((seeds[0] if seed is None else int(seed), variant, paradigm, domain, stage))
+
+    @property
+    def id_set(self) -> set[str]:
+        """Every planned stage id (and the base's)."""
+        return {self.base_id, *(s.id for s in self.stages)}
 
     def final_ids(self, variant: str = "default", seed: int | None = None) -> dict[tuple[str, str], str]:
         """(paradigm, domain) -> id of the last stage of ``variant`` (of ``seed``; default the first seed)."""
@@ -229,3 +244,13 @@ def plan_grid(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResu
     plans = plan_stages(cfg, registry, bid, grid_domains(cfg, prepared), prepared.fingerprint)
     done = [p for p in plans if registry.has(p.id)]
     return BuildResult(bid, done, cached=[p.id for p in done])
+
+
+def planned_ids(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResult | None:
+    """:func:`plan_grid`, or None where the grid cannot be planned here (no base stored, no
+    prepared data, a stand-in registry): the studies and reports then pick checkpoints by their
+    coordinates, as for checkpoints put by hand or imported."""
+    try:
+        return plan_grid(cfg, registry, prepared)
+    except (MmgridError, OSError, KeyError, AttributeError, TypeError):
+        return None
