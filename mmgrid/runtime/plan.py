@@ -35,7 +35,7 @@ from typing import Any
 from mmgrid.configtools import stable_hash
 from mmgrid.errors import DataError, MmgridError, RegistryError, UnknownNameError
 from mmgrid.models.base import base_checkpoint_id
-from mmgrid.paradigms import get_paradigm
+from mmgrid.paradigms import get_paradigm, paradigm_names
 from mmgrid.paradigms.params import training_params
 from mmgrid.runtime.context import open_prepared, open_registry
 
@@ -111,6 +111,7 @@ IDENTITY_VERSION = 2
 def stage_params(cfg: Any, variant: Any, paradigm: str, stage: str) -> dict[str, Any]:
     """The training parameters of one stage (part of its id and lineage): the ``train`` settings
     and the paradigm's training knobs (:func:`mmgrid.paradigms.params.training_params`)."""
+    paradigm_names()  # every paradigm module loaded: its knob declaration says which knobs training reads
     return {**_stage_params_v1(cfg, variant, paradigm, stage),
             "paradigm_params": training_params(paradigm, cfg.paradigm_params.get(paradigm, {}))}
 
