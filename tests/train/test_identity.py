@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from mmgrid.configtools import stable_hash, to_dict
+from mmgrid.configtools import stable_hash
 from mmgrid.data.dataset import content_fingerprint
 from mmgrid.paradigms import paradigm_names
+from tests.identity_v1 import put_under_identity_v1
 from mmgrid.paradigms.params import EVAL, KNOBS, TRAIN, WHERE, training_params
 
 paradigm_names()  # every paradigm module loaded (each declares its knobs when imported)
@@ -146,42 +147,6 @@ def test_an_eval_only_knob_keeps_the_ids_and_a_training_knob_changes_them(tiny: 
 
 
 # ------------------------------------------------------------ identity version 1 (the earlier ids)
-
-
-def put_under_identity_v1(cfg: Any, src: Any, dst: Any) -> dict[str, str]:
-    """Store the grid's checkpoints of ``src`` in ``dst`` under the ids an earlier mmgrid gave them,
-    as that code computed them (restated here, not imported: the base hashed the prepared data's
-    path-spelled fingerprint, a stage its data settings as spelled and every knob). Returns old -> new id."""
-    from mmgrid.models.base import base_checkpoint_id, base_identity
-    from mmgrid.runtime.context import open_prepared
-    from mmgrid.runtime.plan import plan_stages, stage_params
-
-    prepared = open_prepared(cfg.prepared)
-    seed = cfg.train.seed
-    new_bid = base_checkpoint_id(cfg.base, src, prepared.fingerprint, seed)
-    old = base_identity(cfg.base, prepared.manifest["fingerprint"], seed)
-    mapping: dict[str, str] = {}
-
-    def copy(cid: str, ident: dict[str, Any]) -> str:
-        m = src.get(cid)
-        got = dst.put(src.load(cid), m.coords, m.kind, parents=ident["parents"], params=ident["params"],
-                      files={n: src.file(cid, n) for n in m.files}, meta=m.meta, seed=ident["seed"],
-                      config_hash=ident["config_hash"], data_fingerprint=prepared.manifest["fingerprint"])
-        mapping[got] = cid
-        return got
-
-    old_bid = copy(new_bid, old)
-    variants = {v.name: v for v in cfg.variants}
-    chash = stable_hash({"base": old_bid, "data": prepared.manifest["fingerprint"], "data_cfg": to_dict(cfg.data),
-                         "stages": list(cfg.train.stages)})
-    parent_of: dict[str, str] = {new_bid: old_bid}
-    for p in plan_stages(cfg, src, new_bid, list(prepared.domains), prepared.fingerprint):
-        params = {**stage_params(cfg, variants[p.variant], p.paradigm, p.stage),
-                  "paradigm_params": dict(cfg.paradigm_params.get(p.paradigm, {}))}
-        ident = {"parents": [(parent_of[p.parent_id], "init" if p.first else "previous_stage")], "params": params,
-                 "config_hash": chash, "seed": p.seed}
-        parent_of[p.id] = copy(p.id, ident)
-    return mapping
 
 
 def _mmgrid(*args: str, cwd: Path) -> subprocess.CompletedProcess:
