@@ -54,7 +54,7 @@ def _spellings(cfg: Any, prepared: Any) -> list[dict[str, Any]]:
     """The data settings in every spelling a version-1 build may have hashed (see the module docstring)."""
     base = to_dict(cfg.data)
     roots: list[str] = []
-    stored = dict(prepared.manifest.get("config") or {})
+    stored = dict((getattr(prepared, "manifest", None) or {}).get("config") or {})
     for root in (str(stored.get("root", "")), str(base["root"])):
         if not root:
             continue
@@ -77,9 +77,13 @@ def _spellings(cfg: Any, prepared: Any) -> list[dict[str, Any]]:
 
 
 def legacy_ids(cfg: Any, registry: Any, prepared: Any) -> tuple[str | None, dict[Key, str]]:
-    """(the base's stored version-1 id or None, stage key -> stored version-1 id) of the grid."""
+    """(the base's stored version-1 id or None, stage key -> stored version-1 id) of the grid
+    (nothing for prepared data that has no path-spelled fingerprint, such as a stand-in)."""
     seed = cfg.train.seed
-    old_bid = base_checkpoint_id(cfg.base, registry, prepared.path_fingerprint, seed)
+    old_fp = getattr(prepared, "path_fingerprint", None)
+    if not old_fp:
+        return None, {}
+    old_bid = base_checkpoint_id(cfg.base, registry, old_fp, seed)
     if not registry.has(old_bid):
         return None, {}
     domains = grid_domains(cfg, prepared)
