@@ -47,6 +47,9 @@ class RemapReport:
         out.append(f"{verb} {len(self.mapped)} checkpoint(s) onto today's ids; {self.already} stage(s) already "
                    f"had one; {self.missing} stage(s) have no checkpoint under either identity "
                    "(`mmgrid build` trains them).")
+        if self.missing and not self.mapped:
+            out.append("Earlier ids are recomputed from the prepared data the registry was built with: if it was "
+                       "prepared again since (another data.root, moved files), pass prepared=DIR of that build.")
         return out
 
 
