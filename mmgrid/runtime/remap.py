@@ -48,8 +48,9 @@ class RemapReport:
                    f"had one; {self.missing} stage(s) have no checkpoint under either identity "
                    "(`mmgrid build` trains them).")
         if self.missing and not self.mapped:
-            out.append("Earlier ids are recomputed from the prepared data the registry was built with: if it was "
-                       "prepared again since (another data.root, moved files), pass prepared=DIR of that build.")
+            out.append("Earlier ids are recomputed from the prepared data the registry was built with (its "
+                       "manifest.json): if that folder was prepared again since (another data.root, moved files), "
+                       "they cannot be; pass prepared=DIR of a copy of the build's prepared data if one is kept.")
         return out
 
 
