@@ -240,7 +240,7 @@ def load_config(target: str | None, overrides: list[str] | None, args: argparse.
 
 def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: list[str] | None = None,
                            domains: list[str] | None = None, stages: list[str] | None = None,
-                           command: str = "", fingerprint: str | None = None) -> None:
+                           command: str = "", fingerprint: str | tuple[str, ...] | None = None) -> None:
     """Compare what a study will look up with what the registry holds, before any work.
 
     For each paradigm, variant, domain and stage (default ``cfg.train.stages``) the registry must hold
@@ -287,9 +287,12 @@ def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: l
                                         f"seeds {have}; {fix}, or run `mmgrid build` with these seeds first.")
     problems += _training_mismatches(cfg, reg, df, paradigms, variants, stages or list(cfg.train.stages))
     if fingerprint is not None and paradigms:
+        # a tuple: the prepared data's fingerprints (today's content one, then the path-spelled one of earlier ids)
+        fps = (fingerprint,) if isinstance(fingerprint, str) else tuple(fingerprint)
+        fingerprint = fps[0]
         held = {reg.get(cid).data_fingerprint for cid in df[df["paradigm"].isin(paradigms)]["id"].head(20)}
         held.discard(None)
-        if held and fingerprint not in held:
+        if held and not held & set(fps):
             problems.insert(0, f"the prepared data ({cfg.prepared}, fingerprint {fingerprint}) is not the data the "
                                f"registry's checkpoints were trained on ({', '.join(sorted(held))}); pass prepared=DIR "
                                "of the run that built them (its mmgrid-run.yaml names it).")
@@ -352,6 +355,7 @@ def _training_mismatches(cfg: Any, reg: Any, df: Any, paradigms: list[str], vari
     by its fingerprint.
     """
     # lazy: the runtime layer (paradigm registry) stays out of `mmgrid --help`
+    from mmgrid.paradigms.params import training_params
     from mmgrid.runtime.plan import stage_params
 
     by_name = {v.name: v for v in cfg.variants}
@@ -367,9 +371,12 @@ def _training_mismatches(cfg: Any, reg: Any, df: Any, paradigms: list[str], vari
                 rows = df[(df["paradigm"] == par) & (df["variant"] == var) & (df["period"] == stage)]
                 if rows.empty:
                     continue
-                held = _flat_params(reg.get(rows["id"].iloc[0]).params)
                 # through JSON, as the manifest stored them (tuples become lists)
                 want = _flat_params(json.loads(json.dumps(stage_params(cfg, by_name[var], par, stage), default=str)))
+                params = dict(reg.get(rows["id"].iloc[0]).params)
+                # a checkpoint stored under an earlier identity also recorded knobs read only at evaluation
+                params["paradigm_params"] = training_params(par, params.get("paradigm_params"))
+                held = _flat_params(params)
                 for key in sorted(set(held) | set(want), key=str):
                     if key == ("stage", None) or _same(held.get(key), want.get(key)):
                         continue

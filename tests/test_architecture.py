@@ -523,6 +523,7 @@ PARAMS_ALLOWED: dict[str, str] = {
                                        "seed) are keyword-only options with defaults, each a key of the grid's "
                                        "eval section; callers name the few they change",
     "mmgrid/eval/table.py:baseline_table": "the console table's display options, keyword-only with defaults",
+    "mmgrid/eval/table.py:baseline_cells": "baseline_table's cells: the same keyword-only options with defaults",
     "mmgrid/merge/lora/merging.py:_check_params": "checks merge_lora's keyword options before anything is read, "
                                                    "one argument per option so each error names its flag",
     "mmgrid/merge/lora/merging.py:merge_lora": "the public entry point of `mmgrid merge-lora`: its flags as keyword "

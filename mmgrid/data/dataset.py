@@ -13,6 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 import polars as pl
 
+from mmgrid.configtools import stable_hash
 from mmgrid.data.errors import PreparedDataError
 
 MANIFEST = "manifest.json"
@@ -95,7 +96,18 @@ class PreparedDataset:
 
     @property
     def fingerprint(self) -> str:
-        """Hash of the inputs and data config: changes whenever the prepared data could change."""
+        """Hash of the prepared data's content: the raw files' sha256 and every data setting that
+        shapes the prepared data, never where the files are (``data.root``, however it is spelled,
+        and the input files' paths are left out; so is ``data.strict``, which only decides whether
+        a bad line raises). The same raw files prepared the same way from another folder, a
+        symlink or another disk have the same fingerprint (see :func:`content_fingerprint`)."""
+        return content_fingerprint(self.manifest)
+
+    @property
+    def path_fingerprint(self) -> str:
+        """The fingerprint earlier versions used (the data settings with ``data.root`` and the input
+        files' absolute paths): the stored checkpoints' old identities, read by ``mmgrid registry
+        remap-ids``."""
         return str(self.manifest["fingerprint"])
 
     @property
@@ -120,6 +132,19 @@ class PreparedDataset:
             raise PreparedDataError(f"lm_text split must be 'train' or 'heldout', got {split!r}.")
         df = _read(self.root / "lm_text.parquet")
         return df.filter(pl.col("split") == split).get_column("text").to_list()
+
+
+# what only says where the raw files are, or whether a bad line raises: never part of the content
+LOCATION_FIELDS = ("root", "strict")
+
+
+def content_fingerprint(manifest: dict[str, Any]) -> str:
+    """The content fingerprint of a prepared dataset's manifest: its format, its data settings
+    without :data:`LOCATION_FIELDS`, and the multiset of its input files' sha256 (their paths are
+    left out)."""
+    config = {k: v for k, v in dict(manifest.get("config") or {}).items() if k not in LOCATION_FIELDS}
+    digests = sorted(str(v.get("sha256")) for v in dict(manifest.get("inputs") or {}).values())
+    return stable_hash({"format": manifest.get("format"), "config": config, "inputs": digests, "identity": "content"})
 
 
 def load_prepared(root: str | Path) -> PreparedDataset:

@@ -135,7 +135,7 @@ def evaluate_and_tabulate(cfg: Any, plan: BuildResult | None = None, *, registry
     evaluate_grid(cfg, plan, progress=progress, redo=redo, registry=registry, prepared=prepared, executor=executor)
     domains = list(dict.fromkeys(s.domain for s in plan.stages))
     return baseline_table(registry, cfg.paradigms, domains, ks=cfg.eval.ks, split=cfg.eval.split,
-                          period=cfg.train.stages[-1])
+                          period=cfg.train.stages[-1], planned=plan.id_set)
 
 
 def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = False, registry: Any = None,

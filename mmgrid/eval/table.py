@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,19 @@ def newest_rows(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if "created" in df.columns:
         df = df.sort_values("created", kind="stable")
     return df.drop_duplicates(keys, keep="last")
+
+
+def planned_rows(df: pd.DataFrame, keys: list[str], planned: Collection[str] | None) -> pd.DataFrame:
+    """:func:`newest_rows`, except that a row whose ``id`` is in ``planned`` wins over every other
+    row with the same ``keys`` (however new they are)."""
+    if df.empty or not planned:
+        return newest_rows(df, keys)
+    df = df.assign(_planned=df["id"].isin(set(planned)))
+    if "created" in df.columns:
+        df = df.sort_values(["_planned", "created"], kind="stable")
+    else:
+        df = df.sort_values("_planned", kind="stable")
+    return df.drop_duplicates(keys, keep="last").drop(columns="_planned")
 
 
 def seed_number(v: Any) -> int:
@@ -168,8 +181,12 @@ def fmt_p(p: float) -> str:
 # --------------------------------------------------------------------------- checkpoint cells (Table 2)
 
 
-def seed_ids(registry: Any, paradigm: str, period: str | None, variant: str = "default") -> dict[str, dict[int, str]]:
-    """Domain -> {training seed -> id} of the newest trained checkpoint of ``period`` per seed.
+def seed_ids(registry: Any, paradigm: str, period: str | None, variant: str = "default",
+             planned: Collection[str] | None = None) -> dict[str, dict[int, str]]:
+    """Domain -> {training seed -> id} of the trained checkpoint of ``period`` per seed: the one
+    whose id is in ``planned`` (the grid's planned ids, :func:`mmgrid.runtime.plan.planned_ids`)
+    where there is one, else the newest (another with the same coordinates, e.g. stored under an
+    earlier mmgrid's id, never takes a planned one's place).
 
     ``popular`` (no training) has one checkpoint per domain, under seed -1.
     """
@@ -181,7 +198,7 @@ def seed_ids(registry: Any, paradigm: str, period: str | None, variant: str = "d
         return {}
     ck = ck.copy()
     ck["seed_k"] = [seed_number(v) for v in ck["seed"]] if "seed" in ck.columns and paradigm != "popular" else -1
-    ck = newest_rows(ck, ["domain", "seed_k"])
+    ck = planned_rows(ck, ["domain", "seed_k"], planned)
     out: dict[str, dict[int, str]] = {}
     for r in ck.itertuples():
         out.setdefault(str(r.domain), {})[int(r.seed_k)] = str(r.id)
@@ -203,9 +220,10 @@ def checkpoint_rows(registry: Any, ids: list[str], split: str, group: str = "all
 class CheckpointValues:
     """Per-user values of checkpoint cells: ``values(paradigm, domain, metric) -> [n_seeds, n_users]``."""
 
-    def __init__(self, registry: Any, split: str, period: str | None, paradigms: list[str], variant: str = "default"):
+    def __init__(self, registry: Any, split: str, period: str | None, paradigms: list[str], variant: str = "default",
+                 planned: Collection[str] | None = None):
         self.pu = PerUser(registry)
-        self.ids = {p: seed_ids(registry, p, period, variant) for p in paradigms}
+        self.ids = {p: seed_ids(registry, p, period, variant, planned) for p in paradigms}
         all_ids = [i for by in self.ids.values() for d in by.values() for i in d.values()]
         self.rows = checkpoint_rows(registry, all_ids, split)
         self._by = {(r["id"], r["metric"]): i for i, r in zip(self.rows.index, self.rows.to_dict("records"))} \
@@ -285,10 +303,12 @@ def format_table(frame: pd.DataFrame, digits: int = 2, scale: float = 100.0) -> 
 
 def baseline_cells(registry: Any, paradigms: Sequence[str], domains: Sequence[str], *, variant: str = "default",
                    period: str | None = None, split: str = "test", ks: Sequence[int] = (10, 20),
-                   with_popular: bool = True) -> tuple[pd.DataFrame, CheckpointValues]:
-    """Table 2's cells as text (``12.34 [11.02, 13.70]``, in %): index paradigm, columns (domain, short metric)."""
+                   with_popular: bool = True, planned: Collection[str] | None = None
+                   ) -> tuple[pd.DataFrame, CheckpointValues]:
+    """Table 2's cells as text (``12.34 [11.02, 13.70]``, in %): index paradigm, columns (domain, short metric);
+    the checkpoints of ``planned`` (the grid's planned ids) where there are (:func:`seed_ids`)."""
     rows = list(dict.fromkeys([*paradigms, *(["popular"] if with_popular else [])]))
-    cv = CheckpointValues(registry, split, period, rows, variant)
+    cv = CheckpointValues(registry, split, period, rows, variant, planned)
     cols = pd.MultiIndex.from_tuples([(d, short) for d in domains for _, short in metric_columns(ks)])
     out = pd.DataFrame(index=rows, columns=cols, dtype=object)
     for p in rows:
@@ -302,7 +322,8 @@ def baseline_cells(registry: Any, paradigms: Sequence[str], domains: Sequence[st
 
 def baseline_table(registry: Any, paradigms: Sequence[str], domains: Sequence[str], *, variant: str = "default",
                    period: str | None = None, split: str = "test", group: str = "all",
-                   ks: Sequence[int] = (10, 20), with_popular: bool = True) -> str:
+                   ks: Sequence[int] = (10, 20), with_popular: bool = True,
+                   planned: Collection[str] | None = None) -> str:
     """Table 2 for the console: one line per domain and paradigm, the metrics as columns (<= ~110 characters).
 
     The cells are those of ``report.md``'s Table 2 (:func:`baseline_cells`): mean [95% interval] in %.
@@ -314,9 +335,10 @@ def baseline_table(registry: Any, paradigms: Sequence[str], domains: Sequence[st
         variant: the grid row shown.
         period: the checkpoints' period (the last stage).
         split: which evaluations; ``group`` is kept for callers and must be ``all``.
+        planned: the grid's planned ids, preferred over other checkpoints with the same coordinates.
     """
     cells, _ = baseline_cells(registry, paradigms, domains, variant=variant, period=period, split=split, ks=ks,
-                              with_popular=with_popular)
+                              with_popular=with_popular, planned=planned)
     shorts = [s for _, s in metric_columns(ks)]
     if cells.empty:
         return "Table 2: no evaluated last-stage checkpoints yet."

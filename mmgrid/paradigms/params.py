@@ -1,11 +1,13 @@
 """A paradigm's knobs: one typed declaration per paradigm (``paradigm_params.<name>`` of a grid).
 
 Each paradigm declares its knobs as a frozen dataclass decorated with :func:`paradigm_knobs`,
-one field per knob with its default, its accepted range and its meaning in one line::
+one field per knob with its default, its accepted range, its meaning in one line and, for a knob
+that training never reads, its use::
 
     @paradigm_knobs("sasrec")
     class SASRecKnobs(Knobs):
         hidden: int = knob(64, 1, None, "int", "embedding and block width")
+        user_batch: int = knob(2048, 1, None, "int", "histories scored per forward", use=EVAL)
 
 (the merge methods' parameters and the regularizers' are declared the same way). The YAML
 spelling is the field's name. From that one declaration come the defaults
@@ -13,6 +15,17 @@ spelling is the field's name. From that one declaration come the defaults
 the validation pass checks, and the typed object a paradigm reads (``p.max_history``, not
 ``p["max_history"]``), made by :meth:`Knobs.resolve`. A checkpoint stores its knobs as a plain
 dict (:meth:`Knobs.to_dict`, in declaration order) and reads them back with :meth:`Knobs.resolve`.
+
+A knob's use says whether it is part of a trained checkpoint's identity (:func:`training_params`,
+what :func:`mmgrid.runtime.plan.stage_params` records):
+
+* :data:`TRAIN` (the default): training reads it, so a new value is a new checkpoint;
+* :data:`EVAL`: read only when a checkpoint is evaluated (ranking, grounding, batch sizes of
+  scoring), so changing it re-evaluates the stored checkpoints and never retrains them;
+* :data:`WHERE`: only says where files are kept (a cache folder), never what is computed.
+
+When in doubt a knob is :data:`TRAIN`: a knob wrongly left in the identity costs a retrain, one
+wrongly left out would reuse a checkpoint trained with another value.
 
 A knob's range is ``(lo, hi, kind)`` with ``kind``
 
@@ -40,6 +53,10 @@ from mmgrid.errors import ConfigError
 Knob = tuple[Any, Any, str]
 RANGE = "mmgrid_knob_range"  # a knob field's metadata keys
 DOC = "mmgrid_knob_doc"
+USE = "mmgrid_knob_use"
+
+TRAIN, EVAL, WHERE = "train", "eval", "where"  # a knob's use (see the module docstring)
+USES = (TRAIN, EVAL, WHERE)
 
 #: paradigm -> knob -> (lo, hi, kind), filled by :func:`paradigm_knobs` from each declaration.
 RANGES: dict[str, dict[str, Knob]] = {}
@@ -51,9 +68,12 @@ CROSS_CHECKS: dict[str, list[tuple[Any, str]]] = {}
 KNOBS: dict[str, type["Knobs"]] = {}
 
 
-def knob(default: Any, lo: Any = None, hi: Any = None, kind: str = "", doc: str = "") -> Any:
-    """One knob: its default, accepted range ``(lo, hi, kind)`` (see the module docstring) and meaning."""
-    return field(default=default, metadata={RANGE: (lo, hi, kind), DOC: doc})
+def knob(default: Any, lo: Any = None, hi: Any = None, kind: str = "", doc: str = "", *, use: str = TRAIN) -> Any:
+    """One knob: its default, accepted range ``(lo, hi, kind)``, meaning and use (:data:`TRAIN`,
+    :data:`EVAL` or :data:`WHERE`; see the module docstring)."""
+    if use not in USES:
+        raise ValueError(f"knob use {use!r}: expected one of {USES}")
+    return field(default=default, metadata={RANGE: (lo, hi, kind), DOC: doc, USE: use})
 
 
 K = TypeVar("K", bound="Knobs")
@@ -86,6 +106,11 @@ class Knobs:
         return {f.name: f.metadata[DOC] for f in cls._knobs()}
 
     @classmethod
+    def uses(cls) -> dict[str, str]:
+        """Every knob's use (:data:`TRAIN`, :data:`EVAL` or :data:`WHERE`)."""
+        return {f.name: f.metadata.get(USE, TRAIN) for f in cls._knobs()}
+
+    @classmethod
     def resolve(cls: type[K], params: dict[str, Any] | None = None, where: str | None = None) -> K:
         """The knobs: the defaults overlaid with ``params``, checked (:func:`resolve_params`).
 
@@ -113,6 +138,18 @@ def paradigm_knobs(name: str) -> Callable[[type[K]], type[K]]:
         return cls
 
     return deco
+
+
+def training_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """The knobs of ``paradigm_params.<name>`` that training reads (use :data:`TRAIN`), as the grid
+    writes them (defaults are not filled in). A paradigm without a declaration (a plug-in) keeps
+    every knob: nothing says which ones it reads."""
+    cls = KNOBS.get(name)
+    params = dict(params or {})
+    if cls is None:
+        return params
+    uses = cls.uses()
+    return {k: v for k, v in params.items() if uses.get(k, TRAIN) == TRAIN}
 
 
 def describe(knob: Knob) -> str:

@@ -36,7 +36,7 @@ from torch import nn
 from mmgrid.errors import ModelError
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
-from mmgrid.paradigms.params import Knobs, knob, paradigm_knobs
+from mmgrid.paradigms.params import EVAL, Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.ranking import eval_mode, rank_by_length
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.state import check_n_items, load_module_state, module_state
@@ -57,9 +57,9 @@ class SASRecKnobs(Knobs):
     heads: int = knob(1, 1, None, 'int', "attention heads (paper: 1); must divide hidden")
     dropout: float = knob(0.2, 0, 1, 'float<', "paper: 0.2 on sparse data, 0.5 on MovieLens")
     max_len: int = knob(20, 1, None, 'int', "most recent history items read (also positional embeddings)")
-    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history")
+    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history", use=EVAL)
     item_bias: bool = knob(False, None, None, 'bool', "add a learned per-item score offset (not in the paper)")
-    user_batch: int = knob(2048, 1, None, 'int', "histories scored per forward when ranking")
+    user_batch: int = knob(2048, 1, None, 'int', "histories scored per forward when ranking", use=EVAL)
 
 
 DEFAULTS: dict[str, Any] = SASRecKnobs.defaults()  # the knobs' defaults (the declaration above)

@@ -58,7 +58,7 @@ from mmgrid.paradigms.lm import (TokenExample, collate_lm, left_pad, lm_from_che
 from mmgrid.paradigms.grounding import (base_score, bigrec_adjust, cooc_matrix, ground_scores,  # noqa: F401
                                         history_terms, history_weights, popularity_adjust)
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
-from mmgrid.paradigms.params import Knobs, knob, paradigm_knobs
+from mmgrid.paradigms.params import EVAL, WHERE, Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.ranking import topk_items
 from mmgrid.paradigms.registration import register_paradigm
 
@@ -72,44 +72,44 @@ if TYPE_CHECKING:  # pragma: no cover
 class TextKnobs(Knobs):
     """The text paradigm's knobs (``paradigm_params.text``)."""
 
-    embedder: str = knob(DEFAULT_EMBEDDER, None, None, 'str', "local sentence-transformers folder (never downloaded)")
-    embedder_device: str = knob("cpu", None, None, 'str', "torch device of the embedder, e.g. cpu, cuda:0")
+    embedder: str = knob(DEFAULT_EMBEDDER, None, None, 'str', "local sentence-transformers folder (never downloaded)", use=EVAL)
+    embedder_device: str = knob("cpu", None, None, 'str', "torch device of the embedder, e.g. cpu, cuda:0", use=EVAL)
     embed_cache: str | None = knob(None, None, None, 'str?',
-                       "folder for item-embedding safetensors (None = memory only)")
+                       "folder for item-embedding safetensors (None = memory only)", use=WHERE)
     max_history: int = knob(10, 1, None, 'int', "most recent history titles in the prompt")
     max_title_tokens: int = knob(16, 1, None, 'int', "each title is cut to this many tokens")
-    num_beams: int = knob(4, 1, None, 'int', "beam width of title generation")
+    num_beams: int = knob(4, 1, None, 'int', "beam width of title generation", use=EVAL)
     max_new_tokens: int = knob(0, 0, None, 'int',
-                       "0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS")
+                       "0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS", use=EVAL)
     beam_combine: str = knob("weighted", ('weighted', 'best', 'max'), None, 'choice',
-                       "weighted | best (see module docstring)")
+                       "weighted | best (see module docstring)", use=EVAL)
     popularity_gamma: float = knob(1.0, 0, None, 'float',
-                       "BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)")
+                       "BIGRec step-2 popularity injection: distance / (1 + pop)^gamma (0 = off)", use=EVAL)
     grounding_scale: str = knob("raw", ('raw', 'minmax'), None, 'choice',
                        "raw = distance / (1 + count/max)^gamma; minmax = BIGRec's code: per-row min-max "
-                       "scaled distance * (1 + min-max scaled popularity)^-gamma")
+                       "scaled distance * (1 + min-max scaled popularity)^-gamma", use=EVAL)
     ground_embedder: str = knob("sentence", ('sentence', 'model', 'base'), None, 'choice',
                        "embedding of titles and generated text for grounding: sentence = the embedder; model = "
                        "the text model's own last-layer hidden state at the last token (raw L2); base = the same "
-                       "from the grid's frozen base LM, as BIGRec's code embeds")
+                       "from the grid's frozen base LM, as BIGRec's code embeds", use=EVAL)
     popularity_phases: str = knob("last", ('last', 'all'), None, 'choice',
-                       "popularity counted over: last = the latest trained phase, all = every trained phase")
+                       "popularity counted over: last = the latest trained phase, all = every trained phase", use=EVAL)
     beam_candidates: int = knob(0, 0, None, 'int',
-                       "items per beam that keep their grounding similarity (0 = every item; others get -1)")
+                       "items per beam that keep their grounding similarity (0 = every item; others get -1)", use=EVAL)
     history_weight: float = knob(0.0, 0, None, 'float',
-                       "+ weight * recency-weighted cosine of an item's title to the history's titles (0 = off)")
+                       "+ weight * recency-weighted cosine of an item's title to the history's titles (0 = off)", use=EVAL)
     cooc_weight: float = knob(0.0, 0, None, 'float',
-                       "+ weight * recency-weighted co-occurrence P(item | history item), row-max scaled (0 = off)")
+                       "+ weight * recency-weighted co-occurrence P(item | history item), row-max scaled (0 = off)", use=EVAL)
     cooc_window: int = knob(3, 1, None, 'int',
-                       "an item co-occurs with the next cooc_window items of a user's training sequence")
+                       "an item co-occurs with the next cooc_window items of a user's training sequence", use=EVAL)
     collab_weight: float = knob(0.0, 0, None, 'float',
-                       "+ weight * cosine of an item's collaborative embedding to the history's (0 = off)")
+                       "+ weight * cosine of an item's collaborative embedding to the history's (0 = off)", use=EVAL)
     collab_dim: int = knob(32, 1, None, 'int',
-                       "size of the collaborative embeddings (PPMI + truncated SVD of co-occurrence)")
+                       "size of the collaborative embeddings (PPMI + truncated SVD of co-occurrence)", use=EVAL)
     history_decay: float = knob(0.8, 0, 1, 'float>',
-                       "weight of the j-th most recent history item in both history terms: decay^j")
-    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history")
-    rank_batch: int = knob(128, 1, None, 'int', "histories per generate() call")
+                       "weight of the j-th most recent history item in both history terms: decay^j", use=EVAL)
+    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history", use=EVAL)
+    rank_batch: int = knob(128, 1, None, 'int', "histories per generate() call", use=EVAL)
 
     cross_checks = [(lambda p: p["ground_embedder"] == "sentence" or p["beam_candidates"] == 0,
                      "ground_embedder '{ground_embedder}' grounds every item (beam_candidates must be 0, got "

@@ -1,7 +1,7 @@
 """CLI sub-commands of mmgrid.registry (see mmgrid/cli.py).
 
 ``mmgrid query``, ``mmgrid show ID``, ``mmgrid lineage ID``, ``mmgrid results`` and ``mmgrid
-registry verify|reindex|gc|alias|export-hf|import-hf``; each names its registry by the one rule of
+registry verify|reindex|gc|alias|export-hf|import-hf|remap-ids``; each names its registry by the one rule of
 :mod:`mmgrid.cliargs` (``--registry``, ``$MMGRID_REGISTRY``, the run in the current folder).
 """
 
@@ -13,7 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from mmgrid.cliargs import REGISTRY_HELP, add_registry, open_registry, registry_path
+from mmgrid.cliargs import REGISTRY_HELP, add_overrides, add_registry, load_config, open_registry, registry_path
 from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.registry.errors import RegistryWarning
 
@@ -120,6 +120,18 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_remap(args: argparse.Namespace) -> int:
+    # lazy: the grid plan pulls in the models and paradigms (torch, ~2-4 s)
+    from mmgrid.runtime.context import open_prepared
+    from mmgrid.runtime.context import open_registry as open_grid_registry
+    from mmgrid.runtime.remap import remap_ids
+
+    cfg = load_config(args.config, args.overrides, args if args.registry else None, command="registry remap-ids")
+    rep = remap_ids(cfg, open_grid_registry(cfg.registry), open_prepared(cfg.prepared), dry_run=args.dry_run)
+    print("\n".join(rep.lines()))
+    return 0
+
+
 def cmd_gc(args: argparse.Namespace) -> int:
     report = _open(args, "registry gc").gc(keep=args.keep if args.keep else None, dry_run=args.dry_run, grace_s=args.grace)
     print(report.summary())
@@ -203,7 +215,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_registry(ln)
     ln.set_defaults(func=cmd_lineage)
 
-    reg = sub.add_parser("registry", help="maintain a registry: verify, reindex, gc, alias, export-hf, import-hf")
+    reg = sub.add_parser("registry", help="maintain a registry: verify, reindex, gc, alias, export-hf, import-hf, remap-ids")
     rs = reg.add_subparsers(dest="registry_command", metavar="ACTION", required=True)
     v = rs.add_parser("verify", help="re-hash every blob; report missing or corrupt ones (exit 1 if any)")
     add_registry(v, legacy_root=True)
@@ -242,3 +254,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     im.add_argument("--expect-arch", default=None, help="architecture or model_type config.json must name")
     im.add_argument("--like", default=None, metavar="REF", help="checkpoint whose tensor names and shapes must match")
     im.set_defaults(func=cmd_import, root=None)
+    rm = rs.add_parser("remap-ids", help="reuse checkpoints stored under an earlier mmgrid's ids (no training)",
+                       description="Stage ids are a function of content (the base, the prepared data's content, "
+                                   "the training settings and knobs, the identity version), never of how a path is "
+                                   "spelled. A registry built by an earlier mmgrid holds the grid's checkpoints "
+                                   "under ids that also hashed data.root and evaluation-only knobs. This command "
+                                   "recomputes each stage's earlier id and, where that checkpoint is stored and "
+                                   "today's is not, stores the same tensors under today's id (blobs are shared, "
+                                   "meta.same_as names the old id). Old ids, aliases and results stay valid. "
+                                   "Afterwards `mmgrid build` trains none of the mapped stages.")
+    rm.add_argument("config", nargs="?", default=None, metavar="CONFIG|RUN",
+                    help="the grid the registry was built with: a run folder (its saved grid), a grid YAML or a "
+                         "packaged grid name; none: the run of --registry or of the current folder")
+    rm.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
+    rm.add_argument("--dry-run", action="store_true", help="only list what would be mapped")
+    add_overrides(rm)
+    rm.set_defaults(func=cmd_remap, root=None)

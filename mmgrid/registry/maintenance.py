@@ -58,6 +58,8 @@ class VerifyReport:
     per_user_missing: list[tuple[str, str]] = field(default_factory=list)  # (record key, per-user path) not on disk
     bad_per_user_refs: list[tuple[str, str]] = field(default_factory=list)  # (record key, path) naming no per-user file
     index_problems: list[str] = field(default_factory=list)  # where index.sqlite disagreed with the files
+    # (what they share, their ids oldest first): checkpoints with equal coords, kind and seed (a warning)
+    duplicates: list[tuple[str, list[str]]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -81,6 +83,7 @@ class VerifyReport:
             lines.append("the files are the source of truth: `mmgrid registry reindex ROOT` rebuilds the index from "
                          "them (an index this process already brought in line needs nothing more; a results file or "
                          "manifest that vanished is lost unless restored from a backup).")
+        lines += duplicate_lines(self.duplicates)
         if self.affected:
             lines.append(f"affected checkpoints: {', '.join(self.affected)}; restore the blobs from a backup or re-create them.")
         if self.temp_files:
@@ -138,6 +141,34 @@ def _refs(ms: dict[str, Manifest]) -> tuple[dict[str, list[tuple[str, str]]], di
     return blobs, files
 
 
+def duplicate_coords(ms: dict[str, Manifest]) -> list[tuple[str, list[str]]]:
+    """Groups of checkpoints with the same coordinates, kind and seed: (what they share, their ids,
+    oldest first). Not an error: an earlier mmgrid's ids (``mmgrid registry remap-ids`` keeps them
+    beside today's), a grid built from two spellings of its data before ids were content, or an
+    import. Studies and reports pick a grid's checkpoints by the ids its plan computes, but looking
+    one up by coordinates (``reg.get({...})``) needs an id or an extra coordinate there."""
+    groups: dict[str, list[Manifest]] = {}
+    for m in ms.values():
+        coords = ", ".join(f"{k}={v}" for k, v in sorted(m.coords.items()))
+        groups.setdefault(f"{coords}, kind={m.kind}, seed={m.seed}", []).append(m)
+    return [(key, [m.id for m in sorted(g, key=lambda m: (m.created, m.id))])
+            for key, g in sorted(groups.items()) if len(g) > 1]
+
+
+def duplicate_lines(duplicates: list[tuple[str, list[str]]], limit: int = 20) -> list[str]:
+    """The warning lines of :func:`duplicate_coords`' groups (at most ``limit`` groups listed)."""
+    if not duplicates:
+        return []
+    n = sum(len(ids) for _, ids in duplicates)
+    lines = [f"warning: {len(duplicates)} groups of checkpoints ({n} in all) share coordinates, kind and seed "
+             "(not an error: studies and reports pick a grid's checkpoints by its planned ids; name one of these "
+             "by id where you look it up by coordinates):"]
+    lines += [f"  {key}: {', '.join(i[:12] for i in ids)}" for key, ids in duplicates[:limit]]
+    if len(duplicates) > limit:
+        lines.append(f"  ... and {len(duplicates) - limit} more groups")
+    return lines
+
+
 def verify(reg: "Registry") -> VerifyReport:
     """Re-hash every blob and file on disk (never trusting a verification record), check
     every manifest's names and references and every alias, and list temporary files."""
@@ -171,6 +202,7 @@ def verify(reg: "Registry") -> VerifyReport:
             report.bad_aliases.append(path)
             report.problems[path] = f"points at {cid}, which has no (valid) manifest; re-point or delete the alias."
     report.temp_files = [str(p) for p in reg.store.temp_files()]
+    report.duplicates = duplicate_coords(ms)
     _verify_per_user(reg, report)
     _verify_index(reg, report)
     return report

@@ -1,10 +1,21 @@
 """Stage identity and the grid plan: every checkpoint id of a grid, known before anything trains.
 
-A stage's id is ``Registry.make_id`` over its coordinates, its parent, its training
-parameters (:func:`stage_params`), a hash of the config parts it depends on
-(:func:`stage_config_hash`) and its training seed. The build plans every id up front with
-:func:`plan_stages` and the stage job stores its checkpoint under the same identity;
-evaluation finds a built grid's ids with :func:`plan_grid` without training anything.
+A stage's id is ``Registry.make_id`` over its coordinates, its parent (the base's id, itself a
+function of the base model and the prepared data's content), its training parameters
+(:func:`stage_params`: the ``train`` settings and the paradigm's *training* knobs; knobs read
+only at evaluation are left out, as declared with each knob, :mod:`mmgrid.paradigms.params`),
+a hash of the config parts it depends on (:func:`stage_config_hash`: the base id, the prepared
+data's content fingerprint, the stages, the identity version :data:`IDENTITY_VERSION`) and its
+training seed. Nothing in it spells a path: the data settings enter only through the content
+fingerprint (:attr:`mmgrid.data.dataset.PreparedDataset.fingerprint`), so ``data.root`` written
+relative or absolute, through a symlink or on another disk gives the same ids.
+The build plans every id up front with :func:`plan_stages` and the stage job stores its
+checkpoint under the same identity; evaluation and the studies find a built grid's ids with
+:func:`plan_grid` without training anything.
+
+Identity version 1 (before ids were a function of content: the data settings as spelled,
+``data.root`` included, and every paradigm knob) is kept in :func:`legacy_stage_plans`, for
+``mmgrid registry remap-ids``, which maps checkpoints stored under it onto today's ids.
 
 Training seeds (``train.seeds``, else ``[train.seed]``) are a grid coordinate: every stage
 of the ``default``-like rows (variants without a regularizer) is planned once per seed,
@@ -21,10 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmgrid.configtools import stable_hash, to_dict
-from mmgrid.errors import DataError, RegistryError, UnknownNameError
+from mmgrid.configtools import stable_hash
+from mmgrid.errors import DataError, MmgridError, RegistryError, UnknownNameError
 from mmgrid.models.base import base_checkpoint_id
-from mmgrid.paradigms import get_paradigm
+from mmgrid.paradigms import get_paradigm, paradigm_names
+from mmgrid.paradigms.params import training_params
 from mmgrid.runtime.context import open_prepared, open_registry
 
 
@@ -66,6 +78,21 @@ class BuildResult:
         """(seed, variant, paradigm, domain, stage) -> id, every replicate."""
         return {(s.seed, s.variant, s.paradigm, s.domain, s.stage): s.id for s in self.stages}
 
+    def id_of(self, paradigm: str, domain: str, stage: str, variant: str = "default",
+              seed: int | None = None) -> str | None:
+        """The planned id of one stage (of ``seed``'s replicate; default the first seed), None when
+        the plan has no such stage (not in the grid; for :func:`plan_grid`, not stored; a further
+        seed's stage of ``train.shared_stages``, which is the first seed's)."""
+        seeds = self.seeds
+        if not seeds:
+            return None
+        return self.seed_ids.get((seeds[0] if seed is None else int(seed), variant, paradigm, domain, stage))
+
+    @property
+    def id_set(self) -> set[str]:
+        """Every planned stage id (and the base's)."""
+        return {self.base_id, *(s.id for s in self.stages)}
+
     def final_ids(self, variant: str = "default", seed: int | None = None) -> dict[tuple[str, str], str]:
         """(paradigm, domain) -> id of the last stage of ``variant`` (of ``seed``; default the first seed)."""
         seed = self.seeds[0] if seed is None and self.stages else seed
@@ -76,8 +103,21 @@ class BuildResult:
         return last
 
 
+#: The version of how a stage's identity is computed; 2: from content (the prepared data's content
+#: fingerprint, training knobs only); 1 (no field): the data settings as spelled and every knob.
+IDENTITY_VERSION = 2
+
+
 def stage_params(cfg: Any, variant: Any, paradigm: str, stage: str) -> dict[str, Any]:
-    """The training parameters of one stage (part of its id and lineage)."""
+    """The training parameters of one stage (part of its id and lineage): the ``train`` settings
+    and the paradigm's training knobs (:func:`mmgrid.paradigms.params.training_params`)."""
+    paradigm_names()  # every paradigm module loaded: its knob declaration says which knobs training reads
+    return {**_stage_params_v1(cfg, variant, paradigm, stage),
+            "paradigm_params": training_params(paradigm, cfg.paradigm_params.get(paradigm, {}))}
+
+
+def _stage_params_v1(cfg: Any, variant: Any, paradigm: str, stage: str) -> dict[str, Any]:
+    """Identity version 1's training parameters: every knob of ``paradigm_params.<paradigm>``."""
     t = cfg.train
     return {
         "stage": stage,
@@ -105,9 +145,25 @@ def _train_version(paradigm: str) -> dict[str, int]:
 
 
 def stage_config_hash(cfg: Any, base_id: str, fingerprint: str) -> str:
-    """Hash of the config parts a stage depends on; eval / sweeps / exec sections are left out."""
-    return stable_hash({"base": base_id, "data": fingerprint, "data_cfg": to_dict(cfg.data),
-                        "stages": list(cfg.train.stages)})
+    """Hash of the config parts a stage depends on: the base, the prepared data's content
+    fingerprint (which holds every data setting that shapes the examples: phases, k-core,
+    ``max_history``, item text...; never ``data.root``), the stages and :data:`IDENTITY_VERSION`.
+    The eval / sweeps / exec sections and every path are left out."""
+    return stable_hash({"base": base_id, "data": fingerprint, "stages": list(cfg.train.stages),
+                        "identity": IDENTITY_VERSION})
+
+
+def _stage_config_hash_v1(cfg: Any, base_id: str, fingerprint: str, data_cfg: dict[str, Any]) -> str:
+    """Identity version 1's config hash: the data settings as spelled (``data.root`` included)."""
+    return stable_hash({"base": base_id, "data": fingerprint, "data_cfg": data_cfg, "stages": list(cfg.train.stages)})
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """How one plan's ids are computed (today's, or identity version 1 for the remap)."""
+
+    chash: str
+    params: Any  # (cfg, variant, paradigm, stage) -> params
 
 
 def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], fingerprint: str) -> list[StagePlan]:
@@ -115,7 +171,20 @@ def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], finge
     seed's whole grid, then each further seed's (variants with a regularizer: first seed only).
     A further seed's chain starts from the first seed's checkpoint of the last stage in
     ``train.shared_stages`` (none of its own is planned for those stages)."""
-    chash = stage_config_hash(cfg, base_id, fingerprint)
+    return _plan(cfg, registry, base_id, domains, _Identity(stage_config_hash(cfg, base_id, fingerprint), stage_params))
+
+
+def legacy_stage_plans(cfg: Any, registry: Any, base_id: str, domains: list[str], fingerprint: str,
+                       data_cfg: dict[str, Any]) -> list[StagePlan]:
+    """The stages' ids under identity version 1, with the old base id ``base_id``, the prepared
+    data's old fingerprint (:attr:`~mmgrid.data.dataset.PreparedDataset.path_fingerprint`) and the
+    data settings as the build spelled them (``data_cfg``, ``to_dict(cfg.data)`` of that build)."""
+    ident = _Identity(_stage_config_hash_v1(cfg, base_id, fingerprint, data_cfg), _stage_params_v1)
+    return _plan(cfg, registry, base_id, domains, ident)
+
+
+def _plan(cfg: Any, registry: Any, base_id: str, domains: list[str], ident: _Identity) -> list[StagePlan]:
+    chash = ident.chash
     plans = []
     seeds = cfg.train.seed_list
     shared = set(getattr(cfg.train, "shared_stages", None) or [])
@@ -134,7 +203,7 @@ def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], finge
                             continue
                         coords = {"paradigm": paradigm, "domain": domain, "period": stage, "variant": variant.name}
                         parents = [(parent, "init" if first else "previous_stage")]
-                        sid = registry.make_id(coords, "trained", parents, stage_params(cfg, variant, paradigm, stage),
+                        sid = registry.make_id(coords, "trained", parents, ident.params(cfg, variant, paradigm, stage),
                                                chash, seed)
                         plans.append(StagePlan(variant.name, paradigm, domain, stage, sid, parent, first, seed))
                         if seed == seeds[0]:
@@ -176,3 +245,13 @@ def plan_grid(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResu
     plans = plan_stages(cfg, registry, bid, grid_domains(cfg, prepared), prepared.fingerprint)
     done = [p for p in plans if registry.has(p.id)]
     return BuildResult(bid, done, cached=[p.id for p in done])
+
+
+def planned_ids(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResult | None:
+    """:func:`plan_grid`, or None where the grid cannot be planned here (no base stored, no
+    prepared data, a stand-in registry): the studies and reports then pick checkpoints by their
+    coordinates, as for checkpoints put by hand or imported."""
+    try:
+        return plan_grid(cfg, registry, prepared)
+    except (MmgridError, OSError, KeyError, AttributeError, TypeError):
+        return None

@@ -113,8 +113,18 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         paradigms, variant, domains = study[command]
         check_against_registry(cfg, reg, paradigms, [variant], list(domains or prepared.domains),
                                list(periods(cfg)), command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}",
-                               fingerprint=getattr(prepared, "fingerprint", None))
+                               fingerprint=_fingerprints(prepared))
     return cfg, reg, prepared
+
+
+def _fingerprints(prepared: Any) -> tuple[str, ...] | None:
+    """The prepared data's content fingerprint, then the path-spelled one that checkpoints stored
+    under an earlier identity recorded (either names this data)."""
+    fp = getattr(prepared, "fingerprint", None)
+    if fp is None:
+        return None
+    old = getattr(prepared, "path_fingerprint", None)
+    return (fp, old) if old and old != fp else (fp,)
 
 
 def _executor(args: argparse.Namespace, cfg: Any) -> Any:

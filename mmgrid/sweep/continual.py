@@ -55,6 +55,7 @@ from mmgrid.registry import Registry
 from mmgrid.registry.errors import UnknownCheckpointError
 from mmgrid.registry.names import hash_json
 from mmgrid.runtime.gather import gather
+from mmgrid.runtime.plan import planned_ids
 from mmgrid.runtime.progress import progress as progress_bar
 from mmgrid.stats import holm, mean_ci, paired_difference
 from mmgrid.stats.verdict import INCONCLUSIVE, verdict, verdict_line
@@ -87,8 +88,9 @@ def sequence_ids(cfg: GridConfig, registry: Any, domain: str, seed: int) -> tupl
     t = cfg.sweeps.temporal
     t1, t2 = periods(cfg)
     coords = {"paradigm": t.paradigm, "domain": domain, "variant": t.variant, "kind": "trained"}
-    p1 = seeded_id(registry, {**coords, "period": t1}, seed)
-    p2 = seeded_id(registry, {**coords, "period": t2}, seed)
+    plan = planned_ids(cfg, registry)  # the grid's ids: equal coords (an older identity) never make it ambiguous
+    p1 = seeded_id(registry, {**coords, "period": t1}, seed, plan)
+    p2 = seeded_id(registry, {**coords, "period": t2}, seed, plan)
     parents = {p.role: p.id for p in registry.get(p1).parents}
     p0 = parents.get("previous_stage") or parents.get("init")
     if p0 is None:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import pandas as pd
 import torch
 from mmgrid.runtime.gather import gather
+from mmgrid.runtime.plan import BuildResult, planned_ids
 from mmgrid.runtime.progress import progress as progress_bar
 
 from mmgrid.config import GridConfig
@@ -205,11 +206,13 @@ class RowKey:
     alpha: float | None = None
 
 
-def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridConfig) -> tuple[str, str]:
-    """Ids of the t1 and t2 checkpoints of the first training seed's replicate."""
+def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridConfig,
+            plan: BuildResult | None = None) -> tuple[str, str]:
+    """Ids of the t1 and t2 checkpoints of the first training seed's replicate (the planned ids of ``plan``)."""
     t1, t2 = periods(cfg)
     c = {"paradigm": paradigm, "domain": domain, "variant": variant, "kind": "trained"}
-    return seeded_id(registry, {**c, "period": t1}, cfg.train.seed), seeded_id(registry, {**c, "period": t2}, cfg.train.seed)
+    return (seeded_id(registry, {**c, "period": t1}, cfg.train.seed, plan),
+            seeded_id(registry, {**c, "period": t2}, cfg.train.seed, plan))
 
 
 def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
@@ -259,7 +262,8 @@ def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset"
 def pair_ids(cfg: GridConfig, registry: Any, paradigm: str, pairs: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
     """domain -> (t1 id, t2 id) of every domain of ``pairs`` (sorted by name; first training seed)."""
     cd = cfg.sweeps.cross_domain
-    return {d: _t2_ids(registry, paradigm, cd.variant, d, cfg) for d in sorted({d for p in pairs for d in p})}
+    plan = planned_ids(cfg, registry)  # the grid's ids: equal coords (an older identity) never make it ambiguous
+    return {d: _t2_ids(registry, paradigm, cd.variant, d, cfg, plan) for d in sorted({d for p in pairs for d in p})}
 
 
 def _base_cache(run: CrossDomainRun, prepared: Any, pair: CrossPair) -> BaseOf:

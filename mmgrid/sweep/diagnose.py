@@ -15,6 +15,8 @@ import pandas as pd
 
 from mmgrid.config import GridConfig
 from mmgrid.eval.diagnostics import cosine, geometry_conflict, norms, sign_dissimilarity, task_vector
+from mmgrid.eval.table import planned_rows
+from mmgrid.runtime.plan import planned_ids
 from mmgrid.sweep.start_models import start_model_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,15 +27,17 @@ PAIR_COLUMNS = ["paradigm", "domain_i", "domain_j", "cosine", "sign_dissimilarit
                 "id_i", "id_j", "base_i", "base_j"]
 
 
-def _trained(registry: Any, paradigm: str, variant: str, seed: int | None = None) -> pd.DataFrame:
+def _trained(registry: Any, paradigm: str, variant: str, seed: int | None = None,
+             planned: set[str] | None = None) -> pd.DataFrame:
     """The trained checkpoints of a row, one per (domain, period): the first training seed's
-    replicate (with ``train.shared_stages`` its shared stages carry that seed too), else the newest."""
+    replicate (with ``train.shared_stages`` its shared stages carry that seed too), else the newest;
+    a planned id (``planned``, the grid's) wins over other checkpoints with the same coordinates."""
     ck = registry.query(paradigm=paradigm, variant=variant, kind="trained")
     if ck.empty:
         return ck
     if seed is not None and "seed" in ck.columns and (ck["seed"] == seed).any():
         ck = ck[ck["seed"] == seed]
-    return ck.sort_values("created").drop_duplicates(["domain", "period"], keep="last")
+    return planned_rows(ck, ["domain", "period"], planned)
 
 
 def task_vector_norms(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", paradigms: list[str] | None = None,
@@ -41,7 +45,7 @@ def task_vector_norms(cfg: GridConfig, registry: Any, prepared: "PreparedDataset
     """L1 (and L2, mean |.|) of every trained checkpoint's task vector (Figure 2)."""
     rows = []
     for paradigm in paradigms or list(cfg.paradigms):
-        ck = _trained(registry, paradigm, variant, cfg.train.seed)
+        ck = _trained(registry, paradigm, variant, cfg.train.seed, _planned(cfg, registry))
         bases: dict[str, tuple[str, dict]] = {}
         for _, r in ck.iterrows():
             if r["domain"] not in bases:
@@ -60,7 +64,7 @@ def pairwise_diagnostics(cfg: GridConfig, registry: Any, prepared: "PreparedData
     last = cfg.train.stages[-1]
     rows = []
     for paradigm in paradigms or list(cfg.paradigms):
-        ck = _trained(registry, paradigm, variant, cfg.train.seed)
+        ck = _trained(registry, paradigm, variant, cfg.train.seed, _planned(cfg, registry))
         ck = ck[ck["period"] == last].set_index("domain")["id"].to_dict()
         tvs, base_ids = {}, {}
         for d, cid in ck.items():
@@ -73,3 +77,8 @@ def pairwise_diagnostics(cfg: GridConfig, registry: Any, prepared: "PreparedData
                          "geometry_conflict": geometry_conflict(a, b, rank=rank)["__mean__"],
                          "id_i": ck[di], "id_j": ck[dj], "base_i": base_ids[di], "base_j": base_ids[dj]})
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+
+
+def _planned(cfg: GridConfig, registry: Any) -> set[str] | None:
+    plan = planned_ids(cfg, registry)
+    return plan.id_set if plan is not None else None

@@ -17,6 +17,7 @@ import pandas as pd
 
 from mmgrid.config import GridConfig
 from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, checkpoint_rows, seed_ids
+from mmgrid.runtime.plan import planned_ids
 from mmgrid.stats import mean_ci
 
 GROUPS = ("all", "active", "non_active")
@@ -45,9 +46,11 @@ def grid_view(cfg: GridConfig, registry: Any) -> GridView:
     panels, cells, ids_all = [], [], []
     metrics: list[str] = []
     seeds_seen: set[int] = set()
+    plan = planned_ids(cfg, registry)  # the grid's ids win over equal coords (an earlier identity)
+    planned = plan.id_set if plan is not None else None
     for v in cfg.variants:
         for p in (v.paradigms or cfg.paradigms):
-            by_period = {per: seed_ids(registry, p, per, v.name) for per in periods}
+            by_period = {per: seed_ids(registry, p, per, v.name, planned) for per in periods}
             if not any(by_period.values()):
                 continue
             key = f"{p}/{v.name}"

@@ -22,6 +22,7 @@ import pandas as pd
 from mmgrid.config import GridConfig
 from mmgrid.errors import MmgridError
 from mmgrid.eval.table import PRETTY, seed_ids
+from mmgrid.runtime.plan import planned_ids
 from mmgrid.stats import HOLDS, INCONCLUSIVE, contains, loo_error_vs_default, verdict
 from mmgrid.sweep import continual as cm
 from mmgrid.sweep import evidence as ev
@@ -520,7 +521,9 @@ def _retention_ids(cfg: GridConfig, registry: Any, paradigm: str, variant: str) 
     """Per domain, the last-stage checkpoint of the grid's first training seed (text retention is measured
     on that replicate only, ``mmgrid.eval.grid.evaluate_final``), else of the lowest seed there is."""
     out = []
-    for by_seed in seed_ids(registry, paradigm, cfg.train.stages[-1], variant).values():
+    plan = planned_ids(cfg, registry)  # the grid's ids win over equal coords (an earlier identity)
+    planned = plan.id_set if plan is not None else None
+    for by_seed in seed_ids(registry, paradigm, cfg.train.stages[-1], variant, planned).values():
         out.append(by_seed.get(cfg.train.seed, next(iter(by_seed.values()))))
     return out
 

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.config import GridConfig
-from mmgrid.eval.table import baseline_cells
+from mmgrid.eval.table import baseline_cells, planned_rows
+from mmgrid.runtime.plan import planned_ids
 from mmgrid.stats import FAILS, HOLDS, INCONCLUSIVE, verdict
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep.results import checkpoint_metrics
@@ -54,11 +55,13 @@ def _cell(v: Any, fmt: str) -> str:
 
 
 def final_ids(cfg: GridConfig, registry: Any, paradigm: str, variant: str = "default") -> dict[str, str]:
-    """Domain -> id of the newest trained checkpoint of the last stage."""
+    """Domain -> id of the trained checkpoint of the last stage: the grid's planned one where it is
+    stored (:func:`mmgrid.runtime.plan.planned_ids`), else the newest."""
     ck = registry.query(paradigm=paradigm, variant=variant, kind="trained", period=cfg.train.stages[-1])
     if ck.empty:
         return {}
-    ck = ck.sort_values("created").drop_duplicates("domain", keep="last")
+    plan = planned_ids(cfg, registry)
+    ck = planned_rows(ck, ["domain"], plan.id_set if plan is not None else None)
     return dict(zip(ck["domain"], ck["id"]))
 
 
@@ -99,7 +102,9 @@ def table2_ci(cfg: GridConfig, registry: Any, domains: list[str]) -> tuple[pd.Da
     Returns:
         (table of strings, provenance, the per-user values for the paired comparisons).
     """
-    out, cv = baseline_cells(registry, cfg.paradigms, domains, period=cfg.train.stages[-1], split=cfg.eval.split)
+    plan = planned_ids(cfg, registry)  # the grid's ids win over equal coords (an earlier identity)
+    out, cv = baseline_cells(registry, cfg.paradigms, domains, period=cfg.train.stages[-1], split=cfg.eval.split,
+                             planned=plan.id_set if plan is not None else None)
     prov: Provenance = {p: [i for d in domains for _, i in sorted(cv.ids.get(p, {}).get(d, {}).items())]
                         for p in out.index}
     return out, prov, cv

@@ -34,6 +34,7 @@ from mmgrid.registry import Registry
 from mmgrid.registry.errors import AmbiguousCheckpointError, UnknownCheckpointError
 from mmgrid.registry.names import hash_json
 from mmgrid.runtime.checkpoints import load_checkpoint
+from mmgrid.runtime.plan import BuildResult, planned_ids
 from mmgrid.eval.ranking import record_evaluation
 from mmgrid.sweep.evaluation import EvaluatorFactory, default_evaluator_factory, eval_key, paradigm_params
 from mmgrid.sweep.interpolate import InPlaceInterpolator, interpolate_state
@@ -117,7 +118,7 @@ def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", wh
     t = cfg.sweeps.temporal
     t1, t2 = periods(cfg)
     seed = cfg.train.seed if what.seed is None else int(what.seed)
-    p1, p2 = period_ids(registry, t.paradigm, t.variant, domain, (t1, t2), seed)
+    p1, p2 = period_ids(registry, t.paradigm, t.variant, domain, (t1, t2), seed, planned_ids(cfg, registry, prepared))
     grid = [round(float(x), 9) for x in (lambdas if lambdas is not None else lambda_grid(t.start, t.stop, t.step))]
     ev = eval_key(cfg)
     hashes = [hash_json(recipe(p1, p2, lam, ev)) for lam in grid]
@@ -160,16 +161,28 @@ def _stored_rows(registry: Any, study: str, hashes: list[str]) -> list[dict[str,
 
 
 def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tuple[str, str],
-               seed: int | None = None) -> tuple[str, str]:
-    """Ids of the trained t1 and t2 checkpoints of one grid cell row (of one training seed's replicate)."""
+               seed: int | None = None, plan: BuildResult | None = None) -> tuple[str, str]:
+    """Ids of the trained t1 and t2 checkpoints of one grid cell row (of one training seed's
+    replicate): the ids ``plan`` computes (:func:`mmgrid.runtime.plan.planned_ids`), else by coords."""
     coords = {"paradigm": paradigm, "domain": domain, "variant": variant, "kind": "trained"}
-    return seeded_id(registry, {**coords, "period": pers[0]}, seed), seeded_id(registry, {**coords, "period": pers[1]}, seed)
+    return (seeded_id(registry, {**coords, "period": pers[0]}, seed, plan),
+            seeded_id(registry, {**coords, "period": pers[1]}, seed, plan))
 
 
-def seeded_id(registry: Any, coords: dict[str, Any], seed: int | None) -> str:
-    """The checkpoint with these coords and training seed; one stored without a seed (imported,
-    or put by hand) answers for any seed when it is the only one with these coords. ``seed=None``:
-    the only checkpoint with these coords, else the lowest seed's replicate."""
+def seeded_id(registry: Any, coords: dict[str, Any], seed: int | None, plan: BuildResult | None = None) -> str:
+    """The checkpoint with these coords and training seed.
+
+    With ``plan`` (the grid's planned ids, :func:`mmgrid.runtime.plan.planned_ids`) the stage's
+    planned id when it is stored: other checkpoints with the same coordinates (an earlier
+    mmgrid's ids, another data spelling, an import) never make it ambiguous. Else by coords: one
+    stored without a seed (imported, or put by hand) answers for any seed when it is the only one
+    with these coords; ``seed=None``: the only checkpoint with these coords, else the lowest seed's
+    replicate."""
+    if plan is not None:
+        cid = plan.id_of(str(coords.get("paradigm")), str(coords.get("domain")), str(coords.get("period")),
+                         str(coords.get("variant", "default")), seed)
+        if cid is not None and registry.has(cid):
+            return cid
     if seed is None:
         try:
             return registry.resolve(coords)

@@ -25,13 +25,14 @@ from typing import Any
 
 from mmgrid.config import GridConfig
 from mmgrid.configtools import to_dict
-from mmgrid.errors import DataError
+from mmgrid.errors import DataError, RegistryError
 from mmgrid.exec.args import executor_from_config
 from mmgrid.exec.base import Job
 from mmgrid.runtime.context import open_prepared, open_registry
 from mmgrid.runtime.device import set_threads
 from mmgrid.runtime.plan import BuildResult, StagePlan, grid_domains, plan_stages
 from mmgrid.runtime.progress import progress as progress_bar
+from mmgrid.runtime.remap import stale_stages
 from mmgrid.train.base_lm import ensure_base
 
 JOB_FN = "mmgrid.train.stage:run_stage"
@@ -39,7 +40,7 @@ JOB_FN = "mmgrid.train.stage:run_stage"
 __all__ = ["JOB_FN", "BuildResult", "StagePlan", "build_grid"]
 
 
-def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> BuildResult:
+def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True, retrain: bool = False) -> BuildResult:
     """Build (or finish building) every checkpoint of the grid.
 
     Args:
@@ -48,11 +49,14 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
             :func:`mmgrid.exec.args.executor_from_config`: in this process, a local pool of
             ``exec.workers`` processes, or Ray).
         progress: show progress bars.
+        retrain: train stages again even where the registry holds them under an earlier mmgrid's
+            identity (default: refuse, naming ``mmgrid registry remap-ids``, before anything trains).
 
     Returns:
         A :class:`BuildResult`.
 
     Raises:
+        RegistryError: stages to train are stored under an earlier identity (and not ``retrain``).
         The first error of a failed stage (TrainingError, DataError, ModelError...), after
         every independent stage has been attempted; finished stages stay in the registry.
     """
@@ -62,6 +66,13 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True) -> 
     domains = grid_domains(cfg, prepared)
     _check_phases(prepared, domains, cfg.train.stages)
     registry = open_registry(cfg.registry)
+    stale = 0 if retrain else stale_stages(cfg, registry, prepared)
+    if stale:
+        raise RegistryError(
+            f"registry {cfg.registry} holds {stale} of this grid's checkpoints under the ids of an earlier mmgrid "
+            "(ids are now a function of content, not of how data.root is spelled); nothing was trained. Reuse them "
+            "with `mmgrid registry remap-ids RUN` (seconds, no training; RUN: this grid or its run folder), then "
+            "build again; or pass --retrain to train them anew.")
     _, base_id = ensure_base(cfg.base, prepared, registry, seed=cfg.train.seed, progress=progress)
     plans = plan_stages(cfg, registry, base_id, domains, prepared.fingerprint)
     result = BuildResult(base_id, plans)

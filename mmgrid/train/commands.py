@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.seed=1")
     p.add_argument("--eval", action="store_true", help="evaluate the grid afterwards and print the baseline table")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--retrain", action="store_true",
+                   help="train stages the registry holds under an earlier mmgrid's ids again, instead of stopping "
+                        "with the advice to run `mmgrid registry remap-ids` (which reuses them)")
     add_executor_args(p)
     p.set_defaults(func=_build)
 
@@ -36,7 +39,7 @@ def _build(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides, args if args.registry else None, command="build")
     executor = executor_from_args(args, cfg)
     try:
-        res = build_grid(cfg, executor=executor, progress=not args.no_progress)
+        res = build_grid(cfg, executor=executor, progress=not args.no_progress, retrain=args.retrain)
         if not is_main():  # under torchrun only rank 0 reports and evaluates
             return 0
         save_run(cfg, Path(cfg.registry).resolve().parent, "build")  # follow-ups name this folder

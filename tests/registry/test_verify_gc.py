@@ -170,3 +170,17 @@ def test_edited_results_line_is_skipped_loudly(reg: Registry) -> None:
         assert reg.reindex()
     assert sorted(str(w.message).split("record ")[1][:4] for w in caught) == ["'k2'", "'k3'"]
     assert len(reg.results()) == 1 and [p for p, _ in reg.index_problems] == [str(path), str(path)]
+
+
+def test_verify_lists_checkpoints_that_share_coordinates_as_a_warning(reg: Registry) -> None:
+    a = reg.put(tiny_state(0), COORDS, "trained", params={"lr": 1e-3}, seed=0)
+    b = reg.put(tiny_state(0), COORDS, "trained", params={"lr": 1e-3, "v": 2}, seed=0)  # other identity, same coords
+    reg.put(tiny_state(1), COORDS, "trained", params={"lr": 1e-3}, seed=1)  # another seed: not a repeat
+    reg.put(tiny_state(2), {**COORDS, "period": "p9"}, "trained", seed=0)  # other coords
+    report = reg.verify()
+    assert report.ok and len(report.duplicates) == 1
+    shared, ids = report.duplicates[0]
+    assert sorted(ids) == sorted([a, b]) and "kind=trained" in shared and "seed=0" in shared
+    text = report.summary()
+    assert text.startswith("OK") and "warning: 1 groups of checkpoints (2 in all)" in text
+    assert a[:12] in text and b[:12] in text

@@ -45,7 +45,7 @@ from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, texts_key
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import load_examples
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
-from mmgrid.paradigms.params import Knobs, knob, paradigm_knobs
+from mmgrid.paradigms.params import EVAL, WHERE, Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.collab import CODE_SOURCES, PHASE_CHOICES, code_inputs, collab_embeddings, collab_phases
 from mmgrid.paradigms.semid.quantizer import SemanticIDs, SemIDError, semantic_ids
@@ -66,7 +66,7 @@ class SemIdKnobs(Knobs):
     embedder: str = knob(DEFAULT_EMBEDDER, None, None, 'str', "local sentence-transformers folder (never downloaded)")
     embedder_device: str = knob("cpu", None, None, 'str', "torch device of the embedder, e.g. cpu, cuda:0")
     embed_cache: str | None = knob(None, None, None, 'str?',
-                       "folder for item-embedding safetensors (None = memory only)")
+                       "folder for item-embedding safetensors (None = memory only)", use=WHERE)
     levels: int = knob(3, 1, None, 'int', "residual code levels (paper: 4)")
     codebook_size: int = knob(16, 2, None, 'int', "entries per level (paper: 256); needs at least this many items")
     quantizer_seed: int = knob(0, 0, None, 'int',
@@ -79,9 +79,9 @@ class SemIdKnobs(Knobs):
     # the default one
     align_ratio: float = knob(0.0, 0, None, 'float',
                               "alignment examples per seqrec example, each stage (LC-Rec's text <-> code tasks)")
-    num_beams: int = knob(20, 1, None, 'int', "beam width is max(num_beams, k + 10)")
-    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history")
-    rank_batch: int = knob(256, 1, None, 'int', "histories per beam search")
+    num_beams: int = knob(20, 1, None, 'int', "beam width is max(num_beams, k + 10)", use=EVAL)
+    exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history", use=EVAL)
+    rank_batch: int = knob(256, 1, None, 'int', "histories per beam search", use=EVAL)
     # collab since train_version 3 (was text): dense world R@10 0.118 -> 0.155 (align 0.5), default world
     # same within noise (docs/paradigms_text_semid.md)
     codes: str = knob("collab", CODE_SOURCES, None, 'choice',
