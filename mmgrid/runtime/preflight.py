@@ -147,8 +147,9 @@ def check_device(pf: Preflight) -> list[Failure]:
         if not device or not _cuda(device):
             continue
         if not available:
-            out.append(("device", f"{key}={device!r} but no CUDA device is visible on this machine; use "
-                                  f"{key}=cpu (or auto for train.device), or run on a machine with a GPU."))
+            fix = "cpu or auto" if key == "train.device" else "cpu"
+            out.append(("device", f"{key}={device!r} but no CUDA device is visible on this machine; set {key} to "
+                                  f"{fix}, or run on a machine with a GPU."))
             continue
         index = str(device).partition(":")[2]
         if index.isdigit() and int(index) >= count:

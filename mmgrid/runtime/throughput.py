@@ -2,7 +2,7 @@
 
 A cost estimate turns FLOPs into seconds with a :class:`Throughput`: ``seconds = steps *
 step_seconds + flops / flops_per_s``. :func:`measured` times a few AdamW steps of the tiny
-Qwen3 base (``tiny_qwen3()``, random tokens) at two sequence lengths on this machine and fits
+Qwen3 base (``tiny_qwen3()``, random tokens) at two batch shapes on this machine and derives
 both numbers (a fixed cost per optimizer step: Python, the optimizer, small kernels; and the
 sustained FLOP/s of the matrix work, counted as 6 * N * tokens with N the parameters that
 multiply each token, :meth:`~mmgrid.runtime.modelfiles.ModelShape.flop_params`); the result is cached
@@ -37,9 +37,8 @@ ACCELERATORS: dict[str, tuple[float, str]] = {
     "a100": (312e12, "NVIDIA A100, 312 TFLOP/s dense bf16 (datasheet)"),
     "l4": (121e12, "NVIDIA L4, 121 TFLOP/s dense bf16 (datasheet)"),
 }
-CALIBRATION_LENGTHS = (16, 96)  # tokens per example of the two timed shapes
-CALIBRATION_BATCH = 32
-CALIBRATION_STEPS = 6  # timed AdamW steps per shape (after two warm-up steps)
+CALIBRATION_SHAPES = ((2, 4), (32, 128))  # (examples, tokens each) of the two timed steps
+CALIBRATION_STEPS = 8  # timed AdamW steps per shape (after two warm-up steps)
 CACHE_VERSION = 2
 
 
@@ -118,14 +117,16 @@ def measured(threads: int | None = None, refresh: bool = False) -> Throughput:
 
 
 def _measure() -> Throughput:
-    """Time AdamW steps of ``tiny_qwen3()`` at two lengths; fit ``t = a + flops / R``."""
+    """Time AdamW steps of ``tiny_qwen3()``: a step of almost no FLOPs (2 examples of 4 tokens) gives the
+    fixed cost of a step, a full one (32 examples of 128 tokens) the FLOP/s of the rest; the fastest of
+    :data:`CALIBRATION_STEPS` timed steps of each (the least disturbed by other load)."""
     torch.manual_seed(0)
     model = tiny_qwen3(2048)
     n = shape_of(model.config.to_dict()).flop_params()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    points = []
-    for length in CALIBRATION_LENGTHS:
-        ids = torch.randint(3, 2048, (CALIBRATION_BATCH, length))
+    best = []
+    for batch, length in CALIBRATION_SHAPES:
+        ids = torch.randint(3, 2048, (batch, length))
         times = []
         for i in range(2 + CALIBRATION_STEPS):
             t0 = time.perf_counter()
@@ -135,12 +136,10 @@ def _measure() -> Throughput:
             opt.zero_grad(set_to_none=True)
             if i >= 2:
                 times.append(time.perf_counter() - t0)
-        times.sort()
-        points.append((6.0 * n * CALIBRATION_BATCH * length, times[len(times) // 2]))  # the median step
-    (f1, t1), (f2, t2) = points
-    slope = (t2 - t1) / (f2 - f1)
-    if slope <= 0:  # noise swamped the difference: all of it throughput, no fixed cost
-        return Throughput(f2 / t2, 0.0, "this machine, measured (tiny_qwen3 AdamW steps)")
-    step = max(t1 - slope * f1, 0.0)
-    return Throughput(1.0 / slope, step, f"this machine, measured (tiny_qwen3 AdamW steps: {1e-9 / slope:.2f} "
-                                         f"GFLOP/s + {step * 1e3:.1f} ms a step)")
+        best.append(min(times))
+    (b0, l0), (b1, l1) = CALIBRATION_SHAPES
+    f0, f1 = 6.0 * n * b0 * l0, 6.0 * n * b1 * l1
+    rate = (f1 - f0) / max(best[1] - best[0], 1e-9)
+    step = max(best[0] - f0 / rate, 0.0)
+    return Throughput(float(rate), float(step), f"this machine, measured (tiny_qwen3 AdamW steps: {rate / 1e9:.2f} "
+                                                f"GFLOP/s + {step * 1e3:.1f} ms a step)")
