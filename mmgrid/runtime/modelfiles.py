@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmgrid.errors import ConfigError
 from mmgrid.models.base import TOKENIZER_FILES
 from mmgrid.models.builders import get_builder, parse_builder
 
@@ -65,7 +66,20 @@ class ModelShape:
 
 
 def shape_of(config: dict[str, Any]) -> ModelShape:
-    """A :class:`ModelShape` from a ``config.json`` mapping (Qwen3 / Llama / Mistral keys)."""
+    """A :class:`ModelShape` from a ``config.json`` mapping (Qwen3 / Llama / Mistral keys).
+
+    Raises:
+        ConfigError: a key it needs is missing or not a number.
+    """
+    try:
+        return _shape(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"the model's config.json has no usable {exc} (a Qwen3 / Llama-style decoder config "
+                          "needs vocab_size, hidden_size, num_hidden_layers, num_attention_heads, "
+                          "intermediate_size).") from exc
+
+
+def _shape(config: dict[str, Any]) -> ModelShape:
     heads = int(config["num_attention_heads"])
     hidden = int(config["hidden_size"])
     return ModelShape(vocab=int(config["vocab_size"]), hidden=hidden, layers=int(config["num_hidden_layers"]),
