@@ -62,7 +62,7 @@ class ModelShape:
         """The parameters that multiply each token (the N of ``6 N tokens``): the layers and the LM
         head, tied or not; not the input embedding, which is a lookup (Kaplan et al. 2020, section 2.1)."""
         head = (self.vocab + extra_vocab) * self.hidden if lm_head else 0
-        return self.layers * self.layer_params() + head
+        return self.layers * self.layer_params() + self.hidden + head
 
 
 def shape_of(config: dict[str, Any]) -> ModelShape:

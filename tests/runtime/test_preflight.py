@@ -210,3 +210,14 @@ def test_validate_says_which_warnings_build_refuses(tmp_path: Path, capsys) -> N
     refused = [line for line in out.splitlines() if "`mmgrid build` refuses this" in line]
     assert any("embedder" in line and "(preflight check: folders)" in line for line in refused)
     assert any("no raw files" in line for line in refused)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without CUDA")
+def test_sweep_and_calibrate_run_the_preflight_first(world: Path, tmp_path: Path, capsys) -> None:
+    grid = _grid(world, tmp_path, train={"device": "cuda"})
+    assert main(["sweep", "temporal", grid]) == 2
+    err = capsys.readouterr().err
+    assert "mmgrid sweep temporal: 1 preflight check failed" in err and "[device]" in err
+    out = tmp_path / "cal"
+    assert main(["calibrate", "demo", "--out", str(out), "--quick", "train.device=cuda"]) == 2
+    assert "[device]" in capsys.readouterr().err and not out.exists()
