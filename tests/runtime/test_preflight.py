@@ -86,7 +86,7 @@ def test_a_good_grid_passes_every_check(world: Path, tmp_path: Path) -> None:
 def test_data_missing_prepared_dataset(world: Path, tmp_path: Path, capsys, no_training) -> None:
     grid = _grid(world, tmp_path, prepared=str(tmp_path / "nothing-here"))
     err = _refused(grid, tmp_path, capsys, no_training)
-    assert "[data]" in err and "mmgrid prepare" in err
+    assert "[data]" in err and "mmgrid prepare" in err and "nothing-here" in err
 
 
 def test_folders_base_without_weights_and_missing_embedder(world: Path, tmp_path: Path, capsys, no_training) -> None:
