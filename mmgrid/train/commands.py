@@ -80,6 +80,8 @@ def _plan(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     # lazy: `mmgrid --help` imports this module to register `build`; training pulls in torch (~3.5 s)
     # and transformers (~1.7 s), measured with `python -X importtime` (docs/architecture.md)
+    from mmgrid.config import ExecConfig
+    from mmgrid.configtools import check_flag
     from mmgrid.eval.grid import evaluate_and_tabulate
     from mmgrid.runtime.preflight import preflight
     from mmgrid.train.build import build_grid
@@ -88,6 +90,8 @@ def _build(args: argparse.Namespace) -> int:
     if args.plan:
         _print_plan(cfg, args)
         return 0
+    for flag, name in (("--num-cpus", "num_cpus"), ("--workers", "workers")):  # a bad flag: its own one-line error
+        check_flag(flag, getattr(args, name), ExecConfig, name, f"exec.{name}")
     preflight(cfg, "build", executor=args.executor, address=args.address)  # every check, before any work
     executor = executor_from_args(args, cfg)
     try:
