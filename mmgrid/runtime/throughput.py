@@ -3,7 +3,9 @@
 A cost estimate turns FLOPs into seconds with a :class:`Throughput`: ``seconds = steps *
 step_seconds + flops / flops_per_s``. :func:`measured` times a few AdamW steps of the tiny
 Qwen3 base (``tiny_qwen3()``, random tokens) at two batch shapes on this machine and derives
-both numbers (a fixed cost per optimizer step: Python, the optimizer, small kernels; and the
+both numbers, in CPU time of this process (so that other load on the machine does not change
+them; on a busy machine wall-clock time is longer): a fixed cost per optimizer step (Python, the
+optimizer, small kernels) and the
 sustained FLOP/s of the matrix work, counted as 6 * N * tokens with N the parameters that
 multiply each token, :meth:`~mmgrid.runtime.modelfiles.ModelShape.flop_params`); the result is cached
 per machine, torch version and thread count (``$MMGRID_CACHE``, else ``~/.cache/mmgrid``).
@@ -39,7 +41,7 @@ ACCELERATORS: dict[str, tuple[float, str]] = {
 }
 CALIBRATION_SHAPES = ((2, 4), (32, 128))  # (examples, tokens each) of the two timed steps
 CALIBRATION_STEPS = 8  # timed AdamW steps per shape (after two warm-up steps)
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def measured(threads: int | None = None, refresh: bool = False) -> Throughput:
 def _measure() -> Throughput:
     """Time AdamW steps of ``tiny_qwen3()``: a step of almost no FLOPs (2 examples of 4 tokens) gives the
     fixed cost of a step, a full one (32 examples of 128 tokens) the FLOP/s of the rest; the fastest of
-    :data:`CALIBRATION_STEPS` timed steps of each (the least disturbed by other load)."""
+    :data:`CALIBRATION_STEPS` timed steps of each, in CPU time."""
     torch.manual_seed(0)
     model = tiny_qwen3(2048)
     n = shape_of(model.config.to_dict()).flop_params()
@@ -129,13 +131,13 @@ def _measure() -> Throughput:
         ids = torch.randint(3, 2048, (batch, length))
         times = []
         for i in range(2 + CALIBRATION_STEPS):
-            t0 = time.perf_counter()
+            t0 = time.process_time()  # CPU time: what this process computes, not how busy the machine is
             loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             if i >= 2:
-                times.append(time.perf_counter() - t0)
+                times.append(time.process_time() - t0)
         best.append(min(times))
     (b0, l0), (b1, l1) = CALIBRATION_SHAPES
     f0, f1 = 6.0 * n * b0 * l0, 6.0 * n * b1 * l1
