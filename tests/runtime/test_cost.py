@@ -13,7 +13,7 @@ from mmgrid.config import load_grid
 from mmgrid.errors import ConfigError
 from mmgrid.models.builders import tiny_qwen3, tiny_qwen3_wide
 from mmgrid.runtime import throughput as tp_mod
-from mmgrid.runtime.cost import (DomainCounts, PlanInputs, cost_plan, counts_from_table1, planned_stages,
+from mmgrid.runtime.cost import (CHARS_PER_TOKEN, DomainCounts, PlanInputs, cost_plan, counts_from_table1, planned_stages,
                                  stage_model)
 from mmgrid.runtime.modelfiles import KNOWN_CONFIGS, shape_of
 from mmgrid.runtime.throughput import ACCELERATORS, Throughput, accelerator
@@ -62,9 +62,10 @@ def _counts() -> DomainCounts:
 def test_text_stage_flops_by_hand(tmp_path) -> None:
     cfg = _one_domain_cfg(tmp_path)
     shape = shape_of(tiny_qwen3(512).config.to_dict())
-    m = stage_model(cfg, shape, "text", _counts(), "pretrain", 3.0)
-    # titles: ceil(30 / 3) = 10 tokens (under max_title_tokens 16); histories cut to max_history 10: mean 4.5
-    tokens = 8 + 4.5 * (10 + 1) + 10 + 1
+    assert CHARS_PER_TOKEN["tiny"] == 6.0
+    m = stage_model(cfg, shape, "text", _counts(), "pretrain", 6.0)
+    # titles: ceil(30 / 6) = 5 tokens (under max_title_tokens 16); histories cut to max_history 10: mean 4.5
+    tokens = 8 + 4.5 * (5 + 1) + 5 + 1
     assert math.isclose(m.tokens_per_example, tokens)
     assert math.isclose(m.flops_per_example, 6 * shape.flop_params() * tokens)
     plan = cost_plan(PlanInputs(cfg, [_counts()], shape, Throughput(1e9, 0.01, "test"), "hand", "hand"))
