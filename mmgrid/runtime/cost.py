@@ -46,10 +46,10 @@ from mmgrid.runtime.modelfiles import ModelShape, model_config, shape_of
 from mmgrid.runtime.plan import StagePlan, grid_domains, plan_stages, seeds_all
 from mmgrid.runtime.throughput import Throughput
 
-# characters of item text a token: the tiny base's byte-level BPE is trained on the grid's own item text
-# (on the quick demo's world: 7.1 characters a title token, 5.7 an item-text token); about 4 for a hub model's
-# English tokenizer (estimates)
-CHARS_PER_TOKEN = {"tiny": 6.0, "hf": 4.0}
+# characters a token of (titles, item text): the tiny base's byte-level BPE is trained on the grid's own item
+# text (measured on the quick demo's world: 7.1 characters a title token, 5.7 an item-text token); about 4 for a
+# hub model's English tokenizer (estimates)
+CHARS_PER_TOKEN = {"tiny": (7.0, 5.5), "hf": (4.0, 4.0)}
 TABLE1_TITLE_CHARS = 80.0  # item titles' length assumed when only Table 1's counts are known
 BYTES_PER_STATE = 16  # fp32 weights + gradients + AdamW's two moments, bytes a parameter
 
@@ -195,7 +195,7 @@ class _Obj(dict):
 
 
 def stage_model(cfg: Any, shape: ModelShape, paradigm: str, dom: DomainCounts, phase: str,
-                chars_per_token: float) -> StageModel:
+                chars_per_token: tuple[float, float]) -> StageModel:
     """The :class:`StageModel` of ``paradigm`` on ``dom``'s ``phase`` (see the module docstring)."""
     p = _knobs(cfg, paradigm)
     b = cfg.train.batch_size
@@ -207,7 +207,7 @@ def stage_model(cfg: Any, shape: ModelShape, paradigm: str, dom: DomainCounts, p
         # the layers per position, and the full-catalog scores (items x hidden) of each position
         return StageModel(n, n, 6.0 * (n_layers + dom.items * h) * hist, hist, L, dom.items)
     if paradigm == "emb":
-        t_item = min(int(p.max_item_tokens), math.ceil(dom.text_chars / chars_per_token) + 1)
+        t_item = min(int(p.max_item_tokens), math.ceil(dom.text_chars / chars_per_token[1]) + 1)
         hist = dom.mean_history(phase, int(p.max_history))
         n_item = shape.params(lm_head=False)
         n_user = 2 * shape.layer_params() + shape.hidden
@@ -216,7 +216,7 @@ def stage_model(cfg: Any, shape: ModelShape, paradigm: str, dom: DomainCounts, p
         item_tokens = items_a_step * t_item / b  # per example
         flops = 6.0 * (shape.flop_params(lm_head=False) * item_tokens + 2 * shape.layer_params() * (hist + 1))
         return StageModel(n_item + n_user, n_item + n_user, flops, item_tokens + hist + 1, t_item, 0)
-    t_title = min(int(p.get("max_title_tokens", 16)), math.ceil(dom.title_chars / chars_per_token))
+    t_title = min(int(p.get("max_title_tokens", 16)), math.ceil(dom.title_chars / chars_per_token[0]))
     if paradigm == "semid":
         levels, size = int(p.levels), int(p.codebook_size)
         n = shape.params(extra_vocab=levels * size)
@@ -364,7 +364,7 @@ def _eval_row(cfg: Any, what: str, kind: str, evals: list[tuple[str, DomainCount
                    tp.seconds(flops, batches))
 
 
-def _study_rows(cfg: Any, shape: ModelShape, doms: dict[str, DomainCounts], cpt: float, store: int,
+def _study_rows(cfg: Any, shape: ModelShape, doms: dict[str, DomainCounts], cpt: tuple[float, float], store: int,
                 tp: Throughput) -> list[CostRow]:
     """The evaluations of the built grid, the temporal sweep and the cross-domain sweep."""
     rows = []

@@ -54,17 +54,17 @@ def _one_domain_cfg(tmp_path, paradigms: str = "[text]"):
 
 
 def _counts() -> DomainCounts:
-    # 10 pretrain examples with histories of 0..9 items, 30-character titles
+    # 10 pretrain examples with histories of 0..9 items, 35-character titles
     return DomainCounts("A", users=5, items=40, examples={"pretrain": 10, "p1": 6, "p2": 6, "test": 5}, test_users=5,
-                        history={"pretrain": list(range(10)), "p1": [3] * 6, "p2": [20] * 6}, title_chars=30.0)
+                        history={"pretrain": list(range(10)), "p1": [3] * 6, "p2": [20] * 6}, title_chars=35.0)
 
 
 def test_text_stage_flops_by_hand(tmp_path) -> None:
     cfg = _one_domain_cfg(tmp_path)
     shape = shape_of(tiny_qwen3(512).config.to_dict())
-    assert CHARS_PER_TOKEN["tiny"] == 6.0
-    m = stage_model(cfg, shape, "text", _counts(), "pretrain", 6.0)
-    # titles: ceil(30 / 6) = 5 tokens (under max_title_tokens 16); histories cut to max_history 10: mean 4.5
+    assert CHARS_PER_TOKEN["tiny"][0] == 7.0
+    m = stage_model(cfg, shape, "text", _counts(), "pretrain", CHARS_PER_TOKEN["tiny"])
+    # titles: ceil(35 / 7) = 5 tokens (under max_title_tokens 16); histories cut to max_history 10: mean 4.5
     tokens = 8 + 4.5 * (5 + 1) + 5 + 1
     assert math.isclose(m.tokens_per_example, tokens)
     assert math.isclose(m.flops_per_example, 6 * shape.flop_params() * tokens)
