@@ -25,7 +25,7 @@ COMMAND_MODULES = (
     "mmgrid.merge.commands",  # merge
     "mmgrid.merge.lora_commands",  # merge-lora
     "mmgrid.merge.lora.commands",  # extract-lora, apply-lora
-    "mmgrid.train.commands",  # build
+    "mmgrid.train.commands",  # build, plan
     "mmgrid.eval.commands",  # eval
     "mmgrid.sweep.commands",  # sweep, predict-lambda, report, export mlflow
     "mmgrid.sweep.calibration.commands",  # calibrate

@@ -77,3 +77,22 @@ class UnknownNameError(ConfigError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.args[0]
+
+
+class PreflightError(ConfigError):
+    """A check before any work failed (``mmgrid build`` / ``sweep`` / ``calibrate``): a model folder that
+    is missing, a size that does not fit the data, a device that is not there, too little disk, an
+    unreachable Ray cluster. Every failed check is listed (``failures``: ``(check, message)`` pairs),
+    each with its fix; nothing was trained or written."""
+
+    def __init__(self, command: str, failures: list[tuple[str, str]]) -> None:
+        self.command, self.failures = command, list(failures)
+        lines = "\n  ".join(f"[{check}] {msg}" for check, msg in self.failures)
+        n = len(self.failures)
+        super().__init__(f"mmgrid {command}: {n} preflight check{'s' if n != 1 else ''} failed before any work; "
+                         f"nothing was trained or written:\n  {lines}")
+
+    @property
+    def checks(self) -> list[str]:
+        """The names of the failed checks, in order (a check may fail more than once)."""
+        return [c for c, _ in self.failures]

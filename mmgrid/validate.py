@@ -6,6 +6,11 @@ and their typed parameters, cross-domain bases), and the checks that matter at s
 (:mod:`mmgrid.exec.validate`: data files, local model folders, execution settings) add
 warnings. Nothing is downloaded: a hub id is only checked for its form. A script that
 calls ``build_grid`` or a study directly should call :func:`validate_grid` first.
+
+A warning is allowed here (a paper-scale grid is validated before its data and models are in
+place), but some of them ``mmgrid build`` refuses: its preflight
+(:mod:`mmgrid.runtime.preflight`) fails on them before any work. Those warnings end with
+:data:`REFUSED` and the name of the preflight check.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+
+import torch
 
 from mmgrid.config import GridConfig, parse_date_ms
 from mmgrid.configtools import check_ranges
@@ -26,6 +33,10 @@ from mmgrid.train.regularizers import check_params
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 CROSS_DOMAIN_BASES = ("original", "historical", "neutral")
+REFUSED = "`mmgrid build` refuses this until it is fixed"
+# the warnings `mmgrid build`'s preflight turns into errors: (start of the warning, preflight check)
+_REFUSED_BY = (("data.root ", "data: nothing prepared yet"), ("paradigm_params.", "folders"),
+               ("exec.executor is ray but Ray is not installed", "ray"), ("train.device ", "device"))
 
 
 def validate_grid(cfg: GridConfig) -> list[str]:
@@ -62,7 +73,23 @@ def validate_grid(cfg: GridConfig) -> list[str]:
             raise ConfigError(f"sweeps.cross_domain.methods.{method}: {exc}") from exc
     for bad in set(cfg.sweeps.cross_domain.bases) - set(CROSS_DOMAIN_BASES):
         raise ConfigError(f"sweeps.cross_domain.bases: unknown base {bad!r}; use original, historical or neutral.")
-    return warnings + check_scale(cfg)
+    if str(cfg.train.device).startswith("cuda") and not torch.cuda.is_available():
+        warnings.append(f"train.device is {cfg.train.device!r} but no CUDA device is visible here; use cpu or auto "
+                        "on this machine.")
+    return [_mark(cfg, w) for w in warnings + check_scale(cfg)]
+
+
+def _mark(cfg: GridConfig, warning: str) -> str:
+    """``warning`` with :data:`REFUSED` and the preflight check appended where ``mmgrid build`` fails on it."""
+    if warning.startswith("base.model ") and "hub id" in warning:
+        return warning if cfg.base.allow_download else f"{warning} {REFUSED} (preflight check: folders, when it is " \
+                                                       "not in the cache)."
+    for start, check in _REFUSED_BY:
+        if warning.startswith(start) and (check != "device" or "no CUDA device" in warning):
+            if check.startswith("data") and (Path(str(cfg.prepared)) / "manifest.json").is_file():
+                return warning  # the data is prepared already: build reads that
+            return f"{warning} {REFUSED} (preflight check: {check})."
+    return warning
 
 
 def _check_paradigm_params(name: str, params: dict | None) -> None:

@@ -100,6 +100,11 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     top = getattr(args, "command", None) or "sweep"  # the sub-command's name (cli.py's dest)
     command = (getattr(args, "study", None) or "sweep") if top == "sweep" else top
     cfg = load_config(args.config, args.overrides, args if hasattr(args, "registry") else None, command=command)
+    if top == "sweep":  # models, devices and Ray before any merge (nothing trains: no disk or size checks)
+        from mmgrid.runtime.preflight import preflight  # lazy: torch (~1-3.5 s), as the imports above
+
+        preflight(cfg, f"sweep {command}", executor=getattr(args, "executor", None),
+                  address=getattr(args, "address", None), skip=("disk", "sizes"))
     prepared = load_prepared(cfg.prepared)
     if not (Path(cfg.registry) / "manifests").is_dir():
         raise RegistryError(f"mmgrid {command}: {cfg.registry} is not a registry (no manifests/ folder); build the "

@@ -1,9 +1,11 @@
-"""CLI sub-command of mmgrid.train: ``mmgrid build`` (see mmgrid/cli.py)."""
+"""CLI sub-commands of mmgrid.train: ``mmgrid build`` and ``mmgrid plan`` (see mmgrid/cli.py)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any
 
 from mmgrid.cliargs import REGISTRY_HELP, load_config, save_run
 from mmgrid.exec.args import add_executor_args, executor_from_args
@@ -26,17 +28,74 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retrain", action="store_true",
                    help="train stages the registry holds under an earlier mmgrid's ids again, instead of stopping "
                         "with the advice to run `mmgrid registry remap-ids` (which reuses them)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the costed plan (as `mmgrid plan`) and stop; nothing is trained")
     add_executor_args(p)
     p.set_defaults(func=_build)
+    _register_plan(sub)
+
+
+def _register_plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan", help="what a grid will cost before it runs: stages, merges, evaluations; FLOPs, bytes, memory, time",
+        description="Print the stages the build trains and the merges and evaluations its studies run, each with "
+                    "examples, tokens, FLOPs (estimates: 6 x N x tokens to train, 2 x N x tokens to evaluate, N the "
+                    "model's parameters at that job), checkpoint bytes, peak memory and time, and the totals. Stages "
+                    "the registry already holds cost nothing. Time is this machine's measured throughput (a few "
+                    "training steps of the tiny base, measured once and cached) or, with --accelerator, a GPU's "
+                    "peak bf16 FLOP/s at --mfu. Counts come from the prepared data, a grid's synthetic world, or "
+                    "MMGRid Table 1 for the paper's Amazon categories. Nothing is trained or written.")
+    p.add_argument("config", nargs="?", default=None, metavar="GRID|RUN",
+                   help="grid YAML, a packaged grid name such as demo or amazon2023, or a run folder")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.max_examples=2000")
+    p.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
+    p.add_argument("--accelerator", default=None, metavar="NAME",
+                   help="time on this GPU instead of this machine: h100, h200, a100 or l4 (peak dense bf16 FLOP/s "
+                        "from the vendor's datasheet)")
+    p.add_argument("--mfu", type=float, default=0.4,
+                   help="model FLOPs utilisation with --accelerator, a fraction (default 0.4)")
+    p.add_argument("--recalibrate", action="store_true", help="measure this machine's throughput again (cached)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (every job, for scripts)")
+    p.set_defaults(func=_plan)
+
+
+def _print_plan(cfg: Any, args: argparse.Namespace) -> None:
+    # lazy: the cost model imports torch (~1-3.5 s) and polars; `mmgrid --help` must not
+    from mmgrid.runtime.cost import cost_plan, plan_inputs, render
+    from mmgrid.runtime.throughput import accelerator, measured
+
+    name = getattr(args, "accelerator", None)
+    tp = accelerator(name, float(getattr(args, "mfu", 0.4))) if name else \
+        measured(cfg.train.threads, refresh=bool(getattr(args, "recalibrate", False)))
+    plan = cost_plan(plan_inputs(cfg, tp))
+    if getattr(args, "json", False):
+        print(json.dumps(plan.to_dict(), indent=1))
+    else:
+        print(render(plan))
+
+
+def _plan(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config, args.overrides, args if args.registry else None, command="plan")
+    _print_plan(cfg, args)
+    return 0
 
 
 def _build(args: argparse.Namespace) -> int:
     # lazy: `mmgrid --help` imports this module to register `build`; training pulls in torch (~3.5 s)
     # and transformers (~1.7 s), measured with `python -X importtime` (docs/architecture.md)
+    from mmgrid.config import ExecConfig
+    from mmgrid.configtools import check_flag
     from mmgrid.eval.grid import evaluate_and_tabulate
+    from mmgrid.runtime.preflight import preflight
     from mmgrid.train.build import build_grid
 
     cfg = load_config(args.config, args.overrides, args if args.registry else None, command="build")
+    if args.plan:
+        _print_plan(cfg, args)
+        return 0
+    for flag, name in (("--num-cpus", "num_cpus"), ("--workers", "workers")):  # a bad flag: its own one-line error
+        check_flag(flag, getattr(args, name), ExecConfig, name, f"exec.{name}")
+    preflight(cfg, "build", executor=args.executor, address=args.address)  # every check, before any work
     executor = executor_from_args(args, cfg)
     try:
         res = build_grid(cfg, executor=executor, progress=not args.no_progress, retrain=args.retrain)

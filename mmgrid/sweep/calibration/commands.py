@@ -86,6 +86,11 @@ def _calibrate(args: argparse.Namespace) -> int:
     if cfg.world is None:
         raise ConfigError(f"mmgrid calibrate: grid {cfg.name!r} has no world: section; calibration needs the "
                           "synthetic world (e.g. grids/demo.yaml).")
+    # lazy: torch (~1-3.5 s), as the study's imports above
+    from mmgrid.runtime.preflight import preflight
+
+    # models, devices, Ray before any world is written (each replicate writes and prepares its own data)
+    preflight(cfg, "calibrate", executor=args.executor, address=args.address, skip=("data", "sizes", "disk"))
     ex = executor_from_args(args, cfg)
     try:
         res = run_calibration(cfg, args.out, executor=ex)
