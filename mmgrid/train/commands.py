@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from mmgrid.cliargs import REGISTRY_HELP, load_config, save_run
+from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
 from mmgrid.exec.ddp import is_main
@@ -23,6 +24,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.seed=1")
     p.add_argument("--eval", action="store_true", help="evaluate the grid afterwards and print the baseline table")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--rehearse", action="store_true",
+                   help="run the grid's own code path end to end at toy size on CPU in a few minutes, before renting "
+                        "GPUs: its architecture shrunk with random weights, its paradigms and embedders, the first users "
+                        "of each domain (or a synthetic world in the grid's layout), every stage type, one merge of "
+                        "each study, evaluation and the report, in a separate folder with its own registry; prints "
+                        "what was substituted and each step's time, exits non-zero unless every step ran")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="with --rehearse: the rehearsal folder (default: a new temporary folder)")
+    p.add_argument("--rehearse-domains", type=int, default=3, metavar="N",
+                   help="with --rehearse: rehearse the grid's first N domains (default 3, the fewest every study runs on)")
     add_executor_args(p)
     p.set_defaults(func=_build)
 
@@ -33,7 +44,15 @@ def _build(args: argparse.Namespace) -> int:
     from mmgrid.eval.grid import evaluate_and_tabulate
     from mmgrid.train.build import build_grid
 
+    if not args.rehearse and (args.out is not None or args.rehearse_domains != 3):
+        raise ConfigError("build: --out and --rehearse-domains belong to --rehearse; add --rehearse, or drop them "
+                          "(a build writes into the grid's registry).")
     cfg = load_config(args.config, args.overrides, args if args.registry else None, command="build")
+    if args.rehearse:
+        # lazy: the rehearsal runs every layer of the pipeline
+        from mmgrid.rehearse import rehearse
+
+        return 0 if rehearse(cfg, args.out, args.rehearse_domains).ok else 1
     executor = executor_from_args(args, cfg)
     try:
         res = build_grid(cfg, executor=executor, progress=not args.no_progress)
