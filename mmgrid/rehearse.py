@@ -97,10 +97,12 @@ class Rehearsal:
     substitutions: list[tuple[str, str]] = field(default_factory=list)
     steps: list[tuple[str, float, bool, str]] = field(default_factory=list)
     report: Path | None = None
+    quiet: bool = False  # a draft's record: nothing printed
 
     def said(self, what: str, how: str) -> None:
         self.substitutions.append((what, how))
-        print(f"   {what}: {how}", flush=True)
+        if not self.quiet:
+            print(f"   {what}: {how}", flush=True)
 
     @property
     def ok(self) -> bool:
@@ -592,7 +594,7 @@ def run_rehearsal(plan: RehearsalPlan) -> Rehearsal:
     state: dict[str, Any] = {}
 
     def _prepare() -> Any:
-        draft = toy_grid(plan, domains, {"base": "tiny_qwen3()"}, Rehearsal(plan.out))
+        draft = toy_grid(plan, domains, {"base": "tiny_qwen3()"}, Rehearsal(plan.out, quiet=True))
         state["prepared"] = prepare(draft)
         return state["prepared"]
 
