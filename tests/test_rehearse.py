@@ -12,7 +12,8 @@ import pytest
 
 from mmgrid.config import WorldConfig, load_grid
 from mmgrid.errors import ConfigError
-from mmgrid.rehearse import Rehearsal, RehearsalPlan, rehearsal_data, rehearsal_folder, rehearse, toy_grid
+from mmgrid.rehearse import (Rehearsal, RehearsalPlan, rehearsal_data, rehearsal_folder, rehearsal_inputs, rehearse,
+                             toy_grid)
 
 STAGES = ["pretrain", "p1", "p2"]
 
@@ -168,3 +169,49 @@ def test_out_without_rehearse_is_refused_before_anything_runs(tmp_path: Path) ->
     assert proc.returncode != 0
     assert "--out and --rehearse-domains belong to --rehearse" in proc.stderr
     assert not (tmp_path / "x").exists() and not (tmp_path / "runs").exists()
+
+
+class _Prepared:
+    """What the model step reads of a prepared dataset: the domains' item texts."""
+
+    domains = ["A", "B"]
+
+    def domain(self, name: str) -> "_Prepared":
+        return self
+
+    item_texts = [f"item {i} made of words like cable case charger {i % 7}" for i in range(200)]
+
+
+def test_a_local_model_folder_with_only_its_config_is_shrunk_and_its_embedder_folder_is_written(tmp_path: Path) -> None:
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Qwen3Config
+
+    from mmgrid.paradigms.embedder import load_embedder
+
+    folder = tmp_path / "Qwen3-local"
+    Qwen3Config(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                head_dim=128, intermediate_size=3072, tie_word_embeddings=True, rope_theta=12345.0, rms_norm_eps=1e-5).save_pretrained(folder)
+    real = load_grid("amazon2023", [f"base.model={folder}",
+                                    f"paradigm_params.text.embedder={tmp_path / 'Qwen3-Embedding-0.6B'}",
+                                    "paradigm_params.semid.embedder=all-minilm-l6-v2"])
+    log = Rehearsal(tmp_path, quiet=True)
+    inputs = rehearsal_inputs(RehearsalPlan(real, tmp_path / "out"), _Prepared(), log)
+    cfg = AutoConfig.from_pretrained(inputs["base"], local_files_only=True)
+    # the folder's own architecture and choices, at toy depth and width
+    assert cfg.model_type == "qwen3" and cfg.tie_word_embeddings is True and cfg.rms_norm_eps == 1e-5
+    assert cfg.rope_parameters["rope_theta"] == 12345.0
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads) == (2, 64, 4)
+    model = AutoModelForCausalLM.from_pretrained(inputs["base"], local_files_only=True)
+    assert model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+    said = dict(log.substitutions)
+    assert f"{folder / 'config.json'}" in said["base.model"] and "random weights" in said["base.model"]
+    assert said["tokenizer"].startswith("trained here")
+    # the absent Qwen3 embedding folder: its architecture (a Qwen3 decoder read at the last token), random weights
+    emb_dir = Path(inputs["embedder:text"])
+    assert AutoConfig.from_pretrained(emb_dir, local_files_only=True).model_type == "qwen3"
+    assert json.loads((emb_dir / "1_Pooling" / "config.json").read_text())["pooling_mode_lasttoken"] is True
+    assert isinstance(AutoModel.from_pretrained(emb_dir, local_files_only=True), object)
+    vecs = load_embedder(str(emb_dir)).encode(["a red cable", "a blue case"])
+    assert vecs.shape == (2, 64)
+    assert [float(v) for v in (vecs ** 2).sum(axis=1)] == pytest.approx([1.0, 1.0], rel=1e-5)  # normalised
+    # the offline default is the real one
+    assert said["embedder all-minilm-l6-v2"].startswith("real")
