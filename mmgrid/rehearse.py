@@ -315,13 +315,18 @@ def _first_users(reviews: Path, meta: Path, dst: Path, domain: str, users: int, 
             items.add(str(rec.get("parent_asin")))
             fh.write(line if line.endswith("\n") else line + "\n")
             n += 1
+    left = set(items)
     with out_m.open("w", encoding="utf-8") as fh:
         for line in _lines(meta):
+            if not left:
+                break  # every kept item's metadata found: the rest of a large file is not read
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(rec, dict) and str(rec.get("parent_asin")) in items:
+            asin = str(rec.get("parent_asin")) if isinstance(rec, dict) else None
+            if asin in left:
+                left.discard(asin)
                 fh.write(line if line.endswith("\n") else line + "\n")
     return n
 
