@@ -97,6 +97,7 @@ class Rehearsal:
     substitutions: list[tuple[str, str]] = field(default_factory=list)
     steps: list[tuple[str, float, bool, str]] = field(default_factory=list)
     report: Path | None = None
+    stage_types: list[str] = field(default_factory=list)  # kind:paradigm/period[/variant] the registry holds
     quiet: bool = False  # a draft's record: nothing printed
 
     def said(self, what: str, how: str) -> None:
@@ -114,6 +115,8 @@ class Rehearsal:
         lines += ["", "steps:"]
         lines += [f"  {'ok ' if ok else 'FAIL'} {n:<34} {s:7.1f} s  {note}" for n, s, ok, note in self.steps]
         lines.append(f"  total {sum(s[1] for s in self.steps):.1f} s")
+        if self.stage_types:
+            lines += ["", f"checkpoints ({len(self.stage_types)} kinds): " + ", ".join(self.stage_types)]
         if self.report is not None:
             lines.append(f"report: {self.report}")
         return "\n".join(lines)
@@ -337,8 +340,16 @@ def _first_users(reviews: Path, meta: Path, dst: Path, domain: str, users: int, 
 def rehearsal_inputs(plan: RehearsalPlan, prepared: Any, log: Rehearsal) -> dict[str, str]:
     """Write the toy base folder and every embedder folder; returns their paths (see :func:`toy_grid`)."""
     src = plan.source
-    base_dir = _write_base(src.base, prepared, plan.out / "models" / "base", src.train.seed, log)
-    inputs = {"base": str(base_dir)}
+    # lazy: the builders import transformers
+    from mmgrid.models.builders import parse_builder
+    base_dir = plan.out / "models" / "base"
+    if parse_builder(src.base.model):  # already toy-sized: the same builder, trained here as in the real run
+        inputs = {"base": src.base.model}
+        log.said("base.model", f"{src.base.model} kept (a named tiny builder, trained here; base.lm_epochs 1)")
+        base_dir = _write_base(src.base, prepared, base_dir, src.train.seed, Rehearsal(plan.out, quiet=True))
+    else:
+        base_dir = _write_base(src.base, prepared, base_dir, src.train.seed, log)
+        inputs = {"base": str(base_dir)}
     done: dict[str, str] = {}
     for name in src.paradigms:
         if name not in ("text", "semid"):
@@ -633,7 +644,7 @@ def run_rehearsal(plan: RehearsalPlan) -> Rehearsal:
             executor.shutdown()
     log.report = steps.run("report", lambda: write_report(cfg, reg, prepared, plan.out, html=True))
     if res is not None:
-        log.steps.append(("(stage types trained)", 0.0, True, ", ".join(trained_stage_types(reg))))
+        log.stage_types = trained_stage_types(reg)
     return log
 
 

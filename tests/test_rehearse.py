@@ -220,3 +220,9 @@ def test_a_local_model_folder_with_only_its_config_is_shrunk_and_its_embedder_fo
     assert [float(v) for v in (vecs ** 2).sum(axis=1)] == pytest.approx([1.0, 1.0], rel=1e-5)  # normalised
     # the offline default is the real one
     assert said["embedder all-minilm-l6-v2"].startswith("real")
+
+
+def test_no_domains_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--rehearse-domains 0"):
+        rehearse(load_grid("amazon2023"), str(tmp_path / "r"), domains=0)
+    assert not (tmp_path / "r").exists()
