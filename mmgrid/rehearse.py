@@ -581,7 +581,7 @@ def rehearsal_folder(source: Any, out: str | None) -> Path:
     return folder
 
 
-def run_rehearsal(plan: RehearsalPlan) -> Rehearsal:
+def run_rehearsal(plan: RehearsalPlan, log: Rehearsal | None = None) -> Rehearsal:
     """Rehearse ``plan.source`` in ``plan.out``: data, models, toy grid, then the demo's pipeline."""
     # lazy: every layer of the pipeline (torch, transformers, polars, matplotlib)
     from mmgrid.data.pipeline import prepare
@@ -597,7 +597,7 @@ def run_rehearsal(plan: RehearsalPlan) -> Rehearsal:
     from mmgrid.train.build import build_grid
     from mmgrid.validate import validate_grid
 
-    log = Rehearsal(plan.out)
+    log = log or Rehearsal(plan.out)
     steps = _Steps(log)
     print(f"rehearsing grid {plan.source.name!r} at toy size in {plan.out}", flush=True)
     domains = steps.run("data", lambda: rehearsal_data(plan, log), lambda ds: f"{len(ds)} domains")
@@ -663,10 +663,17 @@ def rehearse(source: Any, out: str | None = None, domains: int = 3) -> Rehearsal
     the summary and returns the record (``.ok``: every step ran)."""
     if domains < 1:
         raise ConfigError(f"--rehearse-domains {domains}: give at least 1 (3 runs every study).")
+    # lazy: the validation pass imports every registry of names
+    from mmgrid.validate import validate_grid
     plan = RehearsalPlan(source, rehearsal_folder(source, out), domains=domains)
+    log = Rehearsal(plan.out)
+    print(f"the real grid {source.name!r}, as `mmgrid build` would check it:", flush=True)
     try:
-        log = run_rehearsal(plan)
-    except MmgridError:
-        raise
+        found = [f"warns: {w}" for w in validate_grid(source)]
+    except MmgridError as exc:  # the rehearsal goes on: it substitutes what is missing, then says so
+        found = [f"REFUSED by `mmgrid build`: {exc}"]
+    for line in found or ["valid"]:
+        log.said("real grid", line)
+    log = run_rehearsal(plan, log)
     print("\n" + log.summary(), flush=True)
     return log

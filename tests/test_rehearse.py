@@ -39,6 +39,7 @@ def test_rehearsal_of_the_paper_grid_runs_every_stage_type_every_study_and_the_r
     assert "models/Qwen3-Embedding-8B: random weights: absent" in text
     assert "synthetic: no raw files" in text
     assert "bfloat16 kept" in text and "cuda -> cpu" in text
+    assert "real grid                    warns: base.model 'Qwen/Qwen3-0.6B' is a hub id" in text
 
     from mmgrid import Registry
 
@@ -81,9 +82,11 @@ def test_a_grid_naming_an_absent_model_folder_still_rehearses_with_random_weight
                  "sweeps.cross_domain.paradigms=[semid]", "sweeps.temporal.paradigm=semid",
                  "eval.matrix_paradigms=[semid]"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    # the real grid is refused by `mmgrid build` (no such folder): the rehearsal says so and goes on
+    assert "real grid                    REFUSED by `mmgrid build`: base.model" in proc.stdout
     assert f"{tmp_path / 'no-such-model'} -> random weights" in proc.stdout
     assert "is not on disk and names no known architecture" in proc.stdout
-    assert "no-such-embedder: random weights: absent, the all-MiniLM-L6-v2 architecture" in proc.stdout
+    assert "no-such-embedder: random weights: absent: the all-MiniLM-L6-v2 architecture" in proc.stdout
     assert "(every step ran)" in proc.stdout
 
 

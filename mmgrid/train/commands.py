@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mmgrid.cliargs import REGISTRY_HELP, load_config, save_run
+from mmgrid.cliargs import REGISTRY_HELP, grid_source, load_config, save_run
 from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
@@ -47,12 +47,14 @@ def _build(args: argparse.Namespace) -> int:
     if not args.rehearse and (args.out is not None or args.rehearse_domains != 3):
         raise ConfigError("build: --out and --rehearse-domains belong to --rehearse; add --rehearse, or drop them "
                           "(a build writes into the grid's registry).")
-    cfg = load_config(args.config, args.overrides, args if args.registry else None, command="build")
-    if args.rehearse:
-        # lazy: the rehearsal runs every layer of the pipeline
+    if args.rehearse:  # the real grid unvalidated: the rehearsal reports what `build` would refuse, then goes on
+        # lazy: the config loader (yaml) and the rehearsal (every layer of the pipeline)
+        from mmgrid.config import load_grid
         from mmgrid.rehearse import rehearse
 
-        return 0 if rehearse(cfg, args.out, args.rehearse_domains).ok else 1
+        real = load_grid(grid_source(args.config, args if args.registry else None, "build"), args.overrides)
+        return 0 if rehearse(real, args.out, args.rehearse_domains).ok else 1
+    cfg = load_config(args.config, args.overrides, args if args.registry else None, command="build")
     executor = executor_from_args(args, cfg)
     try:
         res = build_grid(cfg, executor=executor, progress=not args.no_progress)
