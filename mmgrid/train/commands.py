@@ -52,7 +52,10 @@ def _build(args: argparse.Namespace) -> int:
         from mmgrid.config import load_grid
         from mmgrid.rehearse import rehearse
 
-        real = load_grid(grid_source(args.config, args if args.registry else None, "build"), args.overrides)
+        extra = [f"exec.executor={args.executor}"] if args.executor else []  # said as "-> local" by the rehearsal
+        extra += [f"exec.workers={args.workers}"] if args.workers is not None else []
+        real = load_grid(grid_source(args.config, args if args.registry else None, "build"),
+                         [*(args.overrides or []), *extra])
         return 0 if rehearse(real, args.out, args.rehearse_domains).ok else 1
     cfg = load_config(args.config, args.overrides, args if args.registry else None, command="build")
     executor = executor_from_args(args, cfg)
