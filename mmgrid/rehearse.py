@@ -371,6 +371,7 @@ def _write_base(base: Any, prepared: Any, dst: Path, seed: int, log: Rehearsal) 
 
     config, where = _architecture(base.model)
     tokenizer = _real_tokenizer(base.tokenizer or base.model)
+    trained = tokenizer is None
     if tokenizer is None:
         texts = [t for dm in prepared.domains for t in prepared.domain(dm).item_texts]
         tokenizer = train_tokenizer(texts, TOY_VOCAB)
@@ -392,8 +393,9 @@ def _write_base(base: Any, prepared: Any, dst: Path, seed: int, log: Rehearsal) 
         config.layer_types = list(config.layer_types)[: config.num_hidden_layers]
     if hasattr(config, "max_window_layers"):
         config.max_window_layers = config.num_hidden_layers
-    config.vocab_size = max(len(tokenizer), int(getattr(config, "vocab_size", 0) or 0) if
-                            len(tokenizer) > TOY_VOCAB else len(tokenizer))
+    # a real tokenizer keeps the architecture's (padded) vocabulary rows; a trained one sizes them itself
+    real_rows = int(getattr(config, "vocab_size", 0) or 0) if trained is False else 0
+    config.vocab_size = max(len(tokenizer), real_rows)
     config.use_cache = False
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

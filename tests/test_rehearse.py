@@ -229,3 +229,22 @@ def test_no_domains_is_refused_before_anything_is_written(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="--rehearse-domains 0"):
         rehearse(load_grid("amazon2023"), str(tmp_path / "r"), domains=0)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_model_folder_with_its_tokenizer_keeps_the_real_tokenizer_and_vocabulary_rows(tmp_path: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer, Qwen3Config
+
+    from mmgrid.models.tokenizer import train_tokenizer
+
+    folder = tmp_path / "qwen3-with-tokenizer"
+    Qwen3Config(vocab_size=777, hidden_size=256, num_hidden_layers=6).save_pretrained(folder)
+    train_tokenizer(_Prepared.item_texts, 300).save_pretrained(folder)
+    real = load_grid("amazon2023", [f"base.model={folder}", "paradigms=[sasrec, emb]"])
+    log = Rehearsal(tmp_path, quiet=True)
+    inputs = rehearsal_inputs(RehearsalPlan(real, tmp_path / "out"), _Prepared(), log)
+    said = dict(log.substitutions)
+    assert said["tokenizer"].startswith(f"real: {folder}")
+    tok = AutoTokenizer.from_pretrained(inputs["base"], local_files_only=True)
+    assert tok.get_vocab() == AutoTokenizer.from_pretrained(folder, local_files_only=True).get_vocab()
+    cfg = AutoConfig.from_pretrained(inputs["base"], local_files_only=True)
+    assert cfg.vocab_size == 777 and cfg.num_hidden_layers == 2  # the folder's padded rows, toy depth
