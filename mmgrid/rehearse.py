@@ -159,7 +159,7 @@ def toy_grid(plan: RehearsalPlan, domains: list[str], inputs: dict[str, str], lo
         inputs: ``base`` -> the written base folder; ``embedder:<paradigm>`` -> its embedder folder.
         log: where each substitution is said.
     """
-    # lazy: mmgrid.config imports yaml and the registries of names; `mmgrid --help` must not pay them
+    # lazy: torch (~3.5 s) and mmgrid.config (yaml, the registries of names); `mmgrid --help` must not pay them
     import torch
     from mmgrid.config import grid_from_dict
 
@@ -201,6 +201,15 @@ def toy_grid(plan: RehearsalPlan, domains: list[str], inputs: dict[str, str], lo
         log.said("train.dtype", "bfloat16 -> float32 (this torch has no bfloat16 matmul on CPU)")
     elif src.train.dtype == "bfloat16":
         log.said("train.dtype", "bfloat16 kept (bfloat16 on CPU)")
+    elif src.train.dtype == "auto" and src.train.device in ("auto", "cuda") and _cpu_bf16(torch):
+        t["dtype"] = "bfloat16"  # what auto picks on a GPU, where the real grid runs
+        log.said("train.dtype", "auto -> bfloat16 (auto picks bfloat16 on CUDA; float32 on CPU would rehearse "
+                                "another path)")
+    for v in d["variants"]:  # a periodic regularizer fires within the toy stage's few steps
+        every = (v.get("params") or {}).get("every")
+        if isinstance(every, int) and every > 2:
+            v["params"]["every"] = 2
+            log.said(f"variant {v['name']}", f"params.every {every} -> 2 (a toy stage has a few steps)")
     e = d["eval"]
     e["max_users"] = min(int(e.get("max_users") or 20), 20)
     sw = d["sweeps"]

@@ -248,3 +248,18 @@ def test_a_model_folder_with_its_tokenizer_keeps_the_real_tokenizer_and_vocabula
     assert tok.get_vocab() == AutoTokenizer.from_pretrained(folder, local_files_only=True).get_vocab()
     cfg = AutoConfig.from_pretrained(inputs["base"], local_files_only=True)
     assert cfg.vocab_size == 777 and cfg.num_hidden_layers == 2  # the folder's padded rows, toy depth
+
+
+def test_toy_grid_of_the_demo_keeps_its_regularizer_rows_and_makes_periodic_ones_fire(tmp_path: Path) -> None:
+    real = load_grid("demo")
+    log = Rehearsal(tmp_path, quiet=True)
+    toy = toy_grid(RehearsalPlan(real, tmp_path), ["A", "B", "C"], {"base": real.base.model}, log)
+    assert [(v.name, v.regularizer, v.paradigms) for v in toy.variants] == \
+        [(v.name, v.regularizer, v.paradigms) for v in real.variants]
+    soup = next(v for v in toy.variants if v.regularizer == "soup_to_go")
+    assert soup.params == {"every": 2}  # 50 steps would never come in a 6-step toy stage
+    orbit = next(v for v in toy.variants if v.regularizer == "orbit")
+    assert orbit.params == next(v for v in real.variants if v.regularizer == "orbit").params
+    assert toy.base.model == "tiny_qwen3()" and toy.train.seeds == real.train.seed_list[:2]
+    assert toy.train.dtype == "bfloat16"  # auto picks bfloat16 on the GPU the real grid would run on
+    assert "auto -> bfloat16" in dict(log.substitutions)["train.dtype"]
