@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, list[list[str]], bool]] = [
     ("runtime", [["mmgrid.runtime"]], False),
     ("run", [["mmgrid.train", "mmgrid.eval"]], True),
     ("studies", [["mmgrid.sweep"], ["mmgrid.query"]], False),
-    ("entry", [["mmgrid.cliargs", "mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.validate", "*.commands"]], False),
+    ("entry", [["mmgrid.cliargs", "mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.rehearse", "mmgrid.validate", "*.commands"]], False),
 ]
 
 # Imports the table allows although they point up: (importer, imported) -> why.

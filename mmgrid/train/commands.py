@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mmgrid.cliargs import REGISTRY_HELP, load_config, save_run
+from mmgrid.cliargs import REGISTRY_HELP, grid_source, load_config, save_run
+from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
 from mmgrid.exec.ddp import is_main
@@ -30,6 +31,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "with the advice to run `mmgrid registry remap-ids` (which reuses them)")
     p.add_argument("--plan", action="store_true",
                    help="print the costed plan (as `mmgrid plan`) and stop; nothing is trained")
+    p.add_argument("--rehearse", action="store_true",
+                   help="run the grid's own code path end to end at toy size on CPU in a few minutes, before renting "
+                        "GPUs: its architecture shrunk with random weights, its paradigms and embedders, the first users "
+                        "of each domain (or a synthetic world in the grid's layout), every stage type, one merge of "
+                        "each study, evaluation and the report, in a separate folder with its own registry; prints "
+                        "what was substituted and each step's time, exits non-zero unless every step ran")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="with --rehearse: the rehearsal folder (default: a new temporary folder)")
+    p.add_argument("--rehearse-domains", type=int, default=3, metavar="N",
+                   help="with --rehearse: rehearse the grid's first N domains (default 3, the fewest every study runs on)")
     add_executor_args(p)
     p.set_defaults(func=_build)
     _register_plan(sub)
@@ -89,6 +100,19 @@ def _build(args: argparse.Namespace) -> int:
     from mmgrid.runtime.preflight import preflight
     from mmgrid.train.build import build_grid
 
+    if not args.rehearse and (args.out is not None or args.rehearse_domains != 3):
+        raise ConfigError("build: --out and --rehearse-domains belong to --rehearse; add --rehearse, or drop them "
+                          "(a build writes into the grid's registry).")
+    if args.rehearse:  # the real grid unvalidated: the rehearsal reports what `build` would refuse, then goes on
+        # lazy: the config loader (yaml) and the rehearsal (every layer of the pipeline)
+        from mmgrid.config import load_grid
+        from mmgrid.rehearse import rehearse
+
+        extra = [f"exec.executor={args.executor}"] if args.executor else []  # said as "-> local" by the rehearsal
+        extra += [f"exec.workers={args.workers}"] if args.workers is not None else []
+        real = load_grid(grid_source(args.config, args if args.registry else None, "build"),
+                         [*(args.overrides or []), *extra])
+        return 0 if rehearse(real, args.out, args.rehearse_domains).ok else 1
     cfg = load_config(args.config, args.overrides, args if args.registry else None, command="build")
     if args.plan:
         _print_plan(cfg, args)
