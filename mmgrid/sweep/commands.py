@@ -239,12 +239,19 @@ def _report(args: argparse.Namespace) -> int:
         path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics, html=args.html,
                             keep_going=args.keep_going, calibration=args.calibration)
     except ReportIncomplete:
-        save_run(cfg, args.out, "report")  # the sections that were written still name their run
+        _save_report_run(cfg, args.out)  # the sections that were written still name their run
         raise
-    # the report folder names its run: `mmgrid sweep temporal DIR` and the like take it
-    save_run(cfg, args.out, "report")
+    _save_report_run(cfg, args.out)
     print(f"report written to {path}" + (f" and {path.with_name('report.html')}" if args.html else ""))
     return 0
+
+
+def _save_report_run(cfg: Any, out: str) -> None:
+    """The report folder names its run (`mmgrid sweep temporal DIR` and the like take it): its
+    ``mmgrid-run.yaml`` is written when it has none; one already there holds this same grid
+    (:func:`_report` refused any other before writing) and is left as it is."""
+    if not (Path(out) / RUN_FILE).is_file():
+        save_run(cfg, out, "report")
 
 
 def _register_export(sub: argparse._SubParsersAction) -> None:
