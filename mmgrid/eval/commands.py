@@ -117,8 +117,9 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     if man.coords.get("paradigm") in OWN_CATALOG and own != domain:
         raise ConfigError(f"checkpoint {man.id[:12]} ({man.coords['paradigm']}, trained on {own}) ranks {own}'s "
                           f"items only ({OWN_CATALOG[man.coords['paradigm']]} has one row per {own} item), so it cannot rank "
-                          f"{domain}'s items. Evaluate it on {own} (drop --domain), or evaluate a text or semid "
-                          f"checkpoint on {domain} (their items are text, not table rows).")
+                          f"{domain}'s items. Evaluate it on {own} (drop --domain), or evaluate a text checkpoint on "
+                          f"{domain} (its items are text, not table rows; a semid checkpoint ranks only the domains "
+                          f"whose code tokens it holds).")
     par = get_paradigm(man.coords["paradigm"])
     split = args.split or cfg.eval.split
     dom = prepared.domain(domain)

@@ -67,7 +67,7 @@ def test_eval_honours_overrides_and_refuses_unknown_ones(quick_demo: Path) -> No
 
 
 def test_eval_of_a_text_checkpoint_on_another_domain_and_a_named_error_for_emb(quick_demo: Path) -> None:
-    proc = mmgrid("eval", "--registry", str(quick_demo), "books-best", "--domain", "Phones", "--no-record")
+    proc = mmgrid("eval", "--registry", str(quick_demo), "books-text-p2", "--domain", "Phones", "--no-record")
     assert proc.returncode == 0, proc.stderr
     assert "on Phones/test" in proc.stdout
     emb = _ids(quick_demo, "--paradigm", "emb", "--domain", "Books", "--period", "p2", "--seed", "0",
