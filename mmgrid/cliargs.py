@@ -13,7 +13,10 @@ A positional ``ROOT`` still works where older versions took one (``mmgrid query 
 prints a deprecation note naming the new spelling.
 
 A run remembers itself: every command that writes an output folder (``demo``, ``build``,
-``report --out``) saves the resolved grid there as ``mmgrid-run.yaml`` (:func:`save_run`).
+``report --out``) saves the resolved grid there as ``mmgrid-run.yaml`` (:func:`save_run`), its
+paths relative to that folder (:mod:`mmgrid.config.runfile`: a moved or copied run reads and
+writes only its own registry; a registry that is missing, is not one, loops or leaves the run
+unannounced is a named error). ``report --out`` never replaces a saved run of another grid.
 Follow-ups (``sweep``, ``eval``, ``predict-lambda``, ``report``, ``merge``) accept that folder
 or its registry in place of a grid YAML (:func:`load_config`) and apply only the
 ``KEY=VALUE`` overrides given; :func:`check_against_registry` then compares the config with
