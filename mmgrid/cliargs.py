@@ -178,6 +178,7 @@ def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
     # lazy: yaml and the config stay out of `mmgrid --help`
     import yaml
     from mmgrid.config import GridConfig
+    from mmgrid.config.runfile import run_dict
 
     assert isinstance(cfg, GridConfig)
     folder = Path(folder)
@@ -186,8 +187,6 @@ def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
     if changed:
         note(f"{folder / RUN_FILE}: the saved grid now records this `mmgrid {command}`'s " + "; ".join(changed[:6])
              + (f" and {len(changed) - 6} more" if len(changed) > 6 else "") + ".")
-    from mmgrid.config.runfile import run_dict
-
     target = folder / RUN_FILE
     head = (f"# The resolved grid of `mmgrid {command}` (grid hash {cfg.hash()}); paths are relative to this folder.\n"
             f"# Follow-ups take this folder in place of a grid YAML, e.g. `mmgrid sweep temporal {folder}`.\n")

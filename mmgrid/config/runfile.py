@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from mmgrid.config.grid import grid_from_dict
+from mmgrid.configtools import apply_overrides
 from mmgrid.errors import ConfigError, RegistryError
 
 RUN_FILE = "mmgrid-run.yaml"
@@ -197,9 +199,6 @@ def load_run(run_file: str | Path, overrides: list[str] | None = None, notes: li
     """The :class:`~mmgrid.config.grid.GridConfig` of a run file (paths by this module's rule),
     with ``overrides`` applied (an override's path is as the user typed it: relative to the
     current folder); the reading's notes are appended to ``notes``."""
-    from mmgrid.config.grid import grid_from_dict  # the grid module sits beside this one
-    from mmgrid.configtools import apply_overrides
-
     run = read_run(run_file)
     if notes is not None:
         notes.extend(run.notes)
