@@ -6,8 +6,9 @@ names the folder instead of repeating the grid and its overrides. Its three path
 (``registry``, ``prepared``, ``data.root``) are stored **relative to the run folder**, so that
 ``mv runs/demo runs/demo-v1`` and ``cp -a runs/demo runs/exp`` give a working run that reads
 and writes only its own registry. A path the user gave outside the run folder (a shared
-dataset, the registry a report folder reads) is stored absolute and listed in the file's
-``run.external``; a path that leaves the run folder without being listed there is refused
+dataset, the registry a report folder reads) is listed in the file's ``run.external`` and
+stored absolute (relative when the folder lies inside the run folder that holds the path: a
+report folder inside its run); a path that leaves the run folder without being listed there is refused
 (:class:`~mmgrid.errors.ConfigError`), so a copied or hand-edited run file never writes into
 another run's registry unannounced.
 
@@ -205,10 +206,19 @@ def load_run(run_file: str | Path, overrides: list[str] | None = None, notes: li
     return grid_from_dict(apply_overrides(run.grid, overrides), where=str(run.file))
 
 
+def _enclosing_run(folder: Path) -> Path | None:
+    """The nearest folder above ``folder`` holding a run file (None when there is none)."""
+    for parent in folder.parents:
+        if (parent / RUN_FILE).is_file():
+            return parent
+    return None
+
+
 def run_dict(cfg: Any, folder: str | Path) -> dict[str, Any]:
     """What :func:`mmgrid.cliargs.save_run` writes into ``folder/mmgrid-run.yaml`` for ``cfg``:
-    the grid, its paths relative to ``folder`` where they lie inside it, absolute (and listed in
-    ``run.external``) where they do not."""
+    the grid, its paths relative to ``folder`` where they lie inside it; listed in
+    ``run.external`` where they do not, then relative when ``folder`` lies inside a run folder
+    that holds them (a report folder in its run: the two move together), else absolute."""
     data = cfg.to_dict()
     base = _resolve(Path(folder), "the run folder")
     external = []
@@ -219,9 +229,11 @@ def run_dict(cfg: Any, folder: str | Path) -> dict[str, Any]:
         where = _resolve(Path(value), key)
         if _inside(where, base):
             _set(data, key, where.relative_to(base).as_posix() or ".")
-        else:
-            _set(data, key, str(where))
-            external.append(key)
+            continue
+        external.append(key)
+        run = _enclosing_run(base)
+        # a report folder inside a run naming that run's registry: relative, so it moves with the run
+        _set(data, key, os.path.relpath(where, base) if run is not None and _inside(where, run) else str(where))
     meta: dict[str, Any] = {"format": FORMAT}
     if external:
         meta["external"] = external

@@ -171,12 +171,18 @@ def test_report_with_overrides_never_rewrites_the_runs_saved_grid(own_run: Path)
 
 def test_report_into_its_own_folder_saves_the_overrides_there_and_keeps_the_run(own_run: Path) -> None:
     before = (own_run / RUN).read_bytes()
-    out = own_run / "reports" / "seed0"
+    out = own_run / "reports" / "moves-seed0"
     proc = mmgrid("report", str(own_run), "--out", str(out), "--no-diagnostics", "train.seeds=[0]")
     assert proc.returncode == 0, proc.stderr
     assert (own_run / RUN).read_bytes() == before
     saved = yaml.safe_load((out / RUN).read_text())
     assert saved["train"]["seeds"] == [0]
-    # outside the report's folder: absolute, and announced
-    assert saved["registry"] == str((own_run / "registry").resolve())
+    # outside the report's folder, announced; inside the run that holds the report: relative, so
+    # the report folder moves and copies with its run
+    assert (saved["registry"], saved["prepared"], saved["data"]["root"]) == ("../../registry", "../../prepared",
+                                                                            "../../world")
     assert saved["run"]["external"] == ["registry", "prepared", "data.root"]
+    copy = _copy(own_run, own_run.parent / "copy")
+    assert _ids(copy / "reports" / "moves-seed0") == _ids(own_run)
+    from mmgrid.config.runfile import read_run
+    assert read_run(copy / "reports" / "moves-seed0" / RUN).path("registry") == str((copy / "registry").resolve())
