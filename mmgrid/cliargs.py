@@ -13,7 +13,10 @@ A positional ``ROOT`` still works where older versions took one (``mmgrid query 
 prints a deprecation note naming the new spelling.
 
 A run remembers itself: every command that writes an output folder (``demo``, ``build``,
-``report --out``) saves the resolved grid there as ``mmgrid-run.yaml`` (:func:`save_run`).
+``report --out``) saves the resolved grid there as ``mmgrid-run.yaml`` (:func:`save_run`), its
+paths relative to that folder (:mod:`mmgrid.config.runfile`: a moved or copied run reads and
+writes only its own registry; a registry that is missing, is not one, loops or leaves the run
+unannounced is a named error). ``report --out`` never replaces a saved run of another grid.
 Follow-ups (``sweep``, ``eval``, ``predict-lambda``, ``report``, ``merge``) accept that folder
 or its registry in place of a grid YAML (:func:`load_config`) and apply only the
 ``KEY=VALUE`` overrides given; :func:`check_against_registry` then compares the config with
@@ -35,7 +38,7 @@ from typing import Any
 
 from mmgrid.errors import ConfigError, RegistryError
 
-RUN_FILE = "mmgrid-run.yaml"
+RUN_FILE = "mmgrid-run.yaml"  # mmgrid.config.runfile.RUN_FILE (imported lazily: yaml stays out of `mmgrid --help`)
 ENV = "MMGRID_REGISTRY"
 DEMO_RUN = Path("runs/demo")
 REGISTRY_HELP = (f"registry folder or run folder (default: ${ENV}, else ./{RUN_FILE}'s registry, "
@@ -83,28 +86,30 @@ def is_registry(path: Path) -> bool:
 def find_run(path: str | Path) -> Path | None:
     """The ``mmgrid-run.yaml`` of a run folder, or of the run a registry folder belongs to
     (its parent folder's, when that file names this registry); None if there is none."""
-    p = Path(path)
-    if p.is_file() and p.name == RUN_FILE:
-        return p
-    if (p / RUN_FILE).is_file():
-        return p / RUN_FILE
-    parent = p.resolve().parent / RUN_FILE
-    if is_registry(p) and parent.is_file():
-        reg = saved_registry(parent)
-        if reg is not None and Path(reg).resolve() == p.resolve():
-            return parent
-    return None
+    from mmgrid.config import runfile  # lazy: yaml (~0.05 s) stays out of `mmgrid --help`
+
+    return runfile.find_run(path)
 
 
 def saved_registry(run_file: Path) -> str | None:
-    """The registry a saved run names (None when the file names none)."""
-    import yaml  # lazy: yaml (~0.05 s) stays out of `mmgrid --help`
+    """The registry a saved run names, absolute (None when the file names none); its paths are
+    relative to the run folder (:mod:`mmgrid.config.runfile`)."""
+    from mmgrid.config import runfile  # lazy: as above
 
-    try:
-        data = yaml.safe_load(run_file.read_text()) or {}
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise ConfigError(f"{run_file}: cannot read the saved run ({exc}); restore it or pass --registry.") from exc
-    return data.get("registry") if isinstance(data, dict) else None
+    run = runfile.read_run(run_file)
+    for text in run.notes:
+        note(text)
+    return run.path("registry")
+
+
+def _run_registry(run_file: Path) -> Path:
+    """The registry of a saved run, checked (missing, not a registry, a loop: named errors)."""
+    from mmgrid.config import runfile  # lazy: as above
+
+    run = runfile.read_run(run_file)
+    for text in run.notes:
+        note(text)
+    return runfile.run_registry(run)
 
 
 def _as_registry(path: str, where: str) -> Path:
@@ -114,9 +119,7 @@ def _as_registry(path: str, where: str) -> Path:
         return p
     run = find_run(p)
     if run is not None:
-        reg = saved_registry(run)
-        if reg is not None:
-            return Path(reg)
+        return _run_registry(run)
     raise RegistryError(f"{path} ({where}) is not a registry (no manifests/ folder) and holds no {RUN_FILE}; "
                         f"pass --registry with a registry folder or a run folder (as `mmgrid demo --out` writes).")
 
@@ -142,9 +145,7 @@ def registry_path(args: argparse.Namespace, command: str, *, must_exist: bool = 
         return _as_registry(env, f"${ENV}") if must_exist else Path(env)
     here = Path(RUN_FILE)
     if here.is_file():
-        reg = saved_registry(here)
-        if reg is not None:
-            return _as_registry(reg, f"./{RUN_FILE}")
+        return _run_registry(here)
     if is_registry(DEMO_RUN / "registry"):
         return DEMO_RUN / "registry"
     raise RegistryError(f"mmgrid {command}: which registry? pass --registry PATH (a registry or run folder), "
@@ -168,27 +169,73 @@ def open_registry(args: argparse.Namespace, command: str, quiet: bool = False) -
 # -- a run remembers itself ---------------------------------------------------------------------
 
 def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
-    """Write ``folder/mmgrid-run.yaml``: the resolved grid (paths made absolute), so that a
-    follow-up command can name the folder instead of repeating the grid and its overrides.
-    Written atomically (a reader sees the old file or the new one)."""
+    """Write ``folder/mmgrid-run.yaml``: the resolved grid, its paths relative to ``folder``
+    (absolute where they lie outside it, listed in ``run.external``: :mod:`mmgrid.config.runfile`),
+    so that a follow-up command can name the folder instead of repeating the grid and its
+    overrides, and the folder still works after ``mv`` or ``cp -a``. Written atomically (a reader
+    sees the old file or the new one); when it replaces a saved grid that differs, a note names
+    the keys that changed."""
     # lazy: yaml and the config stay out of `mmgrid --help`
     import yaml
     from mmgrid.config import GridConfig
+    from mmgrid.config.runfile import run_dict
 
     assert isinstance(cfg, GridConfig)
-    data = cfg.to_dict()
-    data["prepared"] = str(Path(cfg.prepared).resolve())
-    data["registry"] = str(Path(cfg.registry).resolve())
-    data["data"]["root"] = str(Path(cfg.data.root).resolve())
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    changed = run_changes(cfg, folder)
+    if changed:
+        note(f"{folder / RUN_FILE}: the saved grid now records this `mmgrid {command}`'s " + "; ".join(changed[:6])
+             + (f" and {len(changed) - 6} more" if len(changed) > 6 else "") + ".")
     target = folder / RUN_FILE
-    head = (f"# The resolved grid of `mmgrid {command}` (grid hash {cfg.hash()}).\n"
+    head = (f"# The resolved grid of `mmgrid {command}` (grid hash {cfg.hash()}); paths are relative to this folder.\n"
             f"# Follow-ups take this folder in place of a grid YAML, e.g. `mmgrid sweep temporal {folder}`.\n")
     tmp = target.with_name(f".{RUN_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(head + yaml.safe_dump(data, sort_keys=False))
+    tmp.write_text(head + yaml.safe_dump(run_dict(cfg, folder), sort_keys=False))
     os.replace(tmp, target)
     return target
+
+
+def run_changes(cfg: Any, folder: str | Path) -> list[str]:
+    """The keys (``KEY: saved -> new``) where ``folder``'s saved run differs from ``cfg``, paths
+    compared once resolved; empty when the folder holds no run file or the same grid."""
+    from mmgrid.config.runfile import load_run, run_dict  # lazy: yaml stays out of `mmgrid --help`
+
+    target = Path(folder) / RUN_FILE
+    if not target.is_file():
+        return []
+    try:
+        old = run_dict(load_run(target), folder)
+    except (ConfigError, RegistryError):
+        return ["the saved grid (unreadable before)"]
+    new = run_dict(cfg, folder)
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, key: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in list(a) + [k for k in b if k not in a]:
+                walk(a.get(k), b.get(k), f"{key}.{k}" if key else str(k))
+        elif a != b:
+            out.append(f"{key}: {a!r} -> {b!r}")
+
+    walk(old, new, "")
+    return out
+
+
+def load_source(source: str | Path, overrides: list[str] | None = None) -> Any:
+    """The grid of ``source``: a saved run (``mmgrid-run.yaml``, its paths relative to its folder)
+    or a grid YAML / packaged grid name, with ``overrides`` applied (not validated)."""
+    # lazy: yaml and the config stay out of `mmgrid --help`
+    from mmgrid.config import load_grid
+    from mmgrid.config.runfile import is_run_file, load_run
+
+    if not is_run_file(source):
+        return load_grid(source, overrides)
+    notes: list[str] = []
+    cfg = load_run(source, overrides, notes)
+    for text in notes:
+        note(text)
+    return cfg
 
 
 def grid_source(target: str | None, args: argparse.Namespace | None = None, command: str = "") -> str:
@@ -222,8 +269,7 @@ def load_config(target: str | None, overrides: list[str] | None, args: argparse.
     When ``args`` has ``--registry`` (or the environment names one) and the grid names another
     registry, the one given wins: ``registry=`` is set to it.
     """
-    # lazy: yaml, the config and the validation pass (names of every registry) stay out of `mmgrid --help`
-    from mmgrid.config import load_grid
+    # lazy: the validation pass (names of every registry) stays out of `mmgrid --help`
     from mmgrid.validate import validate_grid
 
     extra = list(overrides or [])
@@ -233,7 +279,7 @@ def load_config(target: str | None, overrides: list[str] | None, args: argparse.
         reg = registry_path(args, command)
         if not any(o.split("=", 1)[0].strip() == "registry" for o in extra):
             extra.append(f"registry={reg}")
-    cfg = load_grid(grid_source(target, args, command), extra)
+    cfg = load_source(grid_source(target, args, command), extra)
     validate_grid(cfg)
     return cfg
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from mmgrid.cliargs import add_overrides, grid_source, save_run
+from mmgrid.cliargs import add_overrides, grid_source, load_source, save_run
 
 # --quick: fewer domains, fewer users, fewer steps, two training seeds; still every step of the study.
 QUICK_OVERRIDES = [
@@ -72,10 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _validate(args: argparse.Namespace) -> int:
     # lazy: the validation pass imports every registry of names (paradigms, regularizers, merge
     # methods: torch ~3.5 s), which `mmgrid --help` must not pay (python -X importtime -m mmgrid --help)
-    from mmgrid.config import load_grid
     from mmgrid.validate import validate_grid
 
-    cfg = load_grid(grid_source(args.config, command="validate"), args.overrides)
+    cfg = load_source(grid_source(args.config, command="validate"), args.overrides)
     for w in validate_grid(cfg):
         print(f"warning: {w}")
     print(f"{args.config}: valid grid {cfg.name!r} (hash {cfg.hash()})")

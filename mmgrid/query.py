@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from mmgrid.config import load_grid
+from mmgrid.config.runfile import RUN_FILE, find_run, load_run, read_run, run_registry
 from mmgrid.data.dataset import load_prepared
 from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.eval.table import PerUser
@@ -39,19 +39,10 @@ from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.stats.bootstrap import mean_ci
 from mmgrid.sweep.evidence import robust_stars, temporal_curves
 
-RUN_FILE = "mmgrid-run.yaml"  # written by mmgrid.cliargs.save_run
 LEVEL = 0.95
 RESAMPLES = 2000
 
 __all__ = ["Grid", "load_model"]
-
-
-def _run_file(path: Path) -> Path | None:
-    if (path / RUN_FILE).is_file():
-        return path / RUN_FILE
-    if (path / "manifests").is_dir() and (path.resolve().parent / RUN_FILE).is_file():
-        return path.resolve().parent / RUN_FILE
-    return None
 
 
 @dataclass
@@ -65,17 +56,22 @@ class Grid:
     def open(cls, path: str | Path) -> "Grid":
         """Open a run folder (with ``mmgrid-run.yaml``) or a registry folder.
 
+        A run folder's paths are relative to it (:mod:`mmgrid.config.runfile`): a moved or copied
+        run opens its own registry.
+
         Raises:
-            RegistryError: ``path`` is neither (nothing is created).
+            RegistryError: ``path`` is neither (nothing is created), or the run's registry is
+                missing, not a registry, or a symlink loop.
+            ConfigError: the run file is unreadable or one of its paths leaves the run unannounced.
         """
         p = Path(path)
-        run = _run_file(p)
-        cfg = load_grid(run) if run is not None else None
-        root = p if (p / "manifests").is_dir() else (Path(cfg.registry) if cfg is not None else None)
-        if root is None or not (root / "manifests").is_dir():
+        run = find_run(p)
+        if (p / "manifests").is_dir():
+            return cls(Registry.open(p), load_run(run) if run is not None else None)
+        if run is None:
             raise RegistryError(f"{path} is neither a registry (no manifests/ folder) nor a run folder ({RUN_FILE}); "
                                 "pass the folder `mmgrid demo --out` or `mmgrid build` wrote, or its registry.")
-        return cls(Registry.open(root), cfg)
+        return cls(Registry.open(run_registry(read_run(run))), load_run(run))
 
     # -- lineage -------------------------------------------------------------------------
     def _edges(self) -> pd.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mmgrid.cliargs import add_overrides, grid_source
+from mmgrid.cliargs import add_overrides, grid_source, load_source
 from mmgrid.config import WorldConfig
 from mmgrid.configtools import check_flag
 
@@ -85,11 +85,10 @@ def _world(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     # lazy: polars and the grid config (~0.5 s of imports) stay out of `mmgrid --help`
-    from mmgrid.config import load_grid
     from mmgrid.data.pipeline import prepare
     from mmgrid.data.stats import format_stats
 
-    cfg = load_grid(grid_source(args.config, command="prepare"), list(args.overrides) + list(getattr(args, "late_overrides", []) or []))
+    cfg = load_source(grid_source(args.config, command="prepare"), list(args.overrides) + list(getattr(args, "late_overrides", []) or []))
     ds = prepare(cfg, out=args.out, strict=args.strict)
     print(format_stats(ds.stats()))
     return 0

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from mmgrid.cliargs import REGISTRY_HELP, find_run, grid_source, load_config, registry_path
+from mmgrid.cliargs import REGISTRY_HELP, find_run, grid_source, load_config, load_source, registry_path
 from mmgrid.errors import ConfigError, MmgridError
 
 # paradigms whose checkpoint holds an item table of its own domain: they rank that catalog only
@@ -79,13 +79,12 @@ def eval_grid_cli(args: argparse.Namespace) -> int:
     """``mmgrid eval CONFIG``: evaluate every stored final checkpoint of the grid (again), then
     print the baseline table."""
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.config import load_grid
     from mmgrid.eval.grid import evaluate_and_tabulate
     from mmgrid.validate import validate_grid
 
     if not args.target:
         raise ConfigError("mmgrid eval: give a grid YAML or run folder, or --registry PATH ID, or --recipe FILE.yaml.")
-    cfg = load_grid(grid_source(args.target, command="eval"), args.overrides)
+    cfg = load_source(grid_source(args.target, command="eval"), args.overrides)
     validate_grid(cfg)
     print(evaluate_and_tabulate(cfg, redo=True))
     return 0
@@ -118,8 +117,9 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
     if man.coords.get("paradigm") in OWN_CATALOG and own != domain:
         raise ConfigError(f"checkpoint {man.id[:12]} ({man.coords['paradigm']}, trained on {own}) ranks {own}'s "
                           f"items only ({OWN_CATALOG[man.coords['paradigm']]} has one row per {own} item), so it cannot rank "
-                          f"{domain}'s items. Evaluate it on {own} (drop --domain), or evaluate a text or semid "
-                          f"checkpoint on {domain} (their items are text, not table rows).")
+                          f"{domain}'s items. Evaluate it on {own} (drop --domain), or evaluate a text checkpoint on "
+                          f"{domain} (its items are text, not table rows; a semid checkpoint ranks only the domains "
+                          f"whose code tokens it holds).")
     par = get_paradigm(man.coords["paradigm"])
     split = args.split or cfg.eval.split
     dom = prepared.domain(domain)

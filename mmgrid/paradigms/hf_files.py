@@ -35,7 +35,7 @@ def tokenizer_from_files(files: dict[str, bytes]) -> "PreTrainedTokenizerBase":
         for name, data in files.items():
             if name.startswith("tokenizer") or name in ("special_tokens_map.json", "added_tokens.json"):
                 (Path(tmp) / name).write_bytes(data)
-        return PreTrainedTokenizerFast.from_pretrained(tmp)
+        return PreTrainedTokenizerFast.from_pretrained(tmp, local_files_only=True)
 
 
 def hf_config_file(config: Any) -> bytes:

@@ -12,7 +12,7 @@
 * ``emb`` and ``sasrec``: refused with :class:`ExportUnsupportedError`: their scoring head (an
   item LLM plus a user LLM, or a SASRec network) is no transformers model, and a causal-LM
   folder of their tensors would load with every weight missing. Load them through mmgrid
-  (:func:`mmgrid.research.load_model`).
+  (:func:`mmgrid.query.load_model`).
 
 Files are written into a hidden folder beside the target and renamed into place at the end
 (a failure, a full disk included, leaves no folder behind), with the permissions the user's
@@ -94,7 +94,7 @@ def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = T
         raise ExportUnsupportedError(
             f"checkpoint {m.id[:12]} is of paradigm {kind} ({OWN_LOADER[kind]}), which no Hugging Face auto class "
             f"opens: a causal-LM folder of its tensors would load with every weight missing. Load it with "
-            f"mmgrid instead: `mmgrid.research.load_model(reg, {m.id[:12]!r})` (README, \"Export a checkpoint\"); "
+            f"mmgrid instead: `mmgrid.query.load_model(reg, {m.id[:12]!r})` (README, \"Export a checkpoint\"); "
             "nothing was written.")
     if require_config and "config.json" not in m.files:
         raise RegistryError(

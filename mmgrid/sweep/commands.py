@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mmgrid.cliargs import (REGISTRY_HELP, add_overrides, add_registry, check_against_registry, load_config,
-                            open_registry, save_run)
+from mmgrid.cliargs import (REGISTRY_HELP, RUN_FILE, add_overrides, add_registry, check_against_registry,
+                            load_config, open_registry, run_changes, save_run)
 from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
@@ -60,8 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "leaves the previous report. Exit status 2 when a section failed.")
     _add_source(r)
     r.add_argument("--out", required=True,
-                   help="output folder; the run's resolved grid is saved there too (mmgrid-run.yaml), so a "
-                        "follow-up can name this folder")
+                   help="output folder; the report's resolved grid is saved there too (mmgrid-run.yaml), so a "
+                        "follow-up can name this folder. A folder that already holds a saved run of another grid "
+                        "(the run folder itself, with KEY=VALUE overrides) is refused: a report never rewrites a "
+                        "run's saved grid; give the report a folder of its own")
     r.add_argument("--no-diagnostics", action="store_true", help="skip Figure 2 and the task-vector diagnostics")
     r.add_argument("--html", action="store_true",
                    help="also write report.html: the grid as heatmaps with each cell's checkpoint card, the studies "
@@ -240,16 +242,31 @@ def _report(args: argparse.Namespace) -> int:
     from mmgrid.sweep.report import ReportIncomplete, write_report
 
     cfg, reg, prepared = _open(args)
+    changed = run_changes(cfg, args.out)
+    if changed:  # before anything is computed or written: a report never rewrites a saved run
+        raise ConfigError(
+            f"mmgrid report: --out {args.out} holds a saved run ({RUN_FILE}) whose grid differs from this report's ("
+            + "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+            + "); a report never rewrites a run's saved grid, so later studies there keep using it. Write the report "
+            f"to a folder of its own (e.g. --out {Path(args.out) / 'reports' / 'NAME'}: it gets its own {RUN_FILE}, "
+            "recording these overrides), or drop the overrides; nothing was written.")
     try:
         path = write_report(cfg, reg, prepared, args.out, diagnostics=not args.no_diagnostics, html=args.html,
                             keep_going=args.keep_going, calibration=args.calibration)
     except ReportIncomplete:
-        save_run(cfg, args.out, "report")  # the sections that were written still name their run
+        _save_report_run(cfg, args.out)  # the sections that were written still name their run
         raise
-    # the report folder names its run: `mmgrid sweep temporal DIR` and the like take it
-    save_run(cfg, args.out, "report")
+    _save_report_run(cfg, args.out)
     print(f"report written to {path}" + (f" and {path.with_name('report.html')}" if args.html else ""))
     return 0
+
+
+def _save_report_run(cfg: Any, out: str) -> None:
+    """The report folder names its run (`mmgrid sweep temporal DIR` and the like take it): its
+    ``mmgrid-run.yaml`` is written when it has none; one already there holds this same grid
+    (:func:`_report` refused any other before writing) and is left as it is."""
+    if not (Path(out) / RUN_FILE).is_file():
+        save_run(cfg, out, "report")
 
 
 def _register_export(sub: argparse._SubParsersAction) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from mmgrid.config import load_grid
+from mmgrid.config.runfile import is_run_file, load_run
 from mmgrid.data.dataset import load_prepared
 from mmgrid.registry import Registry
 
@@ -50,8 +51,9 @@ def checkpoint_metrics(registry: Any, ids: list[str], split: str = "test", group
 
 
 def open_grid(config: str, overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
-    """(GridConfig, Registry, PreparedDataset) of a grid YAML: what every study script starts from."""
-    cfg = load_grid(config, overrides)
+    """(GridConfig, Registry, PreparedDataset) of a grid YAML or a run's ``mmgrid-run.yaml`` (its
+    paths relative to its folder): what every study script starts from."""
+    cfg = load_run(config, overrides) if is_run_file(config) else load_grid(config, overrides)
     return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
 
 

@@ -26,7 +26,11 @@ def _ids(demo: Path, *filters: str) -> list[str]:
 
 def test_the_demo_saves_its_run_and_the_aliases_the_readme_uses(quick_demo: Path) -> None:
     saved = (quick_demo / "mmgrid-run.yaml").read_text()
-    assert "grid hash" in saved and str((quick_demo / "registry").resolve()) in saved
+    assert "grid hash" in saved
+    import yaml
+    run = yaml.safe_load(saved)  # paths relative to the run folder: the run still works after mv or cp -a
+    assert (run["registry"], run["prepared"], run["data"]["root"]) == ("registry", "prepared", "world")
+    assert run["run"] == {"format": 2}  # nothing outside the run folder
     for alias in ("books-best", "phones-best"):
         proc = mmgrid("show", alias, "--registry", str(quick_demo))
         assert proc.returncode == 0, proc.stderr
@@ -63,7 +67,7 @@ def test_eval_honours_overrides_and_refuses_unknown_ones(quick_demo: Path) -> No
 
 
 def test_eval_of_a_text_checkpoint_on_another_domain_and_a_named_error_for_emb(quick_demo: Path) -> None:
-    proc = mmgrid("eval", "--registry", str(quick_demo), "books-best", "--domain", "Phones", "--no-record")
+    proc = mmgrid("eval", "--registry", str(quick_demo), "books-text-p2", "--domain", "Phones", "--no-record")
     assert proc.returncode == 0, proc.stderr
     assert "on Phones/test" in proc.stdout
     emb = _ids(quick_demo, "--paradigm", "emb", "--domain", "Books", "--period", "p2", "--seed", "0",
@@ -149,7 +153,8 @@ def test_report_out_saves_the_run_and_a_follow_up_names_the_report_folder(quick_
     assert saved.is_file() and (out / "report.md").is_file()
     import yaml
     run = yaml.safe_load(saved.read_text())
-    assert run["registry"] == str((quick_demo / "registry").resolve())
+    assert run["registry"] == str((quick_demo / "registry").resolve())  # outside the report folder: absolute,
+    assert run["run"]["external"] == ["registry", "prepared", "data.root"]  # and announced as such
     assert run["train"]["seeds"] == yaml.safe_load((quick_demo / "mmgrid-run.yaml").read_text())["train"]["seeds"]
     # the report folder now names the run: its registry, and the grid a study runs on
     by_report = mmgrid("query", "--registry", str(out), "--format", "csv", "--columns", "id").stdout
@@ -161,9 +166,12 @@ def test_report_out_saves_the_run_and_a_follow_up_names_the_report_folder(quick_
 
 
 def _saved_run_with(quick_demo: Path, folder: Path, edit) -> Path:
-    """A copy of the demo's saved run with ``edit(dict)`` applied, in ``folder``."""
+    """A copy of the demo's saved run with ``edit(dict)`` applied, in ``folder`` (its paths
+    absolute and announced as outside the folder: it uses the demo's registry and data)."""
     import yaml
-    data = yaml.safe_load((quick_demo / "mmgrid-run.yaml").read_text())
+
+    from mmgrid.config.runfile import PATH_FIELDS, read_run
+    data = {"run": {"format": 2, "external": list(PATH_FIELDS)}, **read_run(quick_demo / "mmgrid-run.yaml").grid}
     edit(data)
     folder.mkdir(parents=True)
     (folder / "mmgrid-run.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
@@ -183,7 +191,7 @@ def test_a_saved_run_whose_training_knob_differs_is_refused_by_name(quick_demo: 
 
 def test_a_saved_run_that_differs_only_in_a_path_spelling_is_accepted(quick_demo: Path, tmp_path: Path) -> None:
     # data.root spelled another way (the manifests' config_hash covers that spelling: not compared)
-    root = Path(yaml_load(quick_demo)["data"]["root"])
+    root = (quick_demo / yaml_load(quick_demo)["data"]["root"]).resolve()
     other = f"{root.parent}/./../{root.parent.name}/{root.name}/"
     run = _saved_run_with(quick_demo, tmp_path / "path", lambda d: d["data"].update(root=other))
     proc = mmgrid("sweep", "temporal", str(run))
@@ -211,7 +219,7 @@ def test_training_mismatches_name_each_knob_with_its_grid_key(quick_demo: Path) 
         check_against_registry(cfg, reg, [par], ["default"], None, None, command="test")
 
     check()  # the saved run itself matches
-    check("data.root=" + yaml_load(quick_demo)["data"]["root"] + "/.", "eval.max_users=7", "exec.workers=3",
+    check("data.root=" + str(quick_demo / yaml_load(quick_demo)["data"]["root"]) + "/.", "eval.max_users=7", "exec.workers=3",
           "sweeps.temporal.step=0.5")
     cases = {"train.weight_decay=0.5": "train.weight_decay: the config says 0.5",
              "train.batch_size=3": "train.batch_size: the config says 3",
