@@ -58,6 +58,10 @@ def test_a_moved_run_works_where_it_now_is(own_run: Path, tmp_path: Path) -> Non
     moved = tmp_path / "demo-v1"
     os.rename(own_run, moved)
     assert _ids(moved) == ids and len(ids) > 10
+    proc = mmgrid("build", str(moved), "--no-progress")  # ids are content: the moved run is every stage cached
+    assert proc.returncode == 0, proc.stderr
+    assert "(0 trained," in proc.stdout, proc.stdout
+    assert sorted(_ids(moved)) == sorted(ids)  # nothing new stored
     proc = mmgrid("sweep", "temporal", str(moved))
     assert proc.returncode == 0, proc.stderr
     assert "lambda*" in proc.stdout
