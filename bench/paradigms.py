@@ -119,11 +119,16 @@ def grid_config(args: argparse.Namespace, seed: int, paradigm: str, extra: list[
 
     mode = "valid" if args.valid else "test"
     out = Path(args.out) / args.preset
-    over = [f"world.preset={args.preset}", f"world.n_domains={args.domains}", f"train.max_examples={args.budget}",
-            f"train.seed={seed}", "eval.retention=false", f"eval.ks=[{K}]", "eval.groups=[all]",
-            f"prepared={out / ('prepared-' + mode)}", f"registry={out / ('registry-' + mode)}", *args.overrides,
-            *extra]
-    cfg, _ = demo_config(False, str(out), overrides=over)
+    common = [f"train.max_examples={args.budget}", f"train.seed={seed}", "eval.retention=false", f"eval.ks=[{K}]",
+              "eval.groups=[all]", f"prepared={out / ('prepared-' + mode)}", f"registry={out / ('registry-' + mode)}"]
+    if getattr(args, "grid", None):
+        from mmgrid.config import load_grid
+
+        # a grid on real data (e.g. grids/ml100k.yaml): its own data section, tiny base and phases
+        cfg = load_grid(args.grid, [*common, *args.overrides, *extra])
+    else:
+        over = [f"world.preset={args.preset}", f"world.n_domains={args.domains}", *common, *args.overrides, *extra]
+        cfg, _ = demo_config(False, str(out), overrides=over)
     cfg.variants = [v for v in cfg.variants if v.name == "default"]
     cfg.paradigms = [paradigm]
     if args.valid:
@@ -131,6 +136,8 @@ def grid_config(args: argparse.Namespace, seed: int, paradigm: str, extra: list[
         if "test" not in phases or "p2" not in phases:
             raise SystemExit("--valid needs the demo's phases (p2 then test)")
         p2_start, p2_end = phases["p2"]
+        if args.valid_start is None:
+            args.valid_start = "2022-12-01"
         cfg.data.phases = {k: v for k, v in phases.items() if k not in ("p2", "test")}
         cfg.data.phases |= {"p2": [p2_start, args.valid_start], "valid": [args.valid_start, p2_end]}
         cfg.eval.split = "valid"
@@ -334,7 +341,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="evaluated examples per domain: a seeded sample of this many (0, the default: every example "
                          "of the window, as the targets ask: intervals over all its users)")
     ap.add_argument("--valid", action="store_true", help="evaluate on a window carved from p2, never on test")
-    ap.add_argument("--valid-start", default="2022-12-01", help="first day of the validation window (p2 ends there)")
+    ap.add_argument("--valid-start", default=None,
+                    help="first day of the validation window (p2 ends there; default 2022-12-01, the demo's p2)")
+    ap.add_argument("--grid", default=None, metavar="YAML",
+                    help="a grid on real data instead of a world preset (e.g. grids/ml100k.yaml, prepared from its "
+                         "data.root: see docs/data.md); its table is labelled with the grid's name")
     ap.add_argument("--out", default="runs/bench-paradigms", help="world, registries and results go here")
     ap.add_argument("--tag", default="", help="name of this run's results file (default: from the options)")
     ap.add_argument("--record", default="paradigms",
@@ -348,6 +359,13 @@ def main(argv: list[str] | None = None) -> int:
     from mmgrid.runtime.progress import set_quiet
 
     set_quiet(True)
+    if args.grid:
+        from mmgrid.config import load_grid
+
+        g = load_grid(args.grid)
+        args.preset, args.domains = [g.name], len(g.data.domains)
+        if args.budget == [1500]:
+            args.budget = [g.train.max_examples]
     presets, budgets = list(args.preset), list(args.budget)
     for preset in presets:
         for budget in budgets:
@@ -373,7 +391,7 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
         for seed in args.seeds:
             cfg = grid_config(args, seed, p, extra)
             if not prepared_done:
-                if not (Path(cfg.data.root) / "truth.json").exists():
+                if cfg.world is not None and not (Path(cfg.data.root) / "truth.json").exists():
                     write_world(cfg.data.root, cfg.world)
                 prepare(cfg, log=lambda m: None)
                 prepared_done = True
