@@ -317,6 +317,67 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace, arms: dict |
     return "\n".join(lines)
 
 
+#: The real-data targets (``--targets``): each generative paradigm's Recall@10 against most-popular (lower bound
+#: > 0) and against a multiple of SASRec's, and Table 2's order (MMGRid: HLLM >= LC-Rec > BIGRec).
+RATIO_TARGETS = {"text": 0.6, "semid": 0.9, "emb": 1.0}
+ORDER_TARGETS = [("emb", "semid", ">="), ("semid", "text", ">")]
+
+
+def parse_rows(specs: list[str]) -> dict[str, str]:
+    """``--as PARADIGM=LABEL``: the row (a paradigm or an --arm label) that stands for PARADIGM in the targets."""
+    out = {}
+    for spec in specs:
+        par, eq, label = spec.partition("=")
+        if not eq or par not in RATIO_TARGETS or not label:
+            raise SystemExit(f"--as {spec!r}: expected PARADIGM=ROW with PARADIGM one of {sorted(RATIO_TARGETS)}")
+        out[par] = label
+    return out
+
+
+def targets_table(results: dict[str, list[dict]], seeds: list[int], rows: dict[str, str] | None = None) -> str:
+    """Every target per seed and pooled: the paired per-user difference with its 95% bootstrap interval
+    (over users for one seed; over users and seeds pooled) and whether it is met.
+
+    A ratio target ``R >= c x SASRec`` is met when the mean ratio is at least ``c`` (the interval of
+    ``R - c x SASRec`` says how sure that is); ``R > popular`` and a strict order ``A > B`` need the
+    interval's lower bound above 0; ``A >= B`` is met when the mean difference is >= 0 or its interval
+    contains 0."""
+    from mmgrid.stats import mean_ci
+
+    rows = {p: (rows or {}).get(p, p) for p in RATIO_TARGETS}
+    if "sasrec" not in results:
+        return "(targets need the sasrec row)"
+    first = next(iter(results.values()))
+    pop = pooled(first, "popular", "recall")[:1]
+    sas = pooled(results["sasrec"], "model", "recall")
+    have = {p: pooled(results[r], "model", "recall") for p, r in rows.items() if r in results}
+    checks = []  # (label, per-seed-and-pooled function of a seed slice, kind)
+    for p, r in have.items():
+        checks.append((f"{rows[p]} > most-popular", lambda s, r=r: r[s] - pop, "lo>0"))
+        checks.append((f"{rows[p]} >= {RATIO_TARGETS[p]} x SASRec", lambda s, r=r, c=RATIO_TARGETS[p]: (r[s], c), "ratio"))
+    for a, b, op in ORDER_TARGETS:
+        if a in have and b in have:
+            checks.append((f"{rows[a]} {op} {rows[b]}", lambda s, x=have[a], y=have[b]: x[s] - y[s],
+                           "lo>0" if op == ">" else "mean>=0|ci"))
+    slices = [(f"seed {seed}", slice(i, i + 1)) for i, seed in enumerate(seeds)] + [("pooled", slice(None))]
+    lines = ["| target | " + " | ".join(n for n, _ in slices) + " |", "|---" * (len(slices) + 1) + "|"]
+    for label, fn, kind in checks:
+        cells = []
+        for _, sl in slices:
+            if kind == "ratio":
+                r, c = fn(sl)
+                ratio = r.mean() / sas[sl].mean()
+                m, lo, hi = mean_ci(r - c * sas[sl])
+                ok = ratio >= c
+                cells.append(f"{'met' if ok else 'MISSED'}: {ratio:.2f}x; R - {c} SASRec {m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+            else:
+                m, lo, hi = mean_ci(fn(sl))
+                ok = lo > 0 if kind == "lo>0" else (m >= 0 or lo <= 0 <= hi)
+                cells.append(f"{'met' if ok else 'MISSED'}: {m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 PRESETS = ["default", "dense_short_text", "amazon_table1"]
 
 
@@ -350,6 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", default="", help="name of this run's results file (default: from the options)")
     ap.add_argument("--record", default="paradigms",
                     help="the record's name: bench/results/NAME.md (default: paradigms, the test-window record)")
+    ap.add_argument("--targets", action="store_true",
+                    help="add the real-data targets table (each generative paradigm above most-popular, text >= "
+                         "0.6x, semid >= 0.9x, emb >= 1.0x SASRec, emb >= semid > text), per seed and pooled")
+    ap.add_argument("--as", dest="as_rows", action="append", default=[], metavar="PARADIGM=ROW",
+                    help="with --targets: the row (an --arm or --rank-arm label) that stands for PARADIGM, e.g. "
+                         "--as emb=emb-id; repeatable")
     ap.add_argument("--fresh", action="store_true", help="ignore cached results (checkpoints are still reused)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE grid overrides (e.g. paradigm_params.semid.codes=fused)")
     args = ap.parse_args(argv)
@@ -424,6 +491,9 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
     shown = {**arms, **{label: (p, [f"paradigm_params.{p}.{k}={v}" for k, v in over.items()], "rank")
                         for label, (p, over) in rank_arms.items()}}
     text = table(results, args, shown)
+    if getattr(args, "targets", False):
+        text += "\n\nTargets (paired per-user differences, 95% bootstrap intervals; per seed over users, pooled over " \
+                "users and seeds):\n\n" + targets_table(results, list(args.seeds), parse_rows(args.as_rows))
     print(text + "\n")
     tag = args.tag or f"{args.preset}-{'valid' if args.valid else 'test'}-b{args.budget}-s{'_'.join(map(str, args.seeds))}"
     (out / f"{tag}.md").write_text(f"$ python bench/paradigms.py {' '.join(sys.argv[1:])}\n\n{text}\n")
