@@ -386,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", nargs="+", default=PRESETS, choices=PRESETS,
                     help="world presets, one table each (default: all three; amazon_table1: MMGRid's Amazon "
                          "statistics, its first two domains are the largest, Health and Sports)")
-    ap.add_argument("--paradigms", nargs="+", default=PARADIGMS, choices=PARADIGMS)
+    ap.add_argument("--paradigms", nargs="*", default=PARADIGMS, choices=PARADIGMS,
+                    help="paradigm rows (default all four; none: only the --arm rows)")
     ap.add_argument("--arm", action="append", default=[], metavar="LABEL=PARADIGM:KEY=VALUE[,KEY=VALUE]",
                     help="one more row: PARADIGM with these paradigm_params changed, paired against its default "
                          "row (e.g. --arm emb-nobucket=emb:bucket_window=0); repeatable")

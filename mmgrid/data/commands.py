@@ -111,6 +111,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _fetch_ml100k(args: argparse.Namespace) -> int:
+    # lazy: polars (imported by mmgrid.data.recbole) stays out of `mmgrid --help`
     from mmgrid.data.recbole import download_recbole_wheel, extract_ml100k
 
     wheel = args.wheel or download_recbole_wheel(args.cache)

@@ -9,6 +9,12 @@ dataset maps to the same prepared format.
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 import polars as pl
@@ -116,8 +122,6 @@ def download_recbole_wheel(cache: str | Path, runner=None) -> Path:
     Raises:
         RecboleWheelError: pip failed (no network?) or the file is not the pinned wheel.
     """
-    import subprocess
-    import sys
 
     cache = Path(cache)
     wheel = cache / RECBOLE_WHEEL
@@ -143,7 +147,6 @@ def check_recbole_wheel(wheel: str | Path, sha256: str = RECBOLE_WHEEL_SHA256) -
     Raises:
         RecboleWheelError: it is missing or has another digest.
     """
-    import hashlib
 
     wheel = Path(wheel)
     if not wheel.is_file():
@@ -170,9 +173,6 @@ def extract_ml100k(wheel: str | Path, out: str | Path, sha256: str = RECBOLE_WHE
     Raises:
         RecboleWheelError: not the pinned wheel, a member missing, not a regular file or too large.
     """
-    import shutil
-    import tempfile
-    import zipfile
 
     wheel, out = Path(wheel), Path(out)
     check_recbole_wheel(wheel, sha256)

@@ -191,7 +191,7 @@ class EmbModel(nn.Module):
 
     def __init__(
         self, item_llm: nn.Module, user_llm: nn.Module, tokenizer: Any, domain: str, n_items: int,
-        tokens: ItemTokens, params: EmbKnobs, seed: int, sentence: np.ndarray | None = None,
+        tokens: ItemTokens, params: EmbKnobs, seed: int,
     ) -> None:
         super().__init__()
         self.item_llm = item_llm
@@ -220,13 +220,8 @@ class EmbModel(nn.Module):
         # Optional pretrained-sentence part (sentence_scale > 0): the frozen embedder's item vectors
         # (a buffer, recomputed from the item texts, never stored) through a learned, zero-initialised
         # projection (catalog-independent, so checkpoints of domains of different sizes still merge).
+        # attach_sentence adds it (build and load call it when sentence_scale > 0).
         self.sentence_proj: nn.Linear | None = None
-        if float(params.sentence_scale) > 0:
-            if sentence is None:
-                raise ModelError("emb: sentence_scale > 0 needs the items' sentence embeddings")
-            self.register_buffer("item_sentence", torch.as_tensor(np.array(sentence), dtype=dtype), persistent=False)
-            self.sentence_proj = nn.Linear(int(self.item_sentence.shape[1]), hidden, bias=False).to(dtype)
-            nn.init.zeros_(self.sentence_proj.weight)
         # HLLM's learned item token (item_token: learned): the last input embedding of every item
         # text; normal(0, 0.02) from the build seed (its own generator: the negatives' draws stay those
         # of the eos model). A checkpoint overwrites it.
@@ -239,6 +234,17 @@ class EmbModel(nn.Module):
         self.logit_scale: nn.Parameter | None = None
         if params.learned_temperature:
             self.logit_scale = nn.Parameter(torch.full((1,), LOGIT_SCALE_INIT, dtype=dtype))
+
+    def attach_sentence(self, sentence: np.ndarray) -> None:
+        """Add the pretrained-sentence part of ``sentence_scale``: the items' frozen embeddings ``[n_items, d]``
+        as a buffer and a zero-initialised projection ``d -> hidden`` (``sentence_proj``)."""
+        dtype = next(self.item_llm.parameters()).dtype
+        if sentence.shape[0] != self.n_items:
+            raise ModelError(f"emb: {sentence.shape[0]} sentence embeddings for {self.n_items} items")
+        self.register_buffer("item_sentence", torch.as_tensor(np.array(sentence), dtype=dtype), persistent=False)
+        self.sentence_proj = nn.Linear(int(sentence.shape[1]), int(self.item_llm.config.hidden_size),
+                                       bias=False).to(dtype)
+        nn.init.zeros_(self.sentence_proj.weight)
 
     @torch.no_grad()
     def weights_key(self) -> torch.Tensor:
@@ -349,8 +355,10 @@ class EmbParadigm:
         item_llm = copy.deepcopy(lm)
         user_llm = make_user_llm(item_llm.config, item_llm.model)
         tokens = cached_item_tokens(base.tokenizer, domain, p.max_item_tokens)
-        return EmbModel(item_llm, user_llm, base.tokenizer, domain.name, domain.n_items, tokens, p, seed,
-                        _sentence(p, domain))
+        model = EmbModel(item_llm, user_llm, base.tokenizer, domain.name, domain.n_items, tokens, p, seed)
+        if float(p.sentence_scale) > 0:
+            model.attach_sentence(_sentence(p, domain))
+        return model
 
     def examples(self, model: EmbModel, domain: "DomainData", phase: str) -> list[Example]:
         return load_examples(domain, phase, model.params.max_history)
@@ -506,8 +514,9 @@ class EmbParadigm:
         user_llm.to(next(item_llm.parameters()).dtype)
         tokens = cached_item_tokens(tokenizer, domain, p.max_item_tokens)
         seed = int(ckpt.meta.get("seed", 0))
-        model = EmbModel(item_llm, user_llm, tokenizer, domain.name, domain.n_items, tokens, p, seed,
-                         _sentence(p, domain))
+        model = EmbModel(item_llm, user_llm, tokenizer, domain.name, domain.n_items, tokens, p, seed)
+        if float(p.sentence_scale) > 0:
+            model.attach_sentence(_sentence(p, domain))
         if model.sentence_proj is not None:
             load_module_state(model.sentence_proj, sub_state(ckpt.state, "sentence_proj."), "emb sentence_proj")
         elif "sentence_proj.weight" in ckpt.state:
@@ -523,11 +532,9 @@ class EmbParadigm:
         return model.eval()
 
 
-def _sentence(p: EmbKnobs, domain: "DomainData") -> np.ndarray | None:
-    """The items' pretrained sentence embeddings ``[n_items, dim]`` when ``sentence_scale`` > 0 (cached per
-    embedder and texts by :func:`mmgrid.paradigms.embedder.embed_items`), else None."""
-    if float(p.sentence_scale) <= 0:
-        return None
+def _sentence(p: EmbKnobs, domain: "DomainData") -> np.ndarray:
+    """The items' pretrained sentence embeddings ``[n_items, dim]`` (cached per embedder and texts by
+    :func:`mmgrid.paradigms.embedder.embed_items`)."""
     return embed_items(list(domain.item_texts), p.embedder, p.embedder_device)
 
 
