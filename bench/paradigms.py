@@ -124,8 +124,9 @@ def grid_config(args: argparse.Namespace, seed: int, paradigm: str, extra: list[
     if getattr(args, "grid", None):
         from mmgrid.config import load_grid
 
-        # a grid on real data (e.g. grids/ml100k.yaml): its own data section, tiny base and phases
-        cfg = load_grid(args.grid, [*common, *args.overrides, *extra])
+        # a grid on real data (e.g. grids/ml100k.yaml): its own data section, tiny base and phases; one seed's
+        # replicate only (`train.seed=0` alone would keep the grid's `train.seeds` and build every seed)
+        cfg = load_grid(args.grid, [f"train.seeds=[{seed}]", *common, *args.overrides, *extra])
     else:
         over = [f"world.preset={args.preset}", f"world.n_domains={args.domains}", *common, *args.overrides, *extra]
         cfg, _ = demo_config(False, str(out), overrides=over)

@@ -113,5 +113,6 @@ def test_a_real_data_grid_keeps_its_own_data_section(bench, tmp_path) -> None:
                               overrides=[], eval_users=0, grid=str(grid))
     cfg = bench.grid_config(args, 1, "emb")
     assert cfg.data.source == "recbole" and cfg.data.phases["test"] == ["1998-03-01", "1998-05-01"]
-    assert cfg.world is None and cfg.train.seed == 1 and cfg.paradigms == ["emb"]
+    assert cfg.world is None and cfg.train.seed_list == [1] and cfg.paradigms == ["emb"]
+    assert bench.grid_config(args, 0, "emb").train.seed_list == [0]  # one replicate, not the grid's three
     assert Path(cfg.registry) == tmp_path / "ml100k" / "registry-test"
