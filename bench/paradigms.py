@@ -419,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as", dest="as_rows", action="append", default=[], metavar="PARADIGM=ROW",
                     help="with --targets: the row (an --arm or --rank-arm label) that stands for PARADIGM, e.g. "
                          "--as emb=emb-id; repeatable")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="build and evaluate nothing: tabulate the cells already cached under --out (a row missing "
+                         "a seed leaves that seed out of every row, so rows stay paired)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached results (checkpoints are still reused)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE grid overrides (e.g. paradigm_params.semid.codes=fused)")
     args = ap.parse_args(argv)
@@ -453,6 +456,7 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
     cache_dir = out / "cells"
     cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
+    missing: list[str] = []  # --cached-only: the cells not in the cache
     prepared_done = False
     rows = [(p, p, []) for p in args.paradigms] + [(label, par, over) for label, (par, over) in arms.items()]
     t_start = time.perf_counter()
@@ -468,6 +472,9 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
             path = cache_dir / f"{key}.json"
             if path.exists() and not args.fresh:
                 cell = json.loads(path.read_text())
+            elif getattr(args, "cached_only", False):
+                missing.append(f"{label} seed {seed}")
+                continue
             else:
                 print(f"  {args.preset} {label} seed {seed} budget {args.budget} "
                       f"({time.perf_counter() - t_start:.0f} s) ...", file=sys.stderr, flush=True)
@@ -492,6 +499,13 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
                 results.setdefault(label, []).append(json.loads(path.read_text()))
     shown = {**arms, **{label: (p, [f"paradigm_params.{p}.{k}={v}" for k, v in over.items()], "rank")
                         for label, (p, over) in rank_arms.items()}}
+    if missing:  # a row's seeds must line up with SASRec's: keep the seeds every row has
+        have = [sd for sd in args.seeds if all(f"{label} seed {sd}" not in missing for label in results)]
+        print(f"--cached-only: not in the cache: {', '.join(missing)}", file=sys.stderr)
+        results = {label: [c for sd, c in zip([sd for sd in args.seeds if f"{label} seed {sd}" not in missing], cells)
+                           if sd in have] for label, cells in results.items()}
+        results = {label: cells for label, cells in results.items() if cells}
+        args.seeds = have
     text = table(results, args, shown)
     if getattr(args, "targets", False):
         text += "\n\nTargets (paired per-user differences, 95% bootstrap intervals; per seed over users, pooled over " \
