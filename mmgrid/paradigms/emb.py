@@ -64,6 +64,7 @@ from torch import nn
 from mmgrid.errors import ModelError
 from mmgrid.models.partial import hidden_states_at
 from mmgrid.paradigms.base import Checkpoint
+from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
 from mmgrid.paradigms.hf_files import hf_config_file, hf_config_from_file, tokenizer_files, tokenizer_from_files
@@ -111,6 +112,14 @@ class EmbKnobs(Knobs):
     all_positions: bool = knob(False, None, None, 'bool',
                        "HLLM's next-item InfoNCE at every position of history + target (re-trains earlier "
                        "phases' interactions as targets); false: after the whole history only")
+    sentence_scale: float = knob(0.0, 0, None, 'float',
+                       "0 = off; > 0: item = LLM text embedding + sentence_scale * W e_s, e_s the item text's "
+                       "embedding by the pretrained sentence embedder (frozen), W a learned projection "
+                       "(checkpoint tensor sentence_proj.weight, zero-initialised)")
+    embedder: str = knob(DEFAULT_EMBEDDER, None, None, 'str',
+                       "the sentence embedder of sentence_scale: a local sentence-transformers folder (never "
+                       "downloaded)")
+    embedder_device: str = knob("cpu", None, None, 'str', "torch device of the embedder, e.g. cpu, cuda:0")
 
 
 DEFAULTS: dict[str, Any] = EmbKnobs.defaults()  # the knobs' defaults (the declaration above)
@@ -208,6 +217,11 @@ class EmbModel(nn.Module):
         if params.id_embeddings:
             self.item_id = nn.Embedding(n_items, hidden).to(dtype)
             nn.init.zeros_(self.item_id.weight)
+        # Optional pretrained-sentence part (sentence_scale > 0): the frozen embedder's item vectors
+        # (a buffer, recomputed from the item texts, never stored) through a learned, zero-initialised
+        # projection (catalog-independent, so checkpoints of domains of different sizes still merge).
+        # attach_sentence adds it (build and load call it when sentence_scale > 0).
+        self.sentence_proj: nn.Linear | None = None
         # HLLM's learned item token (item_token: learned): the last input embedding of every item
         # text; normal(0, 0.02) from the build seed (its own generator: the negatives' draws stay those
         # of the eos model). A checkpoint overwrites it.
@@ -221,6 +235,17 @@ class EmbModel(nn.Module):
         if params.learned_temperature:
             self.logit_scale = nn.Parameter(torch.full((1,), LOGIT_SCALE_INIT, dtype=dtype))
 
+    def attach_sentence(self, sentence: np.ndarray) -> None:
+        """Add the pretrained-sentence part of ``sentence_scale``: the items' frozen embeddings ``[n_items, d]``
+        as a buffer and a zero-initialised projection ``d -> hidden`` (``sentence_proj``)."""
+        dtype = next(self.item_llm.parameters()).dtype
+        if sentence.shape[0] != self.n_items:
+            raise ModelError(f"emb: {sentence.shape[0]} sentence embeddings for {self.n_items} items")
+        self.register_buffer("item_sentence", torch.as_tensor(np.array(sentence), dtype=dtype), persistent=False)
+        self.sentence_proj = nn.Linear(int(sentence.shape[1]), int(self.item_llm.config.hidden_size),
+                                       bias=False).to(dtype)
+        nn.init.zeros_(self.sentence_proj.weight)
+
     @torch.no_grad()
     def weights_key(self) -> torch.Tensor:
         """A checksum of the item LLM's weights (one sum per tensor) for the embedding cache.
@@ -231,6 +256,7 @@ class EmbModel(nn.Module):
         """
         params = list(self.item_llm.parameters()) + ([self.item_id.weight] if self.item_id is not None else [])
         params += [self.item_token] if self.item_token is not None else []
+        params += [self.sentence_proj.weight] if self.sentence_proj is not None else []
         return torch.stack([p.detach().double().sum() for p in params]).cpu()
 
     def encode_items(self, items: torch.Tensor) -> torch.Tensor:
@@ -253,6 +279,8 @@ class EmbModel(nn.Module):
             emb = self._hidden_at(self.item_llm.model, last, attention_mask=mask, inputs_embeds=x)
         if self.item_id is not None:
             emb = emb + float(self.params.id_scale) * self.item_id(items)
+        if self.sentence_proj is not None:
+            emb = emb + float(self.params.sentence_scale) * self.sentence_proj(self.item_sentence[items])
         return emb
 
     def encode_users(self, seq: torch.Tensor, lengths: torch.Tensor, every: bool = False) -> torch.Tensor:
@@ -327,7 +355,10 @@ class EmbParadigm:
         item_llm = copy.deepcopy(lm)
         user_llm = make_user_llm(item_llm.config, item_llm.model)
         tokens = cached_item_tokens(base.tokenizer, domain, p.max_item_tokens)
-        return EmbModel(item_llm, user_llm, base.tokenizer, domain.name, domain.n_items, tokens, p, seed)
+        model = EmbModel(item_llm, user_llm, base.tokenizer, domain.name, domain.n_items, tokens, p, seed)
+        if float(p.sentence_scale) > 0:
+            model.attach_sentence(_sentence(p, domain))
+        return model
 
     def examples(self, model: EmbModel, domain: "DomainData", phase: str) -> list[Example]:
         return load_examples(domain, phase, model.params.max_history)
@@ -444,6 +475,8 @@ class EmbParadigm:
         state.update(module_state(model.user_llm, "user_llm."))
         if model.item_id is not None:
             state.update(module_state(model.item_id, "item_id."))
+        if model.sentence_proj is not None:
+            state.update(module_state(model.sentence_proj, "sentence_proj."))
         for name in OWN_TENSORS:
             if getattr(model, name) is not None:
                 state[name] = getattr(model, name).detach().to("cpu").contiguous().clone()
@@ -482,6 +515,13 @@ class EmbParadigm:
         tokens = cached_item_tokens(tokenizer, domain, p.max_item_tokens)
         seed = int(ckpt.meta.get("seed", 0))
         model = EmbModel(item_llm, user_llm, tokenizer, domain.name, domain.n_items, tokens, p, seed)
+        if float(p.sentence_scale) > 0:
+            model.attach_sentence(_sentence(p, domain))
+        if model.sentence_proj is not None:
+            load_module_state(model.sentence_proj, sub_state(ckpt.state, "sentence_proj."), "emb sentence_proj")
+        elif "sentence_proj.weight" in ckpt.state:
+            raise CheckpointMismatchError("emb checkpoint has sentence_proj.weight but paradigm_params.emb."
+                                          "sentence_scale is 0; load it with the sentence_scale it was trained with.")
         if model.item_id is not None:
             load_module_state(model.item_id, sub_state(ckpt.state, "item_id."), "emb item_id")
         elif "item_id.weight" in ckpt.state:
@@ -490,6 +530,12 @@ class EmbParadigm:
         for name, knob_set in OWN_TENSORS.items():
             _load_own_tensor(model, ckpt.state, name, knob_set)
         return model.eval()
+
+
+def _sentence(p: EmbKnobs, domain: "DomainData") -> np.ndarray:
+    """The items' pretrained sentence embeddings ``[n_items, dim]`` (cached per embedder and texts by
+    :func:`mmgrid.paradigms.embedder.embed_items`)."""
+    return embed_items(list(domain.item_texts), p.embedder, p.embedder_device)
 
 
 def _positions(hist: torch.Tensor, real: torch.Tensor, positives: torch.Tensor, negs: torch.Tensor

@@ -244,3 +244,35 @@ def test_training_knobs_reach_the_loop(tiny_base, tiny_domain, monkeypatch) -> N
         m = P.build(tiny_base, tiny_domain, {"n_negatives": 8, **knobs}, seed=0)
         loop.train_stage(P, m, ex, epochs=1, lr=1e-3, batch_size=4, seed=0, progress=False)
         assert seen.get("fused") == fused and seen.get("window") == window, knobs
+
+
+def test_sentence_features_add_the_projected_pretrained_embedding(tiny_base, tiny_domain) -> None:
+    from mmgrid.paradigms.embedder import encode
+
+    plain = P.build(tiny_base, tiny_domain, {"n_negatives": 8}, seed=0)
+    m = P.build(tiny_base, tiny_domain, {"n_negatives": 8, "sentence_scale": 3.0}, seed=0)
+    items = torch.arange(5)
+    with torch.no_grad():
+        torch.testing.assert_close(m.encode_items(items), plain.encode_items(items))  # zero-initialised
+        m.sentence_proj.weight[2, 7] = 1.0  # output coordinate 2 reads sentence coordinate 7
+        diff = m.encode_items(items) - plain.encode_items(items)
+    # independent: the embedder's own vectors of the first five item texts
+    e = torch.as_tensor(encode(list(tiny_domain.item_texts)[:5]))
+    want = torch.zeros_like(diff)
+    want[:, 2] = 3.0 * e[:, 7]
+    torch.testing.assert_close(diff, want, rtol=1e-4, atol=1e-5)
+    assert "sentence_proj.weight" not in P.save(plain).state
+
+
+def test_sentence_features_train_and_round_trip(tiny_base, tiny_domain) -> None:
+    m = P.build(tiny_base, tiny_domain, {"n_negatives": 8, "sentence_scale": 2.0}, seed=0)
+    batch = P.collate(m, P.examples(m, tiny_domain, "pretrain")[:16])
+    fit_batch(P, m, batch, steps=3, lr=1e-2)
+    assert float(m.sentence_proj.weight.abs().sum()) > 0  # the projection gets gradients
+    ckpt = P.save(m)
+    assert ckpt.state["sentence_proj.weight"].shape == (m.item_llm.config.hidden_size, 384)  # MiniLM's 384
+    again = P.load(ckpt, tiny_domain, {})
+    hists = [list(h) for h in tiny_domain.examples("test")["history"].to_list()][:8]
+    np.testing.assert_array_equal(P.rank(m, tiny_domain, hists, 5), P.rank(again, tiny_domain, hists, 5))
+    with pytest.raises(CheckpointMismatchError, match="sentence_scale"):
+        P.load(ckpt, tiny_domain, {"sentence_scale": 0.0})

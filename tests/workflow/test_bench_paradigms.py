@@ -78,3 +78,41 @@ def test_the_table_marks_a_rank_arm_and_reads_most_popular_from_a_full_cell(benc
     assert [c.strip() for c in row.split("|")][8].startswith("0.5000")
     pop = next(line for line in text.splitlines() if line.startswith("| most-popular"))
     assert [c.strip() for c in pop.split("|")][2].startswith("0.5000")
+
+
+def test_targets_table_reads_each_target_per_seed_and_pooled(bench) -> None:
+    # four users, two seeds; popular scores 0 everywhere, sasrec 1 on users 0-1
+    def cell(model):
+        return {"build_s": 0.0, "eval_s": 0.0, "domains": {"D": {"users": [0, 1, 2, 3], "model": {"recall": model, "ndcg": model},
+                                                                    "popular": {"recall": [0.0] * 4, "ndcg": [0.0] * 4}}}}
+    results = {"sasrec": [cell([1.0, 1.0, 0.0, 0.0])] * 2,
+               "emb": [cell([1.0, 1.0, 1.0, 0.0])] * 2,      # 1.5x SASRec: met
+               "semid": [cell([1.0, 0.0, 0.0, 0.0])] * 2,    # 0.5x: missed (target 0.9x)
+               "text": [cell([0.0, 0.0, 0.0, 0.0])] * 2}     # ties popular: missed
+    text = bench.targets_table(results, [0, 1])
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines()[2:]}
+    assert rows["emb >= 1.0 x SASRec"][2].startswith("met: 1.50x")
+    assert rows["semid >= 0.9 x SASRec"][0].startswith("MISSED: 0.50x")
+    assert rows["text > most-popular"][2] == "MISSED: +0.0000 [+0.0000, +0.0000]"
+    assert rows["emb > most-popular"][1].startswith("met: +0.7500")   # seed 1 alone
+    assert rows["emb >= semid"][2].startswith("met: +0.5000")
+    # a strict order needs its lower bound above 0: one user of four is +1, the bootstrap reaches 0
+    assert rows["semid > text"][2].startswith("MISSED: +0.2500 [+0.0000")
+    assert len(rows["emb >= semid"]) == 3   # seed 0, seed 1, pooled
+    alias = bench.targets_table({**results, "emb-x": results.pop("emb")}, [0, 1], bench.parse_rows(["emb=emb-x"]))
+    assert "emb-x >= 1.0 x SASRec" in alias
+    with pytest.raises(SystemExit):
+        bench.parse_rows(["sasrec=x"])
+
+
+def test_a_real_data_grid_keeps_its_own_data_section(bench, tmp_path) -> None:
+    from pathlib import Path
+
+    grid = Path(__file__).resolve().parents[2] / "grids" / "ml100k.yaml"
+    args = argparse.Namespace(valid=False, out=str(tmp_path), preset="ml100k", domains=1, budget=4000,
+                              overrides=[], eval_users=0, grid=str(grid))
+    cfg = bench.grid_config(args, 1, "emb")
+    assert cfg.data.source == "recbole" and cfg.data.phases["test"] == ["1998-03-01", "1998-05-01"]
+    assert cfg.world is None and cfg.train.seed_list == [1] and cfg.paradigms == ["emb"]
+    assert bench.grid_config(args, 0, "emb").train.seed_list == [0]  # one replicate, not the grid's three
+    assert Path(cfg.registry) == tmp_path / "ml100k" / "registry-test"
