@@ -100,11 +100,13 @@ def saved_registry(run_file: Path) -> str | None:
     """The registry a saved run names (None when the file names none)."""
     import yaml  # lazy: yaml (~0.05 s) stays out of `mmgrid --help`
 
+    from mmgrid.configtools import load_yaml, path_value
+
     try:
-        data = yaml.safe_load(run_file.read_text()) or {}
+        data = load_yaml(run_file.read_text(), str(run_file)) or {}
     except (OSError, yaml.YAMLError, ValueError) as exc:
         raise ConfigError(f"{run_file}: cannot read the saved run ({exc}); restore it or pass --registry.") from exc
-    return data.get("registry") if isinstance(data, dict) else None
+    return path_value(data, "registry", str(run_file)) if isinstance(data, dict) else None
 
 
 def _as_registry(path: str, where: str) -> Path:

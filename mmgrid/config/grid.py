@@ -22,7 +22,7 @@ from mmgrid.config.eval import EvalConfig
 from mmgrid.config.exec import ExecConfig
 from mmgrid.config.sweeps import SweepConfig
 from mmgrid.config.train import TrainConfig, VariantConfig
-from mmgrid.configtools import apply_overrides, build, stable_hash, to_dict
+from mmgrid.configtools import apply_overrides, build, load_yaml, stable_hash, to_dict
 from mmgrid.errors import ConfigError
 
 GRIDS_DIR = Path(__file__).resolve().parent.parent.parent / "grids"
@@ -116,7 +116,7 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> GridConfi
     """
     p = resolve_grid_path(path)
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = load_yaml(p.read_text(), str(p)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
     except ValueError as exc:  # a value YAML takes for a date but is none, e.g. 2022-13-45

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from mmgrid.configtools import build
+from mmgrid.configtools import build, load_yaml
 from mmgrid.errors import ConfigError
 from mmgrid.merge.api import merge_to_file, prepare
 from mmgrid.merge.errors import MergeParamError
@@ -66,7 +66,7 @@ class Recipe:
     def from_yaml(cls, text: str, where: str = "merge recipe") -> "Recipe":
         """Parse and validate a recipe (method and parameters are checked here)."""
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text, where)
         except yaml.YAMLError as exc:  # a syntax error, or a tag safe_load refuses (!!python/object)
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise MergeParamError(f"{where}: not a plain YAML recipe ({problem}); write method, inputs and "
