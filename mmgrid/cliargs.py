@@ -100,7 +100,7 @@ def saved_registry(run_file: Path) -> str | None:
     """The registry a saved run names (None when the file names none)."""
     import yaml  # lazy: yaml (~0.05 s) stays out of `mmgrid --help`
 
-    from mmgrid.configtools import load_yaml, path_value
+    from mmgrid.configtools import load_yaml, path_value  # lazy: with yaml, out of `mmgrid --help`
 
     try:
         data = load_yaml(run_file.read_text(), str(run_file)) or {}
