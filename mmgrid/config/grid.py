@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,23 @@ class GridConfig:
             if stage not in self.train.epochs:
                 raise ConfigError(f"train.epochs: no epoch count for stage {stage!r}.")
         self.train.check_shared_stages()
+        self.check_metrics()
+
+    def metric_names(self) -> list[str]:
+        """The metrics an evaluation records: recall@k and ndcg@k for every k of ``eval.ks``."""
+        return [f"{m}@{k}" for k in self.eval.ks for m in ("recall", "ndcg")]
+
+    def check_metrics(self) -> None:
+        """Every metric a study is judged by must be one the evaluation records (else the study would run and
+        then find no records)."""
+        known = self.metric_names()
+        for key, metric in (("sweeps.temporal.metric", self.sweeps.temporal.metric),
+                            ("sweeps.cross_domain.metric", self.sweeps.cross_domain.metric)):
+            if metric not in known:
+                close = difflib.get_close_matches(metric, known, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{key}: {metric!r} is not a recorded metric; known (from eval.ks): "
+                                  f"{', '.join(known)}.{hint}")
 
     def hash(self) -> str:
         """Hash of the whole spec (recorded in manifests)."""
