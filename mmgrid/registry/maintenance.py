@@ -58,11 +58,12 @@ class VerifyReport:
     per_user_missing: list[tuple[str, str]] = field(default_factory=list)  # (record key, per-user path) not on disk
     bad_per_user_refs: list[tuple[str, str]] = field(default_factory=list)  # (record key, path) naming no per-user file
     index_problems: list[str] = field(default_factory=list)  # where index.sqlite disagreed with the files
+    outside_links: list[tuple[str, str]] = field(default_factory=list)  # (path, target): links leaving the root
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.corrupt or self.bad_manifests or self.bad_aliases or self.per_user_missing
-                    or self.bad_per_user_refs or self.index_problems)
+                    or self.bad_per_user_refs or self.index_problems or self.outside_links)
 
     def summary(self) -> str:
         head = "OK" if self.ok else "PROBLEMS FOUND"
@@ -77,6 +78,8 @@ class VerifyReport:
         lines += [f"bad per-user reference: {rel!r} (result record {key}) is not peruser/xx/<sha256>.parquet"
                   for key, rel in self.bad_per_user_refs]
         lines += [f"index disagreed with the files: {p}" for p in self.index_problems]
+        lines += [f"link out of the registry (refused on read): {p} -> {t}; replace it with the file itself or "
+                  "delete it" for p, t in self.outside_links]
         if self.index_problems:
             lines.append("the files are the source of truth: `mmgrid registry reindex ROOT` rebuilds the index from "
                          "them (an index this process already brought in line needs nothing more; a results file or "
@@ -171,9 +174,17 @@ def verify(reg: "Registry") -> VerifyReport:
             report.bad_aliases.append(path)
             report.problems[path] = f"points at {cid}, which has no (valid) manifest; re-point or delete the alias."
     report.temp_files = [str(p) for p in reg.store.temp_files()]
+    _verify_links(reg, report)
     _verify_per_user(reg, report)
     _verify_index(reg, report)
     return report
+
+
+def _verify_links(reg: "Registry", report: VerifyReport) -> None:
+    """List every symlink inside the registry whose target lies outside its root (each is refused on read)."""
+    from mmgrid.registry.contain import escaping_links  # lazy: only verify walks every folder
+
+    report.outside_links = escaping_links(reg.root)
 
 
 def _verify_index(reg: "Registry", report: VerifyReport) -> None:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from mmgrid._version import __version__
 from mmgrid.registry.blobfmt import ST_TO_TORCH
+from mmgrid.registry.contain import check_inside
 from mmgrid.registry.errors import RegistryError, UnsafePathError
 from mmgrid.registry.names import check_kind, is_file_name, is_id, is_sha256, normalize_coords
 
@@ -194,6 +195,9 @@ def field_type_problems(*, seed: Any = None, config_hash: Any = None, data_finge
 
 
 def read_manifest(path: Path) -> Manifest:
+    path = Path(path)
+    if path.parent.parent.name == "manifests":  # a registry's manifests/ab/<id>.json: it must not lead outside
+        check_inside(path.parents[2], path, "manifest")
     try:
         data = json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
