@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     k = ssub.add_parser("continual", help="lambda scaling vs continual merging (MagMax, OPCM, DOP, TA, TIES) "
                                           "over pretrain -> t1 -> t2, paired tests vs lambda = 1")
     _add_source(k)
-    k.add_argument("--group", default="all", choices=["all", "active", "non_active"],
+    k.add_argument("--group", default="all",
                    help="user group of the printed table (all, active, non_active)")
     add_overrides(k)
     add_executor_args(k)
@@ -152,8 +152,12 @@ def _temporal(args: argparse.Namespace) -> int:
 
 def _continual(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.eval.ranking import GROUPS
     from mmgrid.sweep.continual import render, run_continual
 
+    if args.group not in GROUPS:  # before any work: the table would be empty after it
+        raise ConfigError(f"mmgrid sweep continual --group {args.group!r}: not a user group; choose from "
+                          f"{', '.join(GROUPS)}.")
     cfg, reg, prepared = _open(args)
     print(render(run_continual(cfg, reg, prepared, executor=_executor(args, cfg)), group=args.group))
     return 0
@@ -200,6 +204,7 @@ def _predict(args: argparse.Namespace) -> int:
 
     check_flag("--level", args.level, PredictLambdaConfig, "level", "sweeps.predict_lambda.level")
     new = _parse_stats(args.stats)
+    check_new_domain_stats(new, None)  # values: before anything is opened
     cfg, reg, prepared = _open(args)
     check_new_domain_stats(new, list(cfg.sweeps.predict_lambda.features))
     pred = predict_lambda(cfg, reg, prepared, evaluate=not args.no_eval and not new)

@@ -69,24 +69,27 @@ SHARE_STATS = ("p_active",)
 MAX_STAT = 1e12
 
 
-def check_new_domain_stats(stats: dict[str, float], features: list[str], command: str = "predict-lambda") -> None:
-    """Check a new domain's statistics given by hand: each name is one the fit uses (``features``, plus
-    ``p_active`` for Eq. 11's blend), each value finite and in range, every needed one given.
+def check_new_domain_stats(stats: dict[str, float], features: list[str] | None, command: str = "predict-lambda") -> None:
+    """Check a new domain's statistics given by hand: each value finite and in range; with ``features`` (the
+    fit's regressors) also each name one the fit uses (``features``, plus ``p_active`` for Eq. 11's blend)
+    and every needed one given. Called once before the grid is opened (``features`` None) and once after.
 
     Raises:
         ConfigError: naming the statistic, its value, what is accepted and the fix.
     """
-    known = list(dict.fromkeys([*features, "p_active"]))
-    unknown = [k for k in stats if k not in known]
-    if unknown:
-        raise ConfigError(f"{command} --stats: unknown statistic(s) {unknown}; the fit uses {known} "
-                          "(sweeps.predict_lambda.features, plus p_active for Eq. 11); give each as NAME=NUMBER.")
     for name, v in stats.items():
         lo, hi = (0.0, 1.0) if name in SHARE_STATS else (0.0, MAX_STAT)
         if not math.isfinite(v) or not lo <= v <= hi:
             what = "a share in [0, 1]" if name in SHARE_STATS else f"a finite number in [0, {hi:g}]"
             raise ConfigError(f"{command} --stats {name}={v!r}: must be {what}; give the new domain's measured value "
                               "(Table 4 of `mmgrid sweep predict-lambda` lists those of the known domains).")
+    if features is None:
+        return
+    known = list(dict.fromkeys([*features, "p_active"]))
+    unknown = [k for k in stats if k not in known]
+    if unknown:
+        raise ConfigError(f"{command} --stats: unknown statistic(s) {unknown}; the fit uses {known} "
+                          "(sweeps.predict_lambda.features, plus p_active for Eq. 11); give each as NAME=NUMBER.")
     missing = [k for k in known if k not in stats]
     if stats and missing:
         raise ConfigError(f"{command} --stats: the new domain lacks {missing}; give every one of {known} as NAME=NUMBER.")
