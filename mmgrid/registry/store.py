@@ -291,7 +291,7 @@ class BlobStore:
 
     def read_tensor(self, sha: str, where: str = "", device: str = "cpu") -> "torch.Tensor":
         """Load one tensor; its first use in a process checks the hash (or its record)."""
-        path = self.blob_path(sha)
+        path = check_inside(self.root, self.blob_path(sha), f"blob ({where})")
         if not verified.known(sha) and not self.records.trusted(sha, path):
             tensor = from_blob(self._read_verified(sha, path, where), path)
             return tensor if device == "cpu" else tensor.to(device)
