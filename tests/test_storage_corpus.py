@@ -300,8 +300,9 @@ def _link_out(which: str) -> Callable[[Path, list[str]], None]:
         outside.mkdir(exist_ok=True)
         if which == "results":
             src = next((root / "results").glob("*.jsonl"))
-            text = src.read_text().replace('"recall@10": 0.5', '"recall@10": 0.25')
-            (outside / "evil.jsonl").write_text(text.replace('"key": "', '"key": "x'))
+            text = src.read_text().replace('"recall@10":0.5', '"recall@10":0.25')
+            assert "0.25" in text
+            (outside / "evil.jsonl").write_text(text.replace('"key":"', '"key":"x'))
             (root / "results" / "evil.jsonl").symlink_to(outside / "evil.jsonl")
         elif which == "alias":
             (outside / "evil.json").write_text('{"id": "%s"}' % ids[0])
