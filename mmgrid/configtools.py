@@ -26,9 +26,85 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
-from mmgrid.errors import ConfigError
+from mmgrid.errors import ConfigError, YamlLimitError
 
 _NONE = type(None)
+
+# Bounds of every YAML document mmgrid reads (grids, run files, recipes, overrides): a grid or a recipe is
+# a few hundred nodes; a 4 KB alias "bomb" (billion laughs) expands to ~10^9.
+YAML_MAX_NODES = 100_000  # nodes of the document with every alias expanded
+YAML_MAX_ALIASES = 1_000  # alias uses (``*name``)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` whose composed document is measured before anything is constructed: the
+    node count with every alias expanded is computed on the node graph (each shared node once), so a
+    document that would expand past :data:`YAML_MAX_NODES` is refused without being expanded."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        _expanded_size(node, getattr(self, "_mmgrid_where", "YAML"))
+        return node
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._mmgrid_aliases = getattr(self, "_mmgrid_aliases", 0) + 1
+            if self._mmgrid_aliases > YAML_MAX_ALIASES:
+                raise YamlLimitError(f"{getattr(self, '_mmgrid_where', 'YAML')}: more than {YAML_MAX_ALIASES} "
+                                     "aliases (*name); write the values out or use fewer anchors.")
+        return super().compose_node(parent, index)
+
+
+def _expanded_size(root: Any, where: str) -> int:
+    """Nodes of ``root`` with aliases expanded, counted without expanding (memoised per shared node)."""
+    size: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            active.discard(key)
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            if size[key] > YAML_MAX_NODES:
+                raise YamlLimitError(
+                    f"{where}: the document expands to more than {YAML_MAX_NODES:,} values once its aliases "
+                    "(*name) are expanded (an alias bomb?); write the values out or use fewer aliases.")
+            continue
+        if key in size:
+            continue
+        if key in active:
+            raise YamlLimitError(f"{where}: an alias refers to a node that contains it (a recursive anchor); "
+                                 "write the value out.")
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node) if id(k) not in size)
+    return size[id(root)]
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [x for kv in node.value for x in kv]
+    return []
+
+
+def load_yaml(text: str | bytes, where: str = "YAML") -> Any:
+    """The one way mmgrid reads YAML: ``yaml.safe_load`` semantics (plain values only, no ``!!python``
+    tags) with aliases bounded before expansion (:data:`YAML_MAX_NODES`, :data:`YAML_MAX_ALIASES`).
+
+    Raises:
+        YamlLimitError: the document would expand past the bounds (a ConfigError naming ``where``).
+        yaml.YAMLError: not valid YAML (callers name the file and the fix).
+    """
+    loader = _BoundedLoader(text)
+    loader._mmgrid_where = where
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +340,19 @@ def _as_number(value: Any) -> float | None:
     return None
 
 
+def path_value(data: dict, key: str, where: str) -> str | None:
+    """``data[key]`` of a loaded YAML mapping where a path belongs: a string, or None when absent.
+
+    Raises:
+        ConfigError: the value is a list, mapping, number... (naming the file, the key and the fix).
+    """
+    value = data.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{where}: {key} must be a path (a string), got {type(value).__name__} {value!r}; "
+                      f"write one folder, e.g. {key}: runs/demo/registry.")
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``a.b.c=value`` into a key path and a YAML-parsed value."""
     if "=" not in text:
@@ -275,7 +364,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if raw.strip() == "":
         return path, ""
     try:
-        return path, yaml.safe_load(raw)
+        return path, load_yaml(raw, f"override {key.strip()}")
+    except YamlLimitError:
+        raise
     except ValueError:  # looks like a YAML date but is none (2022-13-45): keep the text, its field names it
         return path, raw
     except yaml.YAMLError as exc:

@@ -18,6 +18,11 @@ class ConfigError(MmgridError, ValueError):
     """A grid YAML or a ``key=value`` override is invalid."""
 
 
+class YamlLimitError(ConfigError):
+    """A YAML document would expand past the loader's bounds (an alias "bomb"): too many nodes once its
+    aliases are expanded, too many aliases, or an alias to itself. Refused before anything is expanded."""
+
+
 class DataError(MmgridError, ValueError):
     """Raw or prepared data is malformed (corrupt line, missing field, empty phase...)."""
 

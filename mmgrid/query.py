@@ -20,6 +20,8 @@ no interval (NaN), never a narrower one.
 
 from __future__ import annotations
 
+import difflib
+
 import json
 import math
 from dataclasses import dataclass
@@ -77,15 +79,18 @@ class Grid:
     def _edges(self) -> pd.DataFrame:
         """parent, child, role, child_kind, stored (True: a checkpoint; False: an in-memory merge
         recorded only by its evaluation, ``child`` = its recipe hash), study, method."""
-        if getattr(self, "_edge_cache", None) is not None:
+        ids = list(self.registry.query()["id"])
+        res = self.registry.results()
+        state = (len(ids), hash(tuple(sorted(ids))), len(res))  # what the edges are built from: a sync() changes it
+        if getattr(self, "_edge_cache", None) is not None and getattr(self, "_edge_state", None) == state:
             return self._edge_cache
+        self._edge_state = state
         rows = []
-        for cid in self.registry.query()["id"]:
+        for cid in ids:
             m = self.registry.get(cid)
             for par in m.parents:
                 rows.append({"parent": par.id, "child": m.id, "role": par.role, "child_kind": m.kind,
                              "stored": True, "study": None, "method": m.method})
-        res = self.registry.results()
         mem = res[res["id"].isna() & res["recipe"].notna()].drop_duplicates("recipe_hash") if not res.empty else res
         for r in mem.itertuples():
             rec = json.loads(r.recipe)
@@ -142,6 +147,8 @@ class Grid:
         res = self.registry.results(metric=metric, split=split, group=group, kind=kind, variant=variant, **filters)
         cols = [*by, "value", "ci_low", "ci_high", "n_users", "seeds", "ids"]
         if res.empty:
+            _check_filters(self.registry, {"metric": metric, "split": split, "group": group, "kind": kind,
+                                           "variant": variant, **filters})
             return pd.DataFrame(columns=cols)
         unknown = [b for b in by if b not in res.columns]
         if unknown:
@@ -238,6 +245,28 @@ def load_model(registry: Registry, ref: Any, domain: str | None = None, config: 
     par = get_paradigm(m.coords["paradigm"])
     params = (config.paradigm_params.get(par.name, {}) if config is not None else {})
     return par.load(load_checkpoint(registry, m.id), prepared.domain(domain), params)
+
+
+def _check_filters(registry: Registry, filters: dict[str, Any]) -> None:
+    """A filter that matches nothing: name each one whose value no result row holds, with the values that exist
+    (an empty answer is right only when every value exists and no row has them all together)."""
+    res = registry.results()
+    if res.empty:
+        return
+    bad = []
+    for key, want in filters.items():
+        if want is None or key not in res.columns:
+            continue
+        have = sorted({str(v) for v in res[key].dropna()})
+        wants = [want] if isinstance(want, (str, int, float)) else list(want)
+        missing = [w for w in wants if str(w) not in have]
+        if missing:
+            close = difflib.get_close_matches(str(missing[0]), have, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            shown = ", ".join(have[:30]) + (" ..." if len(have) > 30 else "")
+            bad.append(f"{key}={missing[0]!r} matches no result{hint}; recorded: {shown}")
+    if bad:
+        raise ConfigError("summary: " + "; ".join(bad) + ".")
 
 
 def _walk(edges: pd.DataFrame, start: str, here: str, there: str) -> pd.DataFrame:

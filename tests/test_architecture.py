@@ -409,6 +409,10 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "SIGN_RULES": ("mmgrid/merge/ops.py", "the TIES sign rules' names"),
     "safetensors_header": ("mmgrid/registry/blobfmt.py", "the safetensors header (registry blobs, merge inputs)"),
     "render_card": ("mmgrid/registry/card.py", "the README.md model card of every exported folder"),
+    "load_yaml": ("mmgrid/configtools.py", "reading YAML with aliases bounded before expansion"),
+    "script_json": ("mmgrid/sweep/report_html_encode.py", "JSON inside a <script> block of report.html"),
+    "html_text": ("mmgrid/sweep/report_html_encode.py", "a value as HTML text of report.html"),
+    "html_attr": ("mmgrid/sweep/report_html_encode.py", "a value as an HTML attribute of report.html"),
 }
 
 # library calls that would be a second implementation of a home above, outside that home
@@ -456,6 +460,20 @@ def test_the_safetensors_header_length_is_read_in_one_place() -> None:
     found = [str(path.relative_to(ROOT.parent)) for path in sorted(ROOT.rglob("*.py"))
              for line in path.read_text().splitlines() if "unpack(\"<Q\"" in line or "unpack('<Q'" in line]
     assert found == ["mmgrid/registry/blobfmt.py"]
+
+
+def test_yaml_is_read_by_the_one_bounded_loader() -> None:
+    """No module calls ``yaml.safe_load`` / ``yaml.load`` / ``yaml.full_load`` itself: every YAML document goes
+    through ``configtools.load_yaml``, whose aliases are bounded before expansion."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = str(path.relative_to(ROOT.parent))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("safe_load", "load", "full_load", "unsafe_load", "safe_load_all", "load_all")
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "yaml"):
+                found.append(f"{rel}:{node.lineno}")
+    assert found == []
 
 
 def test_eq_9_10_is_computed_in_its_home_only() -> None:

@@ -291,6 +291,152 @@ case("derived: verify after a results file deleted", "derived",
      written="index")
 
 
+# ----------------------------------------------------------------------------- round 3: links out of the root, caches,
+# litter, canonical ids (each case fails without its fix)
+def _link_out(which: str) -> Callable[[Path, list[str]], None]:
+    """Replace one of the registry's files by a symlink to a copy outside its root (the copy says otherwise)."""
+    def change(root: Path, ids: list[str]) -> None:
+        outside = root.parent / "outside"
+        outside.mkdir(exist_ok=True)
+        if which == "results":
+            src = next((root / "results").glob("*.jsonl"))
+            text = src.read_text().replace('"recall@10":0.5', '"recall@10":0.25')
+            assert "0.25" in text
+            (outside / "evil.jsonl").write_text(text.replace('"key":"', '"key":"x'))
+            (root / "results" / "evil.jsonl").symlink_to(outside / "evil.jsonl")
+        elif which == "alias":
+            (outside / "evil.json").write_text('{"id": "%s"}' % ids[0])
+            (root / "aliases" / "evil.json").symlink_to(outside / "evil.json")
+        elif which == "manifest":
+            path = root / "manifests" / ids[1][:2] / f"{ids[1]}.json"
+            shutil.move(path, outside / path.name)
+            path.symlink_to(outside / path.name)
+        elif which == "blob":
+            blob = next(p for p in (root / "blobs").rglob("*") if p.is_file())
+            shutil.move(blob, outside / blob.name)
+            blob.symlink_to(outside / blob.name)
+
+    return change
+
+
+def _verify_lists_link(tmp: Path, rep: Any) -> None:
+    if rep.ok or "link out of the registry" not in rep.summary() or str(tmp / "outside") not in rep.summary():
+        pytest.fail(rep.summary())
+
+
+case("derived: a results file linked out of the root is not read", "derived",
+     _files_changed(_link_out("results"), lambda reg: sorted(set(reg.results()["value"]))), SERVED,
+     check=lambda tmp, vals: vals == [0.5] or pytest.fail(f"served {vals}"), written="index")
+case("derived: verify lists a results file linked out of the root", "derived",
+     _files_changed(_link_out("results"), lambda reg: reg.verify()), SERVED, check=_verify_lists_link, written="index")
+case("derived: an alias linked out of the root is refused", "derived",
+     _files_changed(_link_out("alias"), lambda reg: reg.resolve("evil")), RegistryError, r"aliases/evil\.json",
+     r"a link to .*outside.*outside the registry", "replace the link", written="index")
+case("derived: verify lists an alias linked out of the root", "derived",
+     _files_changed(_link_out("alias"), lambda reg: reg.verify()), SERVED, check=_verify_lists_link, written="index")
+case("derived: a manifest linked out of the root is refused", "derived",
+     _files_changed(_link_out("manifest"), lambda reg: [reg.get(i) for i in reg.query()["id"]]), RegistryError,
+     r"manifests/", r"a link to .*outside the registry", "replace the link", written="index")
+case("derived: verify lists a manifest linked out of the root", "derived",
+     _files_changed(_link_out("manifest"), lambda reg: reg.verify()), SERVED, check=_verify_lists_link, written="index")
+case("derived: a blob linked out of the root is refused", "derived",
+     _files_changed(_link_out("blob"), lambda reg: [reg.load(i) for i in reg.query()["id"]]), RegistryError,
+     r"blobs/", r"a link to .*outside the registry", "replace the link", written="index")
+
+
+def _verify_read_only(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], Any]:
+    ids = filled(tmp / "reg")
+    _open(tmp / "reg").close()
+    ro = read_only_view(tmp / "reg", stack)
+    return lambda: (cli("registry", "verify", ro), _open(ro).verify())
+
+
+case("storage: registry verify on a read-only mount reports without writing", "storage", _verify_read_only, SERVED,
+     check=lambda tmp, out: (out[0][0] == 0 and "Traceback" not in out[0][1] and out[1].ok
+                             and out[1].blobs_checked > 0) or pytest.fail(f"{out[0]} {out[1].summary()}"),
+     needs_mount=True)
+
+
+def _grid_after_sync(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], Any]:
+    from mmgrid.query import Grid
+
+    ids = filled(tmp / "reg")
+    grid = Grid.open(tmp / "reg")
+    stack.callback(grid.registry.close)
+    before = len(grid.descendants(ids[0]))
+    with contextlib.closing(_open(tmp / "reg")) as other:  # another process adds a child
+        other.put(tiny(7), {**COORDS, "period": "p2"}, "trained", parents=[(ids[1], "previous_stage")])
+
+    def run() -> Any:
+        grid.registry.sync()
+        return before, len(grid.descendants(ids[0])), len(grid.registry.query())
+
+    return run
+
+
+case("derived: Grid.descendants follows sync()", "derived", _grid_after_sync, SERVED,
+     check=lambda tmp, out: out == (1, 2, 3) or pytest.fail(f"(before, after, checkpoints) = {out}"), written="checked")
+
+
+def _grid_summary_typo(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], Any]:
+    from mmgrid.query import Grid
+
+    filled(tmp / "reg")
+    grid = Grid.open(tmp / "reg")
+    stack.callback(grid.registry.close)
+    return lambda: grid.summary("recal@10", kind=None)
+
+
+case("derived: Grid.summary of a misspelt metric names the recorded ones", "derived", _grid_summary_typo,
+     MmgridError, r"summary", r"metric='recal@10' matches no result", r"did you mean 'recall@10'")
+
+
+def _killed_report_stage(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], Any]:
+    from mmgrid.sweep.report_files import StagedFiles
+
+    out = tmp / "report"
+    code = ("import os, sys; from mmgrid.sweep.report_files import StagedFiles; s = StagedFiles(sys.argv[1]);"
+            "open(os.path.join(s.stage, 'report.html'), 'w').write('x' * 100000); os._exit(9)")  # killed: no clean-up
+    subprocess.run([sys.executable, "-c", code, str(out)], env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    left = [p.name for p in out.glob(".report-*")]
+
+    def run() -> Any:
+        with StagedFiles(out) as files:
+            files.write_text("report.md", "ok")
+            files.commit()
+        return left, sorted(p.name for p in out.iterdir())
+
+    return run
+
+
+case("storage: a killed report's staging folder is removed by the next report", "storage", _killed_report_stage,
+     SERVED, check=lambda tmp, out: (len(out[0]) == 1 and out[1] == ["report.md"]) or pytest.fail(f"{out}"),
+     written="checked")
+
+
+def _canonical_lambda(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], Any]:
+    from mmgrid.configtools import parse_override
+    from mmgrid.merge.recipe import Recipe, run_recipe
+
+    reg = _open(tmp / "reg")
+    stack.callback(reg.close)
+    a = reg.put(tiny(0), COORDS, "base")
+    b = reg.put(tiny(1), {**COORDS, "period": "p1"}, "trained", parents=[(a, "previous_stage")])
+
+    def run() -> Any:
+        ids = []
+        for text in ("lambda=1.3", "lambda=13e-1", "lam=1.30", "lambda='1.3'"):
+            key, value = parse_override(text)
+            ids.append(run_recipe(Recipe("temporal", [a, b], None, {key[0]: value}), reg, dry_run=True))
+        return ids
+
+    return run
+
+
+case("derived: --set lambda=13e-1 names the merge of lambda=1.3", "derived", _canonical_lambda, SERVED,
+     check=lambda tmp, ids: len(set(ids)) == 1 or pytest.fail(f"ids {ids}"), written="checked")
+
+
 # ----------------------------------------------------------------------------- concurrency
 def _gc_inside_recording(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], Any]:
     reg = _open(tmp / "reg")

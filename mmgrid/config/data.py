@@ -21,7 +21,7 @@ PAPER_PHASES: dict[str, list[str | None]] = {
 @dataclass
 class ItemTextConfig:
     fields: list[str] = field(default_factory=lambda: ["title", "description", "features"])  # title always first
-    max_chars: int = ranged(1, default=256)  # item text is truncated to this many characters
+    max_chars: int = ranged(1, 10**7, default=256)  # item text is truncated to this many characters
 
 
 @dataclass
@@ -31,7 +31,7 @@ class DataConfig:
     domains: list[str] = field(default_factory=list)  # categories, e.g. Video_Games; empty = every file found
     kcore: int = ranged(1, default=5)  # iterative k-core on users and items
     min_date: str | None = None  # drop interactions before this UTC date (YYYY-MM-DD)
-    max_history: int = ranged(1, default=20)  # at most this many earlier interactions per example
+    max_history: int = ranged(1, 100_000, default=20)  # at most this many earlier interactions per example
     phases: dict[str, list[str | None]] = field(default_factory=lambda: {k: list(v) for k, v in PAPER_PHASES.items()})
     item_text: ItemTextConfig = field(default_factory=ItemTextConfig)
     recbole_text_field: str = "title"  # .item column used as item text for RecBole sources
@@ -39,7 +39,7 @@ class DataConfig:
     # ms: values below 1e11 (seconds by magnitude) are an error; s: every value is seconds; auto: below 1e11 converted
     timestamp_unit: Literal["ms", "s", "auto"] = "ms"
     min_history: int = ranged(0, default=1)  # targets with fewer earlier interactions are not examples (counted in the manifest)
-    lm_text_docs: int = ranged(1, default=4000)  # review texts set apart (across domains) for the base LM: train + held-out
+    lm_text_docs: int = ranged(1, 10**8, default=4000)  # review texts set apart (across domains) for the base LM: train + held-out
     lm_heldout_share: float = ranged(0, 1, hi_open=True, default=0.1)  # share of lm_text_docs kept for measuring text retention
 
 

@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from mmgrid.config.eval import EvalConfig
 from mmgrid.config.exec import ExecConfig
 from mmgrid.config.sweeps import SweepConfig
 from mmgrid.config.train import TrainConfig, VariantConfig
-from mmgrid.configtools import apply_overrides, build, stable_hash, to_dict
+from mmgrid.configtools import apply_overrides, build, load_yaml, stable_hash, to_dict
 from mmgrid.errors import ConfigError
 
 GRIDS_DIR = Path(__file__).resolve().parent.parent.parent / "grids"
@@ -61,6 +62,23 @@ class GridConfig:
             if stage not in self.train.epochs:
                 raise ConfigError(f"train.epochs: no epoch count for stage {stage!r}.")
         self.train.check_shared_stages()
+        self.check_metrics()
+
+    def metric_names(self) -> list[str]:
+        """The metrics an evaluation records: recall@k and ndcg@k for every k of ``eval.ks``."""
+        return [f"{m}@{k}" for k in self.eval.ks for m in ("recall", "ndcg")]
+
+    def check_metrics(self) -> None:
+        """Every metric a study is judged by must be one the evaluation records (else the study would run and
+        then find no records)."""
+        known = self.metric_names()
+        for key, metric in (("sweeps.temporal.metric", self.sweeps.temporal.metric),
+                            ("sweeps.cross_domain.metric", self.sweeps.cross_domain.metric)):
+            if metric not in known:
+                close = difflib.get_close_matches(metric, known, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{key}: {metric!r} is not a recorded metric; known (from eval.ks): "
+                                  f"{', '.join(known)}.{hint}")
 
     def hash(self) -> str:
         """Hash of the whole spec (recorded in manifests)."""
@@ -116,7 +134,7 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> GridConfi
     """
     p = resolve_grid_path(path)
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = load_yaml(p.read_text(), str(p)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
     except ValueError as exc:  # a value YAML takes for a date but is none, e.g. 2022-13-45

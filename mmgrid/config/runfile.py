@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from mmgrid.config.grid import grid_from_dict
-from mmgrid.configtools import apply_overrides
+from mmgrid.configtools import apply_overrides, load_yaml
 from mmgrid.errors import ConfigError, RegistryError
 
 RUN_FILE = "mmgrid-run.yaml"
@@ -128,7 +128,7 @@ def read_run(run_file: str | Path) -> SavedRun:
     """
     f = Path(run_file)
     try:
-        data = yaml.safe_load(f.read_text()) or {}
+        data = load_yaml(f.read_text(), str(f)) or {}
     except (OSError, yaml.YAMLError, ValueError) as exc:
         raise ConfigError(f"{f}: cannot read the saved run ({exc}); restore it or pass a grid YAML.") from exc
     if not isinstance(data, dict):

@@ -12,10 +12,10 @@ from mmgrid.errors import ConfigError
 @dataclass
 class TrainConfig:
     stages: list[str] = field(default_factory=lambda: ["pretrain", "p1", "p2"])  # phases trained in order
-    epochs: dict[str, int] = ranged(0, default_factory=lambda: {"pretrain": 3, "p1": 2, "p2": 2})  # paper: 3 / 2 / 2
+    epochs: dict[str, int] = ranged(0, 10_000, default_factory=lambda: {"pretrain": 3, "p1": 2, "p2": 2})  # paper: 3 / 2 / 2
     lr: float = ranged(0, lo_open=True, default=1e-3)  # AdamW, fixed
     weight_decay: float = ranged(0, default=0.0)
-    batch_size: int = ranged(1, default=32)
+    batch_size: int = ranged(1, 10**6, default=32)
     seed: int = ranged(0, default=0)  # one training seed (set to the first of ``seeds`` when those are given)
     # training seeds as a grid coordinate: every stage is trained once per seed (replicates);
     # None = [seed]. The tiny base, the evaluation's user sample and most-popular use the first.
@@ -24,9 +24,9 @@ class TrainConfig:
     # leading stages trained once, on the first seed, and shared by every replicate (e.g. [pretrain]):
     # the replicates differ from the first shared-stage checkpoint on. [] = every stage per seed.
     shared_stages: list[str] = field(default_factory=list)
-    max_examples: int | None = ranged(1, default=None)  # cap per stage (quick runs); None = all
+    max_examples: int | None = ranged(1, 10**10, default=None)  # cap per stage (quick runs); None = all
     device: str = "auto"  # auto | cpu | cuda
-    threads: int | None = ranged(1, default=None)  # torch intra-op CPU threads (None = torch default; 1 is fastest for tiny models)
+    threads: int | None = ranged(1, 4096, default=None)  # torch intra-op CPU threads (None = torch default; 1 is fastest for tiny models)
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
 
     def check_shared_stages(self) -> None:
@@ -50,6 +50,9 @@ class TrainConfig:
         bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
         if bad:
             raise ConfigError(f"train.seeds: {bad} are not integers >= 0; give e.g. [0, 1, 2].")
+        if len(seeds) > 1000:
+            raise ConfigError(f"train.seeds: {len(seeds):,} seeds; at most 1000 replicates are accepted (each trains "
+                              "every stage of every cell).")
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"train.seeds {seeds} repeats a seed; each replicate needs its own seed.")
         if self.seed not in (0, seeds[0]):

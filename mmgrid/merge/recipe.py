@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from mmgrid.configtools import build
+from mmgrid.configtools import build, load_yaml
 from mmgrid.errors import ConfigError
 from mmgrid.merge.api import merge_to_file, prepare
 from mmgrid.merge.errors import MergeParamError
@@ -42,13 +42,15 @@ class Recipe:
     def method_params(self) -> dict[str, Any]:
         """The parameters in their canonical spelling (``lambda`` -> ``lam``: one parameter, one id;
         :func:`mmgrid.merge.methods.canonical_params`) with the recipe's seed filled in where the
-        method takes one."""
+        method takes one. A number written as text (``--set lambda=13e-1``: YAML 1.1 reads ``13e-1`` as a
+        string) becomes the number its typed parameter holds (1.3), so it names the same merge, and id, as
+        ``lambda=1.3``; numbers given as numbers are kept as written (the ids stored from them stay)."""
         fields = {f.name for f in dataclasses.fields(get_method(self.method).Params)}
         params = canonical_params(self.method, self.params)
         if "seed" in fields:
             params.setdefault("seed", self.seed)
-        validate_params(self.method, params)
-        return params
+        typed = validate_params(self.method, params)
+        return {k: canonical_number(v, getattr(typed, k, None)) for k, v in params.items()}
 
     def legacy_params(self) -> dict[str, Any]:
         """The parameters as spelled in the recipe (what ids were computed from before the
@@ -66,7 +68,7 @@ class Recipe:
     def from_yaml(cls, text: str, where: str = "merge recipe") -> "Recipe":
         """Parse and validate a recipe (method and parameters are checked here)."""
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text, where)
         except yaml.YAMLError as exc:  # a syntax error, or a tag safe_load refuses (!!python/object)
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise MergeParamError(f"{where}: not a plain YAML recipe ({problem}); write method, inputs and "
@@ -81,6 +83,20 @@ class Recipe:
     @classmethod
     def load(cls, path: str | Path) -> "Recipe":
         return cls.from_yaml(Path(path).read_text(), where=f"merge recipe {path}")
+
+
+def canonical_number(given: Any, typed: Any) -> Any:
+    """``typed`` (the validated parameter) where ``given`` is a number written as text, or a list holding
+    one; else ``given`` unchanged."""
+    def is_number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if isinstance(given, str) and is_number(typed):
+        return typed
+    if (isinstance(given, (list, tuple)) and isinstance(typed, (list, tuple)) and len(given) == len(typed)
+            and any(isinstance(g, str) for g in given)):
+        return [t if isinstance(g, str) and is_number(t) else g for g, t in zip(given, typed)]
+    return given
 
 
 def default_coords(registry: Any, recipe: Recipe) -> dict[str, Any]:

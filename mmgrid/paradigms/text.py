@@ -78,7 +78,7 @@ class TextKnobs(Knobs):
                        "folder for item-embedding safetensors (None = memory only)", use=WHERE)
     max_history: int = knob(10, 1, None, 'int', "most recent history titles in the prompt")
     max_title_tokens: int = knob(16, 1, None, 'int', "each title is cut to this many tokens")
-    num_beams: int = knob(4, 1, None, 'int', "beam width of title generation", use=EVAL)
+    num_beams: int = knob(4, 1, 1024, 'int', "beam width of title generation", use=EVAL)
     max_new_tokens: int = knob(0, 0, None, 'int',
                        "0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS", use=EVAL)
     beam_combine: str = knob("weighted", ('weighted', 'best', 'max'), None, 'choice',

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import mmgrid.registry.names as names
+from mmgrid.registry.contain import check_inside
 from mmgrid.registry.errors import RegistryError, UnsafePathError
 from mmgrid.registry.fsio import atomic_write
 
@@ -26,6 +27,7 @@ def _parse(path: Path) -> tuple[str, str | None]:
         RegistryError: the file is not an alias file; UnsafePathError: its id is not an id.
     """
     fix = f"re-point it with `mmgrid registry alias ROOT {path.stem} ID`, or delete {path}."
+    check_inside(path.parent.parent, path, f"alias {path.stem!r}")
     try:
         data = json.loads(path.read_text())
         cid = data["id"]

@@ -31,7 +31,7 @@ import mmgrid.registry.hf as hf
 import mmgrid.registry.maintenance as maintenance
 import mmgrid.registry.names as names
 import mmgrid.registry.writing as writing
-from mmgrid.registry.errors import (AmbiguousCheckpointError, CorruptIndexError, RegistryStorageError, RegistryWarning,
+from mmgrid.registry.errors import (AmbiguousCheckpointError, InvalidNameError, CorruptIndexError, RegistryStorageError, RegistryWarning,
                                     UnknownCheckpointError)
 from mmgrid.registry.evals import Evaluations
 from mmgrid.registry.guard import check_root, read_only_reason, writes
@@ -39,7 +39,7 @@ from mmgrid.registry.index import Index
 from mmgrid.registry.indexsync import manifest_stat
 from mmgrid.registry.locks import WritersLock
 from mmgrid.registry.maintenance import GcReport, VerifyReport
-from mmgrid.registry.manifest import Manifest, Parent, code_version, read_manifest
+from mmgrid.registry.manifest import Manifest, Parent, code_version, field_type_problems, read_manifest
 from mmgrid.registry.results import ResultsLog
 from mmgrid.registry.fsio import atomic_write
 from mmgrid.registry.store import BlobStore
@@ -206,6 +206,9 @@ class Registry(Evaluations):
             NonFiniteTensorError (NaN/Inf), IdentityConflictError (the identity is stored with
             other tensor names, shapes or dtypes). Nothing is stored when any is raised.
         """
+        bad = field_type_problems(seed=seed, config_hash=config_hash, data_fingerprint=data_fingerprint)
+        if bad:
+            raise InvalidNameError(f"Registry.put: {'; '.join(bad)}; pass the seed as an int and the hashes as strings.")
         coords = names.normalize_coords(coords)
         plist = names.normalize_parents(self._parent_ids(parents))
         cid = names.make_id(coords, kind, plist, params, config_hash, seed)

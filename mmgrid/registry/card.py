@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from mmgrid.configtools import load_yaml
+
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.registry.api import Registry
     from mmgrid.registry.manifest import Manifest
@@ -158,7 +160,7 @@ def card_base_models(text: str) -> list[str]:
         return []
     end = text.find("\n---", 3)
     try:
-        front = yaml.safe_load(text[3:end]) if end > 0 else None
+        front = load_yaml(text[3:end], "README.md card") if end > 0 else None
     except yaml.YAMLError:
         return []
     bm = front.get("base_model") if isinstance(front, dict) else None

@@ -60,11 +60,12 @@ class VerifyReport:
     index_problems: list[str] = field(default_factory=list)  # where index.sqlite disagreed with the files
     # (what they share, their ids oldest first): checkpoints with equal coords, kind and seed (a warning)
     duplicates: list[tuple[str, list[str]]] = field(default_factory=list)
+    outside_links: list[tuple[str, str]] = field(default_factory=list)  # (path, target): links leaving the root
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.corrupt or self.bad_manifests or self.bad_aliases or self.per_user_missing
-                    or self.bad_per_user_refs or self.index_problems)
+                    or self.bad_per_user_refs or self.index_problems or self.outside_links)
 
     def summary(self) -> str:
         head = "OK" if self.ok else "PROBLEMS FOUND"
@@ -79,6 +80,8 @@ class VerifyReport:
         lines += [f"bad per-user reference: {rel!r} (result record {key}) is not peruser/xx/<sha256>.parquet"
                   for key, rel in self.bad_per_user_refs]
         lines += [f"index disagreed with the files: {p}" for p in self.index_problems]
+        lines += [f"link out of the registry (refused on read): {p} -> {t}; replace it with the file itself or "
+                  "delete it" for p, t in self.outside_links]
         if self.index_problems:
             lines.append("the files are the source of truth: `mmgrid registry reindex ROOT` rebuilds the index from "
                          "them (an index this process already brought in line needs nothing more; a results file or "
@@ -203,9 +206,17 @@ def verify(reg: "Registry") -> VerifyReport:
             report.problems[path] = f"points at {cid}, which has no (valid) manifest; re-point or delete the alias."
     report.temp_files = [str(p) for p in reg.store.temp_files()]
     report.duplicates = duplicate_coords(ms)
+    _verify_links(reg, report)
     _verify_per_user(reg, report)
     _verify_index(reg, report)
     return report
+
+
+def _verify_links(reg: "Registry", report: VerifyReport) -> None:
+    """List every symlink inside the registry whose target lies outside its root (each is refused on read)."""
+    from mmgrid.registry.contain import escaping_links  # lazy: only verify walks every folder
+
+    report.outside_links = escaping_links(reg.root)
 
 
 def _verify_index(reg: "Registry", report: VerifyReport) -> None:

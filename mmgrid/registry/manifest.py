@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from mmgrid._version import __version__
 from mmgrid.registry.blobfmt import ST_TO_TORCH
+from mmgrid.registry.contain import check_inside
 from mmgrid.registry.errors import RegistryError, UnsafePathError
 from mmgrid.registry.names import check_kind, is_file_name, is_id, is_sha256, normalize_coords
 
@@ -96,6 +97,45 @@ class Manifest:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegistryError(f"manifest {where} is malformed ({exc!r}); restore it or run `mmgrid registry verify` to list bad manifests.") from exc
 
+    def check_types(self, where: str = "") -> "Manifest":
+        """Refuse a field of the wrong type (a seed that is not an integer, a coordinate that is a list...):
+        what the report page, the index and the ids rely on. :meth:`check_paths` calls it, so every
+        manifest written (``Registry.put``) and every manifest read is checked.
+
+        Raises:
+            RegistryError: naming each wrong field, its value and how to fix it.
+        """
+        bad = field_type_problems(seed=self.seed, config_hash=self.config_hash, data_fingerprint=self.data_fingerprint,
+                                  code_version=self.code_version, created=self.created)
+        if not isinstance(self.id, str):
+            bad.append(f"id {self.id!r} is not a string")
+        if not isinstance(self.kind, str):
+            bad.append(f"kind {self.kind!r} is not a string")
+        for name, value in (("coords", self.coords), ("params", self.params), ("meta", self.meta),
+                            ("files", self.files), ("blobs", self.blobs)):
+            if not isinstance(value, dict):
+                bad.append(f"{name} {value!r} is not a mapping")
+            elif not all(isinstance(k, str) for k in value):
+                bad.append(f"{name} has a key that is not a string")
+        if isinstance(self.coords, dict):
+            bad += [f"coordinate {k!r} = {v!r} is a {type(v).__name__}, not a string or number"
+                    for k, v in self.coords.items() if not isinstance(v, (str, int, float)) or isinstance(v, bool)]
+        if not isinstance(self.parents, list):
+            bad.append(f"parents {self.parents!r} is not a list")
+        else:
+            bad += [f"parent {p!r}: id and role must be strings" for p in self.parents
+                    if not (isinstance(p.id, str) and isinstance(p.role, str))]
+        if isinstance(self.files, dict):
+            bad += [f"file {k!r} refers to {v!r}, not a string" for k, v in self.files.items() if not isinstance(v, str)]
+        if isinstance(self.blobs, dict):
+            bad += [f"tensor {k!r}: blob hash and dtype must be strings, nbytes an integer >= 0" for k, b in self.blobs.items()
+                    if not (isinstance(b.sha256, str) and isinstance(b.dtype, str) and _is_count(b.nbytes))]
+        if bad:
+            raise RegistryError(f"manifest {where or self.id}: {'; '.join(bad[:5])}; the manifest was edited or "
+                                "corrupted (or written by a caller passing the wrong type): restore it from a backup or "
+                                "re-create the checkpoint (`mmgrid registry verify ROOT` lists every bad manifest).")
+        return self
+
     def check_paths(self, where: str = "") -> "Manifest":
         """Refuse every name in the manifest that becomes a path and could leave the registry
         (or an export folder): the id, parent ids, file names, file and blob hashes.
@@ -104,6 +144,7 @@ class Manifest:
             UnsafePathError: naming the field, the value and how to fix it.
             RegistryError: a blob's dtype is not a safetensors dtype.
         """
+        self.check_types(where)
         fix = ("the manifest was edited or corrupted; restore it from a backup or delete it and re-create "
                "the checkpoint (`mmgrid registry verify ROOT` lists every bad manifest).")
         bad: list[str] = []
@@ -135,7 +176,28 @@ class Manifest:
         return json.dumps(self.to_json(), indent=1, sort_keys=True, ensure_ascii=False)
 
 
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def field_type_problems(*, seed: Any = None, config_hash: Any = None, data_fingerprint: Any = None,
+                        code_version: Any = "", created: Any = "") -> list[str]:
+    """What is wrong with the scalar fields of a manifest (empty when nothing): the seed must be an integer
+    (or None), the hashes and provenance strings (or None). ``Registry.put`` calls it before it stores anything."""
+    bad = []
+    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
+        bad.append(f"seed {seed!r} is a {type(seed).__name__}, not an integer")
+    for name, value, optional in (("config_hash", config_hash, True), ("data_fingerprint", data_fingerprint, True),
+                                  ("code_version", code_version, False), ("created", created, False)):
+        if not (isinstance(value, str) or (optional and value is None)):
+            bad.append(f"{name} {value!r} is a {type(value).__name__}, not a string")
+    return bad
+
+
 def read_manifest(path: Path) -> Manifest:
+    path = Path(path)
+    if path.parent.parent.name == "manifests":  # a registry's manifests/ab/<id>.json: it must not lead outside
+        check_inside(path.parents[2], path, "manifest")
     try:
         data = json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from mmgrid.registry.contain import outside
 from mmgrid.registry.errors import RegistryError
 from mmgrid.registry.names import canonical_json, hash_json, now_iso
 
@@ -152,6 +153,8 @@ def read_lines(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
 
 
 def iter_files(root: Path) -> Iterator[Path]:
+    """The results files of ``root``; a symlink that leads outside the registry is never read (``verify``
+    lists it)."""
     d = Path(root) / "results"
-    if d.is_dir():
-        yield from sorted(d.glob("*.jsonl"))
+    if d.is_dir() and outside(root, d) is None:
+        yield from (p for p in sorted(d.glob("*.jsonl")) if outside(root, p) is None)

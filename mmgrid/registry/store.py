@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import mmgrid.registry.verified as verified
 from mmgrid.registry.blobfmt import ST_TO_TORCH, TENSOR_KEY, blob_header, from_blob, tensor_bytes
+from mmgrid.registry.contain import check_inside
 from mmgrid.registry.errors import CorruptBlobError, MissingBlobError, UnsafePathError
 from mmgrid.registry.fsio import atomic_write, fsync_dir, fsync_file, pause_point, sha256_file, temp_files, temp_path
 from mmgrid.registry.names import is_sha256
@@ -215,6 +216,7 @@ class BlobStore:
         Raises:
             MissingBlobError, CorruptBlobError.
         """
+        check_inside(self.root, path, f"blob ({where})")
         if verified.known(sha):
             return
         try:
@@ -250,6 +252,7 @@ class BlobStore:
 
     # -- reading ---------------------------------------------------------------
     def _read_verified(self, sha: str, path: Path, where: str) -> bytearray:
+        check_inside(self.root, path, f"blob ({where})")
         try:
             with open(path, "rb") as fh:
                 before, began = os.fstat(fh.fileno()), time.time_ns()
@@ -288,7 +291,7 @@ class BlobStore:
 
     def read_tensor(self, sha: str, where: str = "", device: str = "cpu") -> "torch.Tensor":
         """Load one tensor; its first use in a process checks the hash (or its record)."""
-        path = self.blob_path(sha)
+        path = check_inside(self.root, self.blob_path(sha), f"blob ({where})")
         if not verified.known(sha) and not self.records.trusted(sha, path):
             tensor = from_blob(self._read_verified(sha, path, where), path)
             return tensor if device == "cpu" else tensor.to(device)

@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     k = ssub.add_parser("continual", help="lambda scaling vs continual merging (MagMax, OPCM, DOP, TA, TIES) "
                                           "over pretrain -> t1 -> t2, paired tests vs lambda = 1")
     _add_source(k)
-    k.add_argument("--group", default="all", help="user group of the printed table (all, active, non_active)")
+    k.add_argument("--group", default="all",
+                   help="user group of the printed table (all, active, non_active)")
     add_overrides(k)
     add_executor_args(k)
     k.set_defaults(func=_continual)
@@ -168,8 +169,12 @@ def _temporal(args: argparse.Namespace) -> int:
 
 def _continual(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
+    from mmgrid.eval.ranking import GROUPS
     from mmgrid.sweep.continual import render, run_continual
 
+    if args.group not in GROUPS:  # before any work: the table would be empty after it
+        raise ConfigError(f"mmgrid sweep continual --group {args.group!r}: not a user group; choose from "
+                          f"{', '.join(GROUPS)}.")
     cfg, reg, prepared = _open(args)
     print(render(run_continual(cfg, reg, prepared, executor=_executor(args, cfg)), group=args.group))
     return 0
@@ -207,7 +212,7 @@ def _parse_stats(items: list[str]) -> dict[str, float]:
 
 def _predict(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.sweep.lambda_model import answer_new_domain, association, predict_lambda
+    from mmgrid.sweep.lambda_model import answer_new_domain, association, check_new_domain_stats, predict_lambda
     from mmgrid.sweep.tables import regression_summary, table4
 
     # lazy: as the imports above (mmgrid.config loads yaml)
@@ -215,8 +220,10 @@ def _predict(args: argparse.Namespace) -> int:
     from mmgrid.configtools import check_flag
 
     check_flag("--level", args.level, PredictLambdaConfig, "level", "sweeps.predict_lambda.level")
-    cfg, reg, prepared = _open(args)
     new = _parse_stats(args.stats)
+    check_new_domain_stats(new, None)  # values: before anything is opened
+    cfg, reg, prepared = _open(args)
+    check_new_domain_stats(new, list(cfg.sweeps.predict_lambda.features))
     pred = predict_lambda(cfg, reg, prepared, evaluate=not args.no_eval and not new)
     print(table4(pred, stars=pred.stars)[0].to_string(float_format=lambda v: f"{v:.3f}"))
     print()

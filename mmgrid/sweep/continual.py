@@ -245,6 +245,7 @@ class ContinualStudy:
     comparison: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, list[str]] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)
+    recorded_metrics: list[str] = field(default_factory=list)  # where nothing was read: the metrics that are recorded
 
     def verdict_line(self) -> str:
         return verdict_line(CLAIM, self.verdict, self.evidence, LEVEL)
@@ -329,7 +330,8 @@ def continual_study(registry: Any, paradigm: str, variant: str, metric: str = "n
                                      "diff_high", "p", "n_users", "n_seeds"])
     df["p_holm"] = np.nan
     if df.empty:
-        return ContinualStudy(metric, df)
+        rec = registry.results(study=STUDY)
+        return ContinualStudy(metric, df, recorded_metrics=sorted(set(rec["metric"])) if not rec.empty else [])
     for _, g in df[df["p"].notna()].groupby("group"):
         df.loc[g.index, "p_holm"] = holm(g["p"].to_numpy(dtype=float))
     seeds = sorted({int(s) for v in vals.values() for s in v[2]})
@@ -437,8 +439,14 @@ def tables(study: ContinualStudy, group: str, scale: float = 100.0) -> tuple[pd.
 def render(study: ContinualStudy, group: str = "all") -> str:
     """Markdown: the pooled table of one user group (every strategy vs lambda = 1) and the verdict line."""
     if study.rows.empty:
+        if study.recorded_metrics:
+            return (f"_No continual-merging evaluations of {study.metric} recorded (`{STUDY}`); recorded metrics: "
+                    f"{', '.join(study.recorded_metrics)} (set sweeps.temporal.metric to one)._\n")
         return f"_No continual-merging evaluations recorded (`{STUDY}`)._\n"
     df = study.rows[study.rows["group"] == group]
+    if df.empty:
+        raise ConfigError(f"continual merging: no rows for user group {group!r}; recorded groups: "
+                          f"{', '.join(sorted(set(study.rows['group'])))}.")
     lines = [f"Continual merging vs lambda scaling ({study.metric}, {group} users; difference to lambda = 1 on "
              f"the same users, {LEVEL:.0%} interval, Holm-corrected p):", "",
              "| domain | strategy | mean [interval] | vs lambda = 1 | p (Holm) |", "|---|---|---|---|---|"]

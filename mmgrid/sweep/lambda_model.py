@@ -10,6 +10,8 @@ model's prediction interval.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,38 @@ class LambdaPrediction:
         if self.loo is None:
             return {}
         return dict(zip(self.loo["domain"], self.loo["lambda_hat"].astype(float)))
+
+
+# The range a statistic given by hand (``predict-lambda --stats NAME=VALUE``) must lie in: shares in [0, 1],
+# counts and day spans >= 0 and below a bound no real domain reaches (a century of days, 10^12 of anything).
+SHARE_STATS = ("p_active",)
+MAX_STAT = 1e12
+
+
+def check_new_domain_stats(stats: dict[str, float], features: list[str] | None, command: str = "predict-lambda") -> None:
+    """Check a new domain's statistics given by hand: each value finite and in range; with ``features`` (the
+    fit's regressors) also each name one the fit uses (``features``, plus ``p_active`` for Eq. 11's blend)
+    and every needed one given. Called once before the grid is opened (``features`` None) and once after.
+
+    Raises:
+        ConfigError: naming the statistic, its value, what is accepted and the fix.
+    """
+    for name, v in stats.items():
+        lo, hi = (0.0, 1.0) if name in SHARE_STATS else (0.0, MAX_STAT)
+        if not math.isfinite(v) or not lo <= v <= hi:
+            what = "a share in [0, 1]" if name in SHARE_STATS else f"a finite number in [0, {hi:g}]"
+            raise ConfigError(f"{command} --stats {name}={v!r}: must be {what}; give the new domain's measured value "
+                              "(Table 4 of `mmgrid sweep predict-lambda` lists those of the known domains).")
+    if features is None:
+        return
+    known = list(dict.fromkeys([*features, "p_active"]))
+    unknown = [k for k in stats if k not in known]
+    if unknown:
+        raise ConfigError(f"{command} --stats: unknown statistic(s) {unknown}; the fit uses {known} "
+                          "(sweeps.predict_lambda.features, plus p_active for Eq. 11); give each as NAME=NUMBER.")
+    missing = [k for k in known if k not in stats]
+    if stats and missing:
+        raise ConfigError(f"{command} --stats: the new domain lacks {missing}; give every one of {known} as NAME=NUMBER.")
 
 
 def stats_table(prepared: "PreparedDataset") -> pd.DataFrame:
@@ -132,6 +166,13 @@ def association(pred: LambdaPrediction):
 def from_stars(stars: pd.DataFrame, stats: pd.DataFrame, paradigm: str, metric: str, group: str,
                features: list[str]) -> LambdaPrediction:
     """The regression part of :func:`predict_lambda` on ready lambda* and statistics tables."""
+    if not features:
+        raise ConfigError("sweeps.predict_lambda.features: empty; name at least one domain statistic, e.g. "
+                          "[avg_gap_days] (the paper's regressor).")
+    unknown = [f for f in features if f not in stats.columns]
+    if unknown:
+        known = [c for c in stats.columns if c != "domain"]
+        raise ConfigError(f"sweeps.predict_lambda.features: {unknown} are not domain statistics; known: {known}.")
     if group not in set(stars["group"]):
         raise ConfigError(f"sweeps.predict_lambda.group: {group!r} not among {sorted(set(stars['group']))}.")
     target = stars[stars["group"] == group][["domain", "lambda_star"]]

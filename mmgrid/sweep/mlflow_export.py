@@ -15,15 +15,25 @@ Idempotent: a run is found again by its ``mmgrid.key`` tag, and only what it lac
 second export adds nothing and an export after new evaluations adds just those. A local store
 (``sqlite:///mlflow.db``, browsed offline with ``mlflow ui --backend-store-uri sqlite:///mlflow.db``)
 needs no network. Needs the ``mlflow`` extra (``pip install 'mmgrid[mlflow]'``).
+
+Before anything is logged the target is checked: a ``sqlite:`` file that exists must be an SQLite
+database; an ``http(s):`` server must accept a connection within :data:`CONNECT_TIMEOUT_S` seconds,
+and each request of the export then waits at most :data:`REQUEST_TIMEOUT_S` seconds, without
+retries (MLflow's ``MLFLOW_HTTP_REQUEST_TIMEOUT`` / ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, unless set).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import re
+import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
 from typing import Any, Iterable
 
 from mmgrid.errors import MmgridError
@@ -32,6 +42,10 @@ KEY_TAG = "mmgrid.key"
 STUDY_COORDS = ("domain", "pair", "domain_i", "domain_j", "method", "base_kind", "alpha", "lambda", "seed", "variant",
                 "paradigm")
 MAX_PARAM = 6000  # MLflow's limit on one param value (2.x)
+CONNECT_TIMEOUT_S = 5.0  # an http(s) tracking server must accept a connection within this
+REQUEST_TIMEOUT_S = 30  # then each request waits at most this long ...
+REQUEST_RETRIES = 0  # ... and is not retried
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class ExportError(MmgridError):
@@ -56,14 +70,64 @@ class ExportSummary:
 
 
 def _client(tracking_uri: str) -> Any:
+    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", tracking_uri):
+        raise ExportError(f"--tracking-uri {tracking_uri!r}: expected a URI such as sqlite:///mlflow.db or "
+                          "file:///path/mlruns.")
+    check_target(tracking_uri)  # before mlflow is imported (seconds): a bad target fails at once
     try:
         from mlflow.tracking import MlflowClient  # lazy: mlflow (~2 s, an optional extra) only for this command
     except ImportError as exc:
         raise ExportError("`mmgrid export mlflow` needs mlflow: pip install 'mmgrid[mlflow]'.") from exc
-    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", tracking_uri):
-        raise ExportError(f"--tracking-uri {tracking_uri!r}: expected a URI such as sqlite:///mlflow.db or "
-                          "file:///path/mlruns.")
     return MlflowClient(tracking_uri=tracking_uri)
+
+
+def check_target(tracking_uri: str) -> None:
+    """Refuse a target the export cannot use, before anything is logged (see the module docstring).
+
+    Raises:
+        ExportError: a sqlite file that is not a database (or whose folder is missing), an http(s) server
+            that does not accept a connection within :data:`CONNECT_TIMEOUT_S` seconds.
+    """
+    u = urlparse(tracking_uri)
+    if u.scheme == "sqlite":
+        path = Path(tracking_uri.split(":///", 1)[1]) if ":///" in tracking_uri else None
+        if path is None or not str(path):
+            raise ExportError(f"--tracking-uri {tracking_uri!r}: expected sqlite:///relative/path.db or "
+                              "sqlite:////absolute/path.db.")
+        if path.exists():
+            try:
+                with path.open("rb") as f:
+                    head = f.read(len(SQLITE_MAGIC))
+            except OSError as exc:
+                raise ExportError(f"--tracking-uri {tracking_uri!r}: cannot read {path} ({exc}).") from exc
+            if path.is_dir() or (head and head != SQLITE_MAGIC):
+                raise ExportError(f"--tracking-uri {tracking_uri!r}: {path} exists and is not an SQLite database; "
+                                  "name a new file (it is created) or an MLflow database.")
+        elif not path.parent.is_dir():
+            raise ExportError(f"--tracking-uri {tracking_uri!r}: the folder {path.parent} does not exist; create it "
+                              "or name a database in an existing folder.")
+    elif u.scheme in ("http", "https"):
+        port = u.port or (443 if u.scheme == "https" else 80)
+        try:
+            with socket.create_connection((u.hostname or "", port), timeout=CONNECT_TIMEOUT_S):
+                pass
+        except OSError as exc:
+            raise ExportError(f"--tracking-uri {tracking_uri!r}: no MLflow server answered at {u.hostname}:{port} "
+                              f"within {CONNECT_TIMEOUT_S:g} s ({exc}); start it (`mlflow server`) or export to a "
+                              "local store, e.g. sqlite:///mlflow.db.") from exc
+
+
+@contextlib.contextmanager
+def _bounded_requests():
+    """MLflow's HTTP requests bounded for the export (unless the caller set the variables)."""
+    set_here = {k: v for k, v in (("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S)),
+                                  ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(REQUEST_RETRIES))) if k not in os.environ}
+    os.environ.update(set_here)
+    try:
+        yield
+    finally:
+        for k in set_here:
+            os.environ.pop(k, None)
 
 
 def export_mlflow(registry: Any, tracking_uri: str, experiment: str = "mmgrid") -> ExportSummary:
@@ -72,6 +136,21 @@ def export_mlflow(registry: Any, tracking_uri: str, experiment: str = "mmgrid") 
     Returns:
         What was added (all zero on a second export of an unchanged registry).
     """
+    with _bounded_requests():
+        try:
+            return _export(registry, tracking_uri, experiment)
+        except MmgridError:
+            raise
+        except Exception as exc:  # mlflow's, sqlalchemy's and requests' errors: the store, not the registry
+            if not type(exc).__module__.split(".")[0] in ("mlflow", "sqlalchemy", "requests", "urllib3", "alembic"):
+                raise
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ExportError(f"export to {tracking_uri!r} failed: {first[:300]}; check the tracking URI (a local "
+                              "store: sqlite:///mlflow.db) and rerun (the export resumes: what was logged is kept "
+                              "and found again).") from exc
+
+
+def _export(registry: Any, tracking_uri: str, experiment: str) -> ExportSummary:
     t0 = time.perf_counter()
     client = _client(tracking_uri)
     exp = client.get_experiment_by_name(experiment)

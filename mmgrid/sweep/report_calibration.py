@@ -15,7 +15,6 @@ minimum detectable effect at 80% power from the replicates' mean interval width.
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mmgrid.errors import MmgridError
+from mmgrid.sweep.report_html_encode import html_text, plotly_div
 
 TITLE = "Calibration: type-I error, power, coverage and MDE (mmgrid calibrate)"
 DEFAULT_DIR = "calibrate"  # the run folder's calibrate output, beside the report's folder
@@ -181,11 +181,10 @@ def calibration_html(rec: CalibrationRecord) -> str:
         fig.add_hline(y=level, line=dict(dash="dash", color="grey", width=1), annotation_text=name)
     fig.update_layout(height=380, xaxis_title="planted size (0 = null world)", yaxis_title='rate of "holds" (%)',
                       yaxis_range=[-3, 103], title="Power curve")
-    plot = fig.to_html(full_html=False, include_plotlyjs=False, div_id="calibration-power",
-                       config={"responsive": True, "displaylogo": False})
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r)) + "</tr>" for r in rec.rows)
-    return (f"<p>{html.escape(intro(rec))}</p><div class=\"fig\">{plot}</div>"
+    plot = plotly_div(fig, "calibration-power", {"responsive": True, "displaylogo": False})
+    head = "".join(f"<th>{html_text(h)}</th>" for h in HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row_cells(r)) + "</tr>" for r in rec.rows)
+    return (f"<p>{html_text(intro(rec))}</p><div class=\"fig\">{plot}</div>"
             "<p>Error bars: +- 2 MCSE of the rate (clipped to 0-100%).</p>"
             f'<div class="scroll"><table class="t" id="calibration-table"><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table></div>")

@@ -5,22 +5,67 @@ staging folder inside the output folder (the same file system), then renamed int
 (``os.replace``, atomic per file): figures first, report.html, report.md last. A failure
 before the renames (a section that fails, a full disk) removes the staging folder and leaves
 the previous complete report, or none; it never leaves a partial file under a final name.
+
+A staging folder is named after its writer (``.report-<host>-<pid>-XXXX``): a run that was killed
+(``kill -9``: no clean-up of its own) leaves it behind, and the next report written to the same
+folder removes every staging folder whose writer is gone (same host, process no longer running;
+another host's after :data:`STALE_S`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 from mmgrid.errors import MmgridError
 
+STALE_S = 24 * 3600  # another host's staging folder older than this is litter
 LAST = ("report.html", "report.md")  # renamed last, in this order: report.md appears only once the rest is in place
 
 
 class ReportWriteError(MmgridError):
     """The report's files could not be written (full disk, read-only folder ...); nothing was replaced."""
+
+
+def _host() -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in socket.gethostname())[:40] or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by another user
+        return True
+    return True
+
+
+def remove_stale_stages(out: Path) -> list[Path]:
+    """Remove the staging folders in ``out`` whose writer is gone (see the module docstring); returns them.
+    A folder of the old unnamed form (``.report-XXXX``) counts as gone once older than :data:`STALE_S`."""
+    removed = []
+    host, now = _host(), time.time()
+    for d in Path(out).glob(".report-*"):
+        if not d.is_dir() or d.is_symlink():
+            continue
+        parts = d.name[len(".report-"):].split("-")
+        try:
+            old = now - d.stat().st_mtime > STALE_S
+        except OSError:
+            continue
+        if len(parts) >= 3 and parts[-2].isdigit():
+            gone = not _alive(int(parts[-2])) if "-".join(parts[:-2]) == host else old
+        else:
+            gone = old
+        if gone:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 class StagedFiles:
@@ -34,7 +79,8 @@ class StagedFiles:
         self.out = Path(out)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
-            self.stage = Path(tempfile.mkdtemp(prefix=".report-", dir=self.out))
+            remove_stale_stages(self.out)
+            self.stage = Path(tempfile.mkdtemp(prefix=f".report-{_host()}-{os.getpid()}-", dir=self.out))
         except OSError as exc:
             raise _write_error(self.out, exc) from exc
         self.committed: list[Path] = []

@@ -16,7 +16,6 @@ result exists (:data:`EXTRA_SECTIONS`); the glossary.
 
 from __future__ import annotations
 
-import html
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -28,6 +27,8 @@ from mmgrid.sweep.figures import GROUP_STYLE
 from mmgrid.sweep.report_calibration import TITLE as CALIBRATION_TITLE
 from mmgrid.sweep.report_calibration import calibration_html
 from mmgrid.sweep.continual import CLAIM
+from mmgrid.sweep.report_html_encode import html_attr, plotly_div
+from mmgrid.sweep.report_html_encode import html_text as _e
 from mmgrid.sweep.report_html_grid import grid_section
 from mmgrid.sweep.report_temporal import CONTINUAL_TITLE, GROUP_LABEL, continual_intro
 from mmgrid.sweep.study_records import FINDINGS, GLOSSARY, StudyResults, finding_notes
@@ -81,7 +82,7 @@ def render_html(results: StudyResults, view: "GridView | None") -> str:
                                                   "prediction": _prediction, "pareto": _pareto}
     for key, s in results.sections.items():
         toc.append((key, s.title.split(":")[0]))
-        body.append(f'<section id="{key}"><h2>{_e(s.title)}</h2>')
+        body.append(f'<section id="{html_attr(key)}"><h2>{_e(s.title)}</h2>')
         if s.missing is not None:
             body.append(f'<p class="note">Not available: {_e(s.missing)}</p>')
         elif s.error is not None:
@@ -93,10 +94,10 @@ def render_html(results: StudyResults, view: "GridView | None") -> str:
         r = results.get(key)
         if r is not None:
             toc.append((key, title))
-            body.append(f'<section id="{key}"><h2>{_e(title)}</h2>{render(r)}</section>')
+            body.append(f'<section id="{html_attr(key)}"><h2>{_e(title)}</h2>{render(r)}</section>')
     toc.append(("glossary", "Glossary"))
     body.append(_glossary())
-    nav = "<nav>" + "".join(f'<a href="#{k}">{_e(t)}</a>' for k, t in toc) + "</nav>"
+    nav = "<nav>" + "".join(f'<a href="#{html_attr(k)}">{_e(t)}</a>' for k, t in toc) + "</nav>"
     failed = ""
     if results.failed:
         failed = ('<p class="failed">This report is incomplete: '
@@ -126,10 +127,6 @@ window.addEventListener('load', function(){
 # --------------------------------------------------------------------------- helpers
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text))
-
-
 def _table(df: pd.DataFrame, fmt: str = "{:.2f}") -> str:
     """A pandas table as HTML (escaped), scrollable sideways in a narrow window."""
     if df is None or df.empty:
@@ -144,8 +141,7 @@ def _table(df: pd.DataFrame, fmt: str = "{:.2f}") -> str:
 def _plot(fig: Any, div_id: str) -> str:
     fig.update_layout(margin=dict(l=50, r=10, t=50, b=40), template="plotly_white", autosize=True)
     fig.update_layout(title_font_size=13)
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                       config={"responsive": True, "displaylogo": False})
+    return plotly_div(fig, div_id, {"responsive": True, "displaylogo": False})
 
 
 def _go():
@@ -173,9 +169,9 @@ def _findings(results: StudyResults) -> str:
             rows.append(f'<li><span class="verdict notevaluated">not evaluated</span> {_e(where)}: {_e(claim)} '
                         "(its inputs are missing)</li>")
         else:
-            rows.append(f'<li id="finding-{key}"><span class="verdict {VERDICT_CLASS.get(f.verdict, "")}">{_e(f.verdict)}'
+            rows.append(f'<li id="finding-{html_attr(key)}"><span class="verdict {VERDICT_CLASS.get(f.verdict, "")}">{_e(f.verdict)}'
                         f"</span> {_e(where)}: {_e(claim)} <br><small>{_e(f.evidence)} &mdash; "
-                        f'<a href="#{f.section}">evidence</a></small>'
+                        f'<a href="#{html_attr(f.section)}">evidence</a></small>'
                         + "".join(f'<br><small class="finding-note">{_e(t)}</small>' for t in finding_notes(f))
                         + "</li>")
     return ('<section id="findings"><h2>Findings</h2><p>Each of the papers\' findings judged from the 95% interval '

@@ -7,19 +7,13 @@ which :mod:`mmgrid.sweep.report_html` inlines in the page's head.
 
 from __future__ import annotations
 
-import html
-import json
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from mmgrid.sweep.report_html_encode import html_attr, script_json
+from mmgrid.sweep.report_html_encode import html_text as _e
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.sweep.grid_view import GridView
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text))
-
 
 
 
@@ -28,7 +22,7 @@ GRID_JS = r"""
 const G = JSON.parse(document.getElementById('grid-data').textContent);
 const C = JSON.parse(document.getElementById('card-data').textContent);
 const sel = id => document.getElementById(id).value;
-const fmt = v => (v === null || v === undefined) ? '-' : v.toFixed(2);
+const fmt = v => (typeof v === 'number' && isFinite(v)) ? v.toFixed(2) : '-';
 function cellsOf(p, m, g, s){
   const z = p.domains.map(() => p.periods.map(() => null));
   const cd = p.domains.map(() => p.periods.map(() => ['', 'not evaluated on the test window', '']));
@@ -61,64 +55,61 @@ function draw(){
     }
   }
 }
-function esc(t){ return String(t).replace(/[&<>"]/g, ch => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[ch])); }
+// every value from the data passes through esc() before it becomes markup (the five HTML characters)
+function esc(t){ return String(t).replace(/[&<>"']/g, ch => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[ch])); }
+const isNum = v => typeof v === 'number' && isFinite(v);
+const num = (v, k) => isNum(v) ? v.toFixed(k) : '-';
 function lineageSvg(L){
-  const W = 190, H = 34, X = n => 10 + n.x * W, Y = n => 10 + n.y * H;
-  const at = {}; for (const n of L.nodes) at[n.id] = n;
-  const w = 10 + (Math.max(0, ...L.nodes.map(n => n.x)) + 1) * W, h = 20 + (Math.max(0, ...L.nodes.map(n => n.y)) + 1) * H;
+  const nodes = Array.isArray(L && L.nodes) ? L.nodes : [], edges = Array.isArray(L && L.edges) ? L.edges : [];
+  const W = 190, H = 34, X = n => 10 + (+n.x || 0) * W, Y = n => 10 + (+n.y || 0) * H;
+  const at = {}; for (const n of nodes) at[n.id] = n;
+  const w = 10 + (Math.max(0, ...nodes.map(n => +n.x || 0)) + 1) * W, h = 20 + (Math.max(0, ...nodes.map(n => +n.y || 0)) + 1) * H;
   let s = '<svg width="' + w + '" height="' + h + '" role="img" aria-label="lineage">';
-  for (const e of L.edges){ const a = at[e.from], b = at[e.to]; if (!a || !b) continue;
+  for (const e of edges){ const a = at[e.from], b = at[e.to]; if (!a || !b) continue;
     s += '<line x1="' + (X(a) + 170) + '" y1="' + (Y(a) + 11) + '" x2="' + X(b) + '" y2="' + (Y(b) + 11) +
          '" stroke="#888"><title>' + esc(e.role) + '</title></line>'; }
-  for (const n of L.nodes){
+  for (const n of nodes){
     s += '<g><rect x="' + X(n) + '" y="' + Y(n) + '" width="170" height="22" rx="4" fill="' + (n.target ? '#cfe8d5' : '#eef') +
-         '" stroke="#667"></rect><text x="' + (X(n) + 4) + '" y="' + (Y(n) + 15) + '">' + esc(n.label.slice(0, 24)) +
+         '" stroke="#667"></rect><text x="' + (X(n) + 4) + '" y="' + (Y(n) + 15) + '">' + esc(String(n.label).slice(0, 24)) +
          '</text><title>' + esc(n.id + ' ' + n.label) + '</title></g>'; }
   return s + '</svg>';
 }
 function openCard(id){
+  if (!Object.prototype.hasOwnProperty.call(C, id)) return;
   const c = C[id], box = document.getElementById('card');
-  if (!c) return;
   box.hidden = false; box.dataset.id = id;
-  const coords = Object.entries(c.coords).map(([k, v]) => '<tr><th>' + esc(k) + '</th><td>' + esc(v) + '</td></tr>').join('');
-  const parents = c.parents.map(p => (C[p.id] ? '<a href="#card-' + p.id + '">' + p.id + '</a>' : '<code>' + p.id + '</code>') +
-    ' (' + esc(p.role) + ')').join(', ') || 'none';
-  const pct = r => /@/.test(r.metric) ? 100 : 1;
-  const res = c.results.map(r => '<tr><td>' + esc(r.split) + '</td><td>' + esc(r.group) + '</td><td>' + esc(r.metric) +
-    (pct(r) === 100 ? ' (%)' : '') + '</td><td>' + (r.value === null ? '-' : (r.value * pct(r)).toFixed(pct(r) === 100 ? 2 : 4)) +
-    '</td><td>' + (r.ci_low === null ? '-' : '[' + (r.ci_low * pct(r)).toFixed(2) + ', ' + (r.ci_high * pct(r)).toFixed(2) + ']') +
+  const coords = Object.entries(c.coords || {}).map(([k, v]) => '<tr><th>' + esc(k) + '</th><td>' + esc(v) + '</td></tr>').join('');
+  const parents = (c.parents || []).map(p => (Object.prototype.hasOwnProperty.call(C, p.id) ? '<a href="#card-' + esc(p.id) + '">' +
+    esc(p.id) + '</a>' : '<code>' + esc(p.id) + '</code>') + ' (' + esc(p.role) + ')').join(', ') || 'none';
+  const pct = r => /@/.test(String(r.metric)) ? 100 : 1;
+  const res = (c.results || []).map(r => '<tr><td>' + esc(r.split) + '</td><td>' + esc(r.group) + '</td><td>' + esc(r.metric) +
+    (pct(r) === 100 ? ' (%)' : '') + '</td><td>' + (isNum(r.value) ? (r.value * pct(r)).toFixed(pct(r) === 100 ? 2 : 4) : '-') +
+    '</td><td>' + (isNum(r.ci_low) && isNum(r.ci_high) ? '[' + num(r.ci_low * pct(r), 2) + ', ' + num(r.ci_high * pct(r), 2) + ']' : '-') +
     '</td><td>' + esc(r.study || '') + '</td></tr>').join('');
-  box.innerHTML = '<h3>Checkpoint <code>' + id + '</code> (' + esc(c.kind) + (c.seed !== null ? ', seed ' + c.seed : '') + ')</h3>' +
+  box.innerHTML = '<h3>Checkpoint <code>' + esc(id) + '</code> (' + esc(c.kind) + (c.seed !== null && c.seed !== undefined ? ', seed ' + esc(c.seed) : '') + ')</h3>' +
     '<div class="scroll"><table class="t">' + coords + '</table></div><p>Parents: ' + parents + '</p>' +
     '<h4>Lineage</h4><div class="scroll">' + lineageSvg(c.lineage) + '</div>' +
     '<h4>Results</h4><div class="scroll"><table class="t"><tr><th>split</th><th>group</th><th>metric</th><th>value</th>' +
     '<th>95% interval</th><th>study</th></tr>' + res + '</table></div>' +
     '<details><summary>Manifest</summary><pre>' + esc(JSON.stringify(c.manifest, null, 1)) + '</pre></details>' +
-    '<p><code>mmgrid show ' + id + '</code> &middot; <code>mmgrid lineage ' + id + '</code></p>';
-  if (location.hash !== '#card-' + id) history.replaceState(null, '', '#card-' + id);
+    '<p><code>mmgrid show ' + esc(id) + '</code> &middot; <code>mmgrid lineage ' + esc(id) + '</code></p>';
+  if (location.hash !== '#card-' + id) history.replaceState(null, '', '#card-' + encodeURIComponent(id));
   box.scrollIntoView({block: 'nearest'});
 }
 window.mmgridOpenCard = openCard;
 for (const id of ['grid-metric', 'grid-group', 'grid-seed']) document.getElementById(id).addEventListener('change', draw);
-window.addEventListener('hashchange', () => { const h = location.hash; if (h.startsWith('#card-')) openCard(h.slice(6)); });
+const fromHash = () => { const h = location.hash; if (!h.startsWith('#card-')) return;
+  let id = h.slice(6); try { id = decodeURIComponent(id); } catch (err) { return; } openCard(id); };
+window.addEventListener('hashchange', fromHash);
 draw();
-if (location.hash.startsWith('#card-')) openCard(location.hash.slice(6));
+fromHash();
 window.mmgridGridDrawn = true;
 })();
 """
 
 
 def _json_script(element_id: str, data: Any) -> str:
-    text = json.dumps(data, separators=(",", ":"), default=_json_default).replace("</", "<\\/")
-    return f'<script type="application/json" id="{element_id}">{text}</script>'
-
-
-def _json_default(v: Any) -> Any:
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v) if np.isfinite(v) else None
-    return str(v)
+    return f'<script type="application/json" id="{html_attr(element_id)}">{script_json(data)}</script>'
 
 
 def _options(element_id: str, label: str, values: list[str], names: dict[str, str] | None = None) -> str:
@@ -136,7 +127,7 @@ def grid_section(view: "GridView") -> str:
     controls = ('<p class="controls">' + _options("grid-metric", "metric", view.metrics)
                 + _options("grid-group", "user group", view.groups, groups)
                 + _options("grid-seed", "training seeds", view.seeds, seeds) + "</p>")
-    panels = "".join(f'<div class="panel" id="heat-{_safe(p["key"])}" data-panel="{_e(p["key"])}"></div>'
+    panels = "".join(f'<div class="panel" id="heat-{_safe(p["key"])}" data-panel="{html_attr(p["key"])}"></div>'
                      for p in view.panels)
     grid = {"split": view.split, "panels": view.panels, "cells": view.cells}
     return ('<section id="grid"><h2>Grid</h2><p>One heatmap per paradigm and variant: rows are domains, columns '

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from mmgrid.configtools import load_yaml
 from mmgrid.merge.errors import MergekitRecipeError, MergekitUnsupportedError
 from mmgrid.merge.mergekit.table import METHOD_TABLE, REQUIRED, ZERO_BASE, Resolved, Row, supported_methods
 from mmgrid.merge.methods import method_names
@@ -266,7 +267,7 @@ def load(recipe: str | Path | Mapping[str, Any]) -> MergekitSpec:
             raise MergekitRecipeError(f"no mergekit recipe at {p}; give the path of a YAML file")
         text, where = p.read_text(), str(p)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, where)
     except yaml.YAMLError as exc:
         raise MergekitRecipeError(f"{where}: not valid YAML ({exc})") from exc
     return parse(data, where)

@@ -79,7 +79,7 @@ class SemIdKnobs(Knobs):
     # the default one
     align_ratio: float = knob(0.0, 0, None, 'float',
                               "alignment examples per seqrec example, each stage (LC-Rec's text <-> code tasks)")
-    num_beams: int = knob(20, 1, None, 'int', "beam width is max(num_beams, k + 10)", use=EVAL)
+    num_beams: int = knob(20, 1, 1024, 'int', "beam width is max(num_beams, k + 10)", use=EVAL)
     exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history", use=EVAL)
     rank_batch: int = knob(256, 1, None, 'int', "histories per beam search", use=EVAL)
     # collab since train_version 3 (was text): dense world R@10 0.118 -> 0.155 (align 0.5), default world

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 from mmgrid.cliargs import add_overrides, load_config
 from mmgrid.errors import ConfigError
@@ -127,6 +128,31 @@ def _population(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_calibration_json(path: Any) -> dict:
+    """A calibrate folder's calibration.json as a mapping, or a named error (not JSON, not an object, unreadable)."""
+    import json  # lazy: as in _plan
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--from: {path} is not a readable calibration.json ({exc}); point --from at the folder "
+                          "`mmgrid calibrate --out` wrote, or give --sd and --seed-sd.") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"--from: {path} holds a JSON {type(data).__name__}, not the object `mmgrid calibrate` "
+                          "writes; point --from at a calibrate folder, or give --sd and --seed-sd.")
+    return data
+
+
+def _sd_value(v: Any, key: str, path: Any) -> float | None:
+    """One SD read from calibration.json: None when absent, else a finite number >= 0 (else a named error)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ConfigError(f"--from: {path}: {key} is {v!r}, not a finite number >= 0; rerun `mmgrid calibrate` "
+                          "to write it again, or give --sd and --seed-sd.")
+    return float(v)
+
+
 def _plan(args: argparse.Namespace) -> int:
     # lazy: json and the power module are only needed by --plan; `mmgrid --help` loads neither
     import json
@@ -138,11 +164,14 @@ def _plan(args: argparse.Namespace) -> int:
         path = Path(args.from_dir) / "calibration.json"
         if not path.exists():
             raise ConfigError(f"--from {args.from_dir}: no calibration.json there; run `mmgrid calibrate` first.")
-        data = json.loads(path.read_text())
+        data = _read_calibration_json(path)
         sds = data.get("t2_sd") or {}
-        sd = sd if sd is not None else sds.get("user")
+        if not isinstance(sds, dict):
+            raise ConfigError(f"--from {args.from_dir}: {path}'s t2_sd is a {type(sds).__name__}, not a mapping of "
+                              "user / seed SDs; rerun `mmgrid calibrate` to write it again, or give --sd and --seed-sd.")
+        sd = sd if sd is not None else _sd_value(sds.get("user"), "t2_sd.user", path)
         if not seed_sd:
-            seed_sd = sds.get("seed")
+            seed_sd = _sd_value(sds.get("seed"), "t2_sd.seed", path)
             if seed_sd is None:
                 print(f"note: {path} has no seed-to-seed SD (its replicates had one training seed); assuming 0, "
                       "which understates what a design needs; give --seed-sd")
@@ -154,6 +183,10 @@ def _plan(args: argparse.Namespace) -> int:
         seeds = tuple(int(s) for s in args.seeds.split(","))
     except ValueError as exc:
         raise ConfigError(f"--seeds {args.seeds!r}: give numbers separated by commas, e.g. 1,3,5.") from exc
+    if not seeds or any(not 1 <= n <= 10_000 for n in seeds):
+        raise ConfigError(f"--seeds {args.seeds!r}: each number of seeds must lie in [1, 10000], e.g. 1,3,5.")
+    if not math.isfinite(args.effect) or not math.isfinite(sd) or (seed_sd is not None and not math.isfinite(seed_sd)):
+        raise ConfigError(f"--effect {args.effect}, --sd {sd}, --seed-sd {seed_sd}: give finite numbers.")
     for name, v in (("--power", args.power), ("--alpha", args.alpha)):
         if not 0 < v < 1:
             raise ConfigError(f"{name} {v}: must lie strictly between 0 and 1.")
