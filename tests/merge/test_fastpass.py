@@ -450,3 +450,32 @@ def test_ramplus_added_rows_take_lambdas_from_their_own_counts(trio):
     want = _masked_definitions("ramplus_tl", base.float(), [t.float() for t in ins], lams)
     got = m.merge_tensor(TensorView(f"{name}[added]", ins, base, True))
     assert torch.allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_passthrough_file_merge_is_a_copy_of_the_stored_bits(trio, tmp_path: Path, monkeypatch):
+    """passthrough (scale 1) writes the input's stored bits, block by block (-0.0 and
+    subnormals included), and refuses an input holding NaN/Inf, writing nothing; with another
+    scale it takes the float32 kernel (the reference path's bits)."""
+    src = dict(trio["a"])
+    w = src["layers.0.up.weight"].clone()
+    w[0, 0], w[0, 1] = -0.0, torch.finfo(w.dtype).tiny / 4  # a signed zero and a subnormal
+    src["layers.0.up.weight"] = w
+    path = tmp_path / "a.safetensors"
+    save_file(src, str(path))
+    monkeypatch.setattr(reads, "BLOCK_BYTES", 40)  # many blocks per tensor
+    out = tmp_path / "out.safetensors"
+    merge_to_file("passthrough", [path], out, durable=False, route=Route(chunk=5))
+    with safe_open(str(out), "pt") as f:
+        got = {k: f.get_tensor(k) for k in f.keys()}
+    assert _same(got, src)
+    for scale in (1.0, -0.5):
+        assert _same(merge("passthrough", [src], scale=scale, route=Route(chunk=5)),
+                     merge("passthrough", [src], scale=scale, route=REFERENCE))
+    bad = dict(src)
+    bad["layers.0.up.weight"] = w.clone()
+    bad["layers.0.up.weight"][11, 7] = float("nan")
+    save_file(bad, str(path))
+    out.unlink()
+    with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
+        merge_to_file("passthrough", [path], out, durable=False, route=Route(chunk=5))
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
