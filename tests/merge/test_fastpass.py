@@ -58,6 +58,15 @@ PER_TENSOR = [
     ("ties", 2, {"density": 0.01, "scope": "tensor", "combine": "sum", "weights": [1.0, -0.5]}),  # k = 1 in small tensors
 ]
 CASES += PER_TENSOR
+# DARE with mergekit's L1 rescale: masks drawn and norms summed in a first pass, then entrywise
+DARE_L1 = [
+    ("dare", 2, {"p": 0.3, "rescale": "l1", "weights": [0.6, 0.3]}),
+    ("dare", 3, {"p": 0.5, "rescale": "l1", "seed": 4}),
+    ("ties_dare", 2, {"p": 0.3, "rescale": "l1", "density": 1.0, "scope": "tensor", "sign_rule": "weighted",
+                      "combine": "sum", "weights": [0.5, 0.5]}),
+    ("ties_dare", 3, {"p": 0.4, "rescale": "l1", "density": 1.0, "scope": "tensor", "combine": "disjoint_mean"}),
+]
+CASES += DARE_L1
 
 
 @pytest.mark.parametrize("method,n,params", PER_TENSOR)
@@ -95,7 +104,7 @@ def test_fast_pass_equals_reference_sampled_threshold(trio, monkeypatch, chunk):
     assert _same(ref, merge("ties", ins, base=trio["base"], route=Route(chunk=chunk, prepare_chunk=chunk + 2), **params))
 
 
-@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], CASES[-5], CASES[-3], CASES[-1]])
+@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], *PER_TENSOR[::2], *DARE_L1])
 @pytest.mark.parametrize("block_bytes,threads", [(1 << 22, 2), (40, 2), (40, 1)])
 @pytest.mark.parametrize("on_disk", [True, False])
 def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, method, n, params, block_bytes, threads, on_disk):
@@ -479,3 +488,29 @@ def test_passthrough_file_merge_is_a_copy_of_the_stored_bits(trio, tmp_path: Pat
     with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
         merge_to_file("passthrough", [path], out, durable=False, route=Route(chunk=5))
     assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.parametrize("method,n,params", DARE_L1)
+def test_dare_l1_streamed_equals_the_whole_tensor_rule(trio, method, n, params):
+    """Each tensor of the streamed DARE-L1 merge (first pass in chunks of 3 entries, merge
+    chunks of 5) against the rule written out on whole tensors: the mask of
+    masks.seeded_mask on the whole tensor, the kept task vector scaled by
+    ||tau||_1 / ||m tau||_1 (exact float64 sums here), then the pipeline's fuse."""
+    from mmgrid.merge import masks, pipeline as pl
+    from mmgrid.merge.methods import get_method, validate_params
+
+    ins = [trio[k] for k in "abc"[:n]]
+    got = merge(method, ins, base=trio["base"], route=Route(chunk=5, prepare_chunk=3), **params)
+    cfg = get_method(method)(validate_params(method, params)).pipeline(n)
+    for name, t in got.items():
+        b = trio["base"][name].double()
+        ds = []
+        for i, x in enumerate(ins):
+            d = x[name].double() - b
+            keep = masks.seeded_mask(cfg.seed, name, i, cfg.p, d.shape)
+            md = torch.where(keep, d, torch.zeros((), dtype=d.dtype))
+            before, after = float(d.abs().sum()), float(md.abs().sum())
+            ds.append(md * (before / after) if min(before, after) >= 1e-7 else md)
+        want = pl.fuse(cfg, [d.float() for d in ds]).double() + b
+        assert torch.allclose(t.double(), want, rtol=1e-2 if t.dtype == torch.bfloat16 else 1e-5, atol=1e-6), name
+        assert not torch.equal(t, trio["base"][name]) or name.endswith("norm.weight"), name

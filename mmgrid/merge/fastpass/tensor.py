@@ -55,7 +55,7 @@ def merge_tensor(k: Kernel, srcs: list[TensorSource], name: str, n: int, bufs: B
             check_inputs(k, blk, ins, name)
             for c in range(0, blk[0].numel(), step):
                 parts = [t[c:c + step] for t in blk]
-                acc = kernel_chunk(k, parts, bufs, name)
+                acc = kernel_chunk(k, parts, bufs, name, a0 + c)
                 if not all_finite(acc):
                     culprit(parts, ins, name)
                     raise NonFiniteError(f"tensor {name!r} of the {what} merge (check the method's parameters) holds NaN or Inf; fix or retrain that checkpoint")
@@ -104,7 +104,7 @@ def merge_block(k: Kernel, reader: BlockReader, job: Job, out: torch.Tensor, wor
     else:
         step = bufs.chunk
         for c in range(0, job.b - job.a, step):
-            acc = kernel_chunk(k, [t[c:c + step] for t in parts], bufs, name)
+            acc = kernel_chunk(k, [t[c:c + step] for t in parts], bufs, name, job.a + c)
             out[c:c + acc.numel()].copy_(acc)
     # one check per block on the output (NaN and +-Inf survive the cast, and a value the
     # output dtype cannot hold becomes Inf): a single pass instead of one per chunk
