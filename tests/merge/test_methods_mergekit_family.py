@@ -295,7 +295,7 @@ def test_ramplus_counts_span_the_whole_tensor(monkeypatch):
 
 
 @pytest.mark.parametrize("method,params", [("breadcrumbs", {"density": 0.5, "gamma": 0.1, "weights": [0.7, 1.3, -0.2], "scale": 1.1}),
-                                           ("della_linear", {"density": 0.5, "epsilon": 0.1, "rescale": "l1"})])
+                                           ("della_linear", {"density": 0.5, "epsilon": 0.1, "rescale": "inverse_keep"})])
 def test_weighted_sum_one_input_at_a_time_equals_fuse(models, method, params):
     """breadcrumbs / della_linear sum their sparsified task vectors one input at a time; the
     bits are those of sparsifying all of them and fusing (pipeline.fuse)."""

@@ -21,7 +21,7 @@ that grows with the tensor (a single kept entry carries the whole L1 mass).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -84,31 +84,8 @@ class StreamedL1(PipelineMethod):
         cfg = self.pipeline(self._n)
         if not self._streamed(cfg):
             return super().prepare(stream)
-        self._masks: dict[str, list[masks.PackedMask]] = {}
-        bufs: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-        def one(view: TensorView, i: int) -> None:
-            m = view.raw[i].numel()
-            if len(bufs) <= i or bufs[i][0].numel() < m:
-                while len(bufs) <= i:
-                    bufs.append((torch.empty(0), torch.empty(0)))
-                bufs[i] = (torch.empty(m, dtype=torch.float32), torch.empty(m, dtype=torch.float32))
-            d = bufs[i][0][:m].copy_(view.raw[i].reshape(-1)).sub_(view.raw_base.reshape(-1))  # TensorView.deltas()'s tau_i
-            self._masks[view.name][i].add(d, bufs[i][1])
-
-        cur = None
-        with ThreadPoolExecutor(max(1, min(2, self._n)), thread_name_prefix="mmgrid-dare",
-                                initializer=torch.set_num_threads, initargs=(1,)) as ex:
-            for view in stream():  # consecutive pieces of each tensor, in order
-                if view.name != cur:
-                    if view.name in self._masks:
-                        raise RuntimeError(f"the first pass saw tensor {view.name!r} twice, not in consecutive pieces")
-                    cur = view.name
-                    self._masks[cur] = [masks.PackedMask(cfg.seed, cur, i, cfg.p) for i in range(len(view.raw))]
-                list(ex.map(lambda i, v=view: one(v, i), range(len(view.raw))))
-        for ms in self._masks.values():
-            for pm in ms:
-                pm.close()
+        self._masks = draw_masks(stream, self._n, lambda name: [masks.PackedMask(cfg.seed, name, i, cfg.p)
+                                                               for i in range(self._n)])
         self._factors = {name: [pm.factor() for pm in ms] for name, ms in self._masks.items()}
 
     def kernel(self, n: int) -> pl.Kernel | None:
@@ -119,22 +96,78 @@ class StreamedL1(PipelineMethod):
     def entries(self, name: str, parts: Sequence[torch.Tensor], work: pl.Work | None = None,
                 offset: int = 0) -> torch.Tensor:
         """Entries [offset, offset + numel) of tensor ``name`` (``parts``: theta_0, then the
-        inputs, as stored): the operations of :func:`mmgrid.merge.pipeline.merged` with the
-        first pass's masks and factors in place of the whole-tensor draw."""
-        ms, fs = self._masks.get(name), self._factors.get(name)
-        if ms is None:
-            raise KeyError(f"no DARE masks for tensor {name!r}: the method's first pass did not see it")
-        cfg = self.pipeline(len(parts) - 1)
-        w = work if work is not None else pl.Work.fresh(parts[0].shape, len(parts))
-        b = parts[0] if w.base is None else w.base.copy_(parts[0])
-        ds = []
-        for x, d, pm, f in zip(parts[1:], w.deltas, ms, fs):
-            t = ops.task_vector(x, b, out=d)
-            t.masked_fill_(~pm.keep(offset, t.numel()).reshape(t.shape), 0.0)
-            ds.append(t.mul_(f) if f is not None else t)
-        return pl.fuse(cfg, ds, w).add_(b)
+        inputs, as stored): :func:`masked_fuse` with the first pass's masks and factors."""
+        return masked_fuse(self.pipeline(len(parts) - 1), self._masks, self._factors, name, parts, work, offset)
 
     entries.positional = True  # type: ignore[attr-defined]  # takes the chunk's offset (mmgrid.merge.fastpass.kernels)
+
+
+def draw_masks(stream: ViewStream, n: int, new: Callable[[str], list[masks.PackedMask]],
+               feed: Callable[[str, int, masks.PackedMask, torch.Tensor, torch.Tensor], None] | None = None,
+               end: Callable[[str, int, masks.PackedMask], None] | None = None) -> dict[str, list[masks.PackedMask]]:
+    """The first pass of the streamed masks: for each piece of each tensor (consecutive, in
+    order) and each of the ``n`` inputs (on two threads), tau_i = theta_i - theta_0 in float32
+    (the values of :meth:`TensorView.deltas`, in reused buffers) goes to ``feed(name, i, mask,
+    tau, scratch)`` (default: ``mask.add(tau, scratch)``); ``end(name, i, mask)`` after a
+    tensor's last piece, then every mask is closed. ``new(name)``: the tensor's masks.
+
+    Raises:
+        RuntimeError: a tensor seen twice, not in consecutive pieces.
+    """
+    out: dict[str, list[masks.PackedMask]] = {}
+    bufs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def one(view: TensorView, i: int) -> None:
+        m = view.raw[i].numel()
+        b = bufs.get(i)
+        if b is None or b[0].numel() < m:
+            b = bufs[i] = (torch.empty(m, dtype=torch.float32), torch.empty(m, dtype=torch.float32))
+        d = b[0][:m].copy_(view.raw[i].reshape(-1)).sub_(view.raw_base.reshape(-1))
+        if feed is None:
+            out[view.name][i].add(d, b[1])
+        else:
+            feed(view.name, i, out[view.name][i], d, b[1])
+
+    def finish(name: str) -> None:
+        for i, pm in enumerate(out[name]):
+            if end is not None:
+                end(name, i, pm)
+            pm.close()
+
+    cur = None
+    with ThreadPoolExecutor(max(1, min(2, n)), thread_name_prefix="mmgrid-masks",
+                            initializer=torch.set_num_threads, initargs=(1,)) as ex:
+        for view in stream():
+            if view.name != cur:
+                if cur is not None:
+                    finish(cur)
+                if view.name in out:
+                    raise RuntimeError(f"the first pass saw tensor {view.name!r} twice, not in consecutive pieces")
+                cur = view.name
+                out[cur] = new(cur)
+            list(ex.map(lambda i, v=view: one(v, i), range(n)))
+        if cur is not None:
+            finish(cur)
+    return out
+
+
+def masked_fuse(cfg: pl.Pipeline, ms: dict[str, list[masks.PackedMask]], fs: dict[str, list[float | None]], name: str,
+                parts: Sequence[torch.Tensor], work: pl.Work | None, offset: int) -> torch.Tensor:
+    """theta_0 + FUSE(f_i m_i tau_i) on entries [offset, offset + numel) of tensor ``name``: each
+    input's task vector, its first-pass mask's entries (``ms``), times its factor (``fs``; None:
+    unscaled), then the pipeline's sign election, combine and scale (:func:`mmgrid.merge.pipeline.fuse`),
+    with the operations of :func:`mmgrid.merge.pipeline.merged` (in ``work``'s buffers)."""
+    got, factors = ms.get(name), fs.get(name)
+    if got is None or factors is None:
+        raise KeyError(f"no masks for tensor {name!r}: the method's first pass did not see it")
+    w = work if work is not None else pl.Work.fresh(parts[0].shape, len(parts))
+    b = parts[0] if w.base is None else w.base.copy_(parts[0])
+    ds = []
+    for x, d, pm, f in zip(parts[1:], w.deltas, got, factors):
+        t = ops.task_vector(x, b, out=d)
+        t.masked_fill_(~pm.keep(offset, t.numel()).reshape(t.shape), 0.0)
+        ds.append(t.mul_(f) if f is not None else t)
+    return pl.fuse(cfg, ds, w).add_(b)
 
 
 @register
