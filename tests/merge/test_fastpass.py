@@ -111,7 +111,8 @@ def test_fast_pass_equals_reference_sampled_threshold(trio, monkeypatch, chunk):
     assert _same(ref, merge("ties", ins, base=trio["base"], route=Route(chunk=chunk, prepare_chunk=chunk + 2), **params))
 
 
-@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], *PER_TENSOR[::2], *DARE_L1])
+@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], *PER_TENSOR[::2], *DARE_L1,
+                                            ("breadcrumbs_ties", 2, {"density": 0.5, "gamma": 0.1})])
 @pytest.mark.parametrize("block_bytes,threads", [(1 << 22, 2), (40, 2), (40, 1)])
 @pytest.mark.parametrize("on_disk", [True, False])
 def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, method, n, params, block_bytes, threads, on_disk):
@@ -526,3 +527,34 @@ def test_streamed_masks_equal_the_whole_tensor_rule(trio, method, n, params):
             ds.append(md * (before / after) if params["rescale"] == "l1" and min(before, after) >= 1e-7 else md)
         want = pl.fuse(cfg, [d.float() for d in ds]).double() + b
         assert torch.allclose(t.double(), want, rtol=1e-2 if t.dtype == torch.bfloat16 else 1e-5, atol=1e-6), name
+
+
+BREADCRUMBS = [
+    ("breadcrumbs", 2, {"density": 0.5, "gamma": 0.1}),
+    ("breadcrumbs", 3, {"density": 0.3, "gamma": 0.01, "weights": [0.7, 1.3, -0.2], "scale": 1.1}),
+    ("breadcrumbs", 2, {"density": 0.95, "gamma": 0.2}),  # density + gamma > 1
+    ("breadcrumbs_ties", 2, {"density": 0.5, "gamma": 0.1, "sign_rule": "weighted"}),
+    ("breadcrumbs_ties", 3, {"density": 0.4, "gamma": 0.05, "combine": "disjoint_mean"}),
+]
+
+
+@pytest.mark.parametrize("method,n,params", BREADCRUMBS)
+@pytest.mark.parametrize("chunk,prepare_chunk", [(5, 3), (7, 64), (1 << 18, 1 << 22)])
+def test_breadcrumbs_streamed_equals_the_whole_tensor_selection(trio, method, n, params, chunk, prepare_chunk):
+    """Breadcrumbs from its streaming cuts (histogram passes and tie positions, pieces cut
+    anywhere) gives, tensor by tensor, the bits of sparsifying each whole task vector with
+    breadcrumbs_keep (np.partition; ties by position) and fusing: the same masks. The bf16
+    inputs have many equal magnitudes, so ties straddle the cuts; an all-zero task vector
+    (every entry tied) is included."""
+    from mmgrid.merge import pipeline as pl
+    from mmgrid.merge.methods import get_method, validate_params
+
+    ins = [dict(trio[k]) for k in "abc"[:n]]
+    ins[0]["layers.0.up.weight"] = trio["base"]["layers.0.up.weight"].clone()  # tau = 0 everywhere
+    got = merge(method, ins, base=trio["base"], route=Route(chunk=chunk, prepare_chunk=prepare_chunk), **params)
+    m = get_method(method)(validate_params(method, params))
+    for name, t in got.items():
+        b = trio["base"][name]
+        ds = [m.sparsify(name, i, x[name].float() - b.float()) for i, x in enumerate(ins)]
+        want = pl.fuse(m.fuse_config(n), ds).add_(b).to(t.dtype)
+        assert torch.equal(_bits(want), _bits(t)), name
