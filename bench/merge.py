@@ -264,18 +264,22 @@ ALL_RECIPES: dict[str, dict] = {
 # beside any row that misses one. The methods not named here stream through the fast file pass
 # (per-tensor coefficients or whole-model thresholds from a first pass).
 CAUSES: dict[str, str] = {
-    "model_stock": "its first pass over every input (each tensor's task vectors, subtracted into fresh tensors, and "
-                   "float64 row dot products for the cosines) before the merge pass: 5.3 s of 7.3 s (cProfile)",
-    "sce": "its first pass over every input (task vectors into fresh tensors, float64 row Gram dots) before the "
-           "merge pass: 5.8 s of 10.1 s (cProfile, while other work ran)",
+    "model_stock": "its first pass (each tensor's task-vector Gram in fixed float64 blocks, on a worker thread "
+                   "beside the reads) before the merge pass: two reads of the inputs",
+    "sce": "its first pass (each tensor's mean squares in fixed float64 blocks, on a worker thread beside the "
+           "reads) before the merge pass: two reads of the inputs",
     "ties": "the fast pass after two first passes over the files (each tensor's exact top-X% thresholds from "
             "histograms of |tau|'s bit patterns: bincount over every entry, single-threaded per input)",
-    "dare_linear": "mergekit's DARE rescales to each tensor's L1 norm: whole float32 tensors on the reference path",
-    "dare_ties": "as dare_linear, and a per-tensor top-X%",
-    "breadcrumbs": "ranks a whole tensor's |tau| (a selection per input) on whole float32 tensors",
-    "breadcrumbs_ties": "as breadcrumbs, and the sign election holds every sparsified task vector",
-    "della": "MagPrune sorts every row of every task vector; the sign election holds every sparsified task vector",
-    "della_linear": "MagPrune sorts every row of every task vector",
+    "dare_linear": "the first pass draws every mask entry from torch's CPU generator (mt19937, one draw per entry, "
+                   "in order per tensor and input: the stream of the whole-tensor draw), one thread per input",
+    "dare_ties": "as dare_linear",
+    "breadcrumbs": "three first passes over the files (histograms of |tau|'s bit patterns: bincount over every "
+                   "entry, and the tie positions) before the merge pass",
+    "breadcrumbs_ties": "as breadcrumbs",
+    "della": "the first pass sorts every row of every task vector (MagPrune's ranks) and draws every mask entry "
+             "from torch's CPU generator in order",
+    "della_linear": "as della",
+    "passthrough": "start-up and imports (about 1.2 s, torch 1.1 s of it) against a copy of one file",
     "arcee_fusion": "the outlier fence takes quantiles of a whole tensor's importances (a selection) on whole float32 tensors",
 }
 

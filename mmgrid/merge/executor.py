@@ -94,8 +94,9 @@ def run(method: Method, models: list[TensorSource], base: TensorSource | None, p
         # A method's first pass checks what it reads itself (the TIES histogram flags NaN/Inf);
         # the merge pass checks inputs unless that pass saw them all (Method.verify_inputs).
         if fast:  # the first passes read chunk buffers too
+            vs = view_stream(models, base, plan, use_base, chunked)
             method.prepare(ViewStream(lambda: flat_views(models, base if use_base else None, plan, route.prepare_chunk),
-                                      view_stream(models, base, plan, use_base, chunked).total))
+                                      vs.total, vs.shapes))
         else:
             method.prepare(view_stream(models, base, plan, use_base, chunked))
         kernel = method.kernel(len(models)) if fast else None  # now with the first pass's statistics

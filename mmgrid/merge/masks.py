@@ -20,9 +20,11 @@ The hook is process-wide (not per thread): one injected merge at a time.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from mmgrid.merge.errors import MergeParamError
@@ -72,3 +74,96 @@ def injected_masks(fn: MaskFn) -> Iterator[None]:
         yield
     finally:
         _injected = old
+
+
+def injecting() -> bool:
+    """Whether :func:`injected_masks` is active (callers that draw masks their own way,
+    chunk by chunk, fall back to :func:`keep_mask` on whole tensors then)."""
+    return _injected is not None
+
+
+BLOCK = 1 << 16  # entries per block of BlockSums
+
+
+class BlockSums:
+    """sum_e x_e of a vector fed in consecutive pieces of any size, the same to the last bit
+    however it is cut: fixed blocks of :data:`BLOCK` entries, each summed in float64, the block
+    sums added exactly (``math.fsum``)."""
+
+    def __init__(self) -> None:
+        self._held: list[torch.Tensor] = []
+        self._n = 0
+        self._parts: list[float] = []
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1)
+        m, i = x.numel(), 0
+        if self._n:
+            take = min(BLOCK - self._n, m)
+            self._held.append(x[:take].clone())
+            self._n += take
+            i = take
+            if self._n == BLOCK:
+                self._parts.append(float(torch.cat(self._held).sum(dtype=torch.float64)))
+                self._held, self._n = [], 0
+        while m - i >= BLOCK:
+            self._parts.append(float(x[i:i + BLOCK].sum(dtype=torch.float64)))
+            i += BLOCK
+        if i < m:
+            self._held.append(x[i:].clone())
+            self._n += m - i
+
+    def result(self) -> float:
+        if self._n:
+            self._parts.append(float(torch.cat(self._held).sum(dtype=torch.float64)))
+            self._held, self._n = [], 0
+        return math.fsum(self._parts)
+
+
+class PackedMask:
+    """One tensor's keep mask for one input, drawn piece by piece in order from one
+    generator (the draws of :func:`seeded_mask` on the whole tensor: torch's CPU ``rand``
+    takes one draw per entry, in order, so consecutive pieces continue the same stream) and
+    kept as bits (1/32 of the float32 draws), with the L1 norms mergekit's rescale needs:
+    ||tau||_1 and ||m * tau||_1 (:class:`BlockSums`, the same for any cutting)."""
+
+    def __init__(self, seed: int, key: str, index: int, drop: float = 0.0) -> None:
+        self.gen = dare_generator(seed, key, index)
+        self.drop = drop
+        self.bits = np.zeros(0, dtype=np.uint8)
+        self._packed: list[np.ndarray] = []
+        self._carry = np.zeros(0, dtype=np.bool_)
+        self.before, self.after = BlockSums(), BlockSums()
+
+    def add(self, delta: torch.Tensor, u: torch.Tensor, drop: torch.Tensor | None = None) -> None:
+        """The next ``delta.numel()`` entries' task vector (float32, flat); ``u``: a float32
+        scratch buffer of at least that many entries; ``drop``: their drop probabilities
+        (flat, DELLA's p_e; default the scalar of the constructor)."""
+        m = delta.numel()
+        u = u if u.numel() >= m else torch.empty(m, dtype=torch.float32)
+        keep = torch.rand(m, generator=self.gen, out=u[:m]) >= (self.drop if drop is None else drop)  # seeded_mask's test
+        a = delta.abs()
+        self.before.add(a)
+        self.after.add(a.mul_(keep))
+        k = np.concatenate([self._carry, keep.numpy()]) if self._carry.size else keep.numpy()
+        full = (k.size // 8) * 8
+        self._packed.append(np.packbits(k[:full]))
+        self._carry = k[full:].copy()
+
+    def close(self) -> None:
+        """After the tensor's last piece: the bits in one array."""
+        self._packed.append(np.packbits(self._carry))
+        self.bits = np.concatenate(self._packed)
+        self._packed, self._carry = [], np.zeros(0, dtype=np.bool_)
+
+    def factor(self, eps: float = 1e-7) -> float | None:
+        """||tau||_1 / ||m * tau||_1, or None (unscaled) where either is below ``eps``
+        (:func:`mmgrid.merge.ops.rescale_l1`'s rule)."""
+        before, after = self.before.result(), self.after.result()
+        return None if before < eps or after < eps else before / after
+
+    def keep(self, offset: int, m: int) -> torch.Tensor:
+        """The bool mask of entries [offset, offset + m)."""
+        lo, hi = offset // 8, -(-(offset + m) // 8)
+        got = np.unpackbits(self.bits[lo:hi])[offset - 8 * lo: offset - 8 * lo + m]
+        return torch.from_numpy(got.view(np.bool_))

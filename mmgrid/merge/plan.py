@@ -162,15 +162,17 @@ def view_stream(models: list[TensorSource], base: TensorSource | None, plan: Pla
                 chunked: bool) -> ViewStream:
     """The stream a method's first passes read (inputs unchecked: the pass checks)."""
     total = 0
+    shapes: dict[str, tuple[int, ...]] = {}
     for name, _, _ in plan.layout:
         if name not in plan.passthrough:
             shape = models[0].shapes[name][0]
             rp = plan.rows.get(name)
+            shapes[name] = tuple(int(d) for d in ((rp.shared,) + tuple(shape[1:]) if rp else shape))
             n = 1
-            for d in ((rp.shared,) + tuple(shape[1:]) if rp else shape):
-                n *= int(d)
+            for d in shapes[name]:
+                n *= d
             total += n
-    return ViewStream(lambda: all_views(models, base, plan, use_base, chunked, verify=False), total)
+    return ViewStream(lambda: all_views(models, base, plan, use_base, chunked, verify=False), total, shapes)
 
 
 

@@ -10,6 +10,7 @@ vocabulary rows, passthrough tensors), is merged here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -48,7 +49,11 @@ def reference_tensor(method: Method, models: list[TensorSource], base: TensorSou
             # first passes' statistics by the tensor's name
             dare = kernel.pipeline is not None and kernel.pipeline.uses_dare
             key = view.key if dare else view.name
-            out = pl.apply_kernel(kernel, key, ([view.raw_base] if view.raw_base is not None else []) + view.raw)
+            ins = ([view.raw_base] if view.raw_base is not None else []) + view.raw
+            if getattr(kernel.fn, "positional", False):  # its entries depend on their flat position
+                out = kernel.fn(view.name, ins, None, view.start * math.prod(view.raw[0].shape[1:]))
+            else:
+                out = pl.apply_kernel(kernel, key, ins)
         else:
             out = method.merge_tensor(view)
         check_finite(out, name, f"the {method.name} merge (check the method's parameters)")

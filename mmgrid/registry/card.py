@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from mmgrid.configtools import load_yaml
+from mmgrid.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.registry.api import Registry
@@ -161,7 +162,7 @@ def card_base_models(text: str) -> list[str]:
     end = text.find("\n---", 3)
     try:
         front = load_yaml(text[3:end], "README.md card") if end > 0 else None
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ConfigError):
         return []
     bm = front.get("base_model") if isinstance(front, dict) else None
     if isinstance(bm, str):

@@ -58,6 +58,22 @@ PER_TENSOR = [
     ("ties", 2, {"density": 0.01, "scope": "tensor", "combine": "sum", "weights": [1.0, -0.5]}),  # k = 1 in small tensors
 ]
 CASES += PER_TENSOR
+# DARE with mergekit's L1 rescale: masks drawn and norms summed in a first pass, then entrywise
+DARE_L1 = [
+    ("dare", 2, {"p": 0.3, "rescale": "l1", "weights": [0.6, 0.3]}),
+    ("dare", 3, {"p": 0.5, "rescale": "l1", "seed": 4}),
+    ("ties_dare", 2, {"p": 0.3, "rescale": "l1", "density": 1.0, "scope": "tensor", "sign_rule": "weighted",
+                      "combine": "sum", "weights": [0.5, 0.5]}),
+    ("ties_dare", 3, {"p": 0.4, "rescale": "l1", "density": 1.0, "scope": "tensor", "combine": "disjoint_mean"}),
+]
+# DELLA with l1 / none: rows ranked and masks drawn in a first pass (pieces regrouped into rows)
+DELLA_STREAMED = [
+    ("della", 2, {"density": 0.5, "epsilon": 0.1, "rescale": "l1", "sign_rule": "weighted"}),
+    ("della", 3, {"density": 0.6, "epsilon": 0.2, "rescale": "none", "combine": "sum", "weights": [0.7, 0.3, 0.5]}),
+    ("della_linear", 2, {"density": 0.4, "epsilon": 0.15, "rescale": "l1", "weights": [0.6, 0.3]}),
+]
+DARE_L1 += DELLA_STREAMED
+CASES += DARE_L1
 
 
 @pytest.mark.parametrize("method,n,params", PER_TENSOR)
@@ -95,7 +111,8 @@ def test_fast_pass_equals_reference_sampled_threshold(trio, monkeypatch, chunk):
     assert _same(ref, merge("ties", ins, base=trio["base"], route=Route(chunk=chunk, prepare_chunk=chunk + 2), **params))
 
 
-@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], CASES[-5], CASES[-3], CASES[-1]])
+@pytest.mark.parametrize("method,n,params", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[9], *PER_TENSOR[::2], *DARE_L1,
+                                            ("breadcrumbs_ties", 2, {"density": 0.5, "gamma": 0.1})])
 @pytest.mark.parametrize("block_bytes,threads", [(1 << 22, 2), (40, 2), (40, 1)])
 @pytest.mark.parametrize("on_disk", [True, False])
 def test_fast_streamed_file_equals_reference(trio, tmp_path: Path, monkeypatch, method, n, params, block_bytes, threads, on_disk):
@@ -450,3 +467,94 @@ def test_ramplus_added_rows_take_lambdas_from_their_own_counts(trio):
     want = _masked_definitions("ramplus_tl", base.float(), [t.float() for t in ins], lams)
     got = m.merge_tensor(TensorView(f"{name}[added]", ins, base, True))
     assert torch.allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_passthrough_file_merge_is_a_copy_of_the_stored_bits(trio, tmp_path: Path, monkeypatch):
+    """passthrough (scale 1) writes the input's stored bits, block by block (-0.0 and
+    subnormals included), and refuses an input holding NaN/Inf, writing nothing; with another
+    scale it takes the float32 kernel (the reference path's bits)."""
+    src = dict(trio["a"])
+    w = src["layers.0.up.weight"].clone()
+    w[0, 0], w[0, 1] = -0.0, torch.finfo(w.dtype).tiny / 4  # a signed zero and a subnormal
+    src["layers.0.up.weight"] = w
+    path = tmp_path / "a.safetensors"
+    save_file(src, str(path))
+    monkeypatch.setattr(reads, "BLOCK_BYTES", 40)  # many blocks per tensor
+    out = tmp_path / "out.safetensors"
+    merge_to_file("passthrough", [path], out, durable=False, route=Route(chunk=5))
+    with safe_open(str(out), "pt") as f:
+        got = {k: f.get_tensor(k) for k in f.keys()}
+    assert _same(got, src)
+    for scale in (1.0, -0.5):
+        assert _same(merge("passthrough", [src], scale=scale, route=Route(chunk=5)),
+                     merge("passthrough", [src], scale=scale, route=REFERENCE))
+    bad = dict(src)
+    bad["layers.0.up.weight"] = w.clone()
+    bad["layers.0.up.weight"][11, 7] = float("nan")
+    save_file(bad, str(path))
+    out.unlink()
+    with pytest.raises(NonFiniteError, match="layers.0.up.weight"):
+        merge_to_file("passthrough", [path], out, durable=False, route=Route(chunk=5))
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.parametrize("method,n,params", DARE_L1)
+def test_streamed_masks_equal_the_whole_tensor_rule(trio, method, n, params):
+    """Each tensor of the streamed DARE-L1 / DELLA merge (first pass in chunks of 3 entries,
+    merge chunks of 5) against the rule written out on whole tensors: the mask of
+    masks.seeded_mask on the whole tensor (drop p, or DELLA's p_e = 1 - k_e from
+    della_keep_probs), the kept task vector scaled by ||tau||_1 / ||m tau||_1 (l1; exact
+    float64 sums here), then the pipeline's fuse."""
+    from mmgrid.merge import masks, pipeline as pl
+    from mmgrid.merge.methods import get_method, validate_params
+    from mmgrid.merge.methods.della import della_keep_probs
+
+    ins = [trio[k] for k in "abc"[:n]]
+    got = merge(method, ins, base=trio["base"], route=Route(chunk=5, prepare_chunk=3), **params)
+    meth = get_method(method)(validate_params(method, params))
+    della = method.startswith("della")
+    cfg = meth.fuse_config(n) if della else meth.pipeline(n)
+    seed = params.get("seed", 0)
+    for name, t in got.items():
+        b = trio["base"][name].double()
+        ds = []
+        for i, x in enumerate(ins):
+            d = x[name].double() - b
+            drop = 1.0 - della_keep_probs(d.float(), params["density"], params["epsilon"]) if della else params["p"]
+            keep = masks.seeded_mask(seed, name, i, drop, d.shape)
+            md = torch.where(keep, d, torch.zeros((), dtype=d.dtype))
+            before, after = float(d.abs().sum()), float(md.abs().sum())
+            ds.append(md * (before / after) if params["rescale"] == "l1" and min(before, after) >= 1e-7 else md)
+        want = pl.fuse(cfg, [d.float() for d in ds]).double() + b
+        assert torch.allclose(t.double(), want, rtol=1e-2 if t.dtype == torch.bfloat16 else 1e-5, atol=1e-6), name
+
+
+BREADCRUMBS = [
+    ("breadcrumbs", 2, {"density": 0.5, "gamma": 0.1}),
+    ("breadcrumbs", 3, {"density": 0.3, "gamma": 0.01, "weights": [0.7, 1.3, -0.2], "scale": 1.1}),
+    ("breadcrumbs", 2, {"density": 0.95, "gamma": 0.2}),  # density + gamma > 1
+    ("breadcrumbs_ties", 2, {"density": 0.5, "gamma": 0.1, "sign_rule": "weighted"}),
+    ("breadcrumbs_ties", 3, {"density": 0.4, "gamma": 0.05, "combine": "disjoint_mean"}),
+]
+
+
+@pytest.mark.parametrize("method,n,params", BREADCRUMBS)
+@pytest.mark.parametrize("chunk,prepare_chunk", [(5, 3), (7, 64), (1 << 18, 1 << 22)])
+def test_breadcrumbs_streamed_equals_the_whole_tensor_selection(trio, method, n, params, chunk, prepare_chunk):
+    """Breadcrumbs from its streaming cuts (histogram passes and tie positions, pieces cut
+    anywhere) gives, tensor by tensor, the bits of sparsifying each whole task vector with
+    breadcrumbs_keep (np.partition; ties by position) and fusing: the same masks. The bf16
+    inputs have many equal magnitudes, so ties straddle the cuts; an all-zero task vector
+    (every entry tied) is included."""
+    from mmgrid.merge import pipeline as pl
+    from mmgrid.merge.methods import get_method, validate_params
+
+    ins = [dict(trio[k]) for k in "abc"[:n]]
+    ins[0]["layers.0.up.weight"] = trio["base"]["layers.0.up.weight"].clone()  # tau = 0 everywhere
+    got = merge(method, ins, base=trio["base"], route=Route(chunk=chunk, prepare_chunk=prepare_chunk), **params)
+    m = get_method(method)(validate_params(method, params))
+    for name, t in got.items():
+        b = trio["base"][name]
+        ds = [m.sparsify(name, i, x[name].float() - b.float()) for i, x in enumerate(ins)]
+        want = pl.fuse(m.fuse_config(n), ds).add_(b).to(t.dtype)
+        assert torch.equal(_bits(want), _bits(t)), name

@@ -295,7 +295,7 @@ def test_ramplus_counts_span_the_whole_tensor(monkeypatch):
 
 
 @pytest.mark.parametrize("method,params", [("breadcrumbs", {"density": 0.5, "gamma": 0.1, "weights": [0.7, 1.3, -0.2], "scale": 1.1}),
-                                           ("della_linear", {"density": 0.5, "epsilon": 0.1, "rescale": "l1"})])
+                                           ("della_linear", {"density": 0.5, "epsilon": 0.1, "rescale": "inverse_keep"})])
 def test_weighted_sum_one_input_at_a_time_equals_fuse(models, method, params):
     """breadcrumbs / della_linear sum their sparsified task vectors one input at a time; the
     bits are those of sparsifying all of them and fusing (pipeline.fuse)."""
@@ -341,3 +341,46 @@ def test_della_ranks_in_row_chunks(monkeypatch, rank_chunk):
     before = x.clone()
     assert torch.equal(della_keep_probs(x, 0.5, 0.1), _sorted_della_probs(x, 0.5, 0.1))
     assert torch.equal(x, before)
+
+
+# --- the first pass of model_stock and sce (tensor_grams) --------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_tensor_grams_equal_blockedgram_fed_fresh_deltas(dtype):
+    """tensor_grams (reused buffers, a worker thread) gives the bits of BlockedGram fed each
+    piece's view.deltas() in order, for pieces cut anywhere (across the 2^16-entry blocks)."""
+    from mmgrid.merge.methods import spherical as sp
+    from mmgrid.merge.methods.base import TensorView, ViewStream
+    from mmgrid.merge.methods.model_stock import tensor_grams
+
+    g = torch.Generator().manual_seed(3)
+    tensors = {"a": 200_003, "b": 5, "c": 70_000}
+    base = {k: torch.randn(n, generator=g).to(dtype) for k, n in tensors.items()}
+    ins = [{k: (v.float() + 0.01 * torch.randn(v.shape, generator=g)).to(dtype) for k, v in base.items()} for _ in range(3)]
+    cuts = {"a": [0, 1, 65_536, 65_537, 150_000, 200_003], "b": [0, 5], "c": [0, 33_333, 70_000]}
+
+    def views():
+        for k, cs in cuts.items():
+            for a, b in zip(cs, cs[1:]):
+                yield TensorView(k, [m[k][a:b].clone() for m in ins], base[k][a:b].clone())
+
+    want = {}
+    for k in tensors:
+        gr = sp.BlockedGram(3)
+        for v in views():
+            if v.name == k:
+                gr.add(v.deltas())
+        want[k] = gr.result()
+    got = {}
+    tensor_grams(ViewStream(views, sum(tensors.values())), lambda name, gram, n: got.__setitem__(name, (gram, n)))
+    assert got == {k: (want[k], n) for k, n in tensors.items()}
+
+
+def test_tensor_grams_refuse_a_tensor_seen_twice():
+    from mmgrid.merge.methods.base import TensorView, ViewStream
+    from mmgrid.merge.methods.model_stock import tensor_grams
+
+    x = torch.ones(4)
+    stream = ViewStream(lambda: iter([TensorView(n, [x, x], x) for n in ("a", "b", "a")]), 12)
+    with pytest.raises(RuntimeError, match="twice"):
+        tensor_grams(stream, lambda *a: None)

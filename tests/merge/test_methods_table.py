@@ -290,5 +290,5 @@ def test_method_version_is_part_of_the_identity():
     from mmgrid.merge.methods import identity
 
     for m in ALL:
-        want = {"method": m, "method_version": 2} if m in ("gcwm", "orthomerge", "slerp", "model_stock", "nuslerp", "karcher", "multislerp", "sce") else {"method": m}
+        want = {"method": m, "method_version": 2} if m in ("gcwm", "orthomerge", "slerp", "model_stock", "nuslerp", "karcher", "multislerp", "sce", "dare", "ties_dare", "della", "della_linear") else {"method": m}
         assert identity(m) == want, m

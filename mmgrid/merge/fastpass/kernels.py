@@ -32,10 +32,19 @@ class Buffers:
         return self.work.take(m)
 
 
-def kernel_chunk(k: pl.Kernel, parts: list[torch.Tensor], bufs: Buffers, name: str) -> torch.Tensor:
+def kernel_chunk(k: pl.Kernel, parts: list[torch.Tensor], bufs: Buffers, name: str, offset: int = 0) -> torch.Tensor:
     """One chunk (theta_0 first in ``parts`` where the kernel takes a base) through the
-    kernel; the float32 result, in one of ``bufs``'s buffers (consume it before the next)."""
-    return pl.apply_kernel(k, name, parts, bufs.take(parts[0].numel()))
+    kernel; the float32 result, in one of ``bufs``'s buffers (consume it before the next).
+
+    ``offset``: the flat index of the chunk's first entry in its tensor, given to a kernel
+    function marked ``positional`` (``k.fn.positional = True``: ``fn(name, parts, work, offset)``),
+    whose entries depend on their position (DARE's masks drawn in a first pass,
+    :class:`mmgrid.merge.methods.dare.StreamedL1`); the reference path gives it too.
+    """
+    w = bufs.take(parts[0].numel())
+    if k.fn is not None and getattr(k.fn, "positional", False):
+        return k.fn(name, parts, w, offset)
+    return pl.apply_kernel(k, name, parts, w)
 
 
 def finite_range(t: torch.Tensor) -> bool:

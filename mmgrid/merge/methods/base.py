@@ -8,7 +8,7 @@ tensor is read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -75,10 +75,13 @@ class ViewStream:
     Attributes:
         views: a callable that yields every merged tensor's views afresh.
         total: entries per input over all merged tensors (shared rows).
+        shapes: each merged tensor's shape (shared rows), for passes that need its rows
+            while the views are flat chunks.
     """
 
     views: Callable[[], Iterator[TensorView]]
     total: int
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def __call__(self) -> Iterator[TensorView]:
         return self.views()

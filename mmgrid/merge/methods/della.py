@@ -30,6 +30,7 @@ c = |scale| sqrt(n) / (density - epsilon) on a mass of 1 (TIES's argument), with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,7 +40,8 @@ from mmgrid.merge import masks, ops
 from mmgrid.merge import pipeline as pl
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import bounds as bd
-from mmgrid.merge.methods.base import check_range
+from mmgrid.merge.methods.base import ViewStream, check_range
+from mmgrid.merge.methods.dare import draw_masks, masked_fuse
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.sparsified import Combine, SparsifiedMethod
 from mmgrid.merge.methods.weights import Weights
@@ -129,8 +131,89 @@ class DellaParams(DellaLinearParams):
     sign_rule: Literal["unweighted", "weighted"] = "unweighted"
 
 
+class StreamedDella(SparsifiedMethod):
+    """DELLA with ``rescale`` ``l1`` (mergekit's default) or ``none`` in two streaming passes
+    instead of whole float32 tensors (computation version 2).
+
+    The first pass ranks each row of each task vector as :func:`della_keep_probs` does (pieces
+    of the stream are regrouped into whole rows; a 1-D or >2-D tensor is ranked whole), draws
+    the keep mask u >= p_e row group by row group, in order, from the generator of
+    :func:`mmgrid.merge.masks.seeded_mask` (the same draws as on the whole tensor), keeps it as
+    bits and sums the L1 norms exactly (:class:`mmgrid.merge.masks.PackedMask`), the inputs on
+    two threads. The merge pass is entrywise on the fast pass
+    (:func:`mmgrid.merge.methods.dare.masked_fuse`: masked tau_i times ||tau_i||_1 / ||m_i tau_i||_1,
+    then elect, combine and scale). The masks are version 1's; the factors are exact float64 sums
+    where version 1 summed whole float32 tensors, so results differ in the last bits.
+    ``inverse_keep`` (per-entry 1/k_e in the merge pass) and injected masks take the whole-tensor path.
+    """
+
+    version = 2  # l1 / none streamed: exact float64 norms
+
+    def _streamed(self) -> bool:
+        p = self.params
+        return p.density < 1.0 and p.rescale in ("l1", "none") and not masks.injecting()
+
+    @property
+    def elementwise(self) -> bool:
+        return self._streamed()
+
+    def prepare(self, stream: ViewStream) -> None:
+        if not self._streamed():
+            return
+        p = self.params
+        carry: dict[tuple[str, int], list[torch.Tensor]] = {}
+
+        def rows_of(name: str) -> int | None:
+            """Row length of a 2-D tensor (ranked row group by row group), else None (ranked whole)."""
+            shape = stream.shapes.get(name)
+            if shape is None:
+                raise RuntimeError(f"DELLA's first pass needs the shape of tensor {name!r} (ViewStream.shapes)")
+            return int(shape[1]) if len(shape) == 2 and shape[1] > 0 else None
+
+        def rank(pm: masks.PackedMask, d: torch.Tensor, u: torch.Tensor, shape: tuple[int, ...]) -> None:
+            drop = 1.0 - della_keep_probs(d.reshape(shape), p.density, p.epsilon)  # magprune's
+            pm.add(d, u, drop.reshape(-1))
+
+        def feed(name: str, i: int, pm: masks.PackedMask, d: torch.Tensor, u: torch.Tensor) -> None:
+            held = carry.setdefault((name, i), [])
+            m = rows_of(name)
+            if m is None:  # ranked whole at the tensor's end
+                held.append(d.clone())
+                return
+            x = torch.cat([*held, d]) if held else d
+            full = x.numel() // m * m
+            if full:
+                rank(pm, x[:full], u, (full // m, m))
+            held[:] = [x[full:].clone()] if full < x.numel() else []
+
+        def end(name: str, i: int, pm: masks.PackedMask) -> None:
+            held = carry.pop((name, i), [])
+            if held:
+                x = torch.cat(held)
+                rank(pm, x, torch.empty(x.numel()), tuple(stream.shapes[name]))
+
+        n = self._n
+        self._masks = draw_masks(stream, n, lambda name: [masks.PackedMask(p.seed, name, i) for i in range(n)], feed, end)
+        self._factors = {name: [pm.factor() if p.rescale == "l1" else None for pm in ms]
+                         for name, ms in self._masks.items()}
+
+    def check_inputs(self, n: int) -> None:
+        super().check_inputs(n)
+        self._n = n
+
+    def kernel(self, n: int) -> pl.Kernel | None:
+        return pl.Kernel(fn=self.entries) if self._streamed() else None
+
+    def entries(self, name: str, parts: Sequence[torch.Tensor], work: pl.Work | None = None,
+                offset: int = 0) -> torch.Tensor:
+        """Entries [offset, offset + numel) of tensor ``name``: :func:`mmgrid.merge.methods.dare.masked_fuse`."""
+        return masked_fuse(self.fuse_config(len(parts) - 1), self._masks, self._factors, name, parts, work, offset)
+
+    entries.positional = True  # type: ignore[attr-defined]  # takes the chunk's offset (mmgrid.merge.fastpass.kernels)
+
+
 @register
-class Della(SparsifiedMethod):
+class Della(StreamedDella):
     name = "della"
     pretty = "DELLA (MagPrune, elect, fuse)"
     paper = "Deep et al. 2024 (DELLA-Merging, arXiv 2406.11617); mergekit della"

@@ -13,13 +13,12 @@ import torch
 
 from mmgrid.merge import pipeline as pl
 from mmgrid.merge.methods import bounds as bd
-from mmgrid.merge.methods.della import DellaLinearParams, magprune
+from mmgrid.merge.methods.della import DellaLinearParams, StreamedDella, magprune
 from mmgrid.merge.methods.registry import register
-from mmgrid.merge.methods.sparsified import SparsifiedMethod
 
 
 @register
-class DellaLinear(SparsifiedMethod):
+class DellaLinear(StreamedDella):
     name = "della_linear"
     pretty = "DELLA, linear (no sign election)"
     paper = "Deep et al. 2024 (DELLA-Merging, arXiv 2406.11617); mergekit della_linear"

@@ -36,6 +36,8 @@ the whole-tensor path.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +49,63 @@ from mmgrid.merge.pipeline import Kernel
 
 NORM_FLOOR = 1e-6  # mergekit's floor of ||tau_i|| ||tau_j||
 SINGULAR = 1e-6  # |1 + (N - 1) cos| below this: t = 0 (mergekit's rule)
+
+
+def tensor_grams(stream: ViewStream, done: Callable[[str, list[list[float]], int], None]) -> None:
+    """Each tensor's task-vector Gram matrix, from one pass over ``stream`` (consecutive pieces
+    of each tensor, in order): ``done(name, gram, entries)`` once per tensor.
+
+    The Gram is :class:`mmgrid.merge.methods.spherical.BlockedGram`'s (fixed blocks, float64
+    dots, exact sums), fed the task vectors theta_i - theta_0 in float32 (the values of
+    :meth:`TensorView.deltas`). They are subtracted into two sets of reused buffers, and each
+    piece's dots are summed on a worker thread while the next piece is read and subtracted:
+    the blocks reach each Gram in the same order, so the result has the same bits as feeding it
+    ``view.deltas()`` one piece after the other, without a fresh float32 tensor per piece and
+    input (page faults) and with the reads, the subtractions and the dots on two cores.
+
+    Raises:
+        RuntimeError: a tensor seen twice, not in consecutive pieces.
+    """
+    slots: list[list[torch.Tensor]] = [[], []]
+    pending: list = [None, None]
+    closes: list = []
+    seen: set[str] = set()
+    cur: tuple[str, sp.BlockedGram, list[int]] | None = None
+
+    def close(name: str, g: sp.BlockedGram, n: list[int]) -> None:
+        done(name, g.result(), n[0])
+
+    def add(g: sp.BlockedGram, ds: list[torch.Tensor], n: list[int], m: int) -> None:
+        g.add(ds)
+        n[0] += m
+
+    # one worker: the adds and closes run in submission order (torch releases the GIL inside each op)
+    with ThreadPoolExecutor(1, thread_name_prefix="mmgrid-gram", initializer=torch.set_num_threads,
+                            initargs=(1,)) as ex:
+        slot = 0
+        for view in stream():
+            m = view.raw[0].numel()
+            if pending[slot] is not None:
+                pending[slot].result()  # this slot's buffers are free again
+            bs = slots[slot]
+            if len(bs) != len(view.raw) or bs[0].numel() < m:
+                slots[slot] = bs = [torch.empty(m, dtype=torch.float32) for _ in view.raw]
+            b = view.raw_base.reshape(-1)
+            ds = [buf[:m].copy_(t.reshape(-1)).sub_(b) for buf, t in zip(bs, view.raw)]
+            if cur is None or cur[0] != view.name:
+                if cur is not None:
+                    closes.append(ex.submit(close, *cur))
+                if view.name in seen:
+                    raise RuntimeError(f"the first pass saw tensor {view.name!r} twice, not in consecutive pieces")
+                seen.add(view.name)
+                cur = (view.name, sp.BlockedGram(len(ds)), [0])
+            pending[slot] = ex.submit(add, cur[1], ds, cur[2], m)
+            slot ^= 1
+        if cur is not None:
+            closes.append(ex.submit(close, *cur))
+        for f in pending + closes:
+            if f is not None:
+                f.result()  # re-raises a worker's error
 
 
 @dataclass
@@ -100,14 +159,13 @@ class ModelStock(Method):
     def prepare(self, stream: ViewStream) -> None:
         if self.params.filter_wise:
             return
-        acc: dict[str, sp.BlockedGram] = {}
-        for view in stream():  # consecutive pieces of each tensor, in order
-            acc.setdefault(view.name, sp.BlockedGram(len(view.raw))).add(view.deltas())
         self._coefs.clear()
-        for name, g in acc.items():
-            t = self.ratio(g.result())
-            n = g.k
+
+        def done(name: str, gram: list[list[float]], _: int) -> None:
+            t, n = self.ratio(gram), len(gram)
             self._coefs[name] = (1.0 - t, [t / n] * n)
+
+        tensor_grams(stream, done)
 
     def kernel(self, n: int):
         return None if self.params.filter_wise else Kernel(coefs=self._coefs)

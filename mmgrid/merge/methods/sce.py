@@ -39,6 +39,7 @@ import torch
 from mmgrid.merge import ops
 from mmgrid.merge.methods import spherical as sp
 from mmgrid.merge.methods.base import Method, TensorView, ViewStream, check_range
+from mmgrid.merge.methods.model_stock import tensor_grams
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.pipeline import Kernel, Work
 
@@ -109,23 +110,10 @@ class Sce(Method):
         if not self.elementwise:
             return
         self._w = {}
-        cur: tuple[str, sp.BlockedGram, list[int]] | None = None
-        for view in stream():  # consecutive pieces of each tensor, in order
-            ds = view.deltas()
-            if cur is None or cur[0] != view.name:
-                if cur is not None:
-                    self._close(*cur)  # a Gram holds its unfinished block until result(): free it now
-                cur = (view.name, sp.BlockedGram(len(ds)), [0])
-            cur[1].add(ds)
-            cur[2][0] += ds[0].numel()
-        if cur is not None:
-            self._close(*cur)
+        tensor_grams(stream, self._close)
 
-    def _close(self, name: str, g: sp.BlockedGram, n: list[int]) -> None:
-        if name in self._w:
-            raise RuntimeError(f"sce's first pass saw tensor {name!r} twice, not in consecutive pieces")
-        gr = g.result()
-        self._w[name] = weights_from([gr[i][i] / max(n[0], 1) for i in range(len(gr))])
+    def _close(self, name: str, gram: list[list[float]], n: int) -> None:
+        self._w[name] = weights_from([gram[i][i] / max(n, 1) for i in range(len(gram))])
 
     def kernel(self, n: int) -> Kernel | None:
         return Kernel(fn=self.entries) if self.elementwise else None

@@ -17,7 +17,7 @@ from typing import Literal
 from mmgrid.merge import pipeline as pl
 from mmgrid.merge.methods import bounds as bd
 from mmgrid.merge.methods.base import check_range
-from mmgrid.merge.methods.pipeline_method import PipelineMethod
+from mmgrid.merge.methods.dare import StreamedL1
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.ties import OMIT_DEFAULT, SignRule, ties_pipeline
 from mmgrid.merge.ops import Rescale
@@ -54,12 +54,13 @@ class TiesDareParams(Weights):
 
 
 @register
-class TiesDare(PipelineMethod):
+class TiesDare(StreamedL1):
     name = "ties_dare"
     pretty = "TIES after DARE"
     paper = "MMGRid (paper 004) Sec. 2 (p=0.1, X=20); Yadav et al. 2023; Yu et al. 2024"
     Params = TiesDareParams
     symmetric = False
+    version = 2  # mergekit's L1 rescale streamed: exact float64 norms (mmgrid.merge.methods.dare.StreamedL1)
 
     @staticmethod
     def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound
