@@ -41,14 +41,9 @@ class _Tee(io.TextIOBase):
 
 def machine() -> str:
     """One line naming the machine the benchmark ran on."""
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from mmgrid.runtime.throughput import cpu_model  # the one reading of the processor's name (imports torch)
+
+    cpu = cpu_model()
     mem = "?"
     try:
         pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")

@@ -78,16 +78,20 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "mmgrid"
 
 
-def _machine_key(threads: int) -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``; else what ``platform`` knows)."""
+    cpu = platform.processor() or platform.machine() or "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"v{CACHE_VERSION}|{platform.node()}|{cpu}|torch {torch.__version__}|threads {threads}"
+    return cpu
+
+
+def _machine_key(threads: int) -> str:
+    return f"v{CACHE_VERSION}|{platform.node()}|{cpu_model()}|torch {torch.__version__}|threads {threads}"
 
 
 def measured(threads: int | None = None, refresh: bool = False) -> Throughput:
