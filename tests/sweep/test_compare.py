@@ -178,11 +178,14 @@ def test_two_tiny_runs_differing_in_the_learning_rate(tmp_path_factory: pytest.T
         evaluate_grid(cfg, plan, progress=False)
         regs.append(Path(cfg.registry))
     res = Grid.open(regs[0]).compare(regs[1], metric="ndcg@10", kind="trained")
-    assert len(res.rows) >= 2 and set(res.rows["paradigm"]) == {"sasrec"}
     assert res.unpaired.empty, res.unpaired
-    for r in res.rows.to_dict("records"):
+    sas, pop = res.rows[res.rows["paradigm"] == "sasrec"], res.rows[res.rows["paradigm"] == "popular"]
+    assert len(sas) >= 2 and set(res.rows["paradigm"]) == {"sasrec", "popular"}
+    for r in sas.to_dict("records"):
         assert np.isfinite(r["diff"]) and r["ci_low"] <= r["diff"] <= r["ci_high"] and r["n_users"] > 5
-    assert (res.rows["diff"] != 0).any()  # the learning rate changed the models
+    assert (sas["diff"] != 0).any()  # the learning rate changed the trained models
+    assert (pop["diff"] == 0).all() and (pop["p"] == 1).all()  # most-popular does not train: identical
     assert main(["compare", str(regs[0]), str(regs[1]), "--kind", "trained", "--resamples", "300"]) == 0
     out = capsys.readouterr().out
     assert "sasrec" in out and "A - B [interval]" in out
+    print(out)
