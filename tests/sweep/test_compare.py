@@ -111,6 +111,33 @@ def test_cells_that_cannot_be_paired_say_why(two):
     assert "cannot be paired (4):" in text and "domain=Users" in text
 
 
+def test_study_rows_pair_by_their_coordinates_and_a_strategy_by_its_name(two):
+    """Study rows (recipe evaluations, no checkpoint) pair by the study's recorded coordinates:
+    a temporal lambda with the same lambda; a named strategy (lambda*) with the same strategy even
+    where each run chose another lambda."""
+    a, b = two
+    v = np.linspace(0, 1, 10)
+    for reg, star, shift in ((a, 1.3, 0.0), (b, 0.9, 0.2)):
+        rel = reg.put_per_user(USERS, ACTIVE, {"ndcg@10": v - shift})
+        for lam in (0.5, 1.0):
+            reg.record_eval(None, "test", "all", {"ndcg@10": float(np.mean(v - shift))},
+                            recipe={"method": "temporal", "lam": lam, "run": str(reg.root)},
+                            extra={"per_user": rel, "study": "temporal", "paradigm": "emb", "domain": "Books",
+                                   "lambda": lam, "seed": 0})
+        reg.record_eval(None, "test", "all", {"ndcg@10": float(np.mean(v - shift))},
+                        recipe={"method": "temporal", "lam": star, "run": str(reg.root)},
+                        extra={"per_user": rel, "study": "continual", "paradigm": "emb", "domain": "Books",
+                               "strategy": "lambda_star", "lambda": star, "seed": 0})
+    res = compare_runs(a, b, CompareSpec(n_resamples=200))
+    assert res.unpaired.empty, res.unpaired
+    got = {(r["study"], r["lambda"] if r["study"] == "temporal" else r["strategy"]): r["diff"]
+           for r in res.rows.to_dict("records")}
+    assert got == {("temporal", 0.5): pytest.approx(0.2), ("temporal", 1.0): pytest.approx(0.2),
+                   ("continual", "lambda_star"): pytest.approx(0.2)}
+    only = compare_runs(a, b, CompareSpec(filters={"study": "none"}, n_resamples=200))
+    assert only.rows.empty and only.unpaired.empty
+
+
 def test_duplicates_use_the_newest_and_are_counted(two):
     a, b = two
     v = np.linspace(0, 1, 10)

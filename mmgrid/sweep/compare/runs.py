@@ -6,7 +6,8 @@ read from the evaluation records, never from checkpoint ids (ids change with eve
 setting): the study (None for a checkpoint's own evaluation), the checkpoint's kind, paradigm,
 domain, period and variant, and the study's own coordinates recorded with the evaluation
 (strategy, method, lambda, alpha, base kind, evaluation domain...), for one split, user group
-and metric. Within a cell, the rows of each training seed are paired with the other run's rows
+and metric; a row with a named ``strategy`` (the continual study's lambda*, lambda_hat*) is paired by
+that name, not by the lambda each run chose. Within a cell, the rows of each training seed are paired with the other run's rows
 of the same seed, and each row's per-user values (``Registry.per_user``) with the other's by
 user (and by the order of a user's test examples).
 
@@ -43,6 +44,9 @@ NOT_COORDS = frozenset({"id", "recipe_hash", "split", "group", "metric", "value"
                         "per_user", "recipe", "created", "key", "extra", "seed_k", "n"})
 # The leading cell columns, in this order; the study's own coordinates follow, sorted.
 LEADING = ["study", "kind", "paradigm", "domain", "period", "variant"]
+# Coordinates a named ``strategy`` chooses from each run's own data (lambda* and lambda_hat*): a strategy's
+# rows pair by its name, whatever lambda each run chose.
+CHOSEN = ("lambda",)
 FILTERS = ("kind", "paradigm", "domain", "period", "variant", "study")
 
 
@@ -176,9 +180,15 @@ def _groups(df: pd.DataFrame, cols: list[str]) -> dict[tuple, pd.DataFrame]:
         if c not in df.columns:
             df[c] = None
     df["seed_k"] = [seed_number(v) for v in df["seed"]] if "seed" in df.columns else -1
+    named = [cols.index(c) for c in CHOSEN if c in cols]
+    at = cols.index("strategy") if "strategy" in cols else None
     buckets: dict[tuple, list[int]] = {}
     for i, k in enumerate(df[cols].itertuples(index=False, name=None)):
-        buckets.setdefault(tuple(_norm(v) for v in k), []).append(i)
+        key = [_norm(v) for v in k]
+        if at is not None and key[at] is not None:  # a named strategy: its lambda is chosen per run
+            for j in named:
+                key[j] = None
+        buckets.setdefault(tuple(key), []).append(i)
     return {k: df.iloc[ix] for k, ix in buckets.items()}
 
 
