@@ -178,6 +178,8 @@ def test_command_prints_the_table_and_exits_1_when_nothing_pairs(two, capsys):
     assert "A - B [interval]" in out and "+5.00 [" in out
     assert main(["compare", str(a.root), str(b.root), "--domain", "Nowhere"]) == 1
     assert "no cell could be paired" in capsys.readouterr().out
+    assert main(["compare", str(a.root / "nowhere"), str(b.root)]) == 2  # named error, nothing written
+    assert "neither a registry" in capsys.readouterr().err and not (a.root / "nowhere").exists()
 
 
 @pytest.mark.slow
