@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "mmgrid.eval.commands",  # eval
     "mmgrid.sweep.commands",  # sweep, predict-lambda, report, export mlflow
     "mmgrid.sweep.calibration.commands",  # calibrate
+    "mmgrid.sweep.compare.commands",  # compare
     "mmgrid.demo",  # demo, validate
 )
 

@@ -39,6 +39,7 @@ from mmgrid.paradigms import get_paradigm
 from mmgrid.registry import Registry
 from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.stats.bootstrap import mean_ci
+from mmgrid.sweep.compare.runs import CompareSpec, Comparison, compare_runs
 from mmgrid.sweep.evidence import robust_stars, temporal_curves
 
 LEVEL = 0.95
@@ -185,6 +186,19 @@ class Grid:
             row["runner_up"] = float(g.iloc[1]["value"]) if len(g) > 1 else math.nan
             out.append(row)
         return pd.DataFrame(out).reset_index(drop=True)
+
+    def compare(self, other: "Grid | str | Path", metric: str = "ndcg@10", split: str = "test", group: str = "all",
+                level: float = 0.95, **filters: str) -> Comparison:
+        """This run (A) against ``other`` (B), cell by cell, paired per user: ``.rows`` one row per paired cell
+        (A - B with its interval over users and seeds, sign-flip p, Holm over the cells), ``.unpaired`` the
+        cells that cannot be paired and why, ``.render()`` the table as text (:mod:`mmgrid.sweep.compare.runs`).
+
+        ``filters``: cell coordinates to keep (``kind``, ``paradigm``, ``domain``, ``period``, ``variant``,
+        ``study``; ``study="none"``: only the checkpoints' own evaluations).
+        """
+        b = other if isinstance(other, Grid) else Grid.open(other)
+        spec = CompareSpec(metric, split, group, dict(filters), level)
+        return compare_runs(self.registry, b.registry, spec)
 
     def lambda_star(self, paradigm: str | None = None, variant: str | None = None, metric: str | None = None,
                     smooth: int | None = None) -> pd.DataFrame:

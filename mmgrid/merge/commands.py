@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "lineage edges (merge_input, merge_base). Methods: average, task_arithmetic, ties, dare, "
         "ties_dare, temporal, orthomerge, gcwm, slerp, nuslerp, multislerp, karcher, model_stock, nearswap, "
         "passthrough, breadcrumbs, breadcrumbs_ties, della, della_linear, sce, ram, ramplus_tl, arcee_fusion; "
-        "continual merges over inputs in arrival order: magmax, opcm, dop (see docs/merging.md).",
+        "continual merges over inputs in arrival order: magmax, opcm, dop; fusers of checkpoints in time order: "
+        "linear_velocity, moving_average_velocity, acceleration, exp_decay, ema (see docs/merging.md).",
     )
     p.add_argument("--method", help="merge method name")
     p.add_argument("--inputs", nargs="+", metavar="ID", help="input checkpoint ids, in order")

@@ -150,6 +150,11 @@ VARIANTS = {
     "arcee_fusion": [{}],
     "opcm": [{}, {"energy": 0.0}, {"energy": 0.9}],
     "dop": [{}, {"stability": 0.3, "space": "u"}, {"rank": 1}, {"stability": 1.0, "space": "v"}],
+    "linear_velocity": [{}, {"alpha": -1.7}, {"alpha": 0.3}],
+    "moving_average_velocity": [{}, {"alpha": 2.5}, {"alpha": -0.5, "window": 1}],
+    "acceleration": [{}, {"alpha": -0.4, "beta": 1.5}],
+    "exp_decay": [{}, {"decay": 0.0}, {"decay": 2.0}],
+    "ema": [{}, {"beta": 0.1}, {"beta": 1.0}],
 }
 
 
@@ -180,6 +185,8 @@ def _call(method, ins, base, params):
 def test_update_is_bounded_by_the_inputs_updates(seed, n, shape, noise):
     base, ins = _random_inputs(seed, n, shape, noise)
     for method in ALL:
+        if len(_take(method, ins)) < get_method(method).min_inputs:
+            continue  # acceleration takes three
         for params in VARIANTS[method]:
             out, theta0, p = _call(method, ins, base, params)
             m = len(_take(method, ins))
@@ -225,6 +232,11 @@ def test_identical_inputs(seed, n, shape):
         ("ramplus_tl", {"epsilon": 0.0}, one),  # n > 1: all shared, their mean; n = 1: lambda = 1  # every entry the same: tau
         ("dop", {}, one),  # both losses vanish at the input, and the average is the input
         ("dop", {"rank": 1, "space": "u"}, one),
+        ("linear_velocity", {}, one),  # the time-axis fusers: coefficients summing to 1
+        ("moving_average_velocity", {"alpha": 3.0}, one),
+        ("acceleration", {}, one),
+        ("exp_decay", {}, one),
+        ("ema", {"beta": 0.3}, one),
     ]
     for method, params, want in expect:
         cls = get_method(method)

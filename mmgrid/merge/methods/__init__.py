@@ -19,6 +19,7 @@ from mmgrid.configtools import build
 from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import (  # noqa: F401  (importing a method module registers it)
+    acceleration,
     arcee_fusion,
     average,
     breadcrumbs,
@@ -27,10 +28,14 @@ from mmgrid.merge.methods import (  # noqa: F401  (importing a method module reg
     della,
     della_linear,
     dop,
+    ema,
+    exp_decay,
     gcwm,
     karcher,
+    linear_velocity,
     magmax,
     model_stock,
+    moving_average_velocity,
     multislerp,
     nearswap,
     nuslerp,
