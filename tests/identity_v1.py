@@ -19,7 +19,7 @@ def put_under_identity_v1(cfg: Any, src: Any, dst: Any) -> dict[str, str]:
     prepared = open_prepared(cfg.prepared)
     seed = cfg.train.seed
     new_bid = base_checkpoint_id(cfg.base, src, prepared.fingerprint, seed)
-    old = base_identity(cfg.base, prepared.manifest["fingerprint"], seed)
+    old = base_identity(cfg.base, prepared.manifest["fingerprint"], seed, identity=1)
     mapping: dict[str, str] = {}
 
     def copy(cid: str, ident: dict[str, Any]) -> str:

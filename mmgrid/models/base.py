@@ -12,6 +12,7 @@ domain ``all``, period ``base``), and a second call with the same identity is a 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import tempfile
 from dataclasses import dataclass
@@ -73,9 +74,50 @@ def lm_batch(tokenizer: "PreTrainedTokenizerBase", texts: list[str], max_length:
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
-def base_identity(cfg: BaseConfig, fingerprint: str, seed: int) -> dict[str, Any]:
-    """What :meth:`Registry.make_id` hashes for the base checkpoint."""
+_DIGESTS: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}  # folder + its files' (name, size, mtime) -> digest
+
+
+def folder_digest(folder: str | Path) -> str:
+    """``sha256:<hex>`` of a model folder's content: every file's relative name and bytes, in name
+    order (hidden files and folders left out). Where the folder lies, or how its path is spelled,
+    plays no part. Computed once per process for an unchanged folder (same names, sizes, mtimes)."""
+    root = Path(folder).resolve()
+    files = sorted(p for p in root.rglob("*") if p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    stat = tuple((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    key = (str(root), stat)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(str(p.relative_to(root)).encode() + b"\0")
+            with p.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 22), b""):
+                    h.update(block)
+            h.update(b"\0")
+        _DIGESTS[key] = "sha256:" + h.hexdigest()
+    return _DIGESTS[key]
+
+
+BASE_IDENTITY = 2  # 2: a local folder's base is named by its content (folder_digest), not its path
+
+
+def base_identity(cfg: BaseConfig, fingerprint: str, seed: int, identity: int = BASE_IDENTITY) -> dict[str, Any]:
+    """What :meth:`Registry.make_id` hashes for the base checkpoint.
+
+    A tiny builder is named by its knobs and trained on the data (its fingerprint joins the
+    hash); a hub id by its name. A local Hugging Face folder (``base.model``, and
+    ``base.tokenizer`` when it is one) is named by :func:`folder_digest` since identity 2, so the
+    same weights on another disk, behind a symlink or spelled relative keep their id, and
+    ``allow_download`` (where to look, not what is computed) is left out. ``identity=1`` is the
+    earlier formula (the path as written), for ``mmgrid registry remap-ids``."""
     params = to_dict(cfg)
+    if identity >= 2 and not parse_builder(cfg.model):
+        params.pop("allow_download", None)
+        for key in ("model", "tokenizer"):
+            value = params.get(key)
+            if isinstance(value, str) and Path(value).expanduser().is_dir():
+                params[key] = folder_digest(Path(value).expanduser())
+        params["identity"] = identity
     return {
         "coords": dict(BASE_COORDS),
         "kind": "base",
@@ -87,9 +129,10 @@ def base_identity(cfg: BaseConfig, fingerprint: str, seed: int) -> dict[str, Any
     }
 
 
-def base_checkpoint_id(cfg: BaseConfig, registry: Any, fingerprint: str, seed: int) -> str:
-    """The id the base of ``cfg`` has (or will have) in ``registry``."""
-    return _make_id(registry, base_identity(cfg, fingerprint, seed))
+def base_checkpoint_id(cfg: BaseConfig, registry: Any, fingerprint: str, seed: int,
+                       identity: int = BASE_IDENTITY) -> str:
+    """The id the base of ``cfg`` has (or will have) in ``registry`` (``identity``: :func:`base_identity`)."""
+    return _make_id(registry, base_identity(cfg, fingerprint, seed, identity))
 
 
 def _make_id(registry: Any, ident: dict[str, Any]) -> str:

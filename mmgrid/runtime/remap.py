@@ -87,7 +87,7 @@ def legacy_ids(cfg: Any, registry: Any, prepared: Any) -> tuple[str | None, dict
     old_fp = getattr(prepared, "path_fingerprint", None)
     if not old_fp:
         return None, {}
-    old_bid = base_checkpoint_id(cfg.base, registry, old_fp, seed)
+    old_bid = base_checkpoint_id(cfg.base, registry, old_fp, seed, identity=1)
     if not registry.has(old_bid):
         return None, {}
     domains = grid_domains(cfg, prepared)

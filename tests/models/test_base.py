@@ -101,3 +101,35 @@ def test_hf_folder_with_only_pickle_weights_is_refused(tmp_path) -> None:
     reg = Registry.open(tmp_path / "reg")
     with pytest.raises(ModelError, match="safetensors"):
         load_base(BaseConfig(model=str(tmp_path / "hf")), F.FakePrepared([F.make_domain("A")]), reg)
+
+
+def test_a_local_base_folder_is_named_by_its_content_not_its_path(tmp_path, monkeypatch) -> None:
+    """The same weights in another folder, behind a symlink, spelled relative or with a trailing
+    slash keep one base id; a changed weight gives another; allow_download plays no part."""
+    import os
+    import shutil
+
+    from mmgrid.models.base import base_checkpoint_id, folder_digest
+
+    tok = train_tokenizer(["red cotton shirt", "blue steel kettle"] * 20, vocab_size=300)
+    torch.manual_seed(0)
+    tiny_qwen3(len(tok)).save_pretrained(tmp_path / "hf")
+    tok.save_pretrained(tmp_path / "hf")
+    shutil.copytree(tmp_path / "hf", tmp_path / "disk2" / "qwen")
+    os.symlink(tmp_path / "hf", tmp_path / "link")
+    reg = Registry.open(tmp_path / "reg")
+
+    def bid(model: str, **kw) -> str:
+        return base_checkpoint_id(build(BaseConfig, {"model": model, **kw}), reg, "fp", 0)
+
+    monkeypatch.chdir(tmp_path)
+    one = bid(str(tmp_path / "hf"))
+    assert {bid("hf"), bid("hf/"), bid(str(tmp_path / "link")), bid(str(tmp_path / "disk2" / "qwen")),
+            bid("hf", allow_download=True)} == {one}
+    assert one != base_checkpoint_id(build(BaseConfig, {"model": "hf"}), reg, "fp", 0, identity=1)  # the path-spelled id
+    torch.manual_seed(1)
+    tiny_qwen3(len(tok)).save_pretrained(tmp_path / "disk2" / "qwen")  # other weights, same folder name
+    assert bid(str(tmp_path / "disk2" / "qwen")) != one
+    assert folder_digest(tmp_path / "hf") == folder_digest(tmp_path / "link")
+    # a tiny builder keeps its identity: no folder to read, the data fingerprint names what it is trained on
+    assert bid("tiny_qwen3()") == base_checkpoint_id(build(BaseConfig, {"model": "tiny_qwen3()"}), reg, "fp", 0, identity=1)
