@@ -40,6 +40,7 @@ from mmgrid.errors import ConfigError, UnknownNameError
 from mmgrid.merge.methods import get_method
 from mmgrid.models.base import base_checkpoint_id
 from mmgrid.models.builders import parse_builder
+from mmgrid.models.tokenizer import train_tokenizer
 from mmgrid.paradigms import get_paradigm
 from mmgrid.registry.api import Registry
 from mmgrid.runtime.modelfiles import ModelShape, model_config, shape_of
@@ -423,8 +424,9 @@ def base_shape(cfg: Any) -> tuple[ModelShape, str]:
 # ----------------------------------------------------------------------------- gathering the inputs
 
 
-def grid_counts(cfg: Any) -> tuple[list[DomainCounts], str, Any]:
-    """The domains' counts and where they came from, and the prepared dataset (None when there is none):
+def grid_counts(cfg: Any) -> tuple[list[DomainCounts], str, Any, int | None]:
+    """The domains' counts and where they came from, the prepared dataset (None when there is none)
+    and a tiny base's vocabulary size (:func:`tiny_vocabulary`; None for another base or no item text):
     the prepared data; for a grid with a synthetic ``world:``, that world written and prepared in a
     temporary folder (it is deterministic, seconds); else MMGRid Table 1's counts for the paper's
     Amazon 2023 categories.
@@ -434,7 +436,9 @@ def grid_counts(cfg: Any) -> tuple[list[DomainCounts], str, Any]:
     """
     if (Path(cfg.prepared) / "manifest.json").is_file():
         prepared = load_prepared(cfg.prepared)
-        return counts_from_prepared(prepared, grid_domains(cfg, prepared)), f"prepared data {cfg.prepared}", prepared
+        vocab = tiny_vocabulary(cfg, prepared) if parse_builder(cfg.base.model) else None
+        return (counts_from_prepared(prepared, grid_domains(cfg, prepared)), f"prepared data {cfg.prepared}",
+                prepared, vocab)
     if cfg.world is not None:
         tmp = Path(tempfile.mkdtemp(prefix="mmgrid-plan-"))
         try:
@@ -443,26 +447,38 @@ def grid_counts(cfg: Any) -> tuple[list[DomainCounts], str, Any]:
             write_world(c.data.root, c.world)
             prepared = prepare(c, log=lambda *_a, **_k: None)
             counts = counts_from_prepared(prepared, grid_domains(c, prepared))
+            vocab = tiny_vocabulary(cfg, prepared) if parse_builder(cfg.base.model) else None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return counts, f"the grid's synthetic world (seed {cfg.world.seed}), prepared in a temporary folder", None
+        return counts, f"the grid's synthetic world (seed {cfg.world.seed}), prepared in a temporary folder", None, vocab
     if cfg.data.source == "amazon2023" and cfg.data.domains:
         text = float(getattr(cfg.data.item_text, "max_chars", 256) or 256)
         return (counts_from_table1(cfg.data.domains, text),
-                "MMGRid Table 1's counts (the raw files are not prepared here)", None)
+                "MMGRid Table 1's counts (the raw files are not prepared here)", None, None)
     raise ConfigError(f"mmgrid plan: {cfg.prepared} is not prepared and grid {cfg.name!r} has neither a world: "
                       "section nor the paper's domains; run `mmgrid prepare` first.")
+
+
+def tiny_vocabulary(cfg: Any, prepared: Any) -> int:
+    """The vocabulary a tiny base of ``cfg`` will have: its byte-level BPE trained on every domain's
+    item text, capped by ``base.vocab_size`` (as :mod:`mmgrid.train.base_lm` trains it; about a second)."""
+    texts = [t for d in prepared.domains for t in prepared.domain(d).item_texts]
+    return len(train_tokenizer(texts, cfg.base.vocab_size))
 
 
 def plan_inputs(cfg: Any, throughput: Throughput) -> PlanInputs:
     """Everything :func:`cost_plan` needs: the counts, the base's shape (the stored base's vocabulary
     where it is built), and, when the data is prepared and the registry exists, the planned ids and
     which of them the registry holds."""
-    counts, source, prepared = grid_counts(cfg)
+    counts, source, prepared, vocab = grid_counts(cfg)
     shape, where = base_shape(cfg)
     inp = PlanInputs(cfg, counts, shape, throughput, source, where)
     if prepared is not None:
         inp.lm_docs = len(prepared.lm_text("train"))
+    if vocab is not None:  # a tiny base's vocabulary is what its tokenizer learns from the items
+        config, _ = model_config(cfg.base.model, vocab)
+        inp.shape = shape_of(config)  # type: ignore[arg-type]
+        inp.model_source = f"{where}, vocabulary {vocab} (its tokenizer trained on the items, as the build does)"
     if prepared is None or not (Path(cfg.registry) / "manifests").is_dir():
         return inp
     reg = Registry.open(cfg.registry, read_only=True)
