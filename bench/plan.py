@@ -83,8 +83,7 @@ def main() -> int:
     reg = Registry.open(cfg.registry)
     # planned again with the built base (its trained vocabulary; what `mmgrid plan RUN` uses) and the same throughput
     again = cost_plan(plan_inputs(cfg, tp))
-    print(f"planned before the build with base.vocab_size {cfg.base.vocab_size}; again after it with the stored "
-          f"base ({again.model_source})")
+    print(f"planned before the build ({plan.model_source}); again after it with the stored base ({again.model_source})")
     stored = {(j["variant"], j["paradigm"], j["domain"], j["stage"], j["seed"]): j["estimate_seconds"]
               for r in again.rows if r.kind == "stage" for j in r.jobs}
     rows: dict[tuple[str, str, str], list[tuple[float, float, float]]] = defaultdict(list)
