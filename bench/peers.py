@@ -27,6 +27,10 @@ layer shape (hidden 1024, 16 query / 8 key-value heads of 128, MLP 3072) with fe
     python bench/peers.py                 # both widths, every peer
     python bench/peers.py --quick         # smaller inputs (the suite's smoke run)
     python bench/peers.py --widths demo --tasks semid train
+    python bench/peers.py --gpu-check [--dry-run]   # what bench/gpu_check.sh runs (record gpu_check)
+
+Where a goal is missed (text ranking), the record adds a profile: the beam search and the grounding timed
+apart, and torch.profiler's costliest operators.
 """
 
 from __future__ import annotations
@@ -125,8 +129,12 @@ def make_domain(n_items: int, n_users: int, events: int = 12, seed: int = 0) -> 
     return Domain("Bench_Home", items, inter, exdf)
 
 
-def make_base(domain: Domain, width: str, qwen_layers: int = 2, init_std: float = 0.1, seed: int = 0) -> Any:
+def make_base(domain: Domain, width: str, qwen_layers: int = 2, init_std: float = 0.1, seed: int = 0,
+              vocab: int | None = None, tied: bool = False) -> Any:
     """The demo's tokenizer (byte-level BPE, 2048) and a random Qwen3 of the given width.
+
+    ``vocab``: rows of the embedding and the head (default: the tokenizer's; Qwen3-0.6B has 151,936, the
+    rows past the tokenizer's are unused); ``tied``: tie them, as Qwen3-0.6B does (the demo's are untied).
 
     ``init_std`` (HF's ``initializer_range``; 0.02 by default) spreads a random model's next-token
     distribution, so that beams are not near-ties that float rounding could reorder."""
@@ -141,7 +149,8 @@ def make_base(domain: Domain, width: str, qwen_layers: int = 2, init_std: float 
                   intermediate_size=128) if width == "demo" else
              dict(hidden_size=1024, num_hidden_layers=qwen_layers, num_attention_heads=16, num_key_value_heads=8,
                   head_dim=128, intermediate_size=3072))
-    cfg = Qwen3Config(vocab_size=len(tok), max_position_embeddings=512, tie_word_embeddings=False, use_cache=False,
+    cfg = Qwen3Config(vocab_size=max(vocab or 0, len(tok)), max_position_embeddings=512, tie_word_embeddings=tied,
+                      use_cache=False,
                       pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       initializer_range=init_std, **shape)
     torch.manual_seed(seed)
@@ -428,9 +437,64 @@ def run_arm(task: str, arm: str, width: str, qwen_layers: int, quick: bool, cach
         seconds = time.perf_counter() - t0
         work = {"users": len(hist)}
     n_params = sum(p.numel() for p in model.parameters())
+    lm = getattr(model, "item_llm", model)
+    work["vocab"] = int(lm.config.vocab_size) if hasattr(lm, "config") else None
     return {"task": task, "arm": arm, "width": width, "out": out, "seconds": seconds, "params": n_params,
             "rss_before_mib": rss0 / 1024, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "threads": torch.get_num_threads(), **work}
+
+
+def profile_text(width: str, qwen_layers: int, quick: bool, cache: str | None) -> dict[str, Any]:
+    """Where text ranking's time goes: the beam search (mmgrid's and HF's) and the grounding that both
+    arms share, timed apart on the arms' inputs, and torch.profiler's costliest operators of one rank."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import mmgrid.paradigms.text as text_module
+
+    size = QUICK if quick else SIZES[width]
+    domain = make_domain(size["items"], max(size["users"], 48))
+    paradigm, model = build_model("text", domain, width, qwen_layers, cache)
+    model.eval()
+    hist, k = test_histories(domain, size["users"]), 10
+    text_mmgrid(paradigm, model, domain, hist[:2], k)
+    vecs = text_module.grounding_vectors(model, model.mmgrid_text.params) if hasattr(model, "mmgrid_text") else None
+    t0 = time.perf_counter()
+    texts, scores = paradigm.generate(model, hist)
+    gen_mmgrid = time.perf_counter() - t0
+    own = text_module.prefilled_beam_generate
+    text_module.prefilled_beam_generate = lambda m, i, a, b, **kw: m.generate(input_ids=i, attention_mask=a,
+                                                                              num_beams=b, **kw)
+    try:
+        t0 = time.perf_counter()
+        paradigm.generate(model, hist)
+        gen_hf = time.perf_counter() - t0
+    finally:
+        text_module.prefilled_beam_generate = own
+    t0 = time.perf_counter()
+    paradigm.rank_generated(model, domain, hist, k, texts, scores, model_items=vecs)
+    ground = time.perf_counter() - t0
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        text_mmgrid(paradigm, model, domain, hist, k)
+    ops = [(e.key, e.self_cpu_time_total / 1e6) for e in prof.key_averages()]
+    ops = sorted(ops, key=lambda kv: -kv[1])[:6]
+    return {"gen_mmgrid": gen_mmgrid, "gen_hf": gen_hf, "ground": ground, "users": len(hist), "ops": ops}
+
+
+def print_text_profile(width: str, r: dict[str, Any], goal: float) -> None:
+    mm, hf, g = r["gen_mmgrid"], r["gen_hf"], r["ground"]
+    print(f"\nprofile, text at {width} ({r['users']} users; the goal of {goal:g}x is missed):")
+    print(f"  beam search: mmgrid {mm:.2f} s, HF generate {hf:.2f} s ({hf / mm:.2f}x); "
+          f"grounding (the same code in both arms: sentence-embedding the generated titles, scoring every item) "
+          f"{g:.2f} s")
+    print(f"  so the whole rank is at most (HF + grounding) / (mmgrid + grounding) = {(hf + g) / (mm + g):.2f}x "
+          f"faster; grounding is {100 * g / (mm + g):.0f} % of mmgrid's rank")
+    print("  costliest operators of one mmgrid rank (self CPU s): " +
+          ", ".join(f"{name} {sec:.2f}" for name, sec in r["ops"]))
+    print("  what would remove it: for the grounding, a cheaper embedding of the generated titles (the embedder "
+          "on the device, or ground_embedder: model, which reuses the LM's hidden states); for the beam search, "
+          "prefilled_beam_generate still runs HF generate's per-step loop and per-beam cache copies, which a "
+          "shared-prefix decoder for titles (as semid's SharedPrefixDecoder) would not")
 
 
 def spawn(task: str, arm: str, width: str, args: argparse.Namespace, cache: str) -> dict[str, Any]:
@@ -456,6 +520,109 @@ def same_outputs(task: str, a: Any, b: Any) -> tuple[bool, str]:
     return diff == 0, f"{len(a)} users, top-{len(a[0]) if a else 0} lists differ for {diff}"
 
 
+# --------------------------------------------------------------------------- the GPU check (bench/gpu_check.sh)
+
+# Peak dense bf16 tensor-core FLOP/s (no sparsity) from the vendors' data sheets, matched in the device's name
+# (first match wins; --peak-tflops overrides).
+PEAK_BF16 = (("H200", 989.4e12), ("H100 PCIe", 756.0e12), ("H100", 989.4e12), ("A100", 312.0e12),
+             ("L40S", 362.1e12), ("L4", 121.0e12))
+QWEN3_06B = dict(layers=28, vocab=151_936, tied=True)  # Qwen3-0.6B's depth, vocabulary and tied head
+GPU_SIZES = dict(train=512, batch=32, users=256)
+DRY_SIZES = dict(train=16, batch=8, users=4)
+
+
+def matmul_params(model: Any) -> int:
+    """N of nanoGPT's MFU: the parameters that take part in a matrix product per token (the input
+    embedding is a lookup; a tied head counts once, as the head)."""
+    body = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name and "lm_head" not in name)
+    return body + model.lm_head.weight.numel()
+
+
+def peak_flops(device_name: str, override_tflops: float | None) -> float | None:
+    if override_tflops:
+        return override_tflops * 1e12
+    return next((f for key, f in PEAK_BF16 if key in device_name), None)
+
+
+def gpu_check(dry: bool, peak_tflops: float | None, rehearsal: str, cache: str | None) -> dict[str, Any]:
+    """Time a semid training stage (bf16 autocast) and a ranking pass (bf16 weights) at Qwen3-0.6B's
+    shape on CUDA; ``dry``: the same code on CPU at the demo's width in float32. Tokens/s and MFU."""
+    import torch
+
+    from mmgrid.paradigms import get_paradigm
+    from mmgrid.paradigms.semid.paradigm import seq_prompt
+    from mmgrid.train.loop import StageSettings, train_stage
+
+    dev = torch.device("cpu" if dry else "cuda")
+    size = DRY_SIZES if dry else GPU_SIZES
+    domain = make_domain(400, max(size["users"], 48))
+    paradigm = get_paradigm("semid")
+    shape = {} if dry else QWEN3_06B
+    base = make_base(domain, "demo" if dry else "qwen3-0.6b", shape.get("layers", 2), vocab=shape.get("vocab"),
+                     tied=shape.get("tied", False))
+    model = paradigm.build(base, domain, params_for("semid", cache, "qwen3-0.6b"), seed=0)
+    n = matmul_params(model)
+    name = "CPU (dry run)" if dry else torch.cuda.get_device_name(dev)
+    peak = peak_flops(name, peak_tflops)
+    sync = (lambda: None) if dry else (lambda: torch.cuda.synchronize(dev))
+    dtype = "float32" if dry else "bfloat16"
+    examples = paradigm.examples(model, domain, "pretrain")[: size["train"]]
+    settings = StageSettings(epochs=1, lr=1e-4, batch_size=size["batch"], seed=0, device=dev.type, dtype=dtype)
+    train_stage(paradigm, model, examples[: size["batch"] * 2], settings, progress=False)  # warm-up: kernels, allocator
+    sync()
+    t0 = time.perf_counter()
+    log = train_stage(paradigm, model, examples, settings, progress=False)
+    sync()
+    train_s = time.perf_counter() - t0
+    train_tokens = sum(len(e.ids) for e in examples)
+    if not dry:
+        model.to(dtype=torch.bfloat16)
+    model.eval()
+    hist = test_histories(domain, size["users"])
+    info = model.mmgrid_semid
+    beam = max(int(info.params.num_beams), 20)
+    paradigm.beam_search(model, hist[:2], beam)
+    sync()
+    t0 = time.perf_counter()
+    found = paradigm.beam_search(model, hist, beam)
+    sync()
+    rank_s = time.perf_counter() - t0
+    # tokens through the model: each prompt once, then one token per beam at each code level after the first
+    rank_tokens = sum(len(seq_prompt(info, h)) for h in hist) + len(hist) * beam * (len(info.level_sizes) - 1)
+    out = {"device": name, "dtype": dtype, "params": sum(p.numel() for p in model.parameters()), "matmul_params": n,
+           "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
+           "vocab": model.config.vocab_size, "rehearsal": rehearsal,
+           "train_examples": len(examples), "train_steps": log.steps, "train_s": train_s,
+           "train_tokens_s": train_tokens / train_s, "train_loss": log.epoch_losses,
+           "rank_users": len(hist), "rank_found": sum(len(f) > 0 for f in found), "rank_s": rank_s,
+           "rank_tokens_s": rank_tokens / rank_s, "beam": beam, "peak_flops": peak}
+    out["train_mfu"] = 6 * n * out["train_tokens_s"] / peak if peak else None
+    out["rank_mfu"] = 2 * n * out["rank_tokens_s"] / peak if peak else None
+    if not dry:
+        out["peak_gpu_mem_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
+    return out
+
+
+def print_gpu_check(r: dict[str, Any]) -> None:
+    mfu = lambda v: f"{100 * v:.1f} %" if v is not None else "n/a (peak FLOP/s of this device unknown: --peak-tflops)"  # noqa: E731
+    dry = r["device"].startswith("CPU")
+    if dry:
+        print("DRY RUN on CPU at the demo's width (float32): checks that the code runs; not a GPU figure.")
+    print(f"device: {r['device']}; dtype {r['dtype']}; peak {r['peak_flops'] / 1e12 if r['peak_flops'] else 0:.1f} "
+          f"TFLOP/s bf16 dense")
+    print(f"model: Qwen3 {r['layers']} layers, hidden {r['hidden']}, vocab {r['vocab']}; {r['params'] / 1e6:.1f}M "
+          f"parameters, N = {r['matmul_params'] / 1e6:.1f}M in matrix products (MFU: 6N FLOP per training token, "
+          f"2N per ranking token, over the device's peak)")
+    print(f"rehearsal of grids/amazon2023.yaml (mmgrid build --rehearse): {r['rehearsal']}")
+    print(f"training stage (semid, {r['train_examples']} examples, {r['train_steps']} steps, AdamW): "
+          f"{r['train_s']:.2f} s, {r['train_tokens_s']:.0f} tokens/s, MFU {mfu(r['train_mfu'])}; "
+          f"loss {r['train_loss'][0]:.4f}")
+    print(f"ranking pass (semid trie beam search, beam {r['beam']}, {r['rank_users']} users): {r['rank_s']:.2f} s, "
+          f"{r['rank_users'] / r['rank_s']:.1f} users/s, {r['rank_tokens_s']:.0f} tokens/s, MFU {mfu(r['rank_mfu'])}")
+    if "peak_gpu_mem_gib" in r:
+        print(f"peak GPU memory: {r['peak_gpu_mem_gib']:.2f} GiB")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -466,33 +633,52 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny inputs: a smoke run of every comparison")
     ap.add_argument("--cache", default=None, help="item-embedding cache folder shared by the arms (default: a temp)")
     ap.add_argument("--record", default="peers", help="record name (bench/results/<name>.md)")
+    ap.add_argument("--gpu-check", action="store_true",
+                    help="time a training stage and a ranking pass at Qwen3-0.6B's shape on CUDA in bf16, "
+                         "tokens/s and MFU (bench/gpu_check.sh runs this; record gpu_check)")
+    ap.add_argument("--dry-run", action="store_true", help="with --gpu-check: the same code on CPU, demo width")
+    ap.add_argument("--peak-tflops", type=float, default=None, help="with --gpu-check: the device's peak dense "
+                    "bf16 TFLOP/s, where the built-in table does not know it")
+    ap.add_argument("--rehearsal", default="not run", help="with --gpu-check: what the rehearsal step reported")
     ap.add_argument("--child", nargs=4, metavar=("TASK", "ARM", "WIDTH", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.gpu_check:
+        if not args.dry_run and not torch.cuda.is_available():
+            print("gpu check: no CUDA device is visible; run it on a GPU machine, or with --dry-run on CPU",
+                  file=sys.stderr)
+            return 2
+        print_gpu_check(gpu_check(args.dry_run, args.peak_tflops, args.rehearsal, args.cache))
+        return 0
     if args.child:
         task, arm, width, out = args.child
-        Path(out).write_text(json.dumps(run_arm(task, arm, width, args.qwen_layers, args.quick, args.cache)))
+        result = profile_text(width, args.qwen_layers, args.quick, args.cache) if arm == "profile" else \
+            run_arm(task, arm, width, args.qwen_layers, args.quick, args.cache)
+        Path(out).write_text(json.dumps(result))
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        cache = args.cache or tmp
-        rows, failed = [], []
-        for width in args.widths:
-            for task in args.tasks:
-                mine = spawn(task, "mmgrid", width, args, cache)
-                peer = spawn(task, "peer", width, args, cache)
-                ok, what = same_outputs(task, mine["out"], peer["out"])
-                print(f"{width:10s} {task:6s} equal outputs: {'yes' if ok else 'NO'} ({what})", flush=True)
-                if not ok:
-                    failed.append(f"{width}/{task}")
-                rows.append((width, task, mine, peer))
+    tmp = tempfile.TemporaryDirectory()  # the embedding cache of the arms (removed at exit)
+    cache = args.cache or tmp.name
+    rows, failed = [], []
+    for width in args.widths:
+        for task in args.tasks:
+            mine = spawn(task, "mmgrid", width, args, cache)
+            peer = spawn(task, "peer", width, args, cache)
+            ok, what = same_outputs(task, mine["out"], peer["out"])
+            print(f"{width:10s} {task:6s} equal outputs: {'yes' if ok else 'NO'} ({what})", flush=True)
+            if not ok:
+                failed.append(f"{width}/{task}")
+            rows.append((width, task, mine, peer))
     if failed:
         print(f"outputs differ for {', '.join(failed)}: no time is compared", file=sys.stderr)
         return 1
     print(f"\nthreads per arm: {args.threads}; load average now: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    layers = f"; qwen3-0.6b = Qwen3-0.6B layer shape, {args.qwen_layers} of its 28 layers, vocab of the demo tokenizer"
-    print(f"widths: demo = tiny_qwen3() (hidden 64, 2 layers){layers}")
+    vocab = next((m["vocab"] for _, _, m, _ in rows if m.get("vocab")), None)
+    print(f"widths: demo = tiny_qwen3()'s shape (hidden 64, 2 layers); qwen3-0.6b = Qwen3-0.6B's layer shape "
+          f"(hidden 1024, 16 / 8 heads of 128, MLP 3072), {args.qwen_layers} of its 28 layers; vocabulary: a "
+          f"byte-level BPE trained on the bench items' text plus the code tokens ({vocab} rows, Qwen3-0.6B has "
+          f"151,936); random weights (std 0.1), float32, CPU")
     print("\n| width | task | params | mmgrid | peer | mmgrid rate | peer rate | ratio | goal | "
           "peak RSS mmgrid / peer (MiB) |")
     print("|---|---|---:|---|---|---:|---:|---:|---|---:|")
@@ -508,10 +694,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {width} | {task} | {mine['params'] / 1e6:.2f}M | {mine['seconds']:.2f} s | {PEER[task]} "
               f"{peer['seconds']:.2f} s | {rm:.1f} {unit} | {rp:.1f} {unit}{extra} | {ratio:.2f}x | {verdict} | "
               f"{mine['peak_rss_mib']:.0f} / {peer['peak_rss_mib']:.0f} |")
+    print("\nratio = mmgrid's rate / the peer's; rates are over the timed pass after a warm-up call; peak RSS: the "
+          "arm's process (torch and the model included)")
+    for width, task, mine, peer in rows:
+        goal = GOALS.get(task)
+        if task == "text" and goal and (mine["users"] / mine["seconds"]) / (peer["users"] / peer["seconds"]) < goal:
+            print_text_profile(width, spawn(task, "profile", width, args, cache), goal)
     return 0
 
 
 if __name__ == "__main__":
     if "--child" in sys.argv:
         raise SystemExit(main())
-    run_recorded(main, "peers")
+    run_recorded(main, "gpu_check" if "--gpu-check" in sys.argv else "peers")
