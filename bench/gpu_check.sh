@@ -26,15 +26,17 @@ done
 ARGS=(--gpu-check)
 [ -n "${PEAK_TFLOPS:-}" ] && ARGS+=(--peak-tflops "$PEAK_TFLOPS")
 status=0
+has_rehearse() { "$PY" -m mmgrid build --help | grep -q -- --rehearse; }
 if [ "$DRY" = 1 ]; then
   ARGS+=(--dry-run)
-  rehearsal="not run (dry run)"
+  if has_rehearse; then rehearsal="not run (dry run); mmgrid build --rehearse is there"; else
+    rehearsal="not run (dry run); missing: this mmgrid has no 'mmgrid build --rehearse'"; fi
 else
   if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
     echo "gpu_check.sh: no CUDA device is visible to torch; run it on a GPU machine, or with --dry-run on CPU" >&2
     exit 2
   fi
-  if "$PY" -m mmgrid build --help | grep -q -- --rehearse; then
+  if has_rehearse; then
     echo "== rehearsal: $PY -m mmgrid build amazon2023 --rehearse"
     if "$PY" -m mmgrid build amazon2023 --rehearse; then rehearsal="passed"; else
       rc=$?; rehearsal="FAILED (exit $rc; its output is above in the terminal)"; status=1; fi

@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,14 +61,11 @@ LOSS_RTOL = 1e-3
 
 # --------------------------------------------------------------------------- the world and the models
 
-@dataclass
 class Domain:
     """A synthetic domain with the attributes of ``mmgrid.data.dataset.DomainData`` the paradigms read."""
 
-    name: str
-    items: Any
-    interactions: Any
-    _examples: Any = field(repr=False)
+    def __init__(self, name: str, items: Any, interactions: Any, examples: Any) -> None:
+        self.name, self.items, self.interactions, self._examples = name, items, interactions, examples
 
     @property
     def n_items(self) -> int:
@@ -532,8 +528,8 @@ DRY_SIZES = dict(train=16, batch=8, users=4)
 
 
 def matmul_params(model: Any) -> int:
-    """N of nanoGPT's MFU: the parameters that take part in a matrix product per token (the input
-    embedding is a lookup; a tied head counts once, as the head)."""
+    """N of nanoGPT's MFU: every parameter but the input embedding (a lookup, no FLOPs; nanoGPT leaves out
+    its position embedding alike); a tied head counts once, as the head."""
     body = sum(p.numel() for name, p in model.named_parameters() if "embed_tokens" not in name and "lm_head" not in name)
     return body + model.lm_head.weight.numel()
 
@@ -607,7 +603,8 @@ def print_gpu_check(r: dict[str, Any]) -> None:
     mfu = lambda v: f"{100 * v:.1f} %" if v is not None else "n/a (peak FLOP/s of this device unknown: --peak-tflops)"  # noqa: E731
     dry = r["device"].startswith("CPU")
     if dry:
-        print("DRY RUN on CPU at the demo's width (float32): checks that the code runs; not a GPU figure.")
+        print("DRY RUN on CPU at the demo's width (float32): checks that the code runs; not a GPU figure. No CUDA "
+              "device was available for this record; on a GPU machine, `bash bench/gpu_check.sh` writes the real one.")
     print(f"device: {r['device']}; dtype {r['dtype']}; peak {r['peak_flops'] / 1e12 if r['peak_flops'] else 0:.1f} "
           f"TFLOP/s bf16 dense")
     print(f"model: Qwen3 {r['layers']} layers, hidden {r['hidden']}, vocab {r['vocab']}; {r['params'] / 1e6:.1f}M "
