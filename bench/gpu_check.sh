@@ -46,5 +46,5 @@ else
   fi
 fi
 echo "== timings: $PY bench/peers.py ${ARGS[*]}"
-"$PY" bench/peers.py "${ARGS[@]}" --rehearsal "$rehearsal"
+MMGRID_GPU_REHEARSAL="$rehearsal" "$PY" bench/peers.py "${ARGS[@]}"
 exit $status

@@ -523,6 +523,7 @@ def same_outputs(task: str, a: Any, b: Any) -> tuple[bool, str]:
 PEAK_BF16 = (("H200", 989.4e12), ("H100 PCIe", 756.0e12), ("H100", 989.4e12), ("A100", 312.0e12),
              ("L40S", 362.1e12), ("L4", 121.0e12))
 QWEN3_06B = dict(layers=28, vocab=151_936, tied=True)  # Qwen3-0.6B's depth, vocabulary and tied head
+DRY_SHAPE = dict(layers=2, vocab=4096, tied=True)
 GPU_SIZES = dict(train=512, batch=32, users=256)
 DRY_SIZES = dict(train=16, batch=8, users=4)
 
@@ -542,7 +543,7 @@ def peak_flops(device_name: str, override_tflops: float | None) -> float | None:
 
 def gpu_check(dry: bool, peak_tflops: float | None, rehearsal: str, cache: str | None) -> dict[str, Any]:
     """Time a semid training stage (bf16 autocast) and a ranking pass (bf16 weights) at Qwen3-0.6B's
-    shape on CUDA; ``dry``: the same code on CPU at the demo's width in float32. Tokens/s and MFU."""
+    shape on CUDA; ``dry``: the same code on CPU at the demo's width. Tokens/s and MFU."""
     import torch
 
     from mmgrid.paradigms import get_paradigm
@@ -553,15 +554,14 @@ def gpu_check(dry: bool, peak_tflops: float | None, rehearsal: str, cache: str |
     size = DRY_SIZES if dry else GPU_SIZES
     domain = make_domain(400, max(size["users"], 48))
     paradigm = get_paradigm("semid")
-    shape = {} if dry else QWEN3_06B
-    base = make_base(domain, "demo" if dry else "qwen3-0.6b", shape.get("layers", 2), vocab=shape.get("vocab"),
-                     tied=shape.get("tied", False))
+    shape = DRY_SHAPE if dry else QWEN3_06B  # the dry run: a tied head and unused vocabulary rows too
+    base = make_base(domain, "demo" if dry else "qwen3-0.6b", shape["layers"], vocab=shape["vocab"], tied=shape["tied"])
     model = paradigm.build(base, domain, params_for("semid", cache, "qwen3-0.6b"), seed=0)
     n = matmul_params(model)
     name = "CPU (dry run)" if dry else torch.cuda.get_device_name(dev)
     peak = peak_flops(name, peak_tflops)
     sync = (lambda: None) if dry else (lambda: torch.cuda.synchronize(dev))
-    dtype = "float32" if dry else "bfloat16"
+    dtype = "bfloat16"  # autocast in training, bf16 weights in ranking; the dry run too (CPU bf16)
     examples = paradigm.examples(model, domain, "pretrain")[: size["train"]]
     settings = StageSettings(epochs=1, lr=1e-4, batch_size=size["batch"], seed=0, device=dev.type, dtype=dtype)
     train_stage(paradigm, model, examples[: size["batch"] * 2], settings, progress=False)  # warm-up: kernels, allocator
@@ -571,8 +571,7 @@ def gpu_check(dry: bool, peak_tflops: float | None, rehearsal: str, cache: str |
     sync()
     train_s = time.perf_counter() - t0
     train_tokens = sum(len(e.ids) for e in examples)
-    if not dry:
-        model.to(dtype=torch.bfloat16)
+    model.to(dtype=torch.bfloat16)
     model.eval()
     hist = test_histories(domain, size["users"])
     info = model.mmgrid_semid
@@ -603,12 +602,12 @@ def print_gpu_check(r: dict[str, Any]) -> None:
     mfu = lambda v: f"{100 * v:.1f} %" if v is not None else "n/a (peak FLOP/s of this device unknown: --peak-tflops)"  # noqa: E731
     dry = r["device"].startswith("CPU")
     if dry:
-        print("DRY RUN on CPU at the demo's width (float32): checks that the code runs; not a GPU figure. No CUDA "
+        print("DRY RUN on CPU at the demo's width (bf16 as on the GPU): checks that the code runs; not a GPU figure. No CUDA "
               "device was available for this record; on a GPU machine, `bash bench/gpu_check.sh` writes the real one.")
-    print(f"device: {r['device']}; dtype {r['dtype']}; peak {r['peak_flops'] / 1e12 if r['peak_flops'] else 0:.1f} "
-          f"TFLOP/s bf16 dense")
+    peak = f"{r['peak_flops'] / 1e12:.1f} TFLOP/s" if r["peak_flops"] else "unknown"
+    print(f"device: {r['device']}; dtype {r['dtype']}; peak dense bf16: {peak}; run by bench/gpu_check.sh")
     print(f"model: Qwen3 {r['layers']} layers, hidden {r['hidden']}, vocab {r['vocab']}; {r['params'] / 1e6:.1f}M "
-          f"parameters, N = {r['matmul_params'] / 1e6:.1f}M in matrix products (MFU: 6N FLOP per training token, "
+          f"parameters, N = {r['matmul_params'] / 1e6:.1f}M without the input embedding (MFU: 6N FLOP per training token, "
           f"2N per ranking token, over the device's peak)")
     print(f"rehearsal of grids/amazon2023.yaml (mmgrid build --rehearse): {r['rehearsal']}")
     print(f"training stage (semid, {r['train_examples']} examples, {r['train_steps']} steps, AdamW): "
@@ -633,10 +632,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-check", action="store_true",
                     help="time a training stage and a ranking pass at Qwen3-0.6B's shape on CUDA in bf16, "
                          "tokens/s and MFU (bench/gpu_check.sh runs this; record gpu_check)")
-    ap.add_argument("--dry-run", action="store_true", help="with --gpu-check: the same code on CPU, demo width")
+    ap.add_argument("--dry-run", action="store_true", help="with --gpu-check: the same code on CPU, demo width (the suite runs it)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="with --gpu-check: the device's peak dense "
                     "bf16 TFLOP/s, where the built-in table does not know it")
-    ap.add_argument("--rehearsal", default="not run", help="with --gpu-check: what the rehearsal step reported")
     ap.add_argument("--child", nargs=4, metavar=("TASK", "ARM", "WIDTH", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     import torch
@@ -647,7 +645,8 @@ def main(argv: list[str] | None = None) -> int:
             print("gpu check: no CUDA device is visible; run it on a GPU machine, or with --dry-run on CPU",
                   file=sys.stderr)
             return 2
-        print_gpu_check(gpu_check(args.dry_run, args.peak_tflops, args.rehearsal, args.cache))
+        rehearsal = os.environ.get("MMGRID_GPU_REHEARSAL", "not run (run bench/gpu_check.sh for it)")
+        print_gpu_check(gpu_check(args.dry_run, args.peak_tflops, rehearsal, args.cache))
         return 0
     if args.child:
         task, arm, width, out = args.child
