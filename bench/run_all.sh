@@ -45,6 +45,11 @@ if want demo; then rm -rf "$C/demo" "$C/demo-quick"; fi  # bench/demo.py times a
 step demo "$PY" bench/demo.py --quick --out "$C/demo-quick"
 step demo "$PY" bench/demo.py --out "$C/demo"  # the full demo last: its record comes first in demo.md
 step report_html "$PY" bench/report_html.py --run "$C/demo-quick"
+step peers "$PY" bench/peers.py  # vs HF generate, matmul + topk, transformers.Trainer
+if want gpu_check; then  # the paper-scale path on CUDA; without a GPU its dry run on CPU
+  GPU=(); "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || GPU=(--dry-run)
+  step gpu_check env PYTHON="$PY" bash bench/gpu_check.sh "${GPU[@]}"
+fi
 
 # studies (trained checkpoints and replicate worlds from the cache). The two calibration variants measure
 # lambda*'s coverage against the configuration's value (lambda_population=config), as they were recorded.
