@@ -45,6 +45,7 @@ if want demo; then rm -rf "$C/demo" "$C/demo-quick"; fi  # bench/demo.py times a
 step demo "$PY" bench/demo.py --quick --out "$C/demo-quick"
 step demo "$PY" bench/demo.py --out "$C/demo"  # the full demo last: its record comes first in demo.md
 step report_html "$PY" bench/report_html.py --run "$C/demo-quick"
+step rolling_cost "$PY" bench/rolling_cost.py --out "$C/rolling_cost"
 
 # studies (trained checkpoints and replicate worlds from the cache). The two calibration variants measure
 # lambda*'s coverage against the configuration's value (lambda_population=config), as they were recorded.

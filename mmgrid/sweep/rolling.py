@@ -43,14 +43,18 @@ from mmgrid.config import GridConfig
 from mmgrid.errors import ConfigError, MmgridError
 from mmgrid.eval.matrix import transfer_summary
 from mmgrid.eval.ranking import record_evaluation
-from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, newest_rows, seed_number
+from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, align, newest_rows, seed_number
 from mmgrid.merge.api import merge
 from mmgrid.merge.methods import identity, method_names
 from mmgrid.registry.names import hash_json
 from mmgrid.runtime.plan import planned_ids
 from mmgrid.stats import holm, mean_ci, paired_difference
 from mmgrid.stats.verdict import INCONCLUSIVE, verdict, verdict_line
-from mmgrid.sweep.evaluation import EvalFn, _as_nested, paradigm_params
+from mmgrid.merge.inplace import apply_if_fits
+from mmgrid.paradigms import get_paradigm
+from mmgrid.runtime.checkpoints import load_checkpoint
+from mmgrid.sweep.continual import run_seeds  # the one check of a seed subset
+from mmgrid.sweep.evaluation import EvalFn, eval_key, paradigm_params
 from mmgrid.sweep.results import recorded
 from mmgrid.sweep.selection import lambda_grid, select_lambda_star
 from mmgrid.sweep.temporal import seeded_id
@@ -106,6 +110,25 @@ STRATEGIES: tuple[Strategy, ...] = (
 WindowEvaluatorFactory = Callable[[GridConfig, str, Any, Any, Any, str], EvalFn]
 
 
+@dataclass(frozen=True)
+class RollingOptions:
+    """How one (domain, seed) of the study runs.
+
+    Attributes:
+        strategies: the strategies (None: :func:`available`).
+        evaluator_factory: the window evaluators (None: :func:`default_window_evaluator`).
+        matrix: also evaluate each deployment on every incremental window (the accuracy matrix).
+        redo: evaluate again what is recorded.
+        watch: told ``(t, "checkpoint" | "window", value)`` for everything the deployment at t reads.
+    """
+
+    strategies: list[Strategy] | None = None
+    evaluator_factory: WindowEvaluatorFactory | None = None
+    matrix: bool = True
+    redo: bool = False
+    watch: Callable[[int, str, Any], None] | None = None
+
+
 def available(strategies: tuple[Strategy, ...] = STRATEGIES) -> list[Strategy]:
     """The strategies whose method is registered (the fusers and EMA slot in once they are)."""
     have = set(method_names())
@@ -117,8 +140,7 @@ def default_window_evaluator(cfg: GridConfig, name: str, paradigm: Any, domain: 
     """The grid's evaluator (``eval:`` settings, users seeded by the first training seed) on ``window``."""
     from mmgrid.eval.grid import grid_evaluator  # lazy: the eval layer's evaluator
 
-    ev = grid_evaluator(paradigm, domain, cfg, split=window, groups=["all"])
-    return lambda model: _as_nested(ev.evaluate(model))
+    return grid_evaluator(paradigm, domain, cfg, split=window, groups=["all"]).evaluate  # EvalResults, per user
 
 
 def timeline(cfg: GridConfig) -> tuple[list[str], list[str]]:
@@ -200,44 +222,38 @@ def _recipe(strategy: Strategy, method: str, ins: list[str], base: str | None, p
             "deployed_at": t_stage, "window": window, "eval": ev}
 
 
-def run_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
-                evaluator_factory: WindowEvaluatorFactory | None = None, strategies: list[Strategy] | None = None,
-                seeds: list[int] | None = None, matrix: bool = True, redo: bool = False) -> "RollingStudy":
+def run_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", options: RollingOptions = RollingOptions(),
+                seeds: list[int] | None = None) -> "RollingStudy":
     """Run every strategy at every period on every configured domain and seed (recording each evaluation not
     yet recorded) and return :func:`rolling_study`."""
-    evaluate_rolling(cfg, registry, prepared, evaluator_factory, strategies, seeds, matrix, redo)
+    evaluate_rolling(cfg, registry, prepared, options, seeds)
     t = cfg.sweeps.temporal
     return rolling_study(registry, t.paradigm, t.variant, t.metric)
 
 
 def evaluate_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
-                     evaluator_factory: WindowEvaluatorFactory | None = None, strategies: list[Strategy] | None = None,
-                     seeds: list[int] | None = None, matrix: bool = True, redo: bool = False) -> int:
+                     options: RollingOptions = RollingOptions(), seeds: list[int] | None = None) -> int:
     """Evaluate the study; return the number of evaluations run (0: everything was recorded)."""
-    from mmgrid.sweep.continual import run_seeds  # the one check of a seed subset
-
     domains = list(cfg.sweeps.temporal.domains or prepared.domains)
     unknown = [d for d in domains if d not in prepared.domains]
     if unknown:
         raise ConfigError(f"sweeps.temporal.domains: {unknown} not in the prepared dataset ({prepared.domains}).")
     timeline(cfg)
-    todo = list(strategies) if strategies is not None else available()
     n = 0
     for seed in run_seeds(cfg, seeds):
         for d in domains:
-            n += evaluate_domain(cfg, registry, prepared, d, seed, evaluator_factory, todo, matrix, redo)
+            n += evaluate_domain(cfg, registry, prepared, d, seed, options)
     return n
 
 
 def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", domain: str, seed: int,
-                    evaluator_factory: WindowEvaluatorFactory | None, strategies: list[Strategy], matrix: bool = True,
-                    redo: bool = False, watch: Callable[[int, str, Any], None] | None = None) -> int:
+                    options: RollingOptions = RollingOptions()) -> int:
     """One (domain, seed): every deployment of every strategy, on its window (and the matrix's windows).
 
-    ``watch(t, what, value)``, when given, is told every checkpoint id (``"checkpoint"``) and window
+    ``options.watch(t, what, value)``, when given, is told every checkpoint id (``"checkpoint"``) and window
     (``"window"``) the construction of the deployment at t reads (tests check it never looks ahead)."""
-    from mmgrid.paradigms import get_paradigm
-    from mmgrid.runtime.checkpoints import load_checkpoint
+    strategies = list(options.strategies) if options.strategies is not None else available()
+    matrix, redo, watch = options.matrix, options.redo, options.watch
 
     t_cfg = cfg.sweeps.temporal
     stages, windows = timeline(cfg)
@@ -247,7 +263,7 @@ def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
     par = get_paradigm(t_cfg.paradigm)
     data = prepared.domain(domain)
     params = paradigm_params(cfg, t_cfg.paradigm)
-    factory = evaluator_factory or default_window_evaluator
+    factory = options.evaluator_factory or default_window_evaluator
     evs: dict[str, EvalFn] = {}
     model_box: list[Any] = []
 
@@ -258,8 +274,6 @@ def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
 
     def run(window: str, state: dict, template: str) -> Any:
         """Evaluate ``state`` on ``window`` as a model of ``template``'s files (a checkpoint of the past)."""
-        from mmgrid.merge.inplace import apply_if_fits
-
         added = (registry.get(template).meta or {}).get("added_rows")
         if not model_box or added or not apply_if_fits(model_box[0], state):
             m = par.load(load_checkpoint(registry, template, state=state), data, params)
@@ -296,11 +310,11 @@ def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
                          "deploy": w == windows[t - 1], "lambda": prm.get("lam") if method == "temporal" else None}
                 record_evaluation(registry, None, w, res, recipe=recs[w], extra=extra)
                 n += 1
-    _record_start(cfg, registry, ids[0], run, stages, domain, seed, ev, t_cfg)
+    _record_start(registry, ids[0], run, stages, domain, seed, ev, t_cfg)
     return n
 
 
-def _record_start(cfg: GridConfig, registry: Any, first: str, run: Callable, stages: list[str], domain: str,
+def _record_start(registry: Any, first: str, run: Callable, stages: list[str], domain: str,
                   seed: int, ev: dict, t_cfg: Any) -> None:
     """theta_0 on every incremental window: the start row b of FWT (recorded once per recipe)."""
     todo = {w: {"strategy": "start", **identity("temporal"), "inputs": [first, first], "base": None,
@@ -336,8 +350,6 @@ class _Watched:
 
 
 def _eval_key(cfg: GridConfig) -> dict[str, Any]:
-    from mmgrid.sweep.evaluation import eval_key
-
     return eval_key(cfg)
 
 
@@ -400,9 +412,14 @@ def _values(df: pd.DataFrame, pu: PerUser, metric: str) -> dict[tuple, tuple]:
 
 
 def _pair(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    from mmgrid.sweep.continual import _pair as pair  # the one seed-and-user matching
-
-    return pair(a, b)
+    """Seed- and user-matched values of two cells: (users, va, vb), None where they share none."""
+    (ua, va, sa), (ub, vb, sb) = a, b
+    seeds = [s for s in sa if s in sb]
+    if not seeds:
+        return None
+    va, vb = va[[sa.index(s) for s in seeds]], vb[[sb.index(s) for s in seeds]]
+    ia, ib = align(ua, ub)
+    return None if ia.size == 0 else (ua[ia], va[:, ia], vb[:, ib])
 
 
 def _stacked(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple | None:

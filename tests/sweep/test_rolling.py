@@ -91,7 +91,7 @@ def test_lambda_from_the_past_matches_the_hand_computed_case(rolling_grid):
 
     cfg, reg, prepared, ids = rolling_grid
     seen: list = []
-    study = R.run_rolling(cfg, reg, prepared, window_evaluator(seen), strategies())
+    study = R.run_rolling(cfg, reg, prepared, R.RollingOptions(strategies(), window_evaluator(seen)))
     rows = study.rows[study.rows["metric"] == "ndcg@10"]
     lam = reg.results(study=R.STUDY, strategy="lambda*_past", group="all", metric="ndcg@10")
     dep = lam[lam["deploy"].astype(bool) & (lam["domain"] == "A")]
@@ -119,7 +119,7 @@ def test_lambda_from_the_past_matches_the_hand_computed_case(rolling_grid):
     assert m["bwt"] == pytest.approx(np.mean([R_hand[3, i] - R_hand[i, i] for i in range(3)]), rel=1e-6)
     assert "lambda*_past" in R.render(study)
     # cached by recipe: a second run evaluates nothing
-    assert R.evaluate_rolling(cfg, reg, prepared, window_evaluator([]), strategies()) == 0
+    assert R.evaluate_rolling(cfg, reg, prepared, R.RollingOptions(strategies(), window_evaluator([]))) == 0
 
 
 def test_a_deployment_never_reads_a_checkpoint_or_window_after_it(rolling_grid):
@@ -127,8 +127,8 @@ def test_a_deployment_never_reads_a_checkpoint_or_window_after_it(rolling_grid):
 
     cfg, reg, prepared, ids = rolling_grid
     touched: list = []
-    R.evaluate_domain(cfg, reg, prepared, "A", cfg.train.seed, window_evaluator([]), strategies(),
-                      watch=lambda t, what, v: touched.append((t, what, v)))
+    R.evaluate_domain(cfg, reg, prepared, "A", cfg.train.seed, R.RollingOptions(
+        strategies(), window_evaluator([]), watch=lambda t, what, v: touched.append((t, what, v))))
     assert {t for t, _, _ in touched} == {1, 2, 3, 4}
     for t, what, v in touched:
         if what == "checkpoint":
@@ -148,7 +148,8 @@ def test_later_checkpoints_poisoned_change_no_earlier_deployment(rolling_grid, t
     import mmgrid.sweep.rolling as R
 
     cfg, reg, prepared, ids = rolling_grid
-    R.evaluate_domain(cfg, reg, prepared, "A", cfg.train.seed, window_evaluator([]), strategies(), matrix=False)
+    R.evaluate_domain(cfg, reg, prepared, "A", cfg.train.seed, R.RollingOptions(strategies(), window_evaluator([]),
+                                                                               matrix=False))
     first = reg.results(study=R.STUDY, domain="A", metric="ndcg@10")
     # a second registry: the same q0..q2, then poisoned q3, q4
     reg2 = Registry.open(tmp_path / "reg2", durable=False)
@@ -160,7 +161,8 @@ def test_later_checkpoints_poisoned_change_no_earlier_deployment(rolling_grid, t
                         "trained", parents=[(prev, role)], params={"stage": period})
         role = "previous_stage"
     cfg2 = build(GridConfig, {**cfg.to_dict(), "registry": str(tmp_path / "reg2")})
-    R.evaluate_domain(cfg2, reg2, prepared, "A", cfg.train.seed, window_evaluator([]), strategies(), matrix=False)
+    R.evaluate_domain(cfg2, reg2, prepared, "A", cfg.train.seed, R.RollingOptions(strategies(), window_evaluator([]),
+                                                                                 matrix=False))
     second = reg2.results(study=R.STUDY, domain="A", metric="ndcg@10")
     key = ["strategy", "deployed_at", "window"]
     a = first[first["t"].isin([1, 2])].set_index(key)["value"].sort_index()

@@ -1,0 +1,102 @@
+"""Cost of the time axis: building a grid of N = 2, 4, 8 incremental periods (and its rolling deployment study).
+
+Each N gets its own registry over the same prepared data: a tiny rolling_six world (two domains, monthly
+periods from 2022-01 on, the history before as pretraining), the emb paradigm, one seed, small stages. A new
+period trains one stage per (paradigm, domain), each fine-tuned from the previous one, so the build's wall time
+and registry bytes should grow by the same amount per added period. Printed per N: the build's wall time, the
+registry's bytes (every file under it), and the rolling study's wall time without the accuracy matrix (its
+merges over the sequence grow with t; the matrix adds N x N evaluations per strategy and is left out here).
+The ratio compares the cost per added period from 4 to 8 with the baseline, the cost per added period from 2 to
+4, measured in the same run (flat: about 1).
+
+Usage: ``python bench/rolling_cost.py [--out runs/bench/rolling_cost] [--periods 2 4 8]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+MONTHS = ["2022-01-01", "2022-02-01", "2022-03-01", "2022-04-01", "2022-05-01", "2022-06-01", "2022-07-01",
+          "2022-08-01", "2022-09-01", "2022-10-01"]
+
+
+def overrides(out: Path, n: int, max_n: int) -> list[str]:
+    phases = {"pretrain": [None, MONTHS[0]]}
+    for i in range(max_n + 1):  # the periods and the window after the last
+        phases[f"m{i + 1}"] = [MONTHS[i], MONTHS[i + 1]]
+    ph = "{" + ", ".join(f"{k}: [{'null' if a is None else repr(a)}, {b!r}]" for k, (a, b) in phases.items()) + "}"
+    stages = ["pretrain"] + [f"m{i + 1}" for i in range(n)]
+    epochs = "{" + ", ".join(f"{s}: 1" for s in stages) + "}"
+    return ["world.n_domains=2", "world.scale=1.0", "data.lm_text_docs=600", "base.lm_epochs=1",
+            f"data.phases={ph}", f"train.stages=[{', '.join(stages)}]", f"train.epochs={epochs}",
+            "train.max_examples=150", f"eval.activity_phase={stages[-1]}", "eval.max_users=60", "eval.groups=[all]",
+            "sweeps.temporal.step=0.5", f"data.root={out / 'world'}", f"prepared={out / 'prepared'}",
+            f"registry={out / f'registry-{n}'}"]
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="runs/bench/rolling_cost")
+    ap.add_argument("--periods", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--record", default="rolling_cost")
+    args = ap.parse_args()
+    from mmgrid.config import load_grid
+    from mmgrid.data.pipeline import prepare
+    from mmgrid.data.world_files import write_world
+    from mmgrid.registry.api import Registry
+    from mmgrid.sweep.rolling import RollingOptions, available, evaluate_rolling
+    from mmgrid.train.build import build_grid
+
+    out = Path(args.out)
+    max_n = max(args.periods)
+    cfg = load_grid("rolling", overrides(out, max_n, max_n))
+    write_world(cfg.data.root, cfg.world)
+    prepared = prepare(cfg)
+    print(f"uptime load before: {os.getloadavg()}")
+    rows = []
+    for n in sorted(args.periods):
+        cfg = load_grid("rolling", overrides(out, n, max_n))
+        shutil.rmtree(cfg.registry, ignore_errors=True)
+        t0 = time.perf_counter()
+        build_grid(cfg, progress=False)
+        build_s = time.perf_counter() - t0
+        nbytes = tree_bytes(Path(cfg.registry))
+        reg = Registry.open(cfg.registry)
+        t0 = time.perf_counter()
+        evaluate_rolling(cfg, reg, prepared, RollingOptions(matrix=False))
+        roll_s = time.perf_counter() - t0
+        rows.append((n, build_s, nbytes, roll_s))
+        print(f"N={n}: build {build_s:.1f} s, registry {nbytes / 2**20:.2f} MiB, rolling study {roll_s:.1f} s "
+              f"({len(available())} strategies, 2 domains)")
+    print("\n| N periods | build (s) | registry (MiB) | rolling study (s) |\n|---|---|---|---|")
+    for n, b, nb, r in rows:
+        print(f"| {n} | {b:.1f} | {nb / 2**20:.2f} | {r:.1f} |")
+    if len(rows) >= 3:
+        (n0, b0, y0, r0), (n1, b1, y1, r1), (n2, b2, y2, r2) = rows[:3]
+        per_a, per_b = (b1 - b0) / (n1 - n0), (b2 - b1) / (n2 - n1)
+        bytes_a, bytes_b = (y1 - y0) / (n1 - n0), (y2 - y1) / (n2 - n1)
+        print(f"\nbuild seconds per added period: {per_a:.2f} ({n0}->{n1}, the baseline) vs {per_b:.2f} ({n1}->{n2}): "
+              f"ratio {per_b / per_a:.2f}x")
+        print(f"registry bytes per added period: {bytes_a / 2**20:.3f} MiB vs {bytes_b / 2**20:.3f} MiB: "
+              f"ratio {bytes_b / bytes_a:.2f}x")
+        print(f"rolling study seconds per added period: {(r1 - r0) / (n1 - n0):.2f} vs {(r2 - r1) / (n2 - n1):.2f}")
+    print(f"uptime load after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from record import run_recorded  # bench/record.py: writes bench/results/rolling_cost.md
+
+    run_recorded(main, "rolling_cost")
