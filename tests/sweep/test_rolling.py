@@ -170,3 +170,35 @@ def test_later_checkpoints_poisoned_change_no_earlier_deployment(rolling_grid, t
     assert len(a) > 0 and a.index.equals(b.index) and np.allclose(a.to_numpy(), b.to_numpy(), rtol=1e-9)
     later = second[second["t"] == 3].set_index(key)["value"].sort_index()
     assert not np.allclose(later.to_numpy(), first[first["t"] == 3].set_index(key)["value"].sort_index().to_numpy())
+
+
+def test_a_grid_too_short_to_roll_is_a_named_error(rolling_grid):
+    import mmgrid.sweep.rolling as R
+    from mmgrid.errors import ConfigError
+
+    cfg = rolling_grid[0]
+    short = build(GridConfig, {**cfg.to_dict(), "train": {"stages": ["pretrain", "q1"],
+                                                          "epochs": {"pretrain": 1, "q1": 1}}})
+    with pytest.raises(ConfigError, match="at least two incremental periods"):
+        R.timeline(short)
+    last = build(GridConfig, {**cfg.to_dict(), "data": {"phases": {k: v for k, v in PHASES.items() if k != "test"}}})
+    with pytest.raises(ConfigError, match="no window after stage 'q4'"):
+        R.timeline(last)
+
+
+def test_the_report_section_and_the_grid_api(rolling_grid, tmp_path):
+    import mmgrid.sweep.rolling as R
+    from mmgrid.query import Grid
+    from mmgrid.sweep.report_rolling import TITLE, rolling_html, rolling_markdown
+
+    cfg, reg, prepared, _ = rolling_grid
+    study = R.run_rolling(cfg, reg, prepared, R.RollingOptions(strategies(), window_evaluator([])))
+    lines, figs = rolling_markdown(study, tmp_path)
+    assert sorted(figs) == ["rolling_curves.png", "rolling_matrix.png"]
+    assert all((tmp_path / f).stat().st_size > 1000 for f in figs)
+    text = "\n".join(lines)
+    assert R.CLAIM_PAST in text and "| lambda*_past |" in text and "BWT" in text
+    assert TITLE == "Deployment over time" and "rolling-curves" in rolling_html(study)
+    got = Grid.open(reg.root).rolling(paradigm="fakelin")
+    assert set(got.rows["strategy"]) == set(study.rows["strategy"])
+    assert got.verdicts[R.CLAIM_PAST][0] == study.verdicts[R.CLAIM_PAST][0]
