@@ -2,15 +2,16 @@
 
 Each N gets its own registry over the same prepared data (after a warm-up build of one period, so that no N
 pays the process's one-off start-up costs; each registry trains its own tiny base, the same fixed cost for
-every N, which the cost per added period leaves out): a tiny rolling_six world (two domains, monthly
-periods from 2022-01 on, the history before as pretraining), the emb paradigm, one seed, small stages. A new
-period trains one stage per (paradigm, domain), each fine-tuned from the previous one, so the build's wall time
-and registry bytes should grow by the same amount per added period. Printed per N: the build's wall time, the
-registry's bytes (every file under it; the base it holds is the same for every N), and the rolling study's wall time without the accuracy matrix (its
-merges over the sequence grow with t; the matrix adds N x N evaluations per strategy and is left out here).
-The ratio compares the cost per added period from 4 to 8 with the baseline, the cost per added period from 2 to
-4, measured in the same run (flat: about 1). Wall times on a shared machine move with its load (printed before and after); the
-checkpoints trained and the registry bytes do not.
+every N): a tiny rolling_six world (two domains, monthly periods from 2022-01 on, the history before as
+pretraining), the emb paradigm, one seed, small stages. A new period trains one stage per (paradigm, domain),
+each fine-tuned from the previous one, so the cost per period should stay flat. Printed per N: the checkpoints
+trained, the build's wall time, the training seconds per period (the incremental stages' own train logs,
+summed over both domains, divided by N), the registry's bytes (every file under it) and the rolling study's
+wall time without the accuracy matrix (its merges over the sequence grow with t; the matrix adds N x N
+evaluations per strategy and is left out here). The ratios compare the training seconds per period at N = 8
+with the baseline, those at N = 2, measured in the same run (flat: about 1), and the bytes and build seconds
+added per period from 4 to 8 with those added from 2 to 4. Wall times on a shared machine move with its load
+(printed before and after); the checkpoints trained and the registry bytes do not.
 
 Usage: ``python bench/rolling_cost.py [--out runs/bench/rolling_cost] [--periods 2 4 8]``.
 """
@@ -80,17 +81,23 @@ def main() -> int:
         trained = len(built.trained)
         nbytes = tree_bytes(Path(cfg.registry))
         reg = Registry.open(cfg.registry)
+        q = reg.query(kind="trained")
+        stage_s = [float((reg.get(c).meta or {}).get("train_log", {}).get("seconds", float("nan")))
+                   for c, period in zip(q["id"], q["period"]) if period != "pretrain"]
         t0 = time.perf_counter()
         evaluate_rolling(cfg, reg, prepared, RollingOptions(matrix=False))
         roll_s = time.perf_counter() - t0
-        rows.append((n, build_s, nbytes, roll_s))
-        print(f"N={n}: {trained} checkpoints trained (the base and 2 domains x {n + 1} stages), build {build_s:.1f} s, registry {nbytes / 2**20:.2f} MiB, rolling study {roll_s:.1f} s "
-              f"({len(available())} strategies, 2 domains)")
-    print("\n| N periods | build (s) | registry (MiB) | rolling study (s) |\n|---|---|---|---|")
-    for n, b, nb, r in rows:
-        print(f"| {n} | {b:.1f} | {nb / 2**20:.2f} | {r:.1f} |")
+        rows.append((n, build_s, nbytes, roll_s, sum(stage_s) / n))
+        print(f"N={n}: {trained} checkpoints trained (2 domains x {n + 1} stages), build {build_s:.1f} s, "
+              f"registry {nbytes / 2**20:.2f} MiB, rolling study {roll_s:.1f} s ({len(available())} strategies)")
+    print("\n| N periods | build (s) | training s per period (2 domains) | registry (MiB) | rolling study (s) |\n"
+          "|---|---|---|---|---|")
+    for n, b, nb, r, per in rows:
+        print(f"| {n} | {b:.1f} | {per:.2f} | {nb / 2**20:.2f} | {r:.1f} |")
     if len(rows) >= 3:
-        (n0, b0, y0, r0), (n1, b1, y1, r1), (n2, b2, y2, r2) = rows[:3]
+        (n0, b0, y0, r0, s0), (n1, b1, y1, r1, s1), (n2, b2, y2, r2, s2) = rows[:3]
+        print(f"\ntraining seconds per period (each stage's own train log, both domains): {s0:.2f} at N={n0} (the "
+              f"baseline) vs {s2:.2f} at N={n2}: ratio {s2 / s0:.2f}x")
         per_a, per_b = (b1 - b0) / (n1 - n0), (b2 - b1) / (n2 - n1)
         bytes_a, bytes_b = (y1 - y0) / (n1 - n0), (y2 - y1) / (n2 - n1)
         print(f"\nbuild seconds per added period: {per_a:.2f} ({n0}->{n1}, the baseline) vs {per_b:.2f} ({n1}->{n2}): "

@@ -133,7 +133,8 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if command in study:
         paradigms, variant, domains = study[command]
         check_against_registry(cfg, reg, paradigms, [variant], list(domains or prepared.domains),
-                               list(cfg.train.stages) if command == "rolling" else list(periods(cfg)), command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}",
+                               list(cfg.train.stages) if command == "rolling" else list(periods(cfg)),
+                               command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}",
                                fingerprint=_fingerprints(prepared))
     return cfg, reg, prepared
 

@@ -94,7 +94,8 @@ def rolling_markdown(study: RollingStudy, out: Path) -> tuple[list[str], list[st
         m = matrix_figure(study, Path(out) / "rolling_matrix.png")
         if m is not None:
             figs.append(m.name)
-            cap = f"Accuracy matrix of {REFERENCE} (lambda = 1): deployment after period i on window j, mean over domains"
+            cap = (f"Accuracy matrix of {REFERENCE} (lambda = 1): deployment after period i on window j, mean over "
+                   "domains")
             lines += [f"![{cap}]({m.name})", "", f"*{cap}*", ""]
     lines += [render(study), ""]
     return lines, figs

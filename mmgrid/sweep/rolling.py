@@ -594,8 +594,8 @@ def render(study: RollingStudy, metric: str | None = None) -> str:
                      + " | ".join(f"{float(x.iloc[0]):.4f}" if len(x) else "" for x in per) + " |")
     if not study.transfer.empty:
         tr = study.transfer.groupby("strategy")[["bwt", "fwt", "forgetting"]].mean()
-        lines += ["", "Accuracy matrix R[i, j] (deployment after period i on window j) per strategy, mean over "
-                  "domains: BWT, FWT (against theta_0) and forgetting", "",
+        lines += ["", f"Accuracy matrix R[i, j] of {study.metric} (deployment after period i on window j) per "
+                  "strategy, mean over domains: BWT, FWT (against theta_0) and forgetting", "",
                   "| strategy | BWT | FWT | forgetting |", "|---|---|---|---|"]
         lines += [f"| {s} | {x.bwt:+.4f} | {x.fwt:+.4f} | {x.forgetting:+.4f} |" for s, x in tr.iterrows()]
     lines += ["", *study.verdict_lines()]

@@ -212,7 +212,8 @@ def test_rolling_six_preset_plants_persisting_reversing_accelerating_drift(tmp_p
     from mmgrid.data.world_simulation import trend_position
 
     assert trend_position("persist", 0.25) == pytest.approx(-0.5)
-    assert trend_position("reverse", 0.6) == pytest.approx(1.0) and trend_position("reverse", 0.85) == pytest.approx(0.0)
+    assert trend_position("reverse", 0.6) == pytest.approx(1.0)
+    assert trend_position("reverse", 0.85) == pytest.approx(0.0)
     assert trend_position("accelerate", 0.5) == pytest.approx(-0.5)
     out = write_world(tmp_path / "w", WorldConfig(seed=0, scale=0.2, n_domains=3, preset="rolling_six"))
     truth = json.loads((out / "truth.json").read_text())
