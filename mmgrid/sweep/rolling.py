@@ -516,13 +516,11 @@ def _matrices(vals: dict, df: pd.DataFrame) -> dict[tuple[str, str], dict[str, A
     out: dict[tuple[str, str], dict[str, Any]] = {}
     if "t" not in df.columns:
         return out
-    order = {str(w): int(t) for t, w, dep in zip(df["t"], df["window"], df.get("deploy", [False] * len(df)))
-             if str(df.get("strategy", "x")) != "start"}
     stage_of = {str(a): int(t) for a, t in zip(df["deployed_at"], df["t"])}
     mean = {k: float(v[1].mean()) for k, v in vals.items()}
     for d in sorted({k[0] for k in vals}):
         start = {k[3]: m for k, m in mean.items() if k[0] == d and k[1] == "start"}
-        wins = sorted(start, key=lambda w: stage_of.get(w, order.get(w, 0)))
+        wins = sorted(start, key=lambda w: stage_of.get(w, 0))  # the windows of the stages, in time order
         if len(wins) < 2:
             continue
         for strat in sorted({k[1] for k in vals if k[0] == d and k[1] != "start"}):
