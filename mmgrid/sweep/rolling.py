@@ -259,7 +259,8 @@ def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
     stages, windows = timeline(cfg)
     plan = planned_ids(cfg, registry)
     coords = {"paradigm": t_cfg.paradigm, "domain": domain, "variant": t_cfg.variant, "kind": "trained"}
-    ids = [seeded_id(registry, {**coords, "period": s}, seed, plan) for s in stages]
+    shared, first = set(cfg.train.shared_stages), cfg.train.seed_list[0]  # shared stages: trained on the first seed
+    ids = [seeded_id(registry, {**coords, "period": s}, first if s in shared else seed, plan) for s in stages]
     par = get_paradigm(t_cfg.paradigm)
     data = prepared.domain(domain)
     params = paradigm_params(cfg, t_cfg.paradigm)

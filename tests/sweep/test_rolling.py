@@ -202,3 +202,30 @@ def test_the_report_section_and_the_grid_api(rolling_grid, tmp_path):
     got = Grid.open(reg.root).rolling(paradigm="fakelin")
     assert set(got.rows["strategy"]) == set(study.rows["strategy"])
     assert got.verdicts[R.CLAIM_PAST][0] == study.verdicts[R.CLAIM_PAST][0]
+
+
+def test_a_shared_first_stage_is_read_from_the_first_seed(rolling_grid, tmp_path):
+    """train.shared_stages: [pretrain] trains theta_0 once, on the first seed; seed 1's replicate rolls from it
+    (there is no seed-1 pretrain checkpoint to find)."""
+    import mmgrid.sweep.rolling as R
+
+    cfg, _, prepared, _ = rolling_grid
+    reg = Registry.open(tmp_path / "seeds", durable=False)
+    base = reg.put({"w": torch.zeros(4), "b": torch.zeros(())}, {"paradigm": "fakelin", "domain": "A",
+                                                                 "period": "base"}, "base")
+    pre = reg.put({"w": torch.zeros(4), "b": torch.tensor(0.5)}, {"paradigm": "fakelin", "domain": "A",
+                                                                  "period": "pretrain"}, "trained",
+                  parents=[(base, "init")], params={"stage": "pretrain"}, seed=0)
+    for seed in (0, 1):
+        prev = pre
+        for k, period in enumerate(STAGES[1:], 1):
+            prev = reg.put({"w": torch.full((4,), float(k + seed)), "b": torch.tensor(0.5)},
+                           {"paradigm": "fakelin", "domain": "A", "period": period}, "trained",
+                           parents=[(prev, "previous_stage")], params={"stage": period, "s": seed}, seed=seed)
+    d = cfg.to_dict()
+    two = build(GridConfig, {**d, "registry": str(tmp_path / "seeds"),
+                             "train": {**d["train"], "seeds": [0, 1], "shared_stages": ["pretrain"]}})
+    touched: list = []
+    R.evaluate_domain(two, reg, prepared, "A", 1, R.RollingOptions(strategies(), window_evaluator([]), matrix=False,
+                                                                  watch=lambda t, w, v: touched.append((w, v))))
+    assert ("checkpoint", pre) in touched
