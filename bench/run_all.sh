@@ -50,6 +50,7 @@ if want gpu_check; then  # the paper-scale path on CUDA; without a GPU its dry r
   GPU=(); "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || GPU=(--dry-run)
   step gpu_check env PYTHON="$PY" bash bench/gpu_check.sh "${GPU[@]}"
 fi
+step rolling_cost "$PY" bench/rolling_cost.py --out "$C/rolling_cost"
 
 # studies (trained checkpoints and replicate worlds from the cache). The two calibration variants measure
 # lambda*'s coverage against the configuration's value (lambda_population=config), as they were recorded.

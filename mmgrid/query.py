@@ -217,6 +217,21 @@ class Grid:
                               f"{self.registry.root}; run `mmgrid sweep temporal RUN` first.")
         return robust_stars(curves, smooth)
 
+    def rolling(self, paradigm: str | None = None, variant: str | None = None, metric: str | None = None) -> Any:
+        """The rolling deployment study (``mmgrid sweep rolling``) read back: a
+        :class:`~mmgrid.sweep.rolling.RollingStudy` (``rows``: per strategy, window and metric the mean with its
+        95% interval and the paired difference to lambda = 1 with Holm's p; ``matrices``; ``transfer``: BWT, FWT,
+        forgetting; ``verdicts``). Defaults: the saved run's ``sweeps.temporal``."""
+        from mmgrid.sweep.rolling import rolling_study  # lazy: the study only when asked for
+
+        t = self.config.sweeps.temporal if self.config is not None else None
+        study = rolling_study(self.registry, paradigm or (t.paradigm if t else "emb"),
+                              variant or (t.variant if t else "default"), metric or (t.metric if t else "ndcg@10"))
+        if study.empty:
+            raise ConfigError(f"no rolling deployment is recorded in {self.registry.root}; run "
+                              "`mmgrid sweep rolling RUN` first.")
+        return study
+
     def grid(self, paradigm: str, metric: str = "id", seed: int | None = None, **kw: Any) -> pd.DataFrame:
         """:meth:`Registry.grid` (domain x period); ``attrs["shows"]`` says which seed(s) it shows."""
         return self.registry.grid(paradigm, value=metric, seed=seed, **kw)

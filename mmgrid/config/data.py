@@ -82,7 +82,7 @@ class PlantConfig:
 # amazon_table1 needs years of history before the pretrain cut-off (MMGRid Table 4's average
 # interaction time gaps reach 663 days, more than the default world's 18 months before 2022-07-01).
 WORLD_PRESET_START: dict[str, str] = {"default": "2021-01-01", "dense_short_text": "2021-01-01",
-                                      "amazon_table1": "2014-01-01"}
+                                      "amazon_table1": "2014-01-01", "rolling_six": "2021-01-01"}
 
 
 @dataclass
@@ -97,7 +97,9 @@ class WorldConfig:
     # default: the drift world whose item text reveals the category; dense_short_text: many interactions
     # per user, short titles that do not reveal the (10) latent categories; amazon_table1: six domains with
     # MMGRid Table 1's size ratios and Table 4's interaction time gaps, short weak titles (docs/data.md)
-    preset: Literal["default", "dense_short_text", "amazon_table1"] = "default"
+    # rolling_six: the default domains with a drift that persists, reverses or accelerates over six or more
+    # quarters (grids/rolling.yaml; docs/studies.md, "Rolling deployment")
+    preset: Literal["default", "dense_short_text", "amazon_table1", "rolling_six"] = "default"
     # planted mechanisms and their zeros (issue 27; docs/calibration.md); all 1 = the preset's world
     plant: PlantConfig = field(default_factory=PlantConfig)
     # multiplies the number of users only (items stay): more users drawn from the same process, e.g. a large

@@ -40,7 +40,7 @@ import polars as pl
 from mmgrid.data import vocab
 from mmgrid.config import PAPER_PHASES, PlantConfig, WorldConfig
 from mmgrid.data.errors import ConfigError
-from mmgrid.data.world_simulation import DAY_MS, DomainKnobs, ProcessScales, Simulated, simulate
+from mmgrid.data.world_simulation import DAY_MS, DomainKnobs, ProcessScales, Simulated, simulate, trend_position
 
 PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
 
@@ -167,8 +167,20 @@ AMAZON_TABLE1_COUNTS: dict[str, tuple[float, float, float, float]] = {
     "Phones": (7106.61, 391.33, 610.42, 670.77),
 }
 
+# The rolling-deployment preset: the default world's domains, each with a directional category trend whose drift
+# over the quarters persists (Phones, Sports), reverses (Books, Health: it turns back at 60% of the span, about
+# May 2022 on the default span) or accelerates (Games), for six or more incremental quarters (grids/rolling.yaml).
+# Ground truth: truth.json's "trend_path" gives each domain's trend position s at every month start (the
+# direction of the category mix; world_simulation.trend_position), so the expected sign of a period's drift
+# velocity, and whether it keeps its sign into the next window, is known.
+ROLLING_SHAPES = {"Phones": "persist", "Books": "reverse", "Games": "accelerate", "Health": "reverse",
+                  "Sports": "persist"}
+ROLLING_SIX: tuple[DomainKnobs, ...] = tuple(
+    replace(k, trend_shape=ROLLING_SHAPES[k.name], trend_weight=max(k.trend_weight, 0.6), trend_amplitude=2.5)
+    for k in PRESETS)
+
 WORLD_PRESETS: dict[str, tuple[DomainKnobs, ...]] = {"default": PRESETS, "dense_short_text": DENSE_SHORT_TEXT,
-                                                     "amazon_table1": AMAZON_TABLE1}
+                                                     "amazon_table1": AMAZON_TABLE1, "rolling_six": ROLLING_SIX}
 
 
 def amazon_targets(scale: float = 1.0) -> dict[str, dict]:
@@ -368,10 +380,30 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         if dense or amazon:
             truth["domains"][knobs.name]["item_category"] = dict(
                 zip(items.get_column("parent_asin").to_list(), sim.item_cat.astype(int).tolist()))
+    if cfg.preset == "rolling_six":
+        truth |= {"preset": cfg.preset, "trend_path": trend_path(knobs_all, start, end)}
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "raw", ignore_errors=True)
     tmp.rename(out / "raw")
     (out / "truth.json").write_text(json.dumps(truth, indent=2))
+    return out
+
+
+def trend_path(knobs: list[DomainKnobs], start_ms: int, end_ms: int) -> dict[str, dict[str, float]]:
+    """Each directional domain's trend position s (:func:`~mmgrid.data.world_simulation.trend_position`) at every
+    month start of the span: the planted drift's ground truth (its velocity's sign says which way the mix moves)."""
+    months = []
+    d = datetime.fromtimestamp(start_ms / 1000, tz=timezone.utc).replace(day=1, hour=0, minute=0, second=0)
+    while d.timestamp() * 1000 <= end_ms:
+        months.append(d)
+        d = d.replace(year=d.year + (d.month == 12), month=d.month % 12 + 1)
+    out = {}
+    for k in knobs:
+        if k.trend_shape == "sine":
+            continue
+        fr = [min(max((m.timestamp() * 1000 - start_ms) / (end_ms - start_ms), 0.0), 1.0) for m in months]
+        out[k.name] = {m.strftime("%Y-%m-%d"): round(float(trend_position(k.trend_shape, f)), 6)
+                       for m, f in zip(months, fr)}
     return out
 
 

@@ -41,9 +41,35 @@ class DomainKnobs:
     activity_concentration: float = 40.0  # Beta concentration of per-user activity (large = alike users)
     trend_period_days: float = 0.0  # period of the category trend; 0 = one cycle over the whole span
     trend_amplitude: float = 1.5  # log-scale amplitude of the category trend
+    # sine: the periodic trend above; persist / reverse / accelerate: a trend along one fixed direction of the
+    # category mix whose position s(f) over the span's fraction f moves steadily (2f - 1), turns back at
+    # f = REVERSE_AT (1 - 4|f - REVERSE_AT|) or speeds up (2f^2 - 1): :func:`trend_position`
+    trend_shape: str = "sine"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["trend_shape"] == "sine":  # the sine presets' truth.json stays as it was before the knob existed
+            del d["trend_shape"]
+        return d
+
+
+TREND_SHAPES = ("sine", "persist", "reverse", "accelerate")
+REVERSE_AT = 0.6  # where a reversing trend turns back (fraction of the world's span)
+
+
+def trend_position(shape: str, frac: float | np.ndarray) -> np.ndarray:
+    """s(f): where a directional trend stands at fraction ``f`` of the world's span (-1 .. 1); its category
+    logits are ``amplitude * s(f) * cos(phase_c)``. ``persist``: 2f - 1 (the mix keeps moving the same way at
+    the same speed); ``reverse``: 1 - 4|f - REVERSE_AT| (it moves, then turns back); ``accelerate``: 2f^2 - 1
+    (it moves faster every period)."""
+    f = np.asarray(frac, dtype=float)
+    if shape == "persist":
+        return 2 * f - 1
+    if shape == "reverse":
+        return 1 - 4 * np.abs(f - REVERSE_AT)
+    if shape == "accelerate":
+        return 2 * f**2 - 1
+    raise ValueError(f"trend shape {shape!r} is not one of {TREND_SHAPES[1:]}")
 
 
 @dataclass
@@ -211,7 +237,10 @@ def _interactions(k: DomainKnobs, catalog: _Catalog, people: _Users, phase: np.n
             users = np.sort(rng.choice(pool, n_p, p=act[pool] / act[pool].sum()))
         frac = (t_mid - start_ms) / span
         cycles = frac if k.trend_period_days <= 0 else (t_mid - start_ms) / (k.trend_period_days * DAY_MS)
-        trend = np.exp(k.trend_amplitude * np.sin(2 * np.pi * cycles + phase))
+        if k.trend_shape == "sine":
+            trend = np.exp(k.trend_amplitude * np.sin(2 * np.pi * cycles + phase))
+        else:
+            trend = np.exp(k.trend_amplitude * trend_position(k.trend_shape, frac) * np.cos(phase))
         pref = (1 - k.drift * frac) * p0[users] + k.drift * frac * p1[users]
         pref = (1 - k.trend_weight) * pref + k.trend_weight * trend / trend.sum()
         cum = np.cumsum(pref, axis=1)

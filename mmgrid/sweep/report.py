@@ -33,6 +33,8 @@ from mmgrid.sweep import tables as tb
 from mmgrid.sweep.report_calibration import TITLE as CALIBRATION_TITLE
 from mmgrid.sweep.report_calibration import calibration_markdown, find_calibration, read_calibration
 from mmgrid.sweep.report_files import StagedFiles
+from mmgrid.sweep.report_rolling import TITLE as ROLLING_TITLE
+from mmgrid.sweep.report_rolling import rolling_markdown, rolling_results
 from mmgrid.sweep.study_records import finding_notes
 from mmgrid.sweep.report_temporal import README_FIGURE, render_prediction, render_temporal  # noqa: F401
 from mmgrid.sweep.study_results import (FINDINGS, GLOSSARY, SECTION_TITLES, BaselineResults, CrossDomainResults,  # noqa: F401
@@ -105,6 +107,9 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
                                         on_section=lambda title: (bar.set_postfix(section=title.split(":")[0]), bar.update(1)))
     if cal is not None:
         results.extras["calibration"] = cal
+    rolling = rolling_results(cfg, registry)
+    if rolling is not None:
+        results.extras["rolling"] = rolling
     view = None
     if html:
         from mmgrid.sweep.grid_view import grid_view  # lazy: the HTML page's grid (pandas only) is read only with --html
@@ -154,6 +159,11 @@ def render_markdown(results: StudyResults, out: Path, keep_going: bool = False) 
     cal = results.get("calibration")
     if cal is not None:
         rep.add('<a id="calibration"></a>', "", f"## {CALIBRATION_TITLE}", "", *calibration_markdown(cal))
+    rolling = results.get("rolling")
+    if rolling is not None:
+        lines, figs = rolling_markdown(rolling, out)
+        rep.figures += figs
+        rep.add('<a id="rolling"></a>', "", f"## {ROLLING_TITLE}", "", *lines)
     rep.add("## Glossary", "", *(f"- **{term}**: {text}" for term, text in GLOSSARY), "")
     rep.add("## Appendix: provenance", "",
             "Each row's numbers were read from registry evaluations of these checkpoint ids or merge-recipe "

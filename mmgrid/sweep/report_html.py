@@ -30,6 +30,7 @@ from mmgrid.sweep.continual import CLAIM
 from mmgrid.sweep.report_html_encode import html_attr, plotly_div
 from mmgrid.sweep.report_html_encode import html_text as _e
 from mmgrid.sweep.report_html_grid import grid_section
+from mmgrid.sweep.report_rolling import TITLE as ROLLING_TITLE, rolling_html
 from mmgrid.sweep.report_temporal import CONTINUAL_TITLE, GROUP_LABEL, continual_intro
 from mmgrid.sweep.study_records import FINDINGS, GLOSSARY, StudyResults, finding_notes
 
@@ -38,7 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # key -> (title, renderer(result) -> html): sections a later study adds to the page (e.g. "calibration"
 # from `mmgrid calibrate`); rendered after the studies when StudyResults holds a result under that key.
-EXTRA_SECTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {"calibration": (CALIBRATION_TITLE, calibration_html)}
+EXTRA_SECTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {"calibration": (CALIBRATION_TITLE, calibration_html),
+                                                               "rolling": (ROLLING_TITLE, rolling_html)}
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1150px;margin:0 auto;padding:0 12px 40px;

@@ -200,3 +200,30 @@ def test_recency_zero_keeps_old_items_as_popular_as_new_ones():
 
     decayed, flat = new_share(_sim(k)), new_share(_sim(k, recency=0.0))
     assert decayed > 0.15 and flat < 0.5 * decayed, (decayed, flat)
+
+
+def test_rolling_six_preset_plants_persisting_reversing_accelerating_drift(tmp_path):
+    """The rolling_six world: each domain's directional trend and its ground truth (truth.json's trend_path),
+    against s(f) by hand: persist 2f - 1, reverse 1 - 4|f - 0.6|, accelerate 2f^2 - 1."""
+    import json
+
+    from mmgrid.config import WorldConfig
+    from mmgrid.data.world_files import write_world
+    from mmgrid.data.world_simulation import trend_position
+
+    assert trend_position("persist", 0.25) == pytest.approx(-0.5)
+    assert trend_position("reverse", 0.6) == pytest.approx(1.0)
+    assert trend_position("reverse", 0.85) == pytest.approx(0.0)
+    assert trend_position("accelerate", 0.5) == pytest.approx(-0.5)
+    out = write_world(tmp_path / "w", WorldConfig(seed=0, scale=0.2, n_domains=3, preset="rolling_six"))
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["preset"] == "rolling_six"
+    assert {d: truth["domains"][d]["trend_shape"] for d in truth["domains"]} == {
+        "Phones": "persist", "Books": "reverse", "Games": "accelerate"}
+    path = {d: np.array(list(p.values())) for d, p in truth["trend_path"].items()}
+    v = {d: np.diff(p) for d, p in path.items()}
+    assert (v["Phones"] > 0).all()  # persists: the same direction every month
+    assert (v["Books"][:10] > 0).all() and (v["Books"][-6:] < 0).all()  # reverses
+    half = len(v["Games"]) // 2  # accelerates: months differ in length, so compare the halves' mean speed
+    assert (v["Games"] > 0).all() and v["Games"][half:].mean() > 2.5 * v["Games"][:half].mean()
+    assert list(truth["trend_path"]["Phones"])[0] == "2021-01-01"

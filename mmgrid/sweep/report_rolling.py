@@ -1,0 +1,126 @@
+"""The report's "Deployment over time" section (the rolling deployment study, :mod:`mmgrid.sweep.rolling`):
+each strategy's metric on the window it was deployed on, with its 95% band, the accuracy-matrix heatmap of the
+reference strategy, the pooled table with paired differences to lambda = 1 (Holm) and BWT / FWT / forgetting,
+and the verdicts. report.md draws PNG figures (matplotlib, as :mod:`mmgrid.sweep.figures`); report.html adds
+the same section through its extra sections (plotly)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mmgrid.sweep.rolling import REFERENCE, RollingStudy, render, rolling_study
+
+TITLE = "Deployment over time"
+
+
+def _pyplot():
+    # lazy: matplotlib and its Agg backend only once a figure is drawn (as mmgrid.sweep.figures)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: as matplotlib above
+
+    return plt
+
+
+def _saved(fig: Any, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def _curves(study: RollingStudy, metric: str) -> pd.DataFrame:
+    r = study.rows
+    return r[(r["metric"] == metric) & (r["domain"] == "all") & (r["window"] != "all")]
+
+
+def curve_figure(study: RollingStudy, path: Path, metric: str | None = None) -> Path:
+    """Each strategy's metric (in %) on the window it was deployed on, every domain's users pooled, 95% band."""
+    metric = metric or study.metric
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    c = _curves(study, metric)
+    x = np.arange(len(study.windows))
+    for strat, g in c.groupby("strategy", sort=False):
+        g = g.set_index("window").reindex(study.windows)
+        line = ax.plot(x, g["mean"] * 100, marker="o", lw=2.2 if strat == REFERENCE else 1.2, label=strat,
+                       color="black" if strat == REFERENCE else None)[0]
+        ax.fill_between(x, g["ci_low"] * 100, g["ci_high"] * 100, color=line.get_color(), alpha=0.12)
+    ax.set_xticks(x, study.windows)
+    ax.set_xlabel("window deployed on (the period after the one trained)")
+    ax.set_ylabel(f"{metric} (%)")
+    ax.legend(fontsize=7, ncol=2)
+    return _saved(fig, path)
+
+
+def matrix_figure(study: RollingStudy, path: Path, strategy: str = REFERENCE) -> Path | None:
+    """The accuracy matrix R[i, j] (deployment after period i on window j, mean over domains) as a heatmap."""
+    ms = [m for (d, s), m in study.matrices.items() if s == strategy]
+    if not ms:
+        return None
+    R = np.mean([np.array(m["R"]) for m in ms], axis=0) * 100
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.2 * R.shape[1] + 2.5, 1.0 * R.shape[0] + 1.5))
+    im = ax.imshow(R, cmap="viridis")
+    for i in range(R.shape[0]):
+        for j in range(R.shape[1]):
+            ax.text(j, i, f"{R[i, j]:.1f}", ha="center", va="center", color="white", fontsize=8)
+    ax.set_xticks(range(R.shape[1]), ms[0]["windows"])
+    ax.set_yticks(range(R.shape[0]), ms[0]["deployed_at"])
+    ax.set_xlabel("evaluated on window j")
+    ax.set_ylabel("deployed after period i")
+    fig.colorbar(im, ax=ax, label=f"{study.metric} (%)")
+    return _saved(fig, path)
+
+
+def rolling_markdown(study: RollingStudy, out: Path) -> tuple[list[str], list[str]]:
+    """(report.md lines, figure file names drawn into ``out``)."""
+    lines = ["At every period each strategy deploys a model on the next window, built from the checkpoints and "
+             "windows up to that period only (`mmgrid sweep rolling`; docs/studies.md, *Rolling deployment*).", ""]
+    figs = []
+    if not study.empty:
+        p = curve_figure(study, Path(out) / "rolling_curves.png")
+        figs.append(p.name)
+        cap = f"{study.metric} of each strategy on the window it was deployed on (every domain's users; 95% bands)"
+        lines += [f"![{cap}]({p.name})", "", f"*{cap}*", ""]
+        m = matrix_figure(study, Path(out) / "rolling_matrix.png")
+        if m is not None:
+            figs.append(m.name)
+            cap = (f"Accuracy matrix of {REFERENCE} (lambda = 1): deployment after period i on window j, mean over "
+                   "domains")
+            lines += [f"![{cap}]({m.name})", "", f"*{cap}*", ""]
+    lines += [render(study), ""]
+    return lines, figs
+
+
+def rolling_html(study: RollingStudy) -> str:
+    """The section's HTML: the per-window curves (plotly, with bands), the table and the verdicts."""
+    import plotly.graph_objects as go  # lazy: only when report.html is written
+
+    if study.empty:
+        return '<p class="note">No rolling deployment recorded.</p>'
+    fig = go.Figure()
+    for strat, g in _curves(study, study.metric).groupby("strategy", sort=False):
+        g = g.set_index("window").reindex(study.windows)
+        fig.add_trace(go.Scatter(x=study.windows, y=g["mean"] * 100, name=strat, mode="lines+markers",
+                                 error_y=dict(type="data", symmetric=False, array=(g["ci_high"] - g["mean"]) * 100,
+                                              arrayminus=(g["mean"] - g["ci_low"]) * 100)))
+    fig.update_layout(title=f"{study.metric} (%) on the window deployed on", template="plotly_white")
+    plot = fig.to_html(full_html=False, include_plotlyjs=False, div_id="rolling-curves",
+                       config={"responsive": True, "displaylogo": False})
+    return plot + "<pre>" + html.escape(render(study)) + "</pre>"
+
+
+def rolling_results(cfg: Any, registry: Any) -> RollingStudy | None:
+    """The study read back for the report (None where nothing is recorded)."""
+    t = cfg.sweeps.temporal
+    st = rolling_study(registry, t.paradigm, t.variant, t.metric)
+    return None if st.empty else st

@@ -1,0 +1,601 @@
+"""The rolling deployment study (``mmgrid sweep rolling``): which update strategy serves the next window
+best, period after period, when it may use only what was known by then?
+
+A grid with stages s_0 (e.g. pretrain), s_1, ..., s_K (each checkpoint theta_k fine-tuned from theta_{k-1})
+deploys at every incremental period t = 1..K a model on the window after s_t (the next phase of
+``data.phases`` in time order: s_{t+1}'s window, the test window after s_K). Every strategy builds that model
+from the checkpoints theta_0..theta_t and the windows of s_0..s_t only (:class:`Past`):
+
+* ``latest``: theta_t itself (MMGRid Eq. 10 at lambda = 1), the reference of every comparison;
+* ``lambda*_past``: Eq. 10 on (theta_{t-1}, theta_t) at lambda*_{t-1}, the argmax of the metric of
+  theta_{t-2} + lambda (theta_{t-1} - theta_{t-2}) on s_t's window (the last window seen; lambda = 1 at t = 1,
+  where no earlier pair exists);
+* ``lambda_mean_past``: the same at the mean of every lambda* measured so far (a smoother choice from the past);
+* the temporal fusers of MMGRid's ``TemporalModelFuser`` and the EMA of TIME (``fuse_linear_velocity``,
+  ``fuse_moving_average_velocity``, ``fuse_acceleration``, ``fuse_exp_decay``, ``ema``), where those merge
+  methods are registered, over the whole sequence;
+* the continual merges ``magmax``, ``opcm`` and ``dop`` over [theta_1..theta_t] on theta_0.
+
+The strategy list is data (:data:`STRATEGIES`: a method, its parameters, which checkpoints it reads); a
+strategy whose method is not registered is left out. Every merge goes through :func:`mmgrid.merge.api.merge`
+with registry ids (streamed from the registry, tensor by tensor); every evaluation is recorded with a recipe
+naming its input ids (its lineage; a re-run with the same recipe is a cache hit) and its per-user values.
+
+Each deployment is evaluated on its window and, for the accuracy matrix, on every incremental window
+(``R[i, j]``: deployment at s_i on s_j's window), so BWT, FWT (against theta_0) and forgetting are measured per
+strategy (:mod:`mmgrid.eval.matrix`). :func:`rolling_study` reads it back: per strategy NDCG@10 / Recall@10 per
+window and pooled over windows and domains, intervals over users (seeds kept), paired differences to
+``latest`` with Holm, and the verdicts "lambda chosen from the past beats lambda = 1 over the windows" and "the
+best strategy beats lambda = 1".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mmgrid.config import GridConfig
+from mmgrid.errors import ConfigError, MmgridError
+from mmgrid.eval.matrix import transfer_summary
+from mmgrid.eval.ranking import record_evaluation
+from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, align, newest_rows, seed_number
+from mmgrid.merge.api import merge
+from mmgrid.merge.methods import identity, method_names
+from mmgrid.registry.names import hash_json
+from mmgrid.runtime.plan import planned_ids
+from mmgrid.stats import holm, mean_ci, paired_difference
+from mmgrid.stats.verdict import INCONCLUSIVE, verdict, verdict_line
+from mmgrid.merge.inplace import apply_if_fits
+from mmgrid.paradigms import get_paradigm
+from mmgrid.runtime.checkpoints import load_checkpoint
+from mmgrid.sweep.continual import run_seeds  # the one check of a seed subset
+from mmgrid.sweep.evaluation import EvalFn, eval_key, paradigm_params
+from mmgrid.sweep.results import recorded
+from mmgrid.sweep.selection import lambda_grid, select_lambda_star
+from mmgrid.sweep.temporal import seeded_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.data.dataset import PreparedDataset
+
+STUDY = "rolling"
+REFERENCE = "latest"
+METRICS = ("ndcg@10", "recall@10")
+CLAIM_PAST = "lambda chosen from the past beats lambda = 1 over the windows"
+CLAIM_BEST = "the best strategy beats lambda = 1"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way of building the deployed model.
+
+    Attributes:
+        name: its name in records and tables.
+        method: a registered merge method.
+        params: the method's parameters.
+        inputs: ``last2`` (theta_{t-1}, theta_t), ``seq`` (theta_1..theta_t) or ``all`` (theta_0..theta_t).
+        base: theta_0 as the task vectors' base.
+        lam: ``past`` / ``mean_past``: the temporal merge's lambda chosen from the past (params get ``lam``).
+        min_inputs: fewer checkpoints than this at t: the strategy deploys ``latest``'s model (recorded so).
+    """
+
+    name: str
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+    inputs: str = "last2"
+    base: bool = False
+    lam: str | None = None
+    min_inputs: int = 1
+
+
+STRATEGIES: tuple[Strategy, ...] = (
+    Strategy(REFERENCE, "temporal", {"lam": 1.0}),
+    Strategy("lambda*_past", "temporal", lam="past"),
+    Strategy("lambda_mean_past", "temporal", lam="mean_past"),
+    Strategy("fuse_linear_velocity", "fuse_linear_velocity", inputs="all", min_inputs=2),
+    Strategy("fuse_moving_average_velocity", "fuse_moving_average_velocity", inputs="all", min_inputs=2),
+    Strategy("fuse_acceleration", "fuse_acceleration", inputs="all", min_inputs=3),
+    Strategy("fuse_exp_decay", "fuse_exp_decay", inputs="seq", base=True),
+    Strategy("ema", "ema", inputs="all"),
+    Strategy("magmax", "magmax", inputs="seq", base=True),
+    Strategy("opcm", "opcm", inputs="seq", base=True),
+    Strategy("dop", "dop", inputs="seq", base=True),
+)
+
+# (cfg, paradigm name, paradigm, domain data, prepared, window) -> EvalFn over that window's examples
+WindowEvaluatorFactory = Callable[[GridConfig, str, Any, Any, Any, str], EvalFn]
+
+
+@dataclass(frozen=True)
+class RollingOptions:
+    """How one (domain, seed) of the study runs.
+
+    Attributes:
+        strategies: the strategies (None: :func:`available`).
+        evaluator_factory: the window evaluators (None: :func:`default_window_evaluator`).
+        matrix: also evaluate each deployment on every incremental window (the accuracy matrix).
+        redo: evaluate again what is recorded.
+        watch: told ``(t, "checkpoint" | "window", value)`` for everything the deployment at t reads.
+    """
+
+    strategies: list[Strategy] | None = None
+    evaluator_factory: WindowEvaluatorFactory | None = None
+    matrix: bool = True
+    redo: bool = False
+    watch: Callable[[int, str, Any], None] | None = None
+
+
+def available(strategies: tuple[Strategy, ...] = STRATEGIES) -> list[Strategy]:
+    """The strategies whose method is registered (the fusers and EMA slot in once they are)."""
+    have = set(method_names())
+    return [s for s in strategies if s.method in have]
+
+
+def default_window_evaluator(cfg: GridConfig, name: str, paradigm: Any, domain: Any, prepared: Any,
+                             window: str) -> EvalFn:
+    """The grid's evaluator (``eval:`` settings, users seeded by the first training seed) on ``window``."""
+    from mmgrid.eval.grid import grid_evaluator  # lazy: the eval layer's evaluator
+
+    return grid_evaluator(paradigm, domain, cfg, split=window, groups=["all"]).evaluate  # EvalResults, per user
+
+
+def timeline(cfg: GridConfig) -> tuple[list[str], list[str]]:
+    """(stages, deploy windows): the deployment at stage t (t >= 1) is judged on ``windows[t - 1]``, the phase
+    after s_t in ``data.phases`` time order."""
+    stages = list(cfg.train.stages)
+    phases = list(cfg.data.phases)
+    if len(stages) < 3:
+        raise ConfigError(f"train.stages {stages}: the rolling study needs a first stage and at least two "
+                          "incremental periods (e.g. [pretrain, q1, q2]); add periods to data.phases and train.stages.")
+    windows = []
+    for s in stages[1:]:
+        i = phases.index(s)
+        if i + 1 >= len(phases):
+            raise ConfigError(f"data.phases: no window after stage {s!r} to deploy on; add one (e.g. test: "
+                              "[START, END]) after the last trained phase.")
+        windows.append(phases[i + 1])
+    return stages, windows
+
+
+class Past:
+    """What a deployment at stage t may read: the checkpoints of stages 0..t and the windows of stages 0..t.
+    Any other stage's checkpoint or window is refused (a leak is an error, not a number). ``watch(t, what,
+    value)``, when given, is told every checkpoint id and window read (the look-ahead test)."""
+
+    def __init__(self, ids: list[str], stages: list[str], t: int, evaluate: Callable[[str, dict], float],
+                 registry: Any, watch: Callable[[int, str, Any], None] | None = None) -> None:
+        self._ids, self._stages, self.t, self._evaluate, self._watch = ids, stages, t, evaluate, watch
+        self.registry = _Watched(registry, t, watch) if watch else registry
+
+    def checkpoint(self, k: int) -> str:
+        if not 0 <= k <= self.t:
+            raise MmgridError(f"rolling: the deployment at {self._stages[self.t]} read the checkpoint of stage "
+                              f"{k}, after it")
+        if self._watch:
+            self._watch(self.t, "checkpoint", self._ids[k])
+        return self._ids[k]
+
+    def score(self, window: str, state: dict) -> float:
+        """The metric of ``state`` on ``window`` (a window of stages 0..t only)."""
+        if window not in self._stages[: self.t + 1]:
+            raise MmgridError(f"rolling: the deployment at {self._stages[self.t]} read window {window!r}, after it")
+        if self._watch:
+            self._watch(self.t, "window", window)
+        return self._evaluate(window, state)
+
+
+def past_lambdas(past: Past, stages: list[str], grid: list[float], memo: dict[int, float]) -> list[float]:
+    """lambda*_s for s = 2..t: the argmax over ``grid`` of theta_{s-2} + lambda (theta_{s-1} - theta_{s-2})
+    on s_s's window (ties: closest to 1); ``memo`` keeps those found at earlier t (the same numbers)."""
+    out = []
+    for s in range(2, past.t + 1):
+        if s not in memo:
+            a, b = past.checkpoint(s - 2), past.checkpoint(s - 1)
+            vals = [past.score(stages[s], merge("temporal", [a, b], registry=past.registry, lam=lam)) for lam in grid]
+            memo[s] = float(select_lambda_star(grid, vals))
+        out.append(memo[s])
+    return out
+
+
+def deploy(strategy: Strategy, past: Past, lams: list[float]) -> tuple[str, list[str], str | None, dict[str, Any]]:
+    """(method, input ids, base id, params) of ``strategy``'s model at past.t, from the past only (a sequence
+    shorter than ``min_inputs``: the latest checkpoint, Eq. 10 at lambda = 1)."""
+    t = past.t
+    params = dict(strategy.params)
+    if strategy.lam is not None:
+        lam = 1.0 if not lams else (lams[-1] if strategy.lam == "past" else float(np.mean(lams)))
+        params["lam"] = round(float(lam), 9)
+    first = {"last2": t - 1, "seq": 1, "all": 0}[strategy.inputs]
+    ins = [past.checkpoint(k) for k in range(first, t + 1)]
+    if len(ins) < strategy.min_inputs:
+        return "temporal", [past.checkpoint(t - 1), past.checkpoint(t)], None, {"lam": 1.0}
+    return strategy.method, ins, past.checkpoint(0) if strategy.base else None, params
+
+
+def _recipe(strategy: Strategy, method: str, ins: list[str], base: str | None, params: dict, t_stage: str,
+            window: str, ev: dict) -> dict[str, Any]:
+    return {"strategy": strategy.name, **identity(method), "inputs": ins, "base": base, "params": params,
+            "deployed_at": t_stage, "window": window, "eval": ev}
+
+
+def run_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", options: RollingOptions = RollingOptions(),
+                seeds: list[int] | None = None) -> "RollingStudy":
+    """Run every strategy at every period on every configured domain and seed (recording each evaluation not
+    yet recorded) and return :func:`rolling_study`."""
+    evaluate_rolling(cfg, registry, prepared, options, seeds)
+    t = cfg.sweeps.temporal
+    return rolling_study(registry, t.paradigm, t.variant, t.metric)
+
+
+def evaluate_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
+                     options: RollingOptions = RollingOptions(), seeds: list[int] | None = None) -> int:
+    """Evaluate the study; return the number of evaluations run (0: everything was recorded)."""
+    domains = list(cfg.sweeps.temporal.domains or prepared.domains)
+    unknown = [d for d in domains if d not in prepared.domains]
+    if unknown:
+        raise ConfigError(f"sweeps.temporal.domains: {unknown} not in the prepared dataset ({prepared.domains}).")
+    timeline(cfg)
+    n = 0
+    for seed in run_seeds(cfg, seeds):
+        for d in domains:
+            n += evaluate_domain(cfg, registry, prepared, d, seed, options)
+    return n
+
+
+def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", domain: str, seed: int,
+                    options: RollingOptions = RollingOptions()) -> int:
+    """One (domain, seed): every deployment of every strategy, on its window (and the matrix's windows).
+
+    ``options.watch(t, what, value)``, when given, is told every checkpoint id (``"checkpoint"``) and window
+    (``"window"``) the construction of the deployment at t reads (tests check it never looks ahead)."""
+    strategies = list(options.strategies) if options.strategies is not None else available()
+    matrix, redo, watch = options.matrix, options.redo, options.watch
+
+    t_cfg = cfg.sweeps.temporal
+    stages, windows = timeline(cfg)
+    plan = planned_ids(cfg, registry)
+    coords = {"paradigm": t_cfg.paradigm, "domain": domain, "variant": t_cfg.variant, "kind": "trained"}
+    shared, first = set(cfg.train.shared_stages), cfg.train.seed_list[0]  # shared stages: trained on the first seed
+    ids = [seeded_id(registry, {**coords, "period": s}, first if s in shared else seed, plan) for s in stages]
+    par = get_paradigm(t_cfg.paradigm)
+    data = prepared.domain(domain)
+    params = paradigm_params(cfg, t_cfg.paradigm)
+    factory = options.evaluator_factory or default_window_evaluator
+    evs: dict[str, EvalFn] = {}
+    model_box: list[Any] = []
+
+    def evaluator(window: str) -> EvalFn:
+        if window not in evs:
+            evs[window] = factory(cfg, t_cfg.paradigm, par, data, prepared, window)
+        return evs[window]
+
+    def run(window: str, state: dict, template: str) -> Any:
+        """Evaluate ``state`` on ``window`` as a model of ``template``'s files (a checkpoint of the past)."""
+        added = (registry.get(template).meta or {}).get("added_rows")
+        if not model_box or added or not apply_if_fits(model_box[0], state):
+            m = par.load(load_checkpoint(registry, template, state=state), data, params)
+            model_box[:] = [m]
+        model_box[0].eval()
+        with torch.no_grad():
+            return evaluator(window)(model_box[0])
+
+    ev = {**_eval_key(cfg), "matrix": bool(matrix)}
+    grid = [round(float(x), 9) for x in lambda_grid(t_cfg.start, t_cfg.stop, t_cfg.step)]
+    memo: dict[int, float] = {}
+    n = 0
+    eval_windows = (stages[1:] if matrix else [])
+    for t in range(1, len(stages)):
+        past = Past(ids, stages, t, lambda w, st, _t=t: float(run(w, st, ids[_t])["all"][t_cfg.metric]), registry,
+                    watch)
+        lams = past_lambdas(past, stages, grid, memo) if any(s.lam for s in strategies) else []
+        targets = list(dict.fromkeys([windows[t - 1], *eval_windows]))
+        for strategy in strategies:
+            method, ins, base, prm = deploy(strategy, past, lams)
+            recs = {w: _recipe(strategy, method, ins, base, prm, stages[t], w, ev) for w in targets}
+            hashes = {w: hash_json(r) for w, r in recs.items()}
+            done = set() if redo else recorded(registry, list(hashes.values()), STUDY)
+            if set(hashes.values()) <= done:
+                continue
+            state = merge(method, ins, base=base, registry=past.registry, **prm)  # streamed from the registry
+            for w in targets:
+                if hashes[w] in done:
+                    continue
+                res = run(w, state, ids[t])
+                extra = {"study": STUDY, "strategy": strategy.name, "paradigm": t_cfg.paradigm,
+                         "variant": t_cfg.variant, "domain": domain, "eval_domain": domain, "method": method,
+                         "seed": seed, "deployed_at": stages[t], "t": t, "window": w,
+                         "deploy": w == windows[t - 1], "lambda": prm.get("lam") if method == "temporal" else None}
+                record_evaluation(registry, None, w, res, recipe=recs[w], extra=extra)
+                n += 1
+    _record_start(registry, ids[0], run, stages, domain, seed, ev, t_cfg)
+    return n
+
+
+def _record_start(registry: Any, first: str, run: Callable, stages: list[str], domain: str,
+                  seed: int, ev: dict, t_cfg: Any) -> None:
+    """theta_0 on every incremental window: the start row b of FWT (recorded once per recipe)."""
+    todo = {w: {"strategy": "start", **identity("temporal"), "inputs": [first, first], "base": None,
+                "params": {"lam": 1.0}, "window": w, "eval": ev} for w in stages[1:]}
+    hashes = {w: hash_json(r) for w, r in todo.items()}
+    done = recorded(registry, list(hashes.values()), STUDY)
+    state = None
+    for w, rec in todo.items():
+        if hashes[w] in done:
+            continue
+        state = state if state is not None else registry.load(first)
+        res = run(w, state, first)
+        record_evaluation(registry, None, w, res, recipe=rec,
+                          extra={"study": STUDY, "strategy": "start", "paradigm": t_cfg.paradigm,
+                                 "variant": t_cfg.variant, "domain": domain, "eval_domain": domain, "seed": seed,
+                                 "deployed_at": stages[0], "t": 0, "window": w, "deploy": False})
+
+
+class _Watched:
+    """A registry whose reads of checkpoints are reported to ``watch`` (the study's look-ahead test)."""
+
+    def __init__(self, registry: Any, t: int, watch: Callable) -> None:
+        self._r, self._t, self._w = registry, t, watch
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._r, name)
+        if name in ("get", "load", "open_tensors", "tensor_info", "file"):
+            def wrapped(ref: Any, *a: Any, **k: Any) -> Any:
+                self._w(self._t, "checkpoint", ref)
+                return attr(ref, *a, **k)
+            return wrapped
+        return attr
+
+
+def _eval_key(cfg: GridConfig) -> dict[str, Any]:
+    return eval_key(cfg)
+
+
+# --------------------------------------------------------------------------- the result
+
+
+@dataclass
+class RollingStudy:
+    """The study's typed result.
+
+    Attributes:
+        metric: the metric of the verdicts (``sweeps.temporal.metric``).
+        rows: one row per (domain, strategy, window, metric) of the deployed model on its window (domain "all":
+            every domain's users; window "all": every window's users pooled): mean, ci_low, ci_high, diff,
+            diff_low, diff_high (strategy - latest on the same users), p, p_holm (over the strategies of the same
+            domain, window and metric), n_users, n_seeds.
+        matrices: (domain, strategy) -> {"windows", "R" (deployment i on window j, seed-and-user means), "b",
+            "bwt", "fwt", "forgetting"}.
+        transfer: one row per (domain, strategy): bwt, fwt, forgetting.
+        verdicts: claim -> (verdict, evidence).
+        windows: the deploy windows in time order.
+    """
+
+    metric: str
+    rows: pd.DataFrame
+    matrices: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    transfer: pd.DataFrame = field(default_factory=pd.DataFrame)
+    verdicts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    windows: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.rows.empty
+
+    def verdict_lines(self) -> list[str]:
+        return [verdict_line(c, v, e, LEVEL) for c, (v, e) in self.verdicts.items()]
+
+
+def _frame(registry: Any, metric: str, paradigm: str, variant: str) -> pd.DataFrame:
+    df = registry.results(study=STUDY, metric=metric, group="all")
+    if df.empty:
+        return df
+    for col, want in (("paradigm", paradigm), ("variant", variant)):
+        if col in df.columns:
+            df = df[df[col] == want]
+    df = df.copy()
+    df["seed_k"] = [seed_number(v) for v in df["seed"]] if "seed" in df.columns else -1
+    return newest_rows(df, ["domain", "strategy", "deployed_at", "window", "seed_k"])
+
+
+def _values(df: pd.DataFrame, pu: PerUser, metric: str) -> dict[tuple, tuple]:
+    """(domain, strategy, deployed_at, window) -> (users, values [n_seeds, n], seeds)."""
+    out = {}
+    for key, g in df.groupby(["domain", "strategy", "deployed_at", "window"], sort=True):
+        g = g.sort_values("seed_k")
+        m = pu.matrix(g, metric)
+        if m is not None:
+            out[key] = (m[0], m[1], list(g["seed_k"]))
+    return out
+
+
+def _pair(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Seed- and user-matched values of two cells: (users, va, vb), None where they share none."""
+    (ua, va, sa), (ub, vb, sb) = a, b
+    seeds = [s for s in sa if s in sb]
+    if not seeds:
+        return None
+    va, vb = va[[sa.index(s) for s in seeds]], vb[[sb.index(s) for s in seeds]]
+    ia, ib = align(ua, ub)
+    return None if ia.size == 0 else (ua[ia], va[:, ia], vb[:, ib])
+
+
+def _stacked(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple | None:
+    """Pairs of several (domain, window) cells side by side, each cell's users its own clusters."""
+    if not parts or len({p[1].shape[0] for p in parts}) != 1:
+        return None
+    users = np.concatenate([p[0].astype(np.int64) + i * 10**9 for i, p in enumerate(parts)])
+    return users, np.concatenate([p[1] for p in parts], 1), np.concatenate([p[2] for p in parts], 1)
+
+
+def rolling_study(registry: Any, paradigm: str, variant: str = "default", metric: str = "ndcg@10",
+                  metrics: tuple[str, ...] = METRICS) -> RollingStudy:
+    """Read the study back from the registry and compare every strategy with ``latest``."""
+    pu = PerUser(registry)
+    rows: list[dict[str, Any]] = []
+    study = RollingStudy(metric, pd.DataFrame())
+    for met in dict.fromkeys((metric, *metrics)):
+        df = _frame(registry, met, paradigm, variant)
+        if df.empty:
+            continue
+        dep = df[df["deploy"].astype(bool)] if "deploy" in df.columns else df.iloc[0:0]
+        windows = [w for _, w in sorted({(int(t), str(w)) for t, w in zip(dep["t"], dep["window"])})]
+        vals = _values(dep, pu, met)
+        rows += _rows(vals, windows, met)
+        if met == metric:
+            study.windows = windows
+            study.matrices = _matrices(_values(df, pu, met), df)
+            _verdicts(study, vals)
+    cols = ["domain", "strategy", "window", "metric", "mean", "ci_low", "ci_high", "diff", "diff_low", "diff_high",
+            "p", "n_users", "n_seeds"]
+    out = pd.DataFrame(rows, columns=cols)
+    out["p_holm"] = np.nan
+    for _, g in out[out["p"].notna()].groupby(["domain", "window", "metric"]):
+        out.loc[g.index, "p_holm"] = holm(g["p"].to_numpy(dtype=float))
+    study.rows = out
+    study.transfer = pd.DataFrame([{"domain": d, "strategy": s, **{k: m[k] for k in ("bwt", "fwt", "forgetting")}}
+                                   for (d, s), m in sorted(study.matrices.items())],
+                                  columns=["domain", "strategy", "bwt", "fwt", "forgetting"])
+    return study
+
+
+def _row(domain: str, strat: str, window: str, met: str, pair: tuple | None, own: tuple | None) -> dict[str, Any]:
+    row = {"domain": domain, "strategy": strat, "window": window, "metric": met, "mean": math.nan,
+           "ci_low": math.nan, "ci_high": math.nan, "diff": math.nan, "diff_low": math.nan, "diff_high": math.nan,
+           "p": math.nan, "n_users": 0, "n_seeds": 0}
+    if pair is None:
+        if own is not None:
+            row.update(mean=float(own[1].mean()), n_users=int(own[1].shape[1]), n_seeds=int(own[1].shape[0]))
+        return row
+    users, a, b = pair
+    mean, lo, hi = mean_ci(a, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
+    row.update(mean=float(mean), ci_low=lo, ci_high=hi, n_users=int(a.shape[1]), n_seeds=int(a.shape[0]))
+    if strat == REFERENCE:
+        row.update(diff=0.0, diff_low=0.0, diff_high=0.0)
+    else:
+        r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
+        row.update(diff=r.diff, diff_low=r.ci_low, diff_high=r.ci_high, p=r.pvalue)
+    return row
+
+
+def _rows(vals: dict, windows: list[str], met: str) -> list[dict[str, Any]]:
+    rows = []
+    domains = sorted({k[0] for k in vals})
+    strats = sorted({k[1] for k in vals}, key=lambda s: (s != REFERENCE, s))
+    for strat in strats:
+        pooled_all = []
+        for d in domains:
+            pooled = []
+            for w in windows:
+                key = next((k for k in vals if k[0] == d and k[1] == strat and k[3] == w), None)
+                ref = next((k for k in vals if k[0] == d and k[1] == REFERENCE and k[3] == w), None)
+                if key is None:
+                    continue
+                pair = _pair(vals[key], vals[ref]) if ref is not None else None
+                rows.append(_row(d, strat, w, met, pair, vals[key]))
+                if pair is not None:
+                    pooled.append(pair)
+            pooled_all += pooled
+            rows.append(_row(d, strat, "all", met, _stacked(pooled), None))
+        for w in windows:
+            parts = []
+            for d in domains:
+                key = next((k for k in vals if k[0] == d and k[1] == strat and k[3] == w), None)
+                ref = next((k for k in vals if k[0] == d and k[1] == REFERENCE and k[3] == w), None)
+                if key is not None and ref is not None and (p := _pair(vals[key], vals[ref])) is not None:
+                    parts.append(p)
+            rows.append(_row("all", strat, w, met, _stacked(parts), None))
+        rows.append(_row("all", strat, "all", met, _stacked(pooled_all), None))
+    return rows
+
+
+def _matrices(vals: dict, df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    """(domain, strategy) -> the accuracy matrix over the incremental windows (seed-and-user means)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    if "t" not in df.columns:
+        return out
+    stage_of = {str(a): int(t) for a, t in zip(df["deployed_at"], df["t"])}
+    mean = {k: float(v[1].mean()) for k, v in vals.items()}
+    for d in sorted({k[0] for k in vals}):
+        start = {k[3]: m for k, m in mean.items() if k[0] == d and k[1] == "start"}
+        wins = sorted(start, key=lambda w: stage_of.get(w, 0))  # the windows of the stages, in time order
+        if len(wins) < 2:
+            continue
+        for strat in sorted({k[1] for k in vals if k[0] == d and k[1] != "start"}):
+            deps = sorted({k[2] for k in vals if k[0] == d and k[1] == strat}, key=lambda a: stage_of.get(a, 0))
+            R = np.full((len(deps), len(wins)), np.nan)
+            for i, a in enumerate(deps):
+                for j, w in enumerate(wins):
+                    R[i, j] = mean.get((d, strat, a, w), np.nan)
+            if R.shape[0] != R.shape[1] or np.isnan(R).any():
+                continue
+            b = np.array([start[w] for w in wins])
+            out[(d, strat)] = {"windows": wins, "deployed_at": deps, "R": R.tolist(), "b": b.tolist(),
+                               **transfer_summary(R, b)}
+    return out
+
+
+def _verdicts(study: RollingStudy, vals: dict) -> None:
+    def pooled(strat: str) -> tuple | None:
+        parts = []
+        for k, v in vals.items():
+            if k[1] != strat:
+                continue
+            ref = next((r for r in vals if r[0] == k[0] and r[1] == REFERENCE and r[3] == k[3]), None)
+            if ref is not None and (p := _pair(v, vals[ref])) is not None:
+                parts.append(p)
+        return _stacked(parts)
+
+    def judge(strat: str, note: str = "") -> tuple[str, str]:
+        st = pooled(strat)
+        if st is None:
+            return INCONCLUSIVE, f"{strat} not evaluated beside {REFERENCE}"
+        users, a, b = st
+        r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
+        return (verdict(r.ci_low, r.ci_high, "greater"),
+                f"{study.metric} over {len(study.windows)} windows: {strat} {r.mean_a:.4f} vs {REFERENCE} "
+                f"{r.mean_b:.4f}, difference {r.diff:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, "
+                f"{r.n_seeds} seed(s){note}")
+
+    study.verdicts[CLAIM_PAST] = judge("lambda*_past")
+    means = {s: float(np.concatenate([v[1].mean(0) for k, v in vals.items() if k[1] == s]).mean())
+             for s in {k[1] for k in vals} if s != REFERENCE}
+    if means:
+        best = max(means, key=means.__getitem__)
+        study.verdicts[CLAIM_BEST] = judge(best, f"; {best} is the highest of {len(means)} strategies on these "
+                                                 "same windows (chosen on them: an optimistic reading)")
+    else:
+        study.verdicts[CLAIM_BEST] = (INCONCLUSIVE, "no strategy but latest evaluated")
+
+
+def render(study: RollingStudy, metric: str | None = None) -> str:
+    """The study as Markdown: the pooled table, per-window means and the transfer measures."""
+    metric = metric or study.metric
+    if study.empty:
+        return "No rolling deployment recorded (run `mmgrid sweep rolling RUN`)."
+    r = study.rows[(study.rows["metric"] == metric) & (study.rows["domain"] == "all")]
+    lines = [f"Deployed model on the next window, {metric} (all users, every domain; 95% intervals over users, "
+             "seeds kept; difference to latest = lambda 1, Holm over the strategies)", "",
+             "| strategy | pooled | difference to latest | p (Holm) | " + " | ".join(study.windows) + " |",
+             "|---|---|---|---|" + "---|" * len(study.windows)]
+    for strat, g in r.groupby("strategy", sort=False):
+        allrow = g[g["window"] == "all"]
+        if allrow.empty:
+            continue
+        a = allrow.iloc[0]
+        per = [g[g["window"] == w]["mean"] for w in study.windows]
+        lines.append(f"| {strat} | {a['mean']:.4f} [{a['ci_low']:.4f}, {a['ci_high']:.4f}] | {a['diff']:+.4f} "
+                     f"[{a['diff_low']:+.4f}, {a['diff_high']:+.4f}] | "
+                     f"{'' if a['p_holm'] != a['p_holm'] else f'{a.p_holm:.3g}'} | "
+                     + " | ".join(f"{float(x.iloc[0]):.4f}" if len(x) else "" for x in per) + " |")
+    if not study.transfer.empty:
+        tr = study.transfer.groupby("strategy")[["bwt", "fwt", "forgetting"]].mean()
+        lines += ["", f"Accuracy matrix R[i, j] of {study.metric} (deployment after period i on window j) per "
+                  "strategy, mean over domains: BWT, FWT (against theta_0) and forgetting", "",
+                  "| strategy | BWT | FWT | forgetting |", "|---|---|---|---|"]
+        lines += [f"| {s} | {x.bwt:+.4f} | {x.fwt:+.4f} | {x.forgetting:+.4f} |" for s, x in tr.iterrows()]
+    lines += ["", *study.verdict_lines()]
+    return "\n".join(lines)

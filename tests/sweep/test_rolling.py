@@ -1,0 +1,231 @@
+"""The rolling deployment study on a fake grid whose metric peaks where the test says: the hand-computed
+lambda* from the past, the comparison with lambda = 1, the accuracy matrix, and that a deployment at t never
+reads a checkpoint or a window after t."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mmgrid.config import GridConfig
+from mmgrid.configtools import build
+from mmgrid.errors import MmgridError
+from mmgrid.eval.ranking import EvalResults, PerUser
+from mmgrid.registry import Registry
+from sweep_fakes import FakePrepared  # noqa: F401  (registers the fake paradigm "fakelin")
+
+STAGES = ["pretrain", "q1", "q2", "q3", "q4"]
+PHASES = {"pretrain": [None, "2021-07-01"], "q1": ["2021-07-01", "2021-10-01"], "q2": ["2021-10-01", "2022-01-01"],
+          "q3": ["2022-01-01", "2022-04-01"], "q4": ["2022-04-01", "2022-07-01"], "test": ["2022-07-01", "2022-10-01"]}
+WINDOW_INDEX = {p: i for i, p in enumerate(PHASES)}
+DOMAINS = ["A", "B"]
+N_USERS = 30
+
+
+class TwoDomains:
+    domains = DOMAINS
+
+    def domain(self, name):
+        from sweep_fakes import FakeDomain
+
+        return FakeDomain(name)
+
+
+def window_evaluator(seen: list):
+    """theta_k = k * ones (stage index k); on window j the metric of w peaks at (j - 0.5) * ones, so the lambda*
+    of (theta_{s-2}, theta_{s-1}) on window s is 1.5 for every s, and lambda = 1.5 on (theta_{t-1}, theta_t) hits
+    the next window's peak exactly."""
+    def factory(cfg, name, paradigm, domain, prepared, window):
+        seen.append(window)
+        c = WINDOW_INDEX[window] - 0.5
+        jitter = np.linspace(-0.01, 0.01, N_USERS)
+
+        def evaluate(model):
+            s = 1.0 / (1.0 + float(((model.w.detach() - c) ** 2).sum()))
+            per = PerUser(np.arange(N_USERS), np.zeros(N_USERS, dtype=bool),
+                          {"ndcg@10": s + jitter, "recall@10": 2 * s + jitter})
+            return EvalResults({"all": {"ndcg@10": s, "recall@10": 2 * s, "n": N_USERS}}, per)
+        return evaluate
+    return factory
+
+
+@pytest.fixture()
+def rolling_grid(tmp_path):
+    reg = Registry.open(tmp_path / "reg", durable=False)
+    ids = {}
+    for d in DOMAINS:
+        prev, role = reg.put({"w": torch.zeros(4), "b": torch.zeros(())}, {"paradigm": "fakelin", "domain": d,
+                                                                           "period": "base"}, "base"), "init"
+        for k, period in enumerate(STAGES):
+            prev = reg.put({"w": torch.full((4,), float(k)), "b": torch.tensor(0.5)},
+                           {"paradigm": "fakelin", "domain": d, "period": period}, "trained",
+                           parents=[(prev, role)], params={"stage": period})
+            role = "previous_stage"
+            ids[(d, period)] = prev
+    cfg = build(GridConfig, {
+        "name": "r", "registry": str(tmp_path / "reg"), "prepared": str(tmp_path / "prep"),
+        "data": {"phases": PHASES},
+        "train": {"stages": STAGES, "epochs": {s: 1 for s in STAGES}},
+        "eval": {"activity_phase": "q4", "groups": ["all"]},
+        "sweeps": {"temporal": {"paradigm": "fakelin", "start": 0.0, "stop": 1.5, "step": 0.25}},
+    })
+    return cfg, reg, TwoDomains(), ids
+
+
+def strategies():
+    import mmgrid.sweep.rolling as R
+
+    return [s for s in R.available() if s.name in ("latest", "lambda*_past", "lambda_mean_past", "magmax")]
+
+
+def test_timeline_deploys_each_period_on_the_next_window(rolling_grid):
+    import mmgrid.sweep.rolling as R
+
+    cfg = rolling_grid[0]
+    assert R.timeline(cfg) == (STAGES, ["q2", "q3", "q4", "test"])
+
+
+def test_lambda_from_the_past_matches_the_hand_computed_case(rolling_grid):
+    import mmgrid.sweep.rolling as R
+
+    cfg, reg, prepared, ids = rolling_grid
+    seen: list = []
+    study = R.run_rolling(cfg, reg, prepared, R.RollingOptions(strategies(), window_evaluator(seen)))
+    rows = study.rows[study.rows["metric"] == "ndcg@10"]
+    lam = reg.results(study=R.STUDY, strategy="lambda*_past", group="all", metric="ndcg@10")
+    dep = lam[lam["deploy"].astype(bool) & (lam["domain"] == "A")]
+    # t = 1 (q1): no earlier pair, lambda = 1; from t = 2 on: lambda*_{t-1} = 1.5 (hand-computed above)
+    assert sorted(zip(dep["deployed_at"], dep["lambda"])) == [("q1", 1.0), ("q2", 1.5), ("q3", 1.5), ("q4", 1.5)]
+    # lambda 1.5 on (theta_{t-1}, theta_t) = (t + 0.5) ones: exactly the next window's peak, metric 1;
+    # latest = t ones: 1 / (1 + 4 * 0.25) = 0.5
+    a = rows[(rows["domain"] == "A") & (rows["window"] == "q3")].set_index("strategy")
+    assert a.loc["lambda*_past", "mean"] == pytest.approx(1.0, rel=1e-6)
+    assert a.loc["latest", "mean"] == pytest.approx(0.5, rel=1e-6)
+    assert a.loc["lambda*_past", "diff"] == pytest.approx(0.5, rel=1e-6)
+    pooled = rows[(rows["domain"] == "all") & (rows["window"] == "all")].set_index("strategy")
+    assert pooled.loc["latest", "diff"] == 0.0 and np.isnan(pooled.loc["latest", "p"])
+    # pooled over the 4 windows x 2 domains: (0.5 + 3 x 1.0) / 4 vs 0.5
+    assert pooled.loc["lambda*_past", "mean"] == pytest.approx(0.875, rel=1e-6)
+    others = rows[rows["p"].notna()]
+    assert (others["p_holm"] >= others["p"] - 1e-12).all()
+    assert study.verdicts[R.CLAIM_PAST][0] == "holds"
+    assert R.CLAIM_BEST in study.verdicts
+    # the accuracy matrix: latest's R[i, j] = 1 / (1 + 4 (i - (j - 0.5))^2) over the windows q1..q4
+    m = study.matrices[("A", "latest")]
+    assert m["windows"] == ["q1", "q2", "q3", "q4"]
+    R_hand = np.array([[1 / (1 + 4 * (i - (j - 0.5)) ** 2) for j in range(1, 5)] for i in range(1, 5)])
+    assert np.allclose(m["R"], R_hand, rtol=1e-6)
+    assert m["bwt"] == pytest.approx(np.mean([R_hand[3, i] - R_hand[i, i] for i in range(3)]), rel=1e-6)
+    assert "lambda*_past" in R.render(study)
+    # cached by recipe: a second run evaluates nothing
+    assert R.evaluate_rolling(cfg, reg, prepared, R.RollingOptions(strategies(), window_evaluator([]))) == 0
+
+
+def test_a_deployment_never_reads_a_checkpoint_or_window_after_it(rolling_grid):
+    import mmgrid.sweep.rolling as R
+
+    cfg, reg, prepared, ids = rolling_grid
+    touched: list = []
+    R.evaluate_domain(cfg, reg, prepared, "A", cfg.train.seed, R.RollingOptions(
+        strategies(), window_evaluator([]), watch=lambda t, what, v: touched.append((t, what, v))))
+    assert {t for t, _, _ in touched} == {1, 2, 3, 4}
+    for t, what, v in touched:
+        if what == "checkpoint":
+            assert v in [ids[("A", s)] for s in STAGES[: t + 1]], (t, v)
+        else:
+            assert v in STAGES[: t + 1], (t, v)
+    # and a look-ahead is refused outright
+    past = R.Past([ids[("A", s)] for s in STAGES], STAGES, 2, lambda w, s: 0.0, reg)
+    with pytest.raises(MmgridError, match="after it"):
+        past.checkpoint(3)
+    with pytest.raises(MmgridError, match="after it"):
+        past.score("q3", {})
+
+
+def test_later_checkpoints_poisoned_change_no_earlier_deployment(rolling_grid, tmp_path):
+    """Deployments at t = 1, 2 are the same whether the later checkpoints are the real ones or garbage."""
+    import mmgrid.sweep.rolling as R
+
+    cfg, reg, prepared, ids = rolling_grid
+    R.evaluate_domain(cfg, reg, prepared, "A", cfg.train.seed, R.RollingOptions(strategies(), window_evaluator([]),
+                                                                               matrix=False))
+    first = reg.results(study=R.STUDY, domain="A", metric="ndcg@10")
+    # a second registry: the same q0..q2, then poisoned q3, q4
+    reg2 = Registry.open(tmp_path / "reg2", durable=False)
+    prev, role = reg2.put({"w": torch.zeros(4), "b": torch.zeros(())}, {"paradigm": "fakelin", "domain": "A",
+                                                                        "period": "base"}, "base"), "init"
+    for k, period in enumerate(STAGES):
+        w = torch.full((4,), float(k)) if k <= 2 else torch.full((4,), 1e3)
+        prev = reg2.put({"w": w, "b": torch.tensor(0.5)}, {"paradigm": "fakelin", "domain": "A", "period": period},
+                        "trained", parents=[(prev, role)], params={"stage": period})
+        role = "previous_stage"
+    cfg2 = build(GridConfig, {**cfg.to_dict(), "registry": str(tmp_path / "reg2")})
+    R.evaluate_domain(cfg2, reg2, prepared, "A", cfg.train.seed, R.RollingOptions(strategies(), window_evaluator([]),
+                                                                                 matrix=False))
+    second = reg2.results(study=R.STUDY, domain="A", metric="ndcg@10")
+    key = ["strategy", "deployed_at", "window"]
+    a = first[first["t"].isin([1, 2])].set_index(key)["value"].sort_index()
+    b = second[second["t"].isin([1, 2])].set_index(key)["value"].sort_index()
+    assert len(a) > 0 and a.index.equals(b.index) and np.allclose(a.to_numpy(), b.to_numpy(), rtol=1e-9)
+    later = second[second["t"] == 3].set_index(key)["value"].sort_index()
+    assert not np.allclose(later.to_numpy(), first[first["t"] == 3].set_index(key)["value"].sort_index().to_numpy())
+
+
+def test_a_grid_too_short_to_roll_is_a_named_error(rolling_grid):
+    import mmgrid.sweep.rolling as R
+    from mmgrid.errors import ConfigError
+
+    cfg = rolling_grid[0]
+    short = build(GridConfig, {**cfg.to_dict(), "train": {"stages": ["pretrain", "q1"],
+                                                          "epochs": {"pretrain": 1, "q1": 1}}})
+    with pytest.raises(ConfigError, match="at least two incremental periods"):
+        R.timeline(short)
+    last = build(GridConfig, {**cfg.to_dict(), "data": {"phases": {k: v for k, v in PHASES.items() if k != "test"}}})
+    with pytest.raises(ConfigError, match="no window after stage 'q4'"):
+        R.timeline(last)
+
+
+def test_the_report_section_and_the_grid_api(rolling_grid, tmp_path):
+    import mmgrid.sweep.rolling as R
+    from mmgrid.query import Grid
+    from mmgrid.sweep.report_rolling import TITLE, rolling_html, rolling_markdown
+
+    cfg, reg, prepared, _ = rolling_grid
+    study = R.run_rolling(cfg, reg, prepared, R.RollingOptions(strategies(), window_evaluator([])))
+    lines, figs = rolling_markdown(study, tmp_path)
+    assert sorted(figs) == ["rolling_curves.png", "rolling_matrix.png"]
+    assert all((tmp_path / f).stat().st_size > 1000 for f in figs)
+    text = "\n".join(lines)
+    assert R.CLAIM_PAST in text and "| lambda*_past |" in text and "BWT" in text
+    assert TITLE == "Deployment over time" and "rolling-curves" in rolling_html(study)
+    got = Grid.open(reg.root).rolling(paradigm="fakelin")
+    assert set(got.rows["strategy"]) == set(study.rows["strategy"])
+    assert got.verdicts[R.CLAIM_PAST][0] == study.verdicts[R.CLAIM_PAST][0]
+
+
+def test_a_shared_first_stage_is_read_from_the_first_seed(rolling_grid, tmp_path):
+    """train.shared_stages: [pretrain] trains theta_0 once, on the first seed; seed 1's replicate rolls from it
+    (there is no seed-1 pretrain checkpoint to find)."""
+    import mmgrid.sweep.rolling as R
+
+    cfg, _, prepared, _ = rolling_grid
+    reg = Registry.open(tmp_path / "seeds", durable=False)
+    base = reg.put({"w": torch.zeros(4), "b": torch.zeros(())}, {"paradigm": "fakelin", "domain": "A",
+                                                                 "period": "base"}, "base")
+    pre = reg.put({"w": torch.zeros(4), "b": torch.tensor(0.5)}, {"paradigm": "fakelin", "domain": "A",
+                                                                  "period": "pretrain"}, "trained",
+                  parents=[(base, "init")], params={"stage": "pretrain"}, seed=0)
+    for seed in (0, 1):
+        prev = pre
+        for k, period in enumerate(STAGES[1:], 1):
+            prev = reg.put({"w": torch.full((4,), float(k + seed)), "b": torch.tensor(0.5)},
+                           {"paradigm": "fakelin", "domain": "A", "period": period}, "trained",
+                           parents=[(prev, "previous_stage")], params={"stage": period, "s": seed}, seed=seed)
+    d = cfg.to_dict()
+    two = build(GridConfig, {**d, "registry": str(tmp_path / "seeds"),
+                             "train": {**d["train"], "seeds": [0, 1], "shared_stages": ["pretrain"]}})
+    touched: list = []
+    R.evaluate_domain(two, reg, prepared, "A", 1, R.RollingOptions(strategies(), window_evaluator([]), matrix=False,
+                                                                  watch=lambda t, w, v: touched.append((w, v))))
+    assert ("checkpoint", pre) in touched
