@@ -51,12 +51,17 @@ if want gpu_check; then  # the paper-scale path on CUDA; without a GPU its dry r
   step gpu_check env PYTHON="$PY" bash bench/gpu_check.sh "${GPU[@]}"
 fi
 step rolling_cost "$PY" bench/rolling_cost.py --out "$C/rolling_cost"
+step plan "$PY" bench/plan.py  # the demo's predicted stage times against measured ones
 
 # studies (trained checkpoints and replicate worlds from the cache). The two calibration variants measure
 # lambda*'s coverage against the configuration's value (lambda_population=config), as they were recorded.
 NOTE="by bench/run_all.sh: the runs this record reads were re-used from the cache folder by recipe where they were there \
 (how and how long they were computed: the earlier records below), and computed here where they were not"
 step paradigms "$PY" bench/paradigms.py --budget 1500 6000 --out "$C/paradigms"
+# MovieLens-100K (RecBole 1.2.1's files, fetched from PyPI by `mmgrid fetch-ml100k`): every paradigm against SASRec
+step paradigms bash -c "\"$PY\" -m mmgrid fetch-ml100k && \"$PY\" -m mmgrid prepare grids/ml100k.yaml && \"$PY\" bench/paradigms.py \
+  --grid grids/ml100k.yaml --seeds 0 1 2 --paradigms sasrec semid text --arm id10=emb:id_embeddings=true,id_scale=10 \
+  --out \"$C/ml100k\" --targets --as emb=id10 --record ml100k"
 step paradigms "$PY" bench/paradigms.py --preset dense_short_text amazon_table1 --paradigms emb sasrec \
   --arm emb-id=emb:id_embeddings=true,id_scale=10 --out "$C/paradigms" --record paradigms_emb_id
 step paradigms "$PY" bench/paradigms.py --valid --preset amazon_table1 dense_short_text default \

@@ -547,10 +547,10 @@ case("cli: validate semid levels -1", "cli", _cli("validate", "demo", "paradigm_
 case("cli: build text num_beams 0", "cli", _cli("build", "demo", "paradigm_params.text.num_beams=0", *_OUT), CLI,
      r"paradigm_params\.text\.num_beams", "0 is out of range", "accepted: an integer >= 1")
 case("cli: python -m mmgrid validate batch_size 0", "cli", _subprocess("validate", "demo", "train.batch_size=0"),
-     CLI, r"train\.batch_size", "0 is out of range", "accepted: >= 1")
+     CLI, r"train\.batch_size", "0 is out of range", r"accepted: in \[1, ")
 case("cli: python -m mmgrid build lr 1e-4 with epochs -2", "cli",
      _subprocess("build", "demo", "train.lr=1e-4", "train.epochs.p1=-2", *_OUT), CLI, r"train\.epochs\.p1",
-     "-2 is out of range", "accepted: >= 0")
+     "-2 is out of range", r"accepted: in \[0, ")
 
 
 # ----------------------------------------------------------------------------- round 3: what a YAML file, a study's
@@ -605,7 +605,7 @@ def _run_folder(text: str, *argv: str) -> Callable[[Path], Callable[[], Any]]:
 
 case("cli: run file with a list for its registry", "cli",
      _run_folder("registry: [a, b]\n", "query", "--registry", "{tmp}/run"), CLI, r"mmgrid-run\.yaml",
-     "registry must be a path.*list", "write one folder")
+     r"registry must be a path \(a string\), not \['a', 'b'\]", "write the folder's path")
 case("cli: run file alias bomb", "cli", _run_folder(BOMB, "query", "--registry", "{tmp}/run"), CLI,
      r"mmgrid-run\.yaml", "expands to more than", "fewer aliases")
 for _stat, _what in (("avg_gap_days=nan", r"avg_gap_days=nan"), ("avg_gap_days=1e308", r"avg_gap_days=1e\+308"),

@@ -130,6 +130,15 @@ def _stored(reg: Path) -> dict[str, Any]:
     return out
 
 
+def _field_diff(a: Any, b: Any, path: str = "") -> str:
+    """The first field where two parsed manifests differ, with both values (for the failure message)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return _field_diff(a.get(k), b.get(k), f"{path}.{k}")
+    return f"{path or '.'}: {str(a)[:200]} != {str(b)[:200]}"
+
+
 def _index_rows(reg: Path) -> dict[str, list[tuple]]:
     con = sqlite3.connect(reg / "index.sqlite")
     try:
@@ -180,7 +189,8 @@ def test_killed_and_resumed_build_stores_the_same_bytes(reference, point: str, s
     got = _stored(reg_root)
     assert got.keys() == ref_files.keys()
     differ = [k for k in got if got[k] != ref_files[k]]
-    assert not differ, f"stored bytes differ after a kill at {point} #{skip + 1}: {differ[:5]}"
+    assert not differ, f"stored bytes differ after a kill at {point} #{skip + 1}: {differ[:5]}: " + "; ".join(
+        f"{k}: {_field_diff(got[k], ref_files[k])}" for k in differ[:3])
     assert _index_rows(reg_root) == ref_rows
 
     reg = Registry.open(reg_root)

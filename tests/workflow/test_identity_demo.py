@@ -32,12 +32,12 @@ def test_building_the_quick_demo_again_trains_nothing(quick_demo: Path, tmp_path
 
 
 def test_a_registry_with_duplicate_coordinates_runs_every_study(quick_demo: Path, tmp_path: Path) -> None:
-    from mmgrid.config import load_grid
+    from mmgrid.config.runfile import load_run
     from mmgrid.registry import Registry
     from mmgrid.runtime.context import forget
 
     run = _copy(quick_demo, tmp_path / "q")
-    cfg = load_grid(str(run / "mmgrid-run.yaml"))
+    cfg = load_run(run / "mmgrid-run.yaml")
     forget()
     reg = Registry.open(run / "registry")
     mapping = put_under_identity_v1(cfg, reg, reg)  # stored after the demo's own: the newest by coordinates
