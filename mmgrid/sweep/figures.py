@@ -17,7 +17,7 @@ BASE_STYLE = {"original": ("tab:gray", "Original base"), "historical": ("tab:ora
               "neutral": ("tab:purple", "Neutral base"), "none": ("black", "No base")}
 
 
-def _plt():
+def pyplot():
     # lazy: matplotlib (~0.9 s measured) and its Agg backend only once a figure is drawn, so that
     # importing the studies neither pays for it nor switches a notebook's backend
     import matplotlib
@@ -29,7 +29,7 @@ def _plt():
 
 
 def _grid(n: int, ncols: int = 3, size: tuple[float, float] = (4.0, 3.2)):
-    plt = _plt()
+    plt = pyplot()
     ncols = max(1, min(ncols, n))
     nrows = int(np.ceil(n / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(size[0] * ncols, size[1] * nrows), squeeze=False)
@@ -38,12 +38,13 @@ def _grid(n: int, ncols: int = 3, size: tuple[float, float] = (4.0, 3.2)):
     return fig, list(axes.flat[:n])
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (folders made), then close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    _plt().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -99,7 +100,7 @@ def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric
         ax.set_xlabel("lambda_temp")
         ax.set_ylabel(f"{metric.upper()} (%)")
     handles, labels = axes[0].get_legend_handles_labels()
-    from matplotlib.lines import Line2D  # lazy: matplotlib is imported only once a figure is drawn (_plt)
+    from matplotlib.lines import Line2D  # lazy: matplotlib is imported only once a figure is drawn (pyplot)
 
     for g, (ls, name) in STAR_STYLE.items():
         handles.append(Line2D([], [], color=GROUP_STYLE[g][0], ls=ls, lw=1.4))
@@ -114,7 +115,7 @@ def figure5_lambda(curves: pd.DataFrame, stars: pd.DataFrame, path: Path, metric
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout(rect=(0, 0.1, 1, 0.92))
     fig.savefig(path, dpi=110)
-    _plt().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -136,7 +137,7 @@ def figure2_norms(norms: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel("||tau||_1")
     axes[0].legend(fontsize=8)
     fig.suptitle("Task-vector L1 norm vs. start model", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def figure3_heatmaps(rel: pd.DataFrame, path: Path) -> Path:
@@ -144,7 +145,7 @@ def figure3_heatmaps(rel: pd.DataFrame, path: Path) -> Path:
 
     One panel per (paradigm, method); ``rel`` holds the merged rows with ``rel_change``.
     """
-    plt = _plt()
+    plt = pyplot()
     panels = list(dict.fromkeys(zip(rel["paradigm"], rel["method"])))
     fig, axes = _grid(len(panels), ncols=3, size=(4.2, 3.8))
     for ax, (p, m) in zip(axes, panels):
@@ -166,7 +167,7 @@ def figure3_heatmaps(rel: pd.DataFrame, path: Path) -> Path:
         ax.set_title(f"{p} / {m}", fontsize=9)
         plt.colorbar(im, ax=ax, fraction=0.046, label="% change vs own t2")
     fig.suptitle("% change vs. each domain's own t2 checkpoint", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def figure4_alpha(rel: pd.DataFrame, path: Path, errors: pd.DataFrame | None = None) -> Path:
@@ -203,7 +204,7 @@ def figure4_alpha(rel: pd.DataFrame, path: Path, errors: pd.DataFrame | None = N
         ax.set_ylabel("joint % change (95% interval)")
         ax.legend(fontsize=7)
     fig.suptitle("Cross-domain merging with different bases (Eq. 7-8)", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def regression_plot(table: pd.DataFrame, feature: str, path: Path, loo: pd.DataFrame | None = None,
@@ -212,7 +213,7 @@ def regression_plot(table: pd.DataFrame, feature: str, path: Path, loo: pd.DataF
 
     ``table`` with ``ci_low`` / ``ci_high`` draws lambda*'s 95% interval as error bars.
     """
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     x, y = table[feature].to_numpy(float), table["lambda_star"].to_numpy(float)
     ax.scatter(x, y, color="tab:red", zorder=3, label="lambda* (non-active)")
@@ -232,7 +233,7 @@ def regression_plot(table: pd.DataFrame, feature: str, path: Path, loo: pd.DataF
     ax.set_ylabel("lambda*")
     ax.set_title(f"Spearman rho = {rho:.2f}")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def pareto_orbit(points: pd.DataFrame, path: Path) -> Path:
@@ -243,7 +244,7 @@ def pareto_orbit(points: pd.DataFrame, path: Path) -> Path:
     collide); the unregularized variant (regularizer ``none``) is the filled circle, and a dotted
     line marks retention 1 (the start model's own text ability).
     """
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.4, 4.2))
     markers = {"none": "o", "l2_init": "s", "soup_to_go": "^", "orbit": "*"}
     colors = plt.get_cmap("tab10")
@@ -271,7 +272,7 @@ def pareto_orbit(points: pd.DataFrame, path: Path) -> Path:
         "text_retention_low", pd.Series(dtype=float)).notna().any() else " (no interval recorded)"))
     ax.set_ylabel("Recall@10 (%), 95% interval")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

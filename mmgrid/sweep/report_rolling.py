@@ -13,28 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmgrid.sweep.figures import pyplot, save_figure
 from mmgrid.sweep.rolling import REFERENCE, RollingStudy, render, rolling_study
 
 TITLE = "Deployment over time"
-
-
-def _pyplot():
-    # lazy: matplotlib and its Agg backend only once a figure is drawn (as mmgrid.sweep.figures)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: as matplotlib above
-
-    return plt
-
-
-def _saved(fig: Any, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
-    return path
 
 
 def _curves(study: RollingStudy, metric: str) -> pd.DataFrame:
@@ -45,7 +27,7 @@ def _curves(study: RollingStudy, metric: str) -> pd.DataFrame:
 def curve_figure(study: RollingStudy, path: Path, metric: str | None = None) -> Path:
     """Each strategy's metric (in %) on the window it was deployed on, every domain's users pooled, 95% band."""
     metric = metric or study.metric
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.0))
     c = _curves(study, metric)
     x = np.arange(len(study.windows))
@@ -58,7 +40,7 @@ def curve_figure(study: RollingStudy, path: Path, metric: str | None = None) -> 
     ax.set_xlabel("window deployed on (the period after the one trained)")
     ax.set_ylabel(f"{metric} (%)")
     ax.legend(fontsize=7, ncol=2)
-    return _saved(fig, path)
+    return save_figure(fig, path)
 
 
 def matrix_figure(study: RollingStudy, path: Path, strategy: str = REFERENCE) -> Path | None:
@@ -67,7 +49,7 @@ def matrix_figure(study: RollingStudy, path: Path, strategy: str = REFERENCE) ->
     if not ms:
         return None
     R = np.mean([np.array(m["R"]) for m in ms], axis=0) * 100
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.2 * R.shape[1] + 2.5, 1.0 * R.shape[0] + 1.5))
     im = ax.imshow(R, cmap="viridis")
     for i in range(R.shape[0]):
@@ -78,7 +60,7 @@ def matrix_figure(study: RollingStudy, path: Path, strategy: str = REFERENCE) ->
     ax.set_xlabel("evaluated on window j")
     ax.set_ylabel("deployed after period i")
     fig.colorbar(im, ax=ax, label=f"{study.metric} (%)")
-    return _saved(fig, path)
+    return save_figure(fig, path)
 
 
 def rolling_markdown(study: RollingStudy, out: Path) -> tuple[list[str], list[str]]:
