@@ -35,7 +35,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "mmgrid"
 
-# The table of /work/wt/LAYERS.md and docs/architecture.md, bottom up: (layer, ranks, independent).
+# The layer table of docs/architecture.md, bottom up: (layer, ranks, independent).
 # Each rank is a list of units (a package or a root module); within a layer a later rank may
 # import an earlier one ("registry, then exec"), never the reverse. Units of an independent
 # layer (the "run" layer) do not import each other.
@@ -531,7 +531,7 @@ def test_the_one_home_check_catches_a_second_definition(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- interfaces
 
-# STYLE.md 12-13: a function past ~8 parameters is asking for a typed record; a function returns
+# A function past ~8 parameters is asking for a typed record; a function returns
 # a value or raises a named error, never {"error": ...} where a value belongs; a module that needs
 # another's private name shows a split in the wrong place. Modules are split by concept, not at a
 # line count (there is no line limit). Each allowed exception says why.
@@ -590,7 +590,7 @@ def check_interfaces(root: Path) -> Interfaces:
 def test_functions_take_a_handful_of_parameters_and_return_values_not_errors() -> None:
     found = check_interfaces(ROOT)
     assert {k: n for k, n in found.many_params.items() if k not in PARAMS_ALLOWED} == {}, \
-        f"more than {MAX_PARAMS} parameters: pass a typed record (STYLE.md 13)"
+        f"more than {MAX_PARAMS} parameters: pass a typed record"
     assert found.error_values == [], "return a value or raise a named error, never {'error': ...}"
     assert [k for k in PARAMS_ALLOWED if k not in found.many_params] == [], "an allowed exception no longer needed"
 

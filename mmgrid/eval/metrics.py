@@ -1,4 +1,4 @@
-"""Top-K ranking metrics: pure functions on ranked item lists (STYLE.md 8).
+"""Top-K ranking metrics: pure functions on ranked item lists.
 
 With one held-out target per example (next-item prediction, as in MMGRid section 4.1
 and the Orbit paper section 5.2):

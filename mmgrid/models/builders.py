@@ -1,4 +1,4 @@
-"""Named tiny base builders with literal sizes (STYLE.md 6).
+"""Named tiny base builders with literal sizes.
 
 A grid YAML names a builder as ``base.model: tiny_qwen3()``; :func:`get_builder` is the
 one place that knows them all. Each builder returns a freshly initialised

@@ -1,4 +1,4 @@
-"""The training loop: one function, read top to bottom (STYLE.md 7).
+"""The training loop: one function, read top to bottom.
 
 ``train_stage`` trains a model on a list of examples for a fixed number of epochs with
 AdamW at a fixed learning rate, seeded. Batches come from ``task.collate``, the loss from
