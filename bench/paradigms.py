@@ -115,7 +115,7 @@ def parse_rank_arms(specs: list[str], taken: set[str]) -> dict[str, tuple[str, d
 
 def grid_config(args: argparse.Namespace, seed: int, paradigm: str, extra: list[str] = ()):
     """The demo grid (default variant only) for this preset, budget, seed and paradigm."""
-    from mmgrid.demo import demo_config
+    from mmgrid.cli.demo import demo_config
 
     mode = "valid" if args.valid else "test"
     out = Path(args.out) / args.preset

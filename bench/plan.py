@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-QUICK = [  # mmgrid.demo.QUICK_OVERRIDES' training part
+QUICK = [  # mmgrid.cli.demo.QUICK_OVERRIDES' training part
     "world.n_domains=2", "world.scale=0.5", "data.lm_text_docs=1500", "base.lm_epochs=1",
     "train.epochs={pretrain: 1, p1: 1, p2: 1}", "train.max_examples=256", "train.seeds=[0, 1]",
     "exec.workers=1", "train.threads=1",

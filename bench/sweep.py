@@ -26,7 +26,7 @@ from pathlib import Path
 
 
 def _config(argv: list[str]):
-    from mmgrid.demo import demo_config
+    from mmgrid.cli.demo import demo_config
 
     if argv and not argv[0].count("="):
         from mmgrid.config import load_grid

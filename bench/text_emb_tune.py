@@ -81,7 +81,7 @@ def main() -> int:
 
     from mmgrid.data.pipeline import prepare
     from mmgrid.data.world_files import write_world
-    from mmgrid.demo import demo_config
+    from mmgrid.cli.demo import demo_config
     from mmgrid.eval.ranking import Evaluator
     from mmgrid.paradigms import get_paradigm
     from mmgrid.runtime.context import open_prepared, open_registry

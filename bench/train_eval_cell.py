@@ -50,7 +50,7 @@ def _imports():
         set_quiet(True)
     except ImportError:
         pass
-    from mmgrid.demo import demo_config
+    from mmgrid.cli.demo import demo_config
     from mmgrid.eval.ranking import Evaluator
     from mmgrid.paradigms import get_paradigm
     from mmgrid.train.loop import train_stage

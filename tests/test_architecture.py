@@ -25,6 +25,7 @@ import (``test_checker_reports_each_kind_of_violation``).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -35,12 +36,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "mmgrid"
 
-# The layer table of docs/architecture.md, bottom up: (layer, ranks, independent).
+# The layer table of docs/architecture.md, bottom up: (layer, ranks, independent); the doc's
+# table is parsed and must say the same (test_the_doc_table_is_this_table_and_matches_the_tree).
 # Each rank is a list of units (a package or a root module); within a layer a later rank may
 # import an earlier one ("registry, then exec"), never the reverse. Units of an independent
-# layer (the "run" layer) do not import each other.
+# layer (the "run" layer) do not import each other. The root package ``mmgrid`` (its
+# ``__init__`` only) is the top layer: it re-exports ``Registry`` lazily, and nothing imports it.
 LAYERS: list[tuple[str, list[list[str]], bool]] = [
-    ("foundation", [["mmgrid", "mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats"]], False),
+    ("foundation", [["mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats",
+                     "mmgrid.cliargs"]], False),
     ("data", [["mmgrid.data"]], False),
     ("storage", [["mmgrid.registry"], ["mmgrid.exec"]], False),
     ("merging", [["mmgrid.merge"]], False),
@@ -48,14 +52,9 @@ LAYERS: list[tuple[str, list[list[str]], bool]] = [
     ("runtime", [["mmgrid.runtime"]], False),
     ("run", [["mmgrid.train", "mmgrid.eval"]], True),
     ("studies", [["mmgrid.sweep"], ["mmgrid.query"]], False),
-    ("entry", [["mmgrid.cliargs", "mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.rehearse", "mmgrid.validate", "*.commands"]], False),
+    ("entry points", [["mmgrid.validate"], ["mmgrid.cli", "mmgrid.__main__"]], False),
+    ("package root", [["mmgrid"]], False),
 ]
-
-# Imports the table allows although they point up: (importer, imported) -> why.
-ALLOWED_EDGES: dict[tuple[str, str], str] = {
-    ("mmgrid", "mmgrid.registry.api"): "the public `from mmgrid import Registry`, resolved on first attribute "
-                                       "access (PEP 562): nothing imports it while mmgrid is imported",
-}
 
 LAZY_MARKER = "# lazy:"
 
@@ -179,29 +178,21 @@ def _level(module: str, layers: list[tuple[str, list[list[str]], bool]]) -> tupl
     for li, (_, ranks, independent) in enumerate(layers):
         for ri, units in enumerate(ranks):
             for unit in units:
-                if unit == "*.commands":
-                    hit = module.endswith(".commands")
-                    length = 10**6  # the entry layer wins for every package's commands module
-                elif "." not in unit:  # the root package: its __init__ only
-                    hit, length = module == unit, len(unit)
+                if "." not in unit:  # the root package: its __init__ only
+                    hit = module == unit
                 else:
-                    hit, length = module == unit or module.startswith(unit + "."), len(unit)
-                if hit and (best is None or length > best[0]):
-                    best = (length, (li, ri, module if unit == "*.commands" else unit, independent))
+                    hit = module == unit or module.startswith(unit + ".")
+                if hit and (best is None or len(unit) > best[0]):
+                    best = (len(unit), (li, ri, unit, independent))
     return None if best is None else best[1]
 
 
 def _node_in(package: str, module: str) -> str | None:
-    """The module of ``package`` that ``module`` belongs to (itself, or the subpackage holding it).
-
-    A ``commands`` module deeper down is on the entry layer, not part of its folder's
-    subpackage, so it is no node of the parent's graph (None).
-    """
+    """The module of ``package`` that ``module`` belongs to (itself, or the subpackage holding it)."""
     if module == package:
         return package
     if module.startswith(package + "."):
-        node = package + "." + module[len(package) + 1:].split(".")[0]
-        return None if node != module and module.endswith(".commands") else node
+        return package + "." + module[len(package) + 1:].split(".")[0]
     return None
 
 
@@ -257,10 +248,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def check(root: Path, layers: list[tuple[str, list[list[str]], bool]] = LAYERS,
-          allowed: dict[tuple[str, str], str] | None = None) -> Report:
-    """Check the package at ``root`` against ``layers``; see the module docstring for the rules."""
-    allowed = ALLOWED_EDGES if allowed is None else allowed
+def check(root: Path, layers: list[tuple[str, list[list[str]], bool]] = LAYERS) -> Report:
+    """Check the package at ``root`` against ``layers``; see the module docstring for the rules
+    (no import is let through: the table has no exceptions)."""
     mods = _modules(root)
     known = set(mods)
     rep = Report()
@@ -270,7 +260,7 @@ def check(root: Path, layers: list[tuple[str, list[list[str]], bool]] = LAYERS,
             if imp.in_function and not imp.marked:
                 rep.unmarked.append((mod, imp.line, imp.target))
             target = _known_target(imp.target, known)
-            if target is None or target == mod or (mod, target) in allowed:
+            if target is None or target == mod:
                 continue
             edges.append((mod, target))
             src, dst = _level(mod, layers), _level(target, layers)
@@ -304,6 +294,71 @@ def test_every_package_is_on_a_layer() -> None:
     assert [m for m, lv in placed.items() if lv is None] == []
 
 
+# --------------------------------------------------------------------------- the doc's layer table
+
+DOC = ROOT.parent / "docs" / "architecture.md"
+
+
+def doc_layers(text: str) -> list[tuple[str, list[list[str]], bool]]:
+    """The layer table of docs/architecture.md (the table under ``## The layers``), bottom up, in
+    :data:`LAYERS`' form. A row is ``| N name | units | what it is |``: the units are the
+    backticked ``mmgrid...`` names of the second cell outside parentheses, ``then`` starts the
+    next rank, and ``siblings`` marks an independent layer. Rows must be numbered 0, 1, ... from
+    the bottom."""
+    lines = text.split("\n## The layers", 1)[1].splitlines()
+    rows = []
+    for line in lines[1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|") and not line.startswith("|---") and not line.startswith("| layer"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows and not line.startswith("|"):
+            break
+    out = []
+    for number, (head, units, _) in enumerate(reversed(rows)):
+        index, _, name = head.partition(" ")
+        assert index == str(number), f"layer {head!r}: rows are numbered 0, 1, ... from the bottom"
+        plain = re.sub(r"\([^)]*\)", "", units)
+        ranks = [re.findall(r"`(mmgrid[\w.]*)`", part) for part in re.split(r"\bthen\b", plain)]
+        out.append((name, [r for r in ranks if r], "siblings" in units))
+    return out
+
+
+def table_problems(layers: list[tuple[str, list[list[str]], bool]], root: Path) -> list[str]:
+    """Where a layer table and the package at ``root`` disagree: a unit the table names that is no
+    module or package there, or a module that no unit holds."""
+    mods = _modules(root)
+    problems = [f"the table names {unit}, which is not in {root.name}/" for _, ranks, _ in layers
+                for units in ranks for unit in units
+                if not any(m == unit or ("." in unit and m.startswith(unit + ".")) for m in mods)]
+    problems += [f"{m} is on no layer of the table" for m in mods if _level(m, layers) is None]
+    return problems
+
+
+def test_the_doc_table_is_this_table_and_matches_the_tree() -> None:
+    layers = doc_layers(DOC.read_text())
+    assert layers == LAYERS, "docs/architecture.md's layer table and LAYERS must say the same"
+    assert table_problems(layers, ROOT) == []
+
+
+def test_the_doc_table_check_catches_a_stale_table(tmp_path: Path) -> None:
+    doc = ("# x\n\n## The layers\n\n| layer | packages / modules | what it is |\n|---|---|---|\n"
+           "| 2 top | `mmgrid.cli`, `mmgrid.gone` | the command (`mmgrid.cli.x` in parentheses is no unit) |\n"
+           "| 1 run | `mmgrid.train`, `mmgrid.eval` (siblings: neither imports the other) | - |\n"
+           "| 0 base | `mmgrid.errors`, then `mmgrid.config` (root `__init__`, `mmgrid.other`) | - |\n\nText.\n")
+    layers = doc_layers(doc)
+    assert layers == [("base", [["mmgrid.errors"], ["mmgrid.config"]], False),
+                      ("run", [["mmgrid.train", "mmgrid.eval"]], True), ("top", [["mmgrid.cli", "mmgrid.gone"]], False)]
+    _write(tmp_path, {"mmgrid/__init__.py": "", "mmgrid/errors.py": "", "mmgrid/config/__init__.py": "",
+                      "mmgrid/train/__init__.py": "", "mmgrid/eval/x.py": "", "mmgrid/cli/__init__.py": "",
+                      "mmgrid/new.py": ""})
+    assert table_problems(layers, tmp_path / "mmgrid") == [
+        "the table names mmgrid.gone, which is not in mmgrid/", "mmgrid is on no layer of the table",
+        "mmgrid.new is on no layer of the table"]
+    with pytest.raises(AssertionError, match="numbered"):
+        doc_layers(doc.replace("| 2 top", "| 3 top"))
+
+
 def test_imports_point_down_without_cycles_and_lazy_imports_are_marked() -> None:
     assert [msg for _, msg in check(ROOT).lines()] == []
 
@@ -330,7 +385,8 @@ def test_checker_reports_each_kind_of_violation(tmp_path: Path) -> None:
                                   "def f():\n    from mmgrid.train import loop\n"  # cycle + unmarked
                                   "def g():\n    # lazy: torch (~2.5 s) kept out of --help\n"
                                   "    import os\n    import sys\n"),  # marked block
-        "mmgrid/train/commands.py": "from mmgrid.eval import grid\n",  # entry layer: fine
+        "mmgrid/cli/__init__.py": "",
+        "mmgrid/cli/train.py": "from mmgrid.eval import grid\nfrom mmgrid.train import loop\n",  # entry layer: fine
         "mmgrid/eval/__init__.py": "",
         "mmgrid/eval/grid.py": "from mmgrid.train.loop import step  # sibling on the run layer\n",
         "mmgrid/registry/__init__.py": "",
@@ -364,9 +420,10 @@ def test_a_cycle_through_a_package_init_counts(tmp_path: Path) -> None:
     assert rep.upward == [] and rep.unmarked == []
 
 
-@pytest.mark.parametrize("module, layer", [("mmgrid", "foundation"), ("mmgrid.config.grid", "foundation"),
-                                           ("mmgrid.runtime.plan", "runtime"), ("mmgrid.eval.commands", "entry"),
-                                           ("mmgrid.train.stage", "run"), ("mmgrid.demo", "entry")])
+@pytest.mark.parametrize("module, layer", [("mmgrid", "package root"), ("mmgrid.config.grid", "foundation"),
+                                           ("mmgrid.cliargs", "foundation"), ("mmgrid.runtime.plan", "runtime"),
+                                           ("mmgrid.cli.eval", "entry points"), ("mmgrid.train.stage", "run"),
+                                           ("mmgrid.cli.demo", "entry points"), ("mmgrid.validate", "entry points")])
 def test_the_table_places_modules_where_layers_md_says(module: str, layer: str) -> None:
     assert LAYERS[_level(module, LAYERS)[0]][0] == layer
 

@@ -42,8 +42,9 @@ def test_report_takes_overrides_after_out(tmp_path, capsys: pytest.CaptureFixtur
 
 
 def test_no_module_imports_back_from_cli() -> None:
-    """`mmgrid.cli` loads the command modules; they (and everything else but `__main__`) take
-    shared helpers from `mmgrid.cliargs`, below it (issue: imports back from cli)."""
+    """`mmgrid.cli` (its `__init__`, the argparse root) loads the command modules; they (and everything
+    else but `__main__`) take shared helpers from `mmgrid.cli.context` and `mmgrid.cliargs`, never from the
+    root that loads them."""
     import ast
     from pathlib import Path
 

@@ -67,7 +67,7 @@ def test_quick_demo_writes_a_report_traceable_to_the_registry(tmp_path: Path) ->
 
 
 def _paths(out: Path) -> list[str]:
-    from mmgrid.demo import QUICK_OVERRIDES
+    from mmgrid.cli.demo import QUICK_OVERRIDES
 
     return [*QUICK_OVERRIDES, f"data.root={out / 'world'}", f"prepared={out / 'prepared'}", f"registry={out / 'registry'}"]
 

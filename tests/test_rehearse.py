@@ -12,7 +12,7 @@ import pytest
 
 from mmgrid.config import WorldConfig, load_grid
 from mmgrid.errors import ConfigError
-from mmgrid.rehearse import (Rehearsal, RehearsalPlan, rehearsal_data, rehearsal_folder, rehearsal_inputs, rehearse,
+from mmgrid.cli.rehearse import (Rehearsal, RehearsalPlan, rehearsal_data, rehearsal_folder, rehearsal_inputs, rehearse,
                              toy_grid)
 
 STAGES = ["pretrain", "p1", "p2"]

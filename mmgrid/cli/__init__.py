@@ -1,10 +1,12 @@
-"""The ``mmgrid`` command.
+"""The ``mmgrid`` command: the entry layer, on top of every other package.
 
-Each concern adds its own sub-commands through a ``register(subparsers)`` function in
-its ``commands`` module; this file only wires them together and turns named errors
-into a one-line message and exit status 2. Command modules import heavy libraries
-(torch, transformers) inside their handlers so that ``mmgrid --help`` stays fast; each
-command that reads a grid runs :func:`mmgrid.validate.validate_grid` before any job.
+Each concern adds its own sub-commands through a ``register(subparsers)`` function in its
+module of this package (``mmgrid/cli/<concern>.py``); this file only wires them together and
+turns named errors into a one-line message and exit status 2. What a command opens before it
+works (its grid, registry, prepared data) is :mod:`mmgrid.cli.context`; the grammar of naming
+a registry or a run is :mod:`mmgrid.cliargs`. Command modules import heavy libraries (torch,
+transformers) inside their handlers so that ``mmgrid --help`` stays fast; each command that
+reads a grid runs :func:`mmgrid.validate.validate_grid` before any job.
 """
 
 from __future__ import annotations
@@ -14,23 +16,21 @@ import importlib
 import os
 import sys
 
-from mmgrid import __version__
-from mmgrid.cliargs import add_overrides  # noqa: F401 - the old home of this helper; command modules import mmgrid.cliargs
+from mmgrid._version import __version__
 from mmgrid.cliargs import flush_notes
 from mmgrid.errors import MmgridError
 
 COMMAND_MODULES = (
-    "mmgrid.data.commands",  # world, prepare
-    "mmgrid.registry.commands",  # query, show, lineage, registry ...
-    "mmgrid.merge.commands",  # merge
-    "mmgrid.merge.lora_commands",  # merge-lora
-    "mmgrid.merge.lora.commands",  # extract-lora, apply-lora
-    "mmgrid.train.commands",  # build, plan
-    "mmgrid.eval.commands",  # eval
-    "mmgrid.sweep.commands",  # sweep, predict-lambda, report, export mlflow
-    "mmgrid.sweep.calibration.commands",  # calibrate
-    "mmgrid.sweep.compare.commands",  # compare
-    "mmgrid.demo",  # demo, validate
+    "mmgrid.cli.data",  # world, prepare
+    "mmgrid.cli.registry",  # query, show, lineage, registry ...
+    "mmgrid.cli.merge",  # merge
+    "mmgrid.cli.lora",  # merge-lora, extract-lora, apply-lora
+    "mmgrid.cli.train",  # build, plan
+    "mmgrid.cli.eval",  # eval
+    "mmgrid.cli.sweep",  # sweep, predict-lambda, report, export mlflow
+    "mmgrid.cli.calibrate",  # calibrate
+    "mmgrid.cli.compare",  # compare
+    "mmgrid.cli.demo",  # demo, validate
 )
 
 

@@ -1,4 +1,4 @@
-"""``mmgrid calibrate``: the calibration study, and ``--plan``, the design planner (see mmgrid/cli.py)."""
+"""``mmgrid calibrate``: the calibration study, and ``--plan``, the design planner (the study: :mod:`mmgrid.sweep.calibration`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 import math
 from typing import Any
 
-from mmgrid.cliargs import add_overrides, load_config
+from mmgrid.cli.context import load_config
+from mmgrid.cliargs import add_overrides
 from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 

@@ -1,11 +1,12 @@
-"""CLI sub-commands of mmgrid.data (see mmgrid/cli.py): ``world``, ``prepare`` and ``fetch-ml100k``."""
+"""CLI sub-commands of the data (:mod:`mmgrid.data`): ``world``, ``prepare`` and ``fetch-ml100k``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from mmgrid.cliargs import add_overrides, grid_source, load_source
+from mmgrid.cli.context import grid_source, load_source
+from mmgrid.cliargs import add_overrides
 from mmgrid.config import WorldConfig
 from mmgrid.configtools import check_flag
 

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from mmgrid.cliargs import add_overrides, grid_source, load_source, save_run
+from mmgrid.cli.context import grid_source, load_source, save_run
+from mmgrid.cliargs import add_overrides
 
 # --quick: fewer domains, fewer users, fewer steps, two training seeds; still every step of the study.
 QUICK_OVERRIDES = [

@@ -1,15 +1,15 @@
-"""CLI sub-command of mmgrid.eval: ``mmgrid eval`` (a grid, one checkpoint, or a merge recipe;
-see mmgrid/cli.py)."""
+"""CLI sub-command ``mmgrid eval``: a grid, one checkpoint, or a merge recipe (the evaluation
+itself is :mod:`mmgrid.eval`)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 from typing import Any
 
-from mmgrid.cliargs import REGISTRY_HELP, find_run, grid_source, load_config, load_source, registry_path
-from mmgrid.errors import ConfigError, MmgridError
+from mmgrid.cli.context import eval_config, eval_prepared, evaluator_kwargs, grid_source, load_source
+from mmgrid.cliargs import REGISTRY_HELP, registry_path
+from mmgrid.errors import ConfigError
 
 # paradigms whose checkpoint holds an item table of its own domain: they rank that catalog only
 OWN_CATALOG = {"emb": "its item-id table and item embeddings", "sasrec": "its item-id embedding table"}
@@ -47,25 +47,6 @@ def _eval(args: argparse.Namespace) -> int:
     if args.registry:
         return eval_checkpoint_cli(args)
     return eval_grid_cli(args)
-
-
-def eval_config(args: argparse.Namespace, registry: Path | None = None) -> Any:
-    """The grid config giving paradigm params and eval settings, with the command's KEY=VALUE
-    overrides applied (never ignored): ``--config``, else the saved run of ``registry``
-    (``mmgrid-run.yaml`` beside it), else the defaults; through the one validation pass.
-    ``args.from_run`` says which was used."""
-    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.config import GridConfig
-    from mmgrid.configtools import apply_overrides, build
-    from mmgrid.validate import validate_grid
-
-    source = args.config or (str(find_run(registry)) if registry is not None and find_run(registry) else None)
-    args.from_run = source is not None
-    if source is not None:
-        return load_config(source, args.overrides, command="eval")
-    cfg = build(GridConfig, apply_overrides({"name": "eval"}, args.overrides), where="KEY=VALUE")
-    validate_grid(cfg)
-    return cfg
 
 
 def _print(title: str, results: dict[str, dict[str, float]]) -> None:
@@ -136,13 +117,14 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.eval.ranking import evaluate_state, record_results
     from mmgrid.merge.api import merge_with_info
-    from mmgrid.merge.recipe import Recipe
+    from mmgrid.merge.recipe import read_recipe
     from mmgrid.paradigms import get_paradigm
     from mmgrid.paradigms.base import Checkpoint
     from mmgrid.registry.api import Registry
     from mmgrid.runtime.checkpoints import load_checkpoint
 
-    recipe = Recipe.load(args.recipe)
+    checked = read_recipe(args.recipe)  # validated once; the merge takes the checked parameters
+    recipe = checked.recipe
     root = registry_path(args, "eval") if (args.registry or args.config is None) else None
     cfg = eval_config(args, root)
     reg = Registry.open(root if root is not None else cfg.registry)
@@ -153,7 +135,7 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     prepared = eval_prepared(args, cfg)
     if domain not in prepared.domains:
         raise ConfigError(f"recipe {args.recipe}: evaluate on which domain? pass --domain (one of {prepared.domains}).")
-    state, info = merge_with_info(recipe.method, recipe.inputs, recipe.base, reg, **recipe.method_params())
+    state, info = merge_with_info(checked.method, recipe.inputs, recipe.base, reg)
     template = load_checkpoint(reg, first.id)
     added = {k: (int(v[0]), list(v[1])) for k, v in (info.added_rows or {}).items()} or template.added_rows
     ckpt = Checkpoint(state=state, files=template.files, meta=template.meta, added_rows=added)
@@ -179,37 +161,3 @@ def _eval_base(reg: Any, cid: str, prepared: Any, cfg: Any, args: argparse.Names
     if not args.no_record:
         reg.record_eval(cid, RETENTION_SPLIT, "all", {"text_loss": loss})
     return 0
-
-
-def eval_prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
-    """The prepared data: ``--prepared``, else the ``--config`` grid's, else (a checkpoint of a
-    registry, no config) the prepared folder beside the registry (``mmgrid demo`` and grids
-    write ``runs/NAME/prepared`` next to ``runs/NAME/registry``) when its fingerprint is the one
-    the checkpoint was trained on."""
-    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.runtime.context import open_prepared
-
-    if not args.prepared and not getattr(args, "from_run", False) and args.registry and man is not None:
-        beside = registry_path(args, "eval").parent / "prepared"
-        want = getattr(man, "data_fingerprint", None)
-        try:
-            found = open_prepared(beside)
-        except MmgridError:
-            found = None
-        if found is not None and (want is None or found.fingerprint == want):
-            return found
-        where = f"{beside} holds data {found.fingerprint}" if found is not None else f"there is no prepared data at {beside}"
-        raise ConfigError(f"checkpoint {man.id[:12]} was trained on prepared data {want}, and {where}; pass "
-                          "--prepared DIR (the grid's `prepared:` folder) or --config CONFIG (the grid YAML).")
-    path = args.prepared or cfg.prepared
-    try:
-        return open_prepared(path)
-    except MmgridError as exc:
-        raise ConfigError(f"{exc} (pass --prepared DIR or --config CONFIG)") from exc
-
-
-def evaluator_kwargs(cfg: Any, split: str) -> dict[str, Any]:
-    """The :class:`mmgrid.eval.ranking.Evaluator` settings of ``cfg``'s eval section for ``split``."""
-    e = cfg.eval
-    return {"split": split, "ks": e.ks, "groups": e.groups, "activity_phase": e.activity_phase,
-            "max_users": e.max_users, "seed": cfg.train.seed}

@@ -1,5 +1,10 @@
-"""CLI sub-commands ``mmgrid extract-lora`` and ``mmgrid apply-lora`` (see
-:mod:`mmgrid.merge.lora.extract`).
+"""CLI sub-commands ``mmgrid merge-lora``, ``mmgrid extract-lora`` and ``mmgrid apply-lora``
+(see :mod:`mmgrid.merge.lora`).
+
+``mmgrid merge-lora A B [C ...] --out DIR [--method task_arithmetic|ties] [--weights W ...]
+[--rank N|full] [--energy E] [--density D] [--sign-rule unweighted|weighted] [--scale S]
+[--dtype DTYPE] [--overwrite] [--per-module] [--json]``; prints the rank and the relative
+reconstruction error (overall and the worst module).
 
 ``mmgrid extract-lora CHECKPOINT --base BASE --out DIR (--rank N | --energy E) [--include RE ...]
 [--exclude RE ...] [--dtype DTYPE] [--overwrite] [--registry ROOT [--store] [--evaluate [--domain D]
@@ -13,8 +18,8 @@ ranking metrics side by side (both recorded in the registry).
 stores base + adapter (e.g. the output of ``mmgrid merge-lora``) and prints its id, to be
 evaluated with ``mmgrid eval --registry ROOT ID``.
 
-An entry-layer module (it evaluates through :mod:`mmgrid.eval`); the extraction itself is
-:func:`mmgrid.merge.lora.extract_lora`.
+The merging and the extraction themselves are :func:`mmgrid.merge.lora.merge_lora` and
+:func:`mmgrid.merge.lora.extract_lora`; ``--evaluate`` evaluates through :mod:`mmgrid.eval`.
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ import argparse
 import json
 from typing import Any
 
+from mmgrid.cli.context import eval_config, eval_prepared, evaluator_kwargs
 from mmgrid.cliargs import REGISTRY_HELP, registry_path
 from mmgrid.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``extract-lora`` and ``apply-lora`` to the `mmgrid` parser."""
+    """Add ``merge-lora``, ``extract-lora`` and ``apply-lora`` to the `mmgrid` parser."""
+    _register_merge(sub)
     p = sub.add_parser(
         "extract-lora",
         help="extract a PEFT LoRA adapter from a checkpoint's task vector against a base",
@@ -116,8 +123,7 @@ def _extract(args: argparse.Namespace) -> int:
 def compare_ranking(args: argparse.Namespace, reg: Any, applied: str, full: str) -> dict[str, dict[str, tuple]]:
     """Evaluate the adapter-applied model and the full checkpoint on the same domain, split and
     users; record both; return group -> metric -> (adapter, checkpoint)."""
-    # lazy: see the note at the top of mmgrid/eval/commands.py (start-up cost of `mmgrid --help`)
-    from mmgrid.eval.commands import eval_config, eval_prepared, evaluator_kwargs
+    # lazy: evaluation imports torch and the paradigms (seconds cold), which `mmgrid --help` must not pay
     from mmgrid.eval.ranking import evaluate_state, record_results
     from mmgrid.paradigms import get_paradigm
     from mmgrid.runtime.checkpoints import load_checkpoint
@@ -154,4 +160,53 @@ def _apply(args: argparse.Namespace) -> int:
     coords["variant"] = args.variant or "lora-applied"
     cid = store_applied(args.adapter, args.base, reg, coords=coords, source=args.source, scale=args.scale)
     print(cid)
+    return 0
+
+
+def _register_merge(sub: argparse._SubParsersAction) -> None:
+    """``merge-lora``."""
+    p = sub.add_parser(
+        "merge-lora",
+        help="merge PEFT LoRA adapters into one LoRA adapter (task arithmetic / TIES + truncated SVD)",
+        description="Merge PEFT LoRA adapter folders (adapter_config.json + adapter_model.safetensors) "
+        "into one LoRA adapter without a base model: the products (alpha/r) B A are combined by task "
+        "arithmetic or TIES and re-factorised by truncated SVD; prints the relative reconstruction "
+        "error (see docs/merging.md, LoRA-to-LoRA merging).",
+    )
+    p.add_argument("adapters", nargs="+", metavar="ADAPTER", help="adapter folders, in order")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write the merged adapter to")
+    p.add_argument("--method", default="task_arithmetic", choices=("task_arithmetic", "ties"))
+    p.add_argument("--weights", nargs="+", type=float, metavar="W", help="one weight per adapter (default 1.0 each)")
+    p.add_argument("--rank", help="output rank: an integer or 'full' (default: the largest input rank)")
+    p.add_argument("--energy", type=float,
+                   help="keep the smallest rank holding this fraction of sum sigma^2, e.g. 0.99")
+    p.add_argument("--density", type=float, help="TIES: kept fraction of each product (default 0.2)")
+    p.add_argument("--sign-rule", choices=("unweighted", "weighted"),
+                   help="TIES sign election: unweighted (paper, default) or weighted (mergekit)")
+    p.add_argument("--scale", type=float, default=1.0, help="factor on the merged update (default 1)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="output dtype (default: the inputs')")
+    p.add_argument("--overwrite", action="store_true", help="replace an adapter already in --out")
+    p.add_argument("--per-module", action="store_true", help="also print rank and error of every module")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.set_defaults(func=_merge)
+
+
+def _merge(args: argparse.Namespace) -> int:
+    # lazy: merging imports torch (4.5 s cold, measured), which `mmgrid --help` must not pay
+    from mmgrid.merge.lora import merge_lora
+
+    rank = args.rank
+    if rank is not None and rank != "full":
+        rank = int(rank) if rank.isdigit() else rank  # anything else is refused by merge_lora
+    report = merge_lora(
+        args.adapters, args.out, method=args.method, weights=args.weights, rank=rank, energy=args.energy,
+        density=args.density, sign_rule=args.sign_rule, scale=args.scale, dtype=args.dtype, overwrite=args.overwrite,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0
+    print(report.summary())
+    if args.per_module:
+        for name in report.ranks:
+            print(f"  {name}  rank {report.ranks[name]}  error {report.errors[name]:.3g}")
     return 0

@@ -1,4 +1,4 @@
-"""CLI sub-commands of mmgrid.merge (see mmgrid/cli.py).
+"""CLI sub-command ``mmgrid merge`` (the merge itself is :mod:`mmgrid.merge`).
 
 ``mmgrid merge --method NAME --base ID --inputs ID ID ... [--set key=value ...]
 --registry ROOT [--out-coords key=value ...] [--dry-run]`` or ``--recipe FILE.yaml``;
@@ -61,21 +61,21 @@ def _parse_pairs(items: list[str], what: str) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     # lazy: a recipe imports torch (4.5 s cold, measured), which `mmgrid --help` must not pay
-    from mmgrid.merge.recipe import Recipe, run_recipe
+    from mmgrid.merge.recipe import Recipe, read_recipe, run_recipe
     from mmgrid.registry import Registry
 
     if args.mergekit:
         return _run_mergekit(args)
     if args.out:
         raise MergeParamError("--out writes an HF folder for --mergekit recipes; registry merges print an id instead")
+    # validated once, before anything is opened; the merge takes the checked parameters as they are
     if args.recipe:
-        recipe = Recipe.load(args.recipe)
+        recipe = read_recipe(args.recipe)
     else:
         if not args.method or not args.inputs:
             raise MergeParamError("give --method and --inputs (or --recipe FILE.yaml)")
         base = None if not args.base else (args.base[0] if len(args.base) == 1 else list(args.base))
-        recipe = Recipe(args.method, list(args.inputs), base, _parse_pairs(args.params, "--set"), args.seed)
-        recipe.method_params()  # validate before opening anything
+        recipe = Recipe(args.method, list(args.inputs), base, _parse_pairs(args.params, "--set"), args.seed).checked()
     reg = Registry.open(registry_path(args, "merge"))
     if not args.dry_run:
         reg.require_writable("`mmgrid merge`")  # before the merge's work, not after it

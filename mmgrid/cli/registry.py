@@ -1,4 +1,4 @@
-"""CLI sub-commands of mmgrid.registry (see mmgrid/cli.py).
+"""CLI sub-commands of the registry (:mod:`mmgrid.registry`).
 
 ``mmgrid query``, ``mmgrid show ID``, ``mmgrid lineage ID``, ``mmgrid results`` and ``mmgrid
 registry verify|reindex|gc|alias|export-hf|import-hf|remap-ids``; each names its registry by the one rule of
@@ -13,20 +13,10 @@ import sys
 import warnings
 from pathlib import Path
 
-from mmgrid.cliargs import REGISTRY_HELP, add_overrides, add_registry, load_config, open_registry, registry_path
+from mmgrid.cli.context import load_config, open_registry
+from mmgrid.cliargs import REGISTRY_HELP, add_overrides, add_registry
 from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.registry.errors import RegistryWarning
-
-
-def _open(args: argparse.Namespace, command: str, create: bool = False, quiet: bool = False):  # noqa: ANN202
-    """Open the command's registry (``--registry``, ``$MMGRID_REGISTRY``, the run here; see
-    mmgrid.cliargs); ``create``: make it when missing (import-hf); ``quiet``: no warning for
-    files the index skips (the command lists them)."""
-    if create:
-        from mmgrid.registry.api import Registry  # lazy: sqlite3 and the registry (~0.1 s) stay out of `mmgrid --help`
-
-        return Registry.open(registry_path(args, command, must_exist=False))
-    return open_registry(args, command, quiet=quiet)
 
 
 def _select(df, columns: str | None, limit: int | None):  # noqa: ANN001, ANN202 - pandas imported lazily
@@ -62,7 +52,7 @@ RESULT_FILTERS = ("id", "paradigm", "domain", "period", "variant", "kind", "spli
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    reg = _open(args, "query")
+    reg = open_registry(args, "query")
     filters = {k: getattr(args, k) for k in (*QUERY_FILTERS, "seed")}
     df = reg.query(**filters)
     if args.format == "table" and not args.columns:
@@ -72,7 +62,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    reg = _open(args, "results")
+    reg = open_registry(args, "results")
     filters = {k: getattr(args, k) for k in (*RESULT_FILTERS, "seed")}
     df = reg.results(**filters)
     if args.format == "table" and not args.columns:
@@ -82,7 +72,7 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    m = _open(args, "show").get(args.id)
+    m = open_registry(args, "show").get(args.id)
     d = m.to_json()
     if not args.tensors:
         d["blobs"] = f"{len(m.blobs)} tensors, {m.nbytes / 1e6:.2f} MB (add --tensors to list them)"
@@ -93,20 +83,20 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_lineage(args: argparse.Namespace) -> int:
     from mmgrid.registry.lineage import text_tree  # lazy: networkx (~0.3 s) stays out of `mmgrid --help`
 
-    reg = _open(args, "lineage")
+    reg = open_registry(args, "lineage")
     cid = reg.resolve(args.id)
     print(text_tree(reg.lineage(cid), cid))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    report = _open(args, "registry verify", quiet=True).verify()
+    report = open_registry(args, "registry verify", quiet=True).verify()
     print(report.summary())
     return 0 if report.ok else 1
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    reg = _open(args, "registry reindex", quiet=True)
+    reg = open_registry(args, "registry reindex", quiet=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RegistryWarning)  # listed below instead
         n = reg.reindex()
@@ -133,7 +123,7 @@ def cmd_remap(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    report = _open(args, "registry gc").gc(keep=args.keep if args.keep else None, dry_run=args.dry_run, grace_s=args.grace)
+    report = open_registry(args, "registry gc").gc(keep=args.keep if args.keep else None, dry_run=args.dry_run, grace_s=args.grace)
     print(report.summary())
     return 0
 
@@ -152,7 +142,7 @@ def _legacy(args: argparse.Namespace, names: tuple[str, ...], command: str) -> N
 
 def cmd_alias(args: argparse.Namespace) -> int:
     _legacy(args, ("name", "id"), "registry alias")
-    cid = _open(args, "registry alias").alias(args.name, args.id)
+    cid = open_registry(args, "registry alias").alias(args.name, args.id)
     print(f"{args.name} -> {cid}")
     return 0
 
@@ -161,7 +151,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     _legacy(args, ("id", "out"), "registry export-hf")
     from mmgrid.registry.hf import loader_hint  # lazy: the export pulls in torch (~2-4 s)
 
-    reg = _open(args, "registry export-hf")
+    reg = open_registry(args, "registry export-hf")
     out = reg.export_hf(args.id, Path(args.out))
     print(f"wrote {out} ({loader_hint(reg.get(args.id))})")
     return 0
@@ -170,7 +160,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     _legacy(args, ("path",), "registry import-hf")
     coords = {"paradigm": args.paradigm, "domain": args.domain, "period": args.period, "variant": args.variant}
-    cid = _open(args, "registry import-hf", create=True).import_hf(args.path, coords, expect_arch=args.expect_arch, like=args.like)
+    cid = open_registry(args, "registry import-hf", create=True).import_hf(args.path, coords, expect_arch=args.expect_arch, like=args.like)
     print(cid)
     return 0
 

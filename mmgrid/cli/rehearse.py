@@ -20,7 +20,7 @@ size is shrunk (layers, width, heads, examples, users, epochs, beams, evaluation
   synthetic world (:func:`mmgrid.data.world_files.write_world`) written in the grid's exact layout,
   one file pair per grid domain under the grid's own domain names, on the grid's phases.
 
-Then the normal pipeline runs on the toy grid, the demo's steps (:mod:`mmgrid.demo`): prepare, build
+Then the normal pipeline runs on the toy grid, the demo's steps (:mod:`mmgrid.cli.demo`): prepare, build
 (every stage type: base, each paradigm's pretrain / incremental stages, each variant), the baseline
 evaluation, the temporal sweep, the cross-domain sweep (each method x base once), lambda* prediction,
 continual merging, and the report. Everything is written under the rehearsal folder with its own
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from mmgrid.cliargs import save_run
+from mmgrid.cli.context import save_run
 from mmgrid.errors import ConfigError, MmgridError
 
 # Toy sizes of the base architecture: a decoder this small trains a stage in seconds on one core.
@@ -596,7 +596,7 @@ def run_rehearsal(plan: RehearsalPlan, log: Rehearsal | None = None) -> Rehearsa
     """Rehearse ``plan.source`` in ``plan.out``: data, models, toy grid, then the demo's pipeline."""
     # lazy: every layer of the pipeline (torch, transformers, polars, matplotlib)
     from mmgrid.data.pipeline import prepare
-    from mmgrid.demo import demo_aliases
+    from mmgrid.cli.demo import demo_aliases
     from mmgrid.eval.grid import evaluate_and_tabulate
     from mmgrid.exec.args import executor_from_config
     from mmgrid.registry.api import Registry

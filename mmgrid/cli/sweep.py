@@ -1,5 +1,5 @@
-"""CLI sub-commands of mmgrid.sweep: ``sweep temporal``, ``sweep cross-domain``,
-``predict-lambda`` and ``report`` (see mmgrid/cli.py)."""
+"""CLI sub-commands of the studies (:mod:`mmgrid.sweep`): ``sweep temporal|cross-domain|continual|rolling``,
+``predict-lambda``, ``report`` and ``export mlflow``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mmgrid.cliargs import (REGISTRY_HELP, RUN_FILE, add_overrides, add_registry, check_against_registry,
-                            load_config, open_registry, run_changes, save_run)
-from mmgrid.errors import ConfigError, RegistryError
+from mmgrid.cli.context import open_registry, open_study, run_changes, save_run
+from mmgrid.cliargs import REGISTRY_HELP, RUN_FILE, add_overrides, add_registry
+from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
 
@@ -107,54 +107,9 @@ SOURCE_HELP = ("a run folder (as `mmgrid demo --out` or `mmgrid build` leave, wi
 
 def _add_source(p: argparse.ArgumentParser) -> None:
     """The grid a study runs on: a run folder (its saved config, plus only the overrides given),
-    its registry, or a grid YAML; and ``--registry`` (mmgrid.cliargs' one rule)."""
+    its registry, or a grid YAML; and ``--registry`` (the one rule of :mod:`mmgrid.cliargs`)."""
     p.add_argument("config", nargs="?", default=None, metavar="RUN|CONFIG", help=SOURCE_HELP)
     p.add_argument("--registry", metavar="PATH", default=None, help=REGISTRY_HELP)
-
-
-def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(GridConfig, Registry, PreparedDataset) of the command's grid, after the one validation
-    pass and, for a study, the check of the config against the registry (before any work)."""
-    # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.registry.api import Registry
-    from mmgrid.data.dataset import load_prepared
-    from mmgrid.sweep.temporal import periods
-
-    top = getattr(args, "command", None) or "sweep"  # the sub-command's name (cli.py's dest)
-    command = (getattr(args, "study", None) or "sweep") if top == "sweep" else top
-    cfg = load_config(args.config, args.overrides, args if hasattr(args, "registry") else None, command=command)
-    if top == "sweep":  # models, devices and Ray before any merge (nothing trains: no disk or size checks)
-        from mmgrid.runtime.preflight import preflight  # lazy: torch (~1-3.5 s), as the imports above
-
-        preflight(cfg, f"sweep {command}", executor=getattr(args, "executor", None),
-                  address=getattr(args, "address", None), skip=("disk", "sizes"))
-    prepared = load_prepared(cfg.prepared)
-    if not (Path(cfg.registry) / "manifests").is_dir():
-        raise RegistryError(f"mmgrid {command}: {cfg.registry} is not a registry (no manifests/ folder); build the "
-                            f"grid first (`mmgrid build CONFIG` or `mmgrid demo`) or pass --registry PATH.")
-    reg = Registry.open(cfg.registry)
-    study = {"temporal": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
-             "predict-lambda": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
-             "continual": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
-             "rolling": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
-             "cross-domain": (list(cfg.sweeps.cross_domain.paradigms), cfg.sweeps.cross_domain.variant, None)}
-    if command in study:
-        paradigms, variant, domains = study[command]
-        check_against_registry(cfg, reg, paradigms, [variant], list(domains or prepared.domains),
-                               list(cfg.train.stages) if command == "rolling" else list(periods(cfg)),
-                               command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}",
-                               fingerprint=_fingerprints(prepared))
-    return cfg, reg, prepared
-
-
-def _fingerprints(prepared: Any) -> tuple[str, ...] | None:
-    """The prepared data's content fingerprint, then the path-spelled one that checkpoints stored
-    under an earlier identity recorded (either names this data)."""
-    fp = getattr(prepared, "fingerprint", None)
-    if fp is None:
-        return None
-    old = getattr(prepared, "path_fingerprint", None)
-    return (fp, old) if old and old != fp else (fp,)
 
 
 def _executor(args: argparse.Namespace, cfg: Any) -> Any:
@@ -171,7 +126,7 @@ def _temporal(args: argparse.Namespace) -> int:
     from mmgrid.sweep.selection import lambda_stars
     from mmgrid.sweep.temporal import run_temporal, temporal_results
 
-    cfg, reg, prepared = _open(args)
+    cfg, reg, prepared = open_study(args)
     df = run_temporal(cfg, reg, prepared, executor=_executor(args, cfg))
     if not extend_temporal(cfg, reg, prepared).empty:  # sweeps.temporal.extend_steps: lambda* on an edge
         df = temporal_results(reg, paradigm=cfg.sweeps.temporal.paradigm, variant=cfg.sweeps.temporal.variant)
@@ -197,7 +152,7 @@ def _continual(args: argparse.Namespace) -> int:
     if args.group not in GROUPS:  # before any work: the table would be empty after it
         raise ConfigError(f"mmgrid sweep continual --group {args.group!r}: not a user group; choose from "
                           f"{', '.join(GROUPS)}.")
-    cfg, reg, prepared = _open(args)
+    cfg, reg, prepared = open_study(args)
     print(render(run_continual(cfg, reg, prepared, executor=_executor(args, cfg)), group=args.group))
     return 0
 
@@ -206,7 +161,7 @@ def _rolling(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.rolling import RollingOptions, available, render, run_rolling, timeline
 
-    cfg, reg, prepared = _open(args)
+    cfg, reg, prepared = open_study(args)
     timeline(cfg)  # a grid too short to roll fails here, before any work
     todo = available()
     if args.strategy:
@@ -225,7 +180,7 @@ def _cross_domain(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.crossdomain import relative_change, run_cross_domain
 
-    cfg, reg, prepared = _open(args)
+    cfg, reg, prepared = open_study(args)
     df = run_cross_domain(cfg, reg, prepared, executor=_executor(args, cfg))
     metric = cfg.sweeps.cross_domain.metric
     rel = relative_change(df, metric=metric)
@@ -263,7 +218,7 @@ def _predict(args: argparse.Namespace) -> int:
     check_flag("--level", args.level, PredictLambdaConfig, "level", "sweeps.predict_lambda.level")
     new = _parse_stats(args.stats)
     check_new_domain_stats(new, None)  # values: before anything is opened
-    cfg, reg, prepared = _open(args)
+    cfg, reg, prepared = open_study(args)
     check_new_domain_stats(new, list(cfg.sweeps.predict_lambda.features))
     pred = predict_lambda(cfg, reg, prepared, evaluate=not args.no_eval and not new)
     print(table4(pred, stars=pred.stars)[0].to_string(float_format=lambda v: f"{v:.3f}"))
@@ -289,7 +244,7 @@ def _report(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.report import ReportIncomplete, write_report
 
-    cfg, reg, prepared = _open(args)
+    cfg, reg, prepared = open_study(args)
     changed = run_changes(cfg, args.out)
     if changed:  # before anything is computed or written: a report never rewrites a saved run
         raise ConfigError(

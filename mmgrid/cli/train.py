@@ -1,4 +1,4 @@
-"""CLI sub-commands of mmgrid.train: ``mmgrid build`` and ``mmgrid plan`` (see mmgrid/cli.py)."""
+"""CLI sub-commands of the grid's build (:mod:`mmgrid.train`): ``mmgrid build`` and ``mmgrid plan``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mmgrid.cliargs import REGISTRY_HELP, grid_source, load_config, save_run
+from mmgrid.cli.context import grid_source, load_config, save_run
+from mmgrid.cliargs import REGISTRY_HELP
 from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
@@ -106,7 +107,7 @@ def _build(args: argparse.Namespace) -> int:
     if args.rehearse:  # the real grid unvalidated: the rehearsal reports what `build` would refuse, then goes on
         # lazy: the config loader (yaml) and the rehearsal (every layer of the pipeline)
         from mmgrid.config import load_grid
-        from mmgrid.rehearse import rehearse
+        from mmgrid.cli.rehearse import rehearse
 
         extra = [f"exec.executor={args.executor}"] if args.executor else []  # said as "-> local" by the rehearsal
         extra += [f"exec.workers={args.workers}"] if args.workers is not None else []

@@ -215,7 +215,7 @@ def _enclosing_run(folder: Path) -> Path | None:
 
 
 def run_dict(cfg: Any, folder: str | Path) -> dict[str, Any]:
-    """What :func:`mmgrid.cliargs.save_run` writes into ``folder/mmgrid-run.yaml`` for ``cfg``:
+    """What :func:`mmgrid.cli.context.save_run` writes into ``folder/mmgrid-run.yaml`` for ``cfg``:
     the grid, its paths relative to ``folder`` where they lie inside it; listed in
     ``run.external`` where they do not, then relative when ``folder`` lies inside a run folder
     that holds them (a report folder in its run: the two move together), else absolute."""

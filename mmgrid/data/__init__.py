@@ -12,5 +12,5 @@ Modules (import the submodules; nothing heavy is imported here):
 - ``stats``: the statistics table (``format_stats(df) -> str``); ``hashing``: input file hashes
 - ``world_files``: writes the synthetic world (``write_world(out_dir, WorldConfig) -> Path``);
   ``world_simulation``: its generative process; ``vocab``: its word lists
-- ``errors``: the named errors of bad data files; ``commands``: the ``world`` / ``prepare`` CLI
+- ``errors``: the named errors of bad data files (the ``world`` / ``prepare`` commands: :mod:`mmgrid.cli.data`)
 """

@@ -8,8 +8,8 @@ stores merges with lineage. Methods: ``mmgrid.merge.methods``.
 Layout (imports point down this list): ``errors``, ``ops``, ``geometry``, ``pipeline``,
 ``tensors``, ``vocab`` (leaves) -> ``fastpass`` (the fast file pass) -> ``methods`` ->
 ``plan`` -> ``reference`` (the reference path) -> ``executor`` -> ``api`` ->
-``interpolation``, ``inplace``, ``recipe`` -> ``commands``; ``lora`` (LoRA-to-LoRA merging) stands beside
-``methods`` on ``ops`` and ``errors``.
+``interpolation``, ``inplace``, ``recipe``; ``lora`` (LoRA-to-LoRA merging) stands beside
+``methods`` on ``ops`` and ``errors``. The ``mmgrid merge`` command is :mod:`mmgrid.cli.merge`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaS
 
 def __getattr__(name: str) -> Any:
     # These modules import torch (4.5 s cold, measured), and `mmgrid --help` imports this
-    # package (for mmgrid.merge.commands) without merging anything.
+    # package (for mmgrid.merge.errors) without merging anything.
     if name in ("merge", "merge_to_file", "merge_with_info"):
         from mmgrid.merge import api  # lazy: torch, see above
 

@@ -63,11 +63,24 @@ def neutral_base(sources: Sequence[TensorSource]) -> TensorSource:
     return TensorSource("neutral(" + ", ".join(s.label for s in sources) + ")", dict(first.shapes), get, dict(first.meta))
 
 
-def prepare(method: str, models: Sequence[Any], base: Any = None, registry: Any = None,
+def prepare(method: str | Method, models: Sequence[Any], base: Any = None, registry: Any = None,
             **params: Any) -> tuple[Method, list[TensorSource], TensorSource | None, Plan]:
-    """Validate everything (method, parameters, inputs, shapes) before any merge work."""
-    cls = get_method(method)
-    inst = cls(validate_params(method, params))
+    """Validate everything (method, parameters, inputs, shapes) before any merge work.
+
+    ``method``: a registered name, with its parameters as ``params``; or a method instance whose
+    parameters were validated already (:meth:`mmgrid.merge.recipe.Recipe.checked`), taken as they
+    are (the merge runs a fresh instance of it, so the given one keeps no report).
+    """
+    if isinstance(method, Method):
+        if params:
+            raise MergeParamError(f"method {method.name!r} comes with its parameters; pass no others "
+                                  f"(got {', '.join(sorted(params))})")
+        cls = type(method)
+        inst = cls(method.params)
+        method = inst.name
+    else:
+        cls = get_method(method)
+        inst = cls(validate_params(method, params))
     if not models:
         raise MergeParamError("no input models given")
     srcs = [open_source(m, f"input[{i}]", registry) for i, m in enumerate(models)]
@@ -89,7 +102,7 @@ def _info(inst: Method, plan: Plan, n: int) -> MergeInfo:
     return MergeInfo(inst.name, params_dict(inst.params), inst.report, plan.provenance(n), merged_added_rows(plan.rows))
 
 
-def merge_with_info(method: str, models: Sequence[Any], base: Any = None, registry: Any = None, *,
+def merge_with_info(method: str | Method, models: Sequence[Any], base: Any = None, registry: Any = None, *,
                     route: executor.Route | None = None, **params: Any) -> tuple[dict[str, torch.Tensor], MergeInfo]:
     """Like :func:`merge`, also returning the :class:`MergeInfo`."""
     inst, srcs, bsrc, plan = prepare(method, models, base, registry, **params)
@@ -127,7 +140,7 @@ def merge(method: str, models: Sequence[Any], base: Any = None, registry: Any = 
     return merge_with_info(method, models, base, registry, route=route, **params)[0]
 
 
-def merge_to_file(method: str, models: Sequence[Any], out_path: str | os.PathLike, base: Any = None,
+def merge_to_file(method: str | Method, models: Sequence[Any], out_path: str | os.PathLike, base: Any = None,
                   registry: Any = None, durable: bool = True, *, route: executor.Route | None = None,
                   **params: Any) -> MergeInfo:
     """Merge tensor by tensor straight into a safetensors file (nothing left on error).

@@ -155,7 +155,11 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
 
 def from_registry(registry: Any, cid: str) -> TensorSource:
     """A streaming source over a registry checkpoint (``reg.open_tensors(id)``)."""
-    man = registry.get(cid)
+    return from_manifest(registry, registry.get(cid))
+
+
+def from_manifest(registry: Any, man: Any) -> TensorSource:
+    """:func:`from_registry` of a checkpoint already looked up: ``man`` is its manifest."""
     lazy = registry.open_tensors(man.id)
     info = registry.tensor_info(man.id) if hasattr(registry, "tensor_info") else None
     if info:

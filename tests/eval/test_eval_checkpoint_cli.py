@@ -61,7 +61,7 @@ def test_other_prepared_data_or_none_is_a_named_error(tmp_path, capsys) -> None:
         assert main(["eval", "--registry", str(lone / "registry"), cid2, "--domain", "B"]) != 0
         assert re.search(r"no prepared data at .*lone/prepared.*--config CONFIG", capsys.readouterr().err)
         with pytest.raises(ConfigError, match="--prepared DIR"):  # the named error behind the message
-            from mmgrid.eval.commands import eval_prepared
+            from mmgrid.cli.context import eval_prepared
             import argparse
             eval_prepared(argparse.Namespace(prepared=None, config=None, registry=str(lone / "registry")), None,
                       Registry.open(lone / "registry").get(cid2))

@@ -367,7 +367,7 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
     popfile = out / "population" / "1" / "population.json"
     assert json.loads(popfile.read_text())["values"]["n_runs"] == 1
     # a size-1 population run is the grid's own population: its entry for the shipped table is checked by recipe
-    from mmgrid.sweep.calibration.commands import QUICK
+    from mmgrid.cli.calibrate import QUICK
     from mmgrid.sweep.calibration.population import known_entry, population_key
 
     own = load_grid("demo", QUICK + args[5:-1])  # --quick and the overrides, without --out and the executor
@@ -383,7 +383,7 @@ def test_smoke_run_of_mmgrid_calibrate(tmp_path: Path, capsys):
 
 def test_population_sidecar_beside_the_world(tmp_path: Path, capsys):
     """`mmgrid calibrate --population` writes <data.root>/population.json keyed by the world and budget."""
-    from mmgrid.sweep.calibration.commands import QUICK
+    from mmgrid.cli.calibrate import QUICK
     from mmgrid.sweep.calibration.population import population_key, read_world_population
 
     over = [f"data.root={tmp_path / 'world'}", "world.scale=0.3", "train.max_examples=64", "sweeps.temporal.step=0.5",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import mmgrid.sweep.commands as commands
+import mmgrid.cli.sweep as commands
 import mmgrid.sweep.report as report
 import mmgrid.sweep.report_files as report_files
 import mmgrid.sweep.study_results as sr
@@ -133,7 +133,7 @@ def test_a_full_disk_while_drawing_a_figure_leaves_no_report(small, tmp_path, mo
 
 def test_the_command_exits_non_zero_with_the_named_error(small, tmp_path, monkeypatch, capsys):
     cfg, reg, prep = small
-    monkeypatch.setattr(commands, "_open", lambda args: (cfg, reg, prep))
+    monkeypatch.setattr(commands, "open_study", lambda args: (cfg, reg, prep))
     monkeypatch.setattr(sr, "cross_domain", _boom)
     out = tmp_path / "rep"
     assert main(["report", "grid.yaml", "--out", str(out), "--no-diagnostics"]) == 2
@@ -143,6 +143,6 @@ def test_the_command_exits_non_zero_with_the_named_error(small, tmp_path, monkey
     assert main(["report", "grid.yaml", "--out", str(out), "--no-diagnostics", "--keep-going"]) == 2
     assert "1 report section(s) failed" in capsys.readouterr().err and (out / "report.md").exists()
     monkeypatch.undo()
-    monkeypatch.setattr(commands, "_open", lambda args: (cfg, reg, prep))
+    monkeypatch.setattr(commands, "open_study", lambda args: (cfg, reg, prep))
     assert main(["report", "grid.yaml", "--out", str(out), "--no-diagnostics"]) == 0
     assert "FAILED" not in (out / "report.md").read_text()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmgrid.cli import main
-from mmgrid.sweep import commands
+from mmgrid.cli import sweep as commands
 from mmgrid.sweep import evaluation
 
 
@@ -13,7 +13,7 @@ from mmgrid.sweep import evaluation
 def cli_grid(grid, counter, monkeypatch):
     cfg, reg, prep = grid
     cfg.paradigms = ["fakelin"]
-    monkeypatch.setattr(commands, "_open", lambda args: (cfg, reg, prep))
+    monkeypatch.setattr(commands, "open_study", lambda args: (cfg, reg, prep))
     monkeypatch.setattr(evaluation, "default_evaluator_factory", counter)
     import mmgrid.sweep.temporal as temporal
 

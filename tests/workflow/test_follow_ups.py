@@ -207,7 +207,7 @@ def yaml_load(demo: Path) -> dict:
 def test_training_mismatches_name_each_knob_with_its_grid_key(quick_demo: Path) -> None:
     """In process, against the demo's registry: each training knob in a stage's stored params
     maps to the grid key a user would pass; paths and sweep/eval settings never count."""
-    from mmgrid.cliargs import check_against_registry, load_config
+    from mmgrid.cli.context import check_against_registry, load_config
     from mmgrid.errors import ConfigError
     from mmgrid.registry.api import Registry
 

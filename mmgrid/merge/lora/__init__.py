@@ -35,8 +35,8 @@ it is written, after every module has been merged and checked. Only ``adapter_mo
 a folder with only a pickle (``adapter_model.bin``) is refused.
 """
 
-# Names resolved on first use (PEP 562): importing this package, e.g. for its ``commands``
-# module while `mmgrid --help` builds the parser, must not import torch.
+# Names resolved on first use (PEP 562): importing this package, e.g. while `mmgrid --help`
+# builds the parser, must not import torch.
 _HOMES = {
     "AdapterFormatError": "adapters", "AdapterMismatchError": "adapters", "UnsafeAdapterError": "adapters",
     "check_compatible": "adapters", "lora_scaling": "adapters", "read_adapter": "adapters",

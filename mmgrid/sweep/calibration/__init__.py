@@ -4,8 +4,8 @@
 * :mod:`~mmgrid.sweep.calibration.measures` - estimands, population values, type-I error / power / coverage /
   bias / MDE with Monte Carlo standard errors;
 * :mod:`~mmgrid.sweep.calibration.study` - the study over planted sizes, its report and power curve;
-* :mod:`~mmgrid.sweep.calibration.commands` - ``mmgrid calibrate`` and ``--plan``.
+The command, ``mmgrid calibrate`` and ``--plan``, is :mod:`mmgrid.cli.calibrate`.
 
-docs/calibration.md describes them. Nothing is imported here, so that the command-line parser, which imports
-the ``commands`` module, does not load the study (pandas, scipy).
+docs/calibration.md describes them. Nothing is imported here, so that the command-line parser does not
+load the study (pandas, scipy).
 """
