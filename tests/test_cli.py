@@ -59,3 +59,26 @@ def test_no_module_imports_back_from_cli() -> None:
             if any(n == "mmgrid.cli" for n in names):
                 back.append(str(path.relative_to(root)))
     assert back == []
+
+
+def test_a_given_registry_reaches_the_grid_as_a_path_not_an_override(tmp_path, monkeypatch) -> None:
+    """`--registry PATH` with a grid: the resolved path is set on the grid as it is, never written into a
+    `registry=...` override and parsed back as YAML (which reads ` #...` as a comment); a `registry=`
+    override the user gives still wins."""
+    import argparse
+
+    from mmgrid import configtools
+    from mmgrid.cli.context import load_config
+
+    odd = tmp_path / "runs #1" / "registry"
+    (odd / "manifests").mkdir(parents=True)
+    parsed: list[str] = []
+    real = configtools.parse_override
+    monkeypatch.setattr(configtools, "parse_override", lambda text: parsed.append(text) or real(text))
+    given = argparse.Namespace(registry=str(odd), root=None)
+    cfg = load_config("demo", ["train.seed=3"], given, command="test")
+    assert cfg.registry == str(odd) and cfg.train.seed == 3
+    assert parsed == ["train.seed=3"]
+    other = tmp_path / "other"
+    assert load_config("demo", [f"registry={other}"], given, command="test").registry == str(other)
+

@@ -72,6 +72,61 @@ def test_cli_merge(reg, tmp_path: Path, capsys):
                  "--registry", root]) == 2
 
 
+@pytest.mark.parametrize("form", ["flags", "recipe", "dry-run"])
+def test_cli_merge_validates_once_and_looks_each_input_up_once(reg, models, tmp_path: Path, monkeypatch, capsys,
+                                                               form):
+    """`mmgrid merge` checks the method's parameters once (before anything is opened) and resolves each
+    input and base reference in the registry once; the merge, the id and the lineage take the checked
+    values and the manifests found. The stored model is the direct merge of the state dicts."""
+    from mmgrid.cli import main
+    from mmgrid.merge import api, merge, methods, recipe as recipe_mod
+    from mmgrid.registry import Registry
+
+    r, ids = reg
+    for name, key in (("in-a", "a"), ("in-b", "b"), ("the-base", "base")):
+        r.alias(name, ids[key])
+    checks: list[str] = []
+    real_validate = methods.validate_params
+    for mod in (methods, recipe_mod, api):
+        monkeypatch.setattr(mod, "validate_params", lambda name, params: checks.append(name) or real_validate(name, params))
+    looked: list[str] = []
+    real_resolve = Registry.resolve
+    monkeypatch.setattr(Registry, "resolve", lambda self, ref: looked.append(ref) or real_resolve(self, ref))
+    args = ["--registry", str(r.root)] + (["--dry-run"] if form == "dry-run" else [])
+    if form == "recipe":
+        path = tmp_path / "r.yaml"
+        path.write_text(Recipe("ties", ["in-a", "in-b"], "the-base", {"density": 0.5}).to_yaml())
+        args += ["--recipe", str(path)]
+    else:
+        args += ["--method", "ties", "--base", "the-base", "--inputs", "in-a", "in-b", "--set", "density=0.5"]
+    assert main(["merge", *args]) == 0
+    cid = capsys.readouterr().out.strip().splitlines()[-1]
+    assert checks == ["ties"]
+    assert {ref: looked.count(ref) for ref in ("in-a", "in-b", "the-base")} == {"in-a": 1, "in-b": 1, "the-base": 1}
+    if form == "dry-run":
+        assert not r.has(cid)
+        return
+    man = r.get(cid)
+    assert sorted((p.id, p.role) for p in man.parents) == sorted([(ids["a"], "merge_input"), (ids["b"], "merge_input"), (ids["base"], "merge_base")])
+    assert man.meta["merge"]["inputs"] == ["in-a", "in-b"] and man.params["density"] == 0.5
+    want = merge("ties", [models["a"], models["b"]], base=models["base"], density=0.5)
+    got = r.load(cid)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_checked_method_takes_no_second_set_of_parameters(reg):
+    from mmgrid.merge import merge
+
+    r, ids = reg
+    checked = Recipe("ties", [ids["a"], ids["b"]], ids["base"], {"density": 0.5}).checked()
+    with pytest.raises(MergeParamError, match="comes with its parameters"):
+        merge(checked.method, [ids["a"], ids["b"]], base=ids["base"], registry=r, density=0.2)
+    once = merge(checked.method, [ids["a"], ids["b"]], base=ids["base"], registry=r)
+    named = merge("ties", [ids["a"], ids["b"]], base=ids["base"], registry=r, density=0.5)
+    assert all(torch.equal(once[k], named[k]) for k in named)
+    assert checked.method.report == {}  # the merge ran a fresh instance
+
+
 @pytest.mark.parametrize("max_open", [64, 2])
 def test_registry_inputs_are_read_in_blocks_from_their_blobs(reg, models, tmp_path: Path, monkeypatch, max_open):
     """merge_to_file over registry ids reads blocks of each blob in place: every blob is
