@@ -17,6 +17,10 @@ parameters, none returns ``{"error": ...}`` where a value belongs, and no module
 module's private names (each exception in :data:`PARAMS_ALLOWED` / :data:`PRIVATE_IMPORTS_ALLOWED`
 with its reason). Modules are split by concept, not at a line count: there is no line limit.
 
+The table is docs/architecture.md's: that page's layer table is parsed (:func:`doc_layers`) and must
+equal :data:`LAYERS`, name only modules and packages that exist and place every module
+(:func:`table_problems`). No import is let through by name: the table has no exceptions.
+
 Runtime imports only: anything under ``if TYPE_CHECKING:`` is left out. The checker is shown
 to fail on a synthetic package with a deliberate upward import, a cycle and an unmarked lazy
 import (``test_checker_reports_each_kind_of_violation``).

@@ -118,6 +118,7 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     from mmgrid.eval.ranking import evaluate_state, record_results
     from mmgrid.merge.api import merge_with_info
     from mmgrid.merge.recipe import read_recipe
+    from mmgrid.merge.tensors import from_manifest
     from mmgrid.paradigms import get_paradigm
     from mmgrid.paradigms.base import Checkpoint
     from mmgrid.registry.api import Registry
@@ -130,12 +131,13 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     reg = Registry.open(root if root is not None else cfg.registry)
     if not args.no_record:
         reg.require_writable("`mmgrid eval` (it records; --no-record only prints)")
-    first = reg.get(recipe.inputs[0])
+    inputs = [reg.get(i) for i in recipe.inputs]  # each input looked up once
+    first = inputs[0]
     domain = args.domain or first.coords.get("domain")
     prepared = eval_prepared(args, cfg)
     if domain not in prepared.domains:
         raise ConfigError(f"recipe {args.recipe}: evaluate on which domain? pass --domain (one of {prepared.domains}).")
-    state, info = merge_with_info(checked.method, recipe.inputs, recipe.base, reg)
+    state, info = merge_with_info(checked.method, [from_manifest(reg, m) for m in inputs], recipe.base, reg)
     template = load_checkpoint(reg, first.id)
     added = {k: (int(v[0]), list(v[1])) for k, v in (info.added_rows or {}).items()} or template.added_rows
     ckpt = Checkpoint(state=state, files=template.files, meta=template.meta, added_rows=added)
