@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mmgrid.cli.context import load_config, open_registry
 from mmgrid.cliargs import REGISTRY_HELP, add_overrides, add_registry
-from mmgrid.errors import ConfigError, RegistryError
+from mmgrid.errors import ConfigError
 from mmgrid.registry.errors import RegistryWarning
 
 
