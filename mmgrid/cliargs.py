@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from mmgrid.errors import ConfigError, RegistryError
+from mmgrid.fileio.atomic import atomic_write
 
 RUN_FILE = "mmgrid-run.yaml"  # mmgrid.config.runfile.RUN_FILE (imported lazily: yaml stays out of `mmgrid --help`)
 ENV = "MMGRID_REGISTRY"
@@ -190,9 +191,7 @@ def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
     target = folder / RUN_FILE
     head = (f"# The resolved grid of `mmgrid {command}` (grid hash {cfg.hash()}); paths are relative to this folder.\n"
             f"# Follow-ups take this folder in place of a grid YAML, e.g. `mmgrid sweep temporal {folder}`.\n")
-    tmp = target.with_name(f".{RUN_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(head + yaml.safe_dump(run_dict(cfg, folder), sort_keys=False))
-    os.replace(tmp, target)
+    atomic_write(target, (head + yaml.safe_dump(run_dict(cfg, folder), sort_keys=False)).encode(), durable=False)
     return target
 
 

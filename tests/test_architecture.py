@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent / "mmgrid"
 # import an earlier one ("registry, then exec"), never the reverse. Units of an independent
 # layer (the "run" layer) do not import each other.
 LAYERS: list[tuple[str, list[list[str]], bool]] = [
-    ("foundation", [["mmgrid", "mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats"]], False),
+    ("foundation", [["mmgrid", "mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats", "mmgrid.fileio"]], False),
     ("data", [["mmgrid.data"]], False),
     ("storage", [["mmgrid.registry"], ["mmgrid.exec"]], False),
     ("merging", [["mmgrid.merge"]], False),

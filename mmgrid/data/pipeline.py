@@ -23,6 +23,7 @@ import polars as pl
 from mmgrid.config import DataConfig, GridConfig, parse_date_ms
 from mmgrid.configtools import stable_hash, to_dict
 from mmgrid.data import splits
+from mmgrid.fileio.atomic import swap_dir
 from mmgrid.data.dataset import MANIFEST, PreparedDataset, load_prepared
 from mmgrid.data.errors import EmptyPhaseError
 from mmgrid.data.hashing import hash_inputs
@@ -233,9 +234,4 @@ def _same_inputs(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 def _swap_in(tmp: Path, out: Path) -> None:
     """Replace ``out`` by ``tmp`` with renames only (a reader sees the old or the new, never half)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    trash = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        os.replace(out, trash)
-    os.replace(tmp, out)
-    shutil.rmtree(trash, ignore_errors=True)
+    swap_dir(tmp, out)

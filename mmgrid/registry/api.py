@@ -31,6 +31,7 @@ import mmgrid.registry.hf as hf
 import mmgrid.registry.maintenance as maintenance
 import mmgrid.registry.names as names
 import mmgrid.registry.writing as writing
+from mmgrid.registry.fsio import pause_point
 from mmgrid.registry.errors import (AmbiguousCheckpointError, InvalidNameError, CorruptIndexError, RegistryStorageError, RegistryWarning,
                                     UnknownCheckpointError)
 from mmgrid.registry.evals import Evaluations
@@ -41,9 +42,10 @@ from mmgrid.registry.locks import WritersLock
 from mmgrid.registry.maintenance import GcReport, VerifyReport
 from mmgrid.registry.manifest import Manifest, Parent, code_version, field_type_problems, read_manifest
 from mmgrid.registry.results import ResultsLog
-from mmgrid.registry.fsio import atomic_write
+from mmgrid.fileio.atomic import atomic_write
+from mmgrid.fileio.safetensors import torch_dtype
 from mmgrid.registry.store import BlobStore
-from mmgrid.registry.tensors import LazyTensors, iter_state, torch_dtype
+from mmgrid.registry.tensors import LazyTensors, iter_state
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -247,7 +249,8 @@ class Registry(Evaluations):
         """Write the manifest last: until its rename the checkpoint does not exist."""
         m.check_paths()
         path = self.manifest_path(m.id)
-        if not atomic_write(path, m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written",
+        if not atomic_write(path, m.dumps().encode(), self.store.tmp, self.durable,
+                            before_rename=lambda: pause_point("manifest_tmp_written"),
                             exclusive=True):
             # another writer put the same identity first: its manifest is the checkpoint, and the index must say
             # what the file says (else a rebuilt index would differ from the live one)

@@ -55,7 +55,7 @@ def test_two_writers_of_one_identity_agree_with_the_file(tmp_path: Path) -> None
     manifest, so the live index equals a rebuilt one whichever order the commits land in."""
     from dataclasses import replace
 
-    from mmgrid.registry.fsio import atomic_write
+    from mmgrid.fileio.atomic import atomic_write
     from mmgrid.registry.manifest import read_manifest
 
     root = tmp_path / "reg"
