@@ -5,7 +5,7 @@ A file is an 8-byte little-endian length n, a JSON header of n bytes (tensor nam
 each tensor's bytes lie at ``[8 + n + begin, 8 + n + end)``. :func:`encode_header` writes a header
 as ``safetensors.torch.save`` does (compact JSON padded with spaces to an 8-byte boundary), so
 bytes written here equal the library's; :func:`safetensors_header` is the one parser (registry
-blobs, merge inputs). The one dtype table: :data:`DTYPES`.
+blobs, merge inputs). The one dtype table: :data:`ST_DTYPES`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 # safetensors dtype name -> torch dtype attribute name
-DTYPES: dict[str, str] = {
+ST_DTYPES: dict[str, str] = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
     "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32", "U64": "uint64",
 }
-_NAMES = {v: k for k, v in DTYPES.items()}  # torch attribute name -> safetensors name
+_NAMES = {v: k for k, v in ST_DTYPES.items()}  # torch attribute name -> safetensors name
 
 
 class SafetensorsFormatError(MmgridError, ValueError):
@@ -54,9 +54,9 @@ def torch_dtype(name: str) -> "torch.dtype":
     import torch  # lazy: torch (~2-4 s) stays out of `import mmgrid.fileio`
 
     text = str(name)
-    attr = DTYPES.get(text.upper()) or DTYPES.get(_NAMES.get(text.lower().removeprefix("torch."), ""))
+    attr = ST_DTYPES.get(text.upper()) or ST_DTYPES.get(_NAMES.get(text.lower().removeprefix("torch."), ""))
     if attr is None or not hasattr(torch, attr):
-        raise SafetensorsFormatError(f"unsupported tensor dtype {name}; safetensors stores {', '.join(DTYPES)}")
+        raise SafetensorsFormatError(f"unsupported tensor dtype {name}; safetensors stores {', '.join(ST_DTYPES)}")
     return getattr(torch, attr)
 
 

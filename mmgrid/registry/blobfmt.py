@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from mmgrid.fileio.safetensors import DTYPES, encode_header, safetensors_header
+from mmgrid.fileio.safetensors import ST_DTYPES, encode_header, safetensors_header
 from mmgrid.registry.errors import CorruptBlobError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,7 +45,7 @@ def blob_header(read: Callable[[int, int], bytes], path: Path) -> tuple[int, str
         n, header = safetensors_header(read)
         info = header[TENSOR_KEY]
         start, end = (int(x) for x in info["data_offsets"])
-        return n, DTYPES[info["dtype"]], tuple(info["shape"]), start, end
+        return n, ST_DTYPES[info["dtype"]], tuple(info["shape"]), start, end
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptBlobError(f"blob {path} is not a one-tensor safetensors file ({exc!r}); re-create the checkpoint.") from exc
 

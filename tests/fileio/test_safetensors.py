@@ -58,9 +58,9 @@ def test_encode_header_writes_the_librarys_bytes(metadata):
 
 
 def test_the_dtype_table_round_trips_and_refuses_what_safetensors_cannot_store():
-    from mmgrid.fileio.safetensors import DTYPES, SafetensorsFormatError, dtype_name, torch_dtype
+    from mmgrid.fileio.safetensors import ST_DTYPES, SafetensorsFormatError, dtype_name, torch_dtype
 
-    for name, attr in DTYPES.items():
+    for name, attr in ST_DTYPES.items():
         if hasattr(torch, attr):
             assert dtype_name(getattr(torch, attr)) == name and torch_dtype(name) == getattr(torch, attr)
     assert torch_dtype("float32") is torch.float32 and torch_dtype("torch.bfloat16") is torch.bfloat16
