@@ -673,6 +673,31 @@ def test_no_module_imports_another_modules_private_names() -> None:
         "an allowed exception no longer needed"
 
 
+def private_registry_uses(root: Path) -> list[str]:
+    """``path:line .name`` where a module other than the Registry's own (``registry/api.py``) reaches into
+    a registry handle's private members (``reg._commit``, ``registry._index``...)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root.parent))
+        if rel == "mmgrid/registry/api.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = node.value.attr if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                else node.value.id if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) else None
+            if target in ("reg", "registry") and node.attr.startswith("_") and not node.attr.startswith("__"):
+                found.append(f"{rel}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_the_registry_is_used_through_its_public_interface(tmp_path: Path) -> None:
+    """Its helper modules (HF import/export, verify/gc) and every other caller use public methods."""
+    assert private_registry_uses(ROOT) == []
+    _write(tmp_path, {"mmgrid/__init__.py": "", "mmgrid/registry/hf.py": "def f(reg, self):\n    reg._commit(1)\n"
+                      "    self.registry._index.write()\n    reg.commit_manifest(1)\n    return reg.__class__\n"})
+    assert private_registry_uses(tmp_path / "mmgrid") == ["mmgrid/registry/hf.py:2 ._commit",
+                                                          "mmgrid/registry/hf.py:3 ._index"]
+
+
 def test_the_interface_checker_reports_each_kind_of_violation(tmp_path: Path) -> None:
     _write(tmp_path, {
         "mmgrid/__init__.py": "",

@@ -258,7 +258,7 @@ def import_hf(
     content = names.hash_json({"tensors": {k: b.sha256 for k, b in blobs.items()}, "files": file_refs}, n=64)
     full_params = {**dict(params or {}), "content": content}
     coords = names.normalize_coords(coords)
-    plist = names.normalize_parents(reg._parent_ids(parents))
+    plist = names.normalize_parents(reg.resolve_parents(parents))
     cid = names.make_id(coords, kind, plist, full_params)
     if reg.has(cid):
         return cid
@@ -267,5 +267,5 @@ def import_hf(
         meta={**dict(meta or {}), "source": str(path.resolve()), "architectures": config.get("architectures")},
         files=file_refs, blobs=blobs, code_version=code_version(), created=names.now_iso(),
     )
-    reg._commit(m)
+    reg.commit_manifest(m)
     return cid

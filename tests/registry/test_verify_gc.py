@@ -146,7 +146,7 @@ def test_edited_manifest_is_named_not_a_traceback(reg: Registry, edit, capsys: p
     d = json.loads(reg.manifest_path(cid).read_text())
     edit(d)
     reg.manifest_path(cid).write_text(json.dumps(d))
-    reg._forget(cid)
+    reg.forget(cid)
     with pytest.raises(RegistryError, match="manifest"):
         reg.get(cid)
     fresh = Registry.open(reg.root)
