@@ -12,9 +12,11 @@ Rules (issue 14):
     it avoids.
 
 Besides the layers: each equation of docs/architecture.md's concept table is defined once, in the
-module the table names (:data:`ONE_HOME`); no function takes more than :data:`MAX_PARAMS`
-parameters, none returns ``{"error": ...}`` where a value belongs, and no module imports another
-module's private names (each exception in :data:`PARAMS_ALLOWED` / :data:`PRIVATE_IMPORTS_ALLOWED`
+module the table names (:data:`ONE_HOME`), and code only a home may hold (a rename into place, the
+safetensors header length and dtype table, an interval's quantiles, the sign dissimilarity) stands
+nowhere else (:data:`ONE_HOME_PATTERNS`); no module reaches into a registry's private members; no
+function takes more than :data:`MAX_PARAMS` parameters, none returns ``{"error": ...}`` where a
+value belongs, and no module imports another module's private names (each exception in :data:`PARAMS_ALLOWED` / :data:`PRIVATE_IMPORTS_ALLOWED`
 with its reason). Modules are split by concept, not at a line count: there is no line limit.
 
 Runtime imports only: anything under ``if TYPE_CHECKING:`` is left out. The checker is shown

@@ -7,7 +7,7 @@ Layout under the registry root::
     verified/ab/ab12...ef            a blob's verification record (see verified.py)
     tmp/                             temporary files (same file system, so rename is atomic)
 
-Every write goes to ``tmp/``, is fsynced and renamed into place (``fsio.py``): a killed
+Every write goes to ``tmp/``, is fsynced and renamed into place (``mmgrid.fileio.atomic``): a killed
 writer leaves at most a stray temporary file, never a blob that reads back as valid.
 A blob is hashed on its first use in a process unless its verification record vouches
 for its unchanged stat identity (``verified.py``); small files are hashed on every read.
