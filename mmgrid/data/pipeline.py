@@ -91,7 +91,7 @@ def prepare(
             seconds=round(time.perf_counter() - t0, 3),
         )
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
-        _swap_in(tmp, out)
+        swap_dir(tmp, out)  # renames only: a reader sees the old or the new dataset, never half
     finally:
         scratch.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -230,8 +230,3 @@ def _old_manifest(out: Path) -> dict[str, Any] | None:
 
 def _same_inputs(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return {k: v.get("sha256") for k, v in old.items()} == {k: v["sha256"] for k, v in new.items()}
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Replace ``out`` by ``tmp`` with renames only (a reader sees the old or the new, never half)."""
-    swap_dir(tmp, out)
