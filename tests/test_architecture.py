@@ -12,9 +12,11 @@ Rules (issue 14):
     it avoids.
 
 Besides the layers: each equation of docs/architecture.md's concept table is defined once, in the
-module the table names (:data:`ONE_HOME`); no function takes more than :data:`MAX_PARAMS`
-parameters, none returns ``{"error": ...}`` where a value belongs, and no module imports another
-module's private names (each exception in :data:`PARAMS_ALLOWED` / :data:`PRIVATE_IMPORTS_ALLOWED`
+module the table names (:data:`ONE_HOME`), and code only a home may hold (a rename into place, the
+safetensors header length and dtype table, an interval's quantiles, the sign dissimilarity) stands
+nowhere else (:data:`ONE_HOME_PATTERNS`); no module reaches into a registry's private members; no
+function takes more than :data:`MAX_PARAMS` parameters, none returns ``{"error": ...}`` where a
+value belongs, and no module imports another module's private names (each exception in :data:`PARAMS_ALLOWED` / :data:`PRIVATE_IMPORTS_ALLOWED`
 with its reason). Modules are split by concept, not at a line count: there is no line limit.
 
 The table is docs/architecture.md's: that page's layer table is parsed (:func:`doc_layers`) and must
@@ -47,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent / "mmgrid"
 # layer (the "run" layer) do not import each other. The root package ``mmgrid`` (its
 # ``__init__`` only) is the top layer: it re-exports ``Registry`` lazily, and nothing imports it.
 LAYERS: list[tuple[str, list[list[str]], bool]] = [
-    ("foundation", [["mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats",
+    ("foundation", [["mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats", "mmgrid.fileio",
                      "mmgrid.cliargs"]], False),
     ("data", [["mmgrid.data"]], False),
     ("storage", [["mmgrid.registry"], ["mmgrid.exec"]], False),
@@ -468,7 +470,14 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "merged": ("mmgrid/merge/pipeline.py", "the Euclidean pipeline on one tensor or chunk (reference and fast pass)"),
     "apply_kernel": ("mmgrid/merge/pipeline.py", "a method's declared kernel on a chunk (reference and fast pass)"),
     "SIGN_RULES": ("mmgrid/merge/ops.py", "the TIES sign rules' names"),
-    "safetensors_header": ("mmgrid/registry/blobfmt.py", "the safetensors header (registry blobs, merge inputs)"),
+    "safetensors_header": ("mmgrid/fileio/safetensors.py", "the safetensors header (registry blobs, merge inputs)"),
+    "encode_header": ("mmgrid/fileio/safetensors.py", "writing a safetensors header (registry blobs, the merge writer)"),
+    "ST_DTYPES": ("mmgrid/fileio/safetensors.py", "the safetensors dtype names"),
+    "atomic_write": ("mmgrid/fileio/atomic.py", "a file that readers see whole"),
+    "atomic_output": ("mmgrid/fileio/atomic.py", "a file written by a library under a temporary name, renamed whole"),
+    "swap_dir": ("mmgrid/fileio/atomic.py", "a folder that readers see whole"),
+    "percentile_interval": ("mmgrid/stats/bootstrap.py", "a percentile-bootstrap interval"),
+    "percentile_band": ("mmgrid/stats/bootstrap.py", "an interval's quantiles, pointwise over curves"),
     "render_card": ("mmgrid/registry/card.py", "the README.md model card of every exported folder"),
     "load_yaml": ("mmgrid/configtools.py", "reading YAML with aliases bounded before expansion"),
     "script_json": ("mmgrid/sweep/report_html_encode.py", "JSON inside a <script> block of report.html"),
@@ -516,11 +525,75 @@ def test_no_second_copy_of_a_home_through_a_library_call() -> None:
     assert found == []
 
 
-def test_the_safetensors_header_length_is_read_in_one_place() -> None:
-    """The 8-byte little-endian header length is unpacked only by ``safetensors_header``."""
-    found = [str(path.relative_to(ROOT.parent)) for path in sorted(ROOT.rglob("*.py"))
-             for line in path.read_text().splitlines() if "unpack(\"<Q\"" in line or "unpack('<Q'" in line]
-    assert found == ["mmgrid/registry/blobfmt.py"]
+# Code that only a concept's home may contain (ONE_HOME by pattern, beside ONE_HOME by name): a line matching
+# one of these anywhere else is a second home. Each: regular expression -> (its home, what it is).
+ONE_HOME_PATTERNS: dict[str, tuple[str, str]] = {
+    r"\bos\.(replace|rename|link)\(|\.rename\((?!\{|columns=|index=)":
+        ("mmgrid/fileio/atomic.py", "a rename into place (atomic_write, atomic_output, replace, swap_dir, publish_file)"),
+    r"struct\.(un)?pack(_into)?\(\s*[\"']<Q[\"']":
+        ("mmgrid/fileio/safetensors.py", "the safetensors header's 8-byte length (encode_header, safetensors_header)"),
+    r"\bnp\.(nan)?(quantile|percentile)\(":
+        ("mmgrid/stats/bootstrap.py", "an interval's quantiles (percentile_interval, percentile_band)"),
+    r"torch\.sign\([^()]*\)\s*!=\s*torch\.sign\(":
+        ("mmgrid/stats/signs.py", "the sign dissimilarity, Orbit Eq. 1 (sign_dissimilarity)"),
+}
+# The one table of safetensors dtype names: a dict literal with one of these as a key or value is a second one.
+DTYPE_TABLE_NAMES = {"F32", "BF16", "F16", "F64", "I64", "BOOL"}
+DTYPE_TABLE_HOME = "mmgrid/fileio/safetensors.py"
+# file:line -> why the line is not a second home
+PATTERNS_ALLOWED: dict[str, str] = {
+    "mmgrid/sweep/calibration/measures.py:188": "the minimum, median and maximum of the replicates' estimates, "
+                                                 "a summary, not an interval",
+}
+
+
+def second_homes(root: Path) -> list[str]:
+    """``path:line what`` for every line outside its home that matches :data:`ONE_HOME_PATTERNS` (comments
+    and docstrings too: text that names the call is a second home in the making), and every dict
+    literal outside :data:`DTYPE_TABLE_HOME` that maps a safetensors dtype name."""
+    import re
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root.parent))
+        text = path.read_text()
+        for pattern, (home, what) in ONE_HOME_PATTERNS.items():
+            if rel == home:
+                continue
+            for i, line in enumerate(text.splitlines(), 1):
+                if re.search(pattern, line) and f"{rel}:{i}" not in PATTERNS_ALLOWED:
+                    found.append(f"{rel}:{i} {what}; the home is {home}")
+        if rel != DTYPE_TABLE_HOME:
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.Dict) and any(isinstance(x, ast.Constant) and x.value in DTYPE_TABLE_NAMES
+                                                      for x in (*node.keys, *node.values)):
+                    found.append(f"{rel}:{node.lineno} a safetensors dtype table; the home is {DTYPE_TABLE_HOME}")
+    return found
+
+
+def test_formats_and_io_have_one_home() -> None:
+    """Renames into place, the safetensors header and dtype table, an interval's quantiles and the sign
+    dissimilarity each live in one module; every other module calls it."""
+    assert second_homes(ROOT) == []
+    assert [k for k in PATTERNS_ALLOWED if not (ROOT.parent / k.split(":")[0]).is_file()] == [], \
+        "an allowed exception names a file that is gone"
+
+
+def test_the_pattern_check_catches_a_planted_second_home(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "mmgrid/__init__.py": "",
+        "mmgrid/fileio/atomic.py": "import os\nos.replace('a', 'b')\n",  # the home: fine
+        "mmgrid/fileio/safetensors.py": "ST_DTYPES = {'F32': 'float32'}\n",  # the home: fine
+        "mmgrid/data/write.py": ("import os, struct\nimport numpy as np\n"
+                                 "def save(tmp, path, head):\n    tmp.write_text('x')\n    os.replace(tmp, path)\n"
+                                 "    tmp.rename(path)\n    return struct.pack('<Q', len(head))\n"
+                                 "def ci(x):\n    return np.quantile(x, [0.025, 0.975])\n"
+                                 "def sd(x, r):\n    return (torch.sign(x) != torch.sign(r)).float().mean()\n"
+                                 "TABLE = {torch.bfloat16: 'BF16'}\n"
+                                 "FRAME = df.rename({'a': 'b'})\n"),  # a data frame's rename: fine
+    })
+    got = sorted(int(x.split(" ")[0].rpartition(":")[2]) for x in second_homes(tmp_path / "mmgrid"))
+    assert got == [5, 6, 7, 9, 11, 12]  # os.replace, Path.rename, the header length, np.quantile, signs, dtypes
 
 
 def test_yaml_is_read_by_the_one_bounded_loader() -> None:
@@ -661,6 +734,31 @@ def test_no_module_imports_another_modules_private_names() -> None:
     assert [k for k in found.private_imports if k not in PRIVATE_IMPORTS_ALLOWED] == []
     assert [k for k in PRIVATE_IMPORTS_ALLOWED if k not in found.private_imports] == [], \
         "an allowed exception no longer needed"
+
+
+def private_registry_uses(root: Path) -> list[str]:
+    """``path:line .name`` where a module other than the Registry's own (``registry/api.py``) reaches into
+    a registry handle's private members (``reg._commit``, ``registry._index``...)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root.parent))
+        if rel == "mmgrid/registry/api.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = node.value.attr if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                else node.value.id if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) else None
+            if target in ("reg", "registry") and node.attr.startswith("_") and not node.attr.startswith("__"):
+                found.append(f"{rel}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_the_registry_is_used_through_its_public_interface(tmp_path: Path) -> None:
+    """Its helper modules (HF import/export, verify/gc) and every other caller use public methods."""
+    assert private_registry_uses(ROOT) == []
+    _write(tmp_path, {"mmgrid/__init__.py": "", "mmgrid/registry/hf.py": "def f(reg, self):\n    reg._commit(1)\n"
+                      "    self.registry._index.write()\n    reg.commit_manifest(1)\n    return reg.__class__\n"})
+    assert private_registry_uses(tmp_path / "mmgrid") == ["mmgrid/registry/hf.py:2 ._commit",
+                                                          "mmgrid/registry/hf.py:3 ._index"]
 
 
 def test_the_interface_checker_reports_each_kind_of_violation(tmp_path: Path) -> None:

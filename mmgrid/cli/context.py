@@ -26,13 +26,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 from mmgrid.cliargs import RUN_FILE, find_run, is_registry, note, registry_path
 from mmgrid.errors import ConfigError, MmgridError, RegistryError
+from mmgrid.fileio.atomic import atomic_write
 
 
 def open_registry(args: argparse.Namespace, command: str, *, quiet: bool = False, create: bool = False) -> Any:
@@ -74,9 +74,7 @@ def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
     target = folder / RUN_FILE
     head = (f"# The resolved grid of `mmgrid {command}` (grid hash {cfg.hash()}); paths are relative to this folder.\n"
             f"# Follow-ups take this folder in place of a grid YAML, e.g. `mmgrid sweep temporal {folder}`.\n")
-    tmp = target.with_name(f".{RUN_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(head + yaml.safe_dump(run_dict(cfg, folder), sort_keys=False))
-    os.replace(tmp, target)
+    atomic_write(target, (head + yaml.safe_dump(run_dict(cfg, folder), sort_keys=False)).encode(), durable=False)
     return target
 
 

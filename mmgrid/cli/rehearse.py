@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 
 from mmgrid.cli.context import save_run
 from mmgrid.errors import ConfigError, MmgridError
+from mmgrid.fileio.atomic import replace
 
 # Toy sizes of the base architecture: a decoder this small trains a stage in seconds on one core.
 TOY_BASE = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -288,9 +289,9 @@ def _synthetic_world(domains: list[str], dst: Path, seed: int) -> None:
     (dst / "meta_categories").mkdir(parents=True, exist_ok=True)
     for grid_name, review in zip(domains, made):
         world_name = review.name.removesuffix(".jsonl.gz")
-        review.rename(dst / "review_categories" / f"{grid_name}.jsonl.gz")
-        (tmp / "raw" / "meta_categories" / f"meta_{world_name}.jsonl.gz").rename(
-            dst / "meta_categories" / f"meta_{grid_name}.jsonl.gz")
+        replace(review, dst / "review_categories" / f"{grid_name}.jsonl.gz")
+        replace(tmp / "raw" / "meta_categories" / f"meta_{world_name}.jsonl.gz",
+                dst / "meta_categories" / f"meta_{grid_name}.jsonl.gz")
     shutil.rmtree(tmp)
 
 

@@ -23,6 +23,7 @@ import polars as pl
 from mmgrid.config import DataConfig, GridConfig, parse_date_ms
 from mmgrid.configtools import stable_hash, to_dict
 from mmgrid.data import splits
+from mmgrid.fileio.atomic import swap_dir
 from mmgrid.data.dataset import MANIFEST, PreparedDataset, load_prepared
 from mmgrid.data.errors import EmptyPhaseError
 from mmgrid.data.hashing import hash_inputs
@@ -90,7 +91,7 @@ def prepare(
             seconds=round(time.perf_counter() - t0, 3),
         )
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
-        _swap_in(tmp, out)
+        swap_dir(tmp, out)  # renames only: a reader sees the old or the new dataset, never half
     finally:
         scratch.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -229,13 +230,3 @@ def _old_manifest(out: Path) -> dict[str, Any] | None:
 
 def _same_inputs(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return {k: v.get("sha256") for k, v in old.items()} == {k: v["sha256"] for k, v in new.items()}
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Replace ``out`` by ``tmp`` with renames only (a reader sees the old or the new, never half)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    trash = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        os.replace(out, trash)
-    os.replace(tmp, out)
-    shutil.rmtree(trash, ignore_errors=True)

@@ -22,6 +22,7 @@ import polars as pl
 from mmgrid.data.errors import (CorruptLineError, EmptyFileError, MissingFieldError, NoUsableRecordsError,
                                 RecboleWheelError)
 from mmgrid.data.jsonl import SkipLog
+from mmgrid.fileio.atomic import swap_dir
 from mmgrid.data.timestamps import apply_timestamp_unit
 
 SECONDS_HINT = "RecBole atomic files hold Unix seconds: convert the column to seconds in the file."
@@ -191,10 +192,8 @@ def extract_ml100k(wheel: str | Path, out: str | Path, sha256: str = RECBOLE_WHE
                                             f"{ML100K_MAX_BYTES} bytes", "Use RecBole 1.2.1's wheel.")
                 with z.open(info) as src, open(tmp / name, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-        if target.exists():
-            shutil.rmtree(target)
         tmp.chmod(0o755)
-        tmp.rename(target)
+        swap_dir(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

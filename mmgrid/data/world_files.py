@@ -40,6 +40,7 @@ import polars as pl
 from mmgrid.data import vocab
 from mmgrid.config import PAPER_PHASES, PlantConfig, WorldConfig
 from mmgrid.data.errors import ConfigError
+from mmgrid.fileio.atomic import swap_dir
 from mmgrid.data.world_simulation import DAY_MS, DomainKnobs, ProcessScales, Simulated, simulate, trend_position
 
 PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
@@ -383,8 +384,7 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
     if cfg.preset == "rolling_six":
         truth |= {"preset": cfg.preset, "trend_path": trend_path(knobs_all, start, end)}
     out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / "raw", ignore_errors=True)
-    tmp.rename(out / "raw")
+    swap_dir(tmp, out / "raw")
     (out / "truth.json").write_text(json.dumps(truth, indent=2))
     return out
 

@@ -5,7 +5,7 @@ Pure functions on flat state dicts (name -> tensor); no registry, no I/O.
 * L1 norm of a task vector tau = theta - theta_0 (MMGRid Eq. 2; Figure 2 plots it per
   paradigm x domain x period).
 * Sign dissimilarity (Orbit, paper 000, Eq. 1), the one definition of
-  :func:`mmgrid.merge.geometry.sign_dissimilarity` (entries counted where the reference is
+  :func:`mmgrid.stats.signs.sign_dissimilarity` (entries counted where the reference is
   nonzero; sign(0) = 0 differs from a nonzero sign; 0.0 when nothing is counted), taken in
   both directions and averaged, since neither task vector is the other's origin.
 * Cosine similarity of two flattened task vectors.
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from mmgrid.merge import geometry as merge_geometry
+from mmgrid.stats import signs
 
 State = Mapping[str, torch.Tensor]
 
@@ -73,11 +73,11 @@ def norms(tv: State) -> dict[str, float]:
 
 
 def sign_dissimilarity(a: State, b: State, exclude: Iterable[str] = ()) -> float:
-    """Sign dissimilarity of two task vectors (Orbit Eq. 1, :func:`mmgrid.merge.geometry.sign_dissimilarity`),
+    """Sign dissimilarity of two task vectors (Orbit Eq. 1, :func:`mmgrid.stats.signs.sign_dissimilarity`),
     symmetric: the mean of both directions, each counting the entries its reference moved."""
     pairs = [_shared(a[name], b[name]) for name in _names(a, b, exclude)]
     xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
-    return 0.5 * (merge_geometry.sign_dissimilarity(xs, ys) + merge_geometry.sign_dissimilarity(ys, xs))
+    return 0.5 * (signs.sign_dissimilarity(xs, ys) + signs.sign_dissimilarity(ys, xs))
 
 
 def cosine(a: State, b: State, exclude: Iterable[str] = ()) -> float:

@@ -1,7 +1,5 @@
-"""Pure tensor math of the geometric merges: the orthogonal group (OrthoMerge, paper 003),
-Gaussian covariance geometry (GCWM, paper 001), and the sign dissimilarity of two models
-(Orbit, paper 000, Eq. 1: Orbit's training-time trigger and the task-vector diagnostics
-both call :func:`sign_dissimilarity`). No I/O.
+"""Pure tensor math of the geometric merges: the orthogonal group (OrthoMerge, paper 003) and
+Gaussian covariance geometry (GCWM, paper 001). No I/O.
 
 Conventions: OrthoMerge writes W in R^{d_in x d_out} and rotates with R in
 R^{d_in x d_in} from the left (Eq. 1). The functions here take matrices in that
@@ -10,8 +8,7 @@ orientation; the method module transposes PyTorch ``(out, in)`` weights.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -197,37 +194,3 @@ def union_basis(bases: Sequence[torch.Tensor], eps: float = 1e-8) -> torch.Tenso
     q, r = torch.linalg.qr(torch.cat(list(bases), dim=1))
     keep = r.diagonal().abs() > eps
     return q[:, keep] if bool(keep.any()) else q[:, :1]
-
-
-def sign_dissimilarity(xs: Iterable[torch.Tensor], refs: Iterable[torch.Tensor],
-                       counted: Iterable[torch.Tensor] | None = None) -> float:
-    """SD of tensors ``xs`` against reference tensors ``refs`` (Orbit Eq. 1), over all pairs.
-
-    SD = #{i counted: sign(x_i) != sign(ref_i)} / #{i counted}, the one definition in
-    mmgrid (Orbit's back-merging trigger, :mod:`mmgrid.train.origin`, and the task-vector
-    diagnostics, :mod:`mmgrid.eval.diagnostics`, call it):
-
-    * entries counted: those whose reference is nonzero (``counted`` masks, ref != 0 by
-      default). Eq. 1 divides by all parameters; Orbit's Appendix D assumes
-      theta_init(i) != 0 for every counted coordinate, and a zero reference has no sign
-      that back-merging could restore, so zeros of the reference are left out of both
-      counts;
-    * differing: sign(x_i) != sign(ref_i) with sign(0) = 0, so an entry the reference
-      moved and x left at exactly 0 differs (Orbit: a parameter whose sign is no longer
-      the origin's);
-    * empty case (nothing counted): 0.0 -- no counted sign differs, so Orbit never
-      triggers a merge on it.
-
-    Args:
-        xs: tensors (the current parameters; any float dtype).
-        refs: same-shaped reference tensors, in the same order (Orbit's theta_init).
-        counted: optional boolean masks of the counted entries (precomputed ref != 0).
-    """
-    flipped, total = 0, 0
-    masks = counted if counted is not None else itertools.repeat(None)
-    for x, ref, nz in zip(xs, refs, masks):
-        if nz is None:
-            nz = ref != 0
-        flipped += int(((torch.sign(x) != torch.sign(ref)) & nz).sum())
-        total += int(nz.sum())
-    return flipped / total if total else 0.0

@@ -9,13 +9,9 @@ buffers, never a whole model per input.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import mmap
 import os
-import stat
-import struct
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,21 +21,8 @@ import torch
 
 from mmgrid.merge.errors import SourceError
 from mmgrid.registry import Registry
-from mmgrid.registry.blobfmt import safetensors_header
-
-_ST_DTYPES = {
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.float64: "F64",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
-
+from mmgrid.fileio.atomic import publish_file
+from mmgrid.fileio.safetensors import encode_header, safetensors_header, torch_dtype
 
 @dataclass
 class TensorSource:
@@ -123,12 +106,12 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
     try:
         with open(p, "rb") as fh:
             n, header = safetensors_header(lambda o, k: os.pread(fh.fileno(), k, o), os.fstat(fh.fileno()).st_size)
+        meta = dict(header.pop("__metadata__", None) or {})
+        shapes = {k: (tuple(v["shape"]), torch_dtype(v["dtype"])) for k, v in header.items()}
     except (OSError, ValueError) as exc:
         raise SourceError(f"{p} is not a readable safetensors file ({exc}); it is not a safetensors file or was cut "
                           "short: write it again with safetensors.torch.save_file") from exc
-    meta = dict(header.pop("__metadata__", None) or {})
     data_start = 8 + n
-    shapes = {k: (tuple(v["shape"]), _dtype_from_st(v["dtype"])) for k, v in header.items()}
 
     def get(name: str) -> torch.Tensor:
         shape, dtype = shapes[name]
@@ -238,17 +221,7 @@ def _dtype_of(v: Any) -> torch.dtype:
         d = v["dtype"] if isinstance(v, Mapping) else getattr(v, "dtype")
     if isinstance(d, torch.dtype):
         return d
-    return _dtype_from_st(str(d))
-
-
-def _dtype_from_st(name: str) -> torch.dtype:
-    name = name.upper().replace("TORCH.", "")
-    table = {v: k for k, v in _ST_DTYPES.items()}
-    aliases = {"FLOAT32": "F32", "FLOAT16": "F16", "BFLOAT16": "BF16", "FLOAT64": "F64", "INT64": "I64", "INT32": "I32"}
-    name = aliases.get(name, name)
-    if name not in table:
-        raise SourceError(f"unsupported tensor dtype {name}")
-    return table[name]
+    return torch_dtype(str(d))
 
 
 class SafetensorsWriter:
@@ -264,20 +237,12 @@ class SafetensorsWriter:
         self.path = Path(path)
         self.durable = durable
         self._tmp = self.path.with_name(self.path.name + ".partial")
-        header: dict[str, Any] = {"__metadata__": dict(metadata or {})}
-        self._order: list[str] = []
-        self._spec: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
-        offset = 0
-        for name, shape, dtype in layout:
-            n = _numel(shape) * torch.empty((), dtype=dtype).element_size()
-            header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
-            self._order.append(name)
-            self._spec[name] = (tuple(shape), dtype)
-            offset += n
-        raw = json.dumps(header, separators=(",", ":")).encode()
-        raw += b" " * (-len(raw) % 8)  # align the data section to 8 bytes
+        self._spec: dict[str, tuple[tuple[int, ...], torch.dtype]] = {name: (tuple(shape), dtype)
+                                                                        for name, shape, dtype in layout}
+        self._order: list[str] = list(self._spec)
+        head = encode_header([(name, shape, dtype) for name, (shape, dtype) in self._spec.items()], dict(metadata or {}))
         self._fh = open(self._tmp, "wb")
-        self._fh.write(struct.pack("<Q", len(raw)) + raw)
+        self._fh.write(head)
         self._next = 0
         self._part = 0  # entries of tensor self._next written by write_part
 
@@ -324,19 +289,7 @@ class SafetensorsWriter:
         if self.durable:  # on disk before the rename makes it visible
             os.fsync(self._fh.fileno())
         self._fh.close()
-        # Replacing a file frees its page cache in the replacing call (0.1-0.4 s per GB):
-        # hold the old file open across the rename and close it on a background thread.
-        try:
-            old = os.open(self.path, os.O_RDONLY)
-        except OSError:
-            old = None
-        regular = old is not None and stat.S_ISREG(os.fstat(old).st_mode)
-        if regular and not self.durable and _exchange(self._tmp, self.path):
-            self._tmp.unlink()  # now the old file; its pages are freed when ``old`` closes
-        else:
-            os.replace(self._tmp, self.path)
-        if old is not None:
-            threading.Thread(target=os.close, args=(old,), daemon=True).start()
+        publish_file(self._tmp, self.path, self.durable)
         return self.path
 
     def abort(self) -> None:
@@ -344,32 +297,6 @@ class SafetensorsWriter:
         if not self._fh.closed:
             self._fh.close()
         self._tmp.unlink(missing_ok=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where that
-    is not available, and the caller renames instead.
-
-    Used for non-durable writes over an existing file: ext4 (``auto_da_alloc``) starts
-    writing a file's data to disk when it is renamed over another one, which doubled
-    the cost of rewriting a 1.2 GB merge result into the page cache (0.65 s vs 0.3 s,
-    measured). An exchange is not such a rename, and readers still see either the old
-    complete file or the new one.
-    """
-    global _RENAMEAT2
-    if _RENAMEAT2 is None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _RENAMEAT2 = libc.renameat2
-        except (OSError, AttributeError):
-            _RENAMEAT2 = False
-    if _RENAMEAT2 is False:
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return _RENAMEAT2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-_RENAMEAT2: Any = None
 
 
 def _numel(shape: Iterable[int]) -> int:

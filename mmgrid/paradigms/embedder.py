@@ -27,6 +27,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from mmgrid.errors import ModelError
+from mmgrid.fileio.atomic import atomic_output
 from mmgrid.paradigms.errors import UnsafeEmbedderError
 from mmgrid.registry.tensors import UNSAFE_SUFFIXES
 
@@ -285,9 +286,8 @@ def _write_disk(cache_dir: Any, key: str, emb: np.ndarray) -> None:
         return
     folder = Path(cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{key}.{os.getpid()}.tmp"
-    save_file({"embeddings": np.ascontiguousarray(emb)}, str(tmp))
-    os.replace(tmp, folder / f"{key}.safetensors")  # atomic: readers never see half a file
+    with atomic_output(folder / f"{key}.safetensors") as tmp:  # readers never see half a file
+        save_file({"embeddings": np.ascontiguousarray(emb)}, str(tmp))
 
 
 def clear_caches() -> None:

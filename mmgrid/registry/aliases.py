@@ -13,7 +13,7 @@ from pathlib import Path
 import mmgrid.registry.names as names
 from mmgrid.registry.contain import check_inside
 from mmgrid.registry.errors import RegistryError, UnsafePathError
-from mmgrid.registry.fsio import atomic_write
+from mmgrid.fileio.atomic import atomic_write
 
 
 def alias_path(root: Path, name: str) -> Path:

@@ -31,6 +31,7 @@ import mmgrid.registry.hf as hf
 import mmgrid.registry.maintenance as maintenance
 import mmgrid.registry.names as names
 import mmgrid.registry.writing as writing
+from mmgrid.registry.fsio import pause_point
 from mmgrid.registry.errors import (AmbiguousCheckpointError, InvalidNameError, CorruptIndexError, RegistryStorageError, RegistryWarning,
                                     UnknownCheckpointError)
 from mmgrid.registry.evals import Evaluations
@@ -41,9 +42,10 @@ from mmgrid.registry.locks import WritersLock
 from mmgrid.registry.maintenance import GcReport, VerifyReport
 from mmgrid.registry.manifest import Manifest, Parent, code_version, field_type_problems, read_manifest
 from mmgrid.registry.results import ResultsLog
-from mmgrid.registry.fsio import atomic_write
+from mmgrid.fileio.atomic import atomic_write
+from mmgrid.fileio.safetensors import torch_dtype
 from mmgrid.registry.store import BlobStore
-from mmgrid.registry.tensors import LazyTensors, iter_state, torch_dtype
+from mmgrid.registry.tensors import LazyTensors, iter_state
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -210,7 +212,7 @@ class Registry(Evaluations):
         if bad:
             raise InvalidNameError(f"Registry.put: {'; '.join(bad)}; pass the seed as an int and the hashes as strings.")
         coords = names.normalize_coords(coords)
-        plist = names.normalize_parents(self._parent_ids(parents))
+        plist = names.normalize_parents(self.resolve_parents(parents))
         cid = names.make_id(coords, kind, plist, params, config_hash, seed)
         if self.has(cid):
             writing.check_same_tensors(self.get(cid), state_or_path)
@@ -230,11 +232,12 @@ class Registry(Evaluations):
             data_fingerprint=data_fingerprint, code_version=code_version(),
             created=names.now_iso(),
         )
-        self._commit(m)
+        self.commit_manifest(m)
         return cid
 
-    def _parent_ids(self, parents: Iterable[Any] | None) -> list[tuple[str, str]]:
-        """Let callers name parents by alias or id prefix too; identities always use full ids."""
+    def resolve_parents(self, parents: Iterable[Any] | None) -> list[tuple[str, str]]:
+        """``[(full id, role), ...]`` of parents named by id, id prefix or alias (``(ref, role)`` pairs or
+        ``{"id", "role"}`` mappings); identities always use full ids."""
         out = []
         for p in parents or ():
             pid, role = (p["id"], p["role"]) if isinstance(p, Mapping) else tuple(p)
@@ -243,11 +246,14 @@ class Registry(Evaluations):
             out.append((pid, role))
         return out
 
-    def _commit(self, m: Manifest) -> None:
-        """Write the manifest last: until its rename the checkpoint does not exist."""
+    def commit_manifest(self, m: Manifest) -> None:
+        """Store a checkpoint's manifest, the last write of a put (its blobs and files are stored already):
+        until its rename the checkpoint does not exist. Where another writer stored the same id first, its
+        manifest is kept and indexed."""
         m.check_paths()
         path = self.manifest_path(m.id)
-        if not atomic_write(path, m.dumps().encode(), self.store.tmp, self.durable, pause="manifest_tmp_written",
+        if not atomic_write(path, m.dumps().encode(), self.store.tmp, self.durable,
+                            before_rename=lambda: pause_point("manifest_tmp_written"),
                             exclusive=True):
             # another writer put the same identity first: its manifest is the checkpoint, and the index must say
             # what the file says (else a rebuilt index would differ from the live one)
@@ -400,6 +406,26 @@ class Registry(Evaluations):
     def iter_manifest_paths(self) -> list[Path]:
         return sorted((self.root / "manifests").glob("*/*.json"))
 
-    def _forget(self, cid: str) -> None:
+    def forget(self, cid: str) -> None:
+        """Drop ``cid``'s manifest from this handle's cache: the next read re-reads its file."""
         self._manifests.pop(cid, None)
+
+    def remove_checkpoints(self, cids: Iterable[str]) -> None:
+        """Delete the manifests of ``cids`` and drop them from the cache and the index (``gc``'s removal of
+        unreachable checkpoints; their blobs are ``gc``'s to remove)."""
+        cids = list(cids)
+        for cid in cids:
+            self.manifest_path(cid).unlink(missing_ok=True)
+            self.forget(cid)
+        if self.indexed:
+            self._index.write(lambda conn: [Index.remove_checkpoint(conn, c) for c in cids])
+
+    @property
+    def index_broken(self) -> CorruptIndexError | None:
+        """The error of a damaged index file (None while the index is sound); ``reindex`` repairs it."""
+        return self._index_broken
+
+    def index_differences(self, fresh: Index) -> list[str]:
+        """What this registry's index says differently from ``fresh``, an index built from the files."""
+        return self._reader().compare(fresh)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from mmgrid.errors import MmgridError, RegistryError
+from mmgrid.fileio.atomic import swap_dir
 import mmgrid.registry.card as card
 import mmgrid.registry.names as names
 import mmgrid.registry.writing as writing
@@ -120,9 +121,7 @@ def export_hf(reg: "Registry", ref: Any, out_dir: Path, require_config: bool = T
             if not names.inside(tmp, target):  # defence in depth: check_file_name already forbids it
                 raise UnsafePathError(f"file {name!r} of {m.id} would be written outside {out_dir}; nothing was exported.")
             _write(target, data, mode)
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.replace(tmp, out_dir)  # readers never see a half-written export
+        swap_dir(tmp, out_dir)  # readers never see a half-written export (an empty out_dir is replaced)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise RegistryError(f"cannot write the export to {out_dir} ({exc.strerror or exc}); free space or pick "
@@ -259,7 +258,7 @@ def import_hf(
     content = names.hash_json({"tensors": {k: b.sha256 for k, b in blobs.items()}, "files": file_refs}, n=64)
     full_params = {**dict(params or {}), "content": content}
     coords = names.normalize_coords(coords)
-    plist = names.normalize_parents(reg._parent_ids(parents))
+    plist = names.normalize_parents(reg.resolve_parents(parents))
     cid = names.make_id(coords, kind, plist, full_params)
     if reg.has(cid):
         return cid
@@ -268,5 +267,5 @@ def import_hf(
         meta={**dict(meta or {}), "source": str(path.resolve()), "architectures": config.get("architectures")},
         files=file_refs, blobs=blobs, code_version=code_version(), created=names.now_iso(),
     )
-    reg._commit(m)
+    reg.commit_manifest(m)
     return cid

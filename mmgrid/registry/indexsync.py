@@ -35,7 +35,7 @@ from mmgrid.errors import RegistryError
 import mmgrid.registry.aliases as alias_files
 import mmgrid.registry.results as results_io
 from mmgrid.registry.errors import CorruptIndexError, RegistryWarning
-from mmgrid.registry.fsio import temp_path
+from mmgrid.fileio.atomic import replace, temp_path
 from mmgrid.registry.manifest import read_manifest
 
 RECENT_NS = 2_000_000_000  # re-list folders touched in the last 2 s (coarse mtimes on network file systems)
@@ -254,7 +254,7 @@ class IndexSync:
         if os.path.exists(self.path):
             tmp = self.root / "tmp"
             tmp.mkdir(exist_ok=True)
-            os.replace(self.path, temp_path(tmp, "index.sqlite.damaged"))
+            replace(Path(self.path), temp_path(tmp, "index.sqlite.damaged"))
 
     def _clear_and_sync(self, conn: sqlite3.Connection) -> int:
         for table in ("checkpoints", "coord_kv", "edges", "aliases", "results", "sync_state", "meta"):

@@ -225,15 +225,15 @@ def _verify_index(reg: "Registry", report: VerifyReport) -> None:
     if not reg.indexed:
         return  # worker mode: the index is built from the files anyway
     report.index_problems = list(reg.index_repairs)
-    if reg._index_broken is not None:
-        report.index_problems.append(str(reg._index_broken))
+    if reg.index_broken is not None:
+        report.index_problems.append(str(reg.index_broken))
         return
     fresh = Index(reg.root, ":memory:")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RegistryWarning)  # unreadable files are listed above already
         fresh.rebuild()
     try:
-        report.index_problems += [f"{reg.root / 'index.sqlite'}: {d}" for d in reg._reader().compare(fresh)]
+        report.index_problems += [f"{reg.root / 'index.sqlite'}: {d}" for d in reg.index_differences(fresh)]
     finally:
         fresh.close()
 
@@ -276,11 +276,7 @@ def gc(reg: "Registry", keep: Iterable[Any] | None = None, dry_run: bool = False
         live = _live(reg, ms, keep)
         report.removed_checkpoints = sorted(set(ms) - live)
         if not dry_run:
-            for cid in report.removed_checkpoints:
-                reg.manifest_path(cid).unlink(missing_ok=True)
-                reg._forget(cid)
-            if reg.indexed:
-                reg._index.write(lambda conn: [Index.remove_checkpoint(conn, c) for c in report.removed_checkpoints])
+            reg.remove_checkpoints(report.removed_checkpoints)
         ms = {cid: m for cid, m in ms.items() if cid in live}
     blob_refs, file_refs = _refs(ms)
     cutoff = time.time() - grace_s

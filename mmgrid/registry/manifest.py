@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from mmgrid._version import __version__
-from mmgrid.registry.blobfmt import ST_TO_TORCH
+from mmgrid.fileio.safetensors import ST_DTYPES
 from mmgrid.registry.contain import check_inside
 from mmgrid.registry.errors import RegistryError, UnsafePathError
 from mmgrid.registry.names import check_kind, is_file_name, is_id, is_sha256, normalize_coords
@@ -165,7 +165,7 @@ class Manifest:
             check_kind(self.kind)
         except RegistryError as exc:
             raise RegistryError(f"manifest {where or self.id}: {exc} {fix}") from None
-        wrong = sorted({str(b.dtype) for b in self.blobs.values()} - set(ST_TO_TORCH))
+        wrong = sorted({str(b.dtype) for b in self.blobs.values()} - set(ST_DTYPES))
         wrong += [f"shape of {k!r}: {b.shape!r}" for k, b in self.blobs.items()
                   if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in b.shape)]
         if wrong:

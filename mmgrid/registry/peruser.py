@@ -13,7 +13,7 @@ tested later without running a model again. The mean of a metric's column over a
 rows is the recorded ``value`` (the same float operations: see
 :func:`mmgrid.eval.metrics.per_user_metrics`).
 
-A file is written to ``tmp/``, fsynced and renamed into place (``fsio.atomic_write``);
+A file is written to ``tmp/``, fsynced and renamed into place (``fileio.atomic.atomic_write``);
 the same values give the same bytes and so the same file (stored once). Reading checks
 that the referenced path is ``peruser/<2 hex>/<sha256>.parquet`` (nothing outside the
 root can be named) and that the bytes hash to the name.
@@ -37,7 +37,7 @@ import numpy as np
 
 import mmgrid.registry.results as results_io
 from mmgrid.registry.errors import CorruptBlobError, MissingBlobError, RegistryError, UnsafePathError
-from mmgrid.registry.fsio import atomic_write
+from mmgrid.fileio.atomic import atomic_write
 from mmgrid.stats import mean_ci
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -7,7 +7,7 @@ Layout under the registry root::
     verified/ab/ab12...ef            a blob's verification record (see verified.py)
     tmp/                             temporary files (same file system, so rename is atomic)
 
-Every write goes to ``tmp/``, is fsynced and renamed into place (``fsio.py``): a killed
+Every write goes to ``tmp/``, is fsynced and renamed into place (``mmgrid.fileio.atomic``): a killed
 writer leaves at most a stray temporary file, never a blob that reads back as valid.
 A blob is hashed on its first use in a process unless its verification record vouches
 for its unchanged stat identity (``verified.py``); small files are hashed on every read.
@@ -27,16 +27,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import mmgrid.registry.verified as verified
-from mmgrid.registry.blobfmt import ST_TO_TORCH, TENSOR_KEY, blob_header, from_blob, tensor_bytes
+from mmgrid.fileio.atomic import atomic_write, fsync_dir, fsync_file, replace, temp_path
+from mmgrid.registry.blobfmt import TENSOR_KEY, blob_header, from_blob, tensor_bytes
 from mmgrid.registry.contain import check_inside
 from mmgrid.registry.errors import CorruptBlobError, MissingBlobError, UnsafePathError
-from mmgrid.registry.fsio import atomic_write, fsync_dir, fsync_file, pause_point, sha256_file, temp_files, temp_path
+from mmgrid.registry.fsio import pause_point, sha256_file, temp_files
 from mmgrid.registry.names import is_sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["BlobStore", "ST_TO_TORCH", "TENSOR_KEY", "atomic_write", "forget_verified", "pause_point",
+__all__ = ["BlobStore", "TENSOR_KEY", "forget_verified", "pause_point",
            "sha256_file", "tensor_bytes"]
 
 
@@ -132,7 +133,7 @@ class BlobStore:
             pause_point("blob_tmp_written")
             for tmp, final in b.pending.values():
                 final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp, final)
+                replace(tmp, final)
             if self.durable:
                 list(pool.map(fsync_dir, sorted({final.parent for _, final in b.pending.values()})))
         verified.mark(b.pending)  # we hashed these very bytes

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mmgrid.errors import RegistryError
-from mmgrid.registry.blobfmt import ST_TO_TORCH, st_name
+from mmgrid.fileio.safetensors import dtype_name, torch_dtype
 from mmgrid.registry.errors import UnsafeFormatError, UnsafePathError
 from mmgrid.registry.names import inside
 
@@ -28,15 +28,6 @@ def unsafe_error(path: Path) -> UnsafeFormatError:
         "`safetensors.torch.save_file(torch.load(path, weights_only=True), 'model.safetensors')`, "
         "then pass the .safetensors file or folder."
     )
-
-
-st_dtype = st_name  # torch dtype -> safetensors name ("F32"...); RegistryError if not storable
-
-
-def torch_dtype(st: str) -> "torch.dtype":
-    import torch  # lazy: torch (~2-4 s) stays out of `import mmgrid.registry`
-
-    return getattr(torch, ST_TO_TORCH[st])
 
 
 def safetensors_files(path: Path) -> list[Path]:
@@ -90,7 +81,7 @@ def describe(state_or_path: Any) -> dict[str, tuple[tuple[int, ...], str]]:
     from safetensors import SafetensorError, safe_open  # lazy: safetensors' torch bindings import torch
 
     if not isinstance(state_or_path, (str, Path)):
-        return {name: (tuple(t.shape), st_dtype(t.dtype)) for name, t in iter_state(state_or_path)}
+        return {name: (tuple(t.shape), dtype_name(t.dtype)) for name, t in iter_state(state_or_path)}
     out: dict[str, tuple[tuple[int, ...], str]] = {}
     for f in safetensors_files(Path(state_or_path)):
         try:

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from mmgrid.registry.fsio import atomic_write
+from mmgrid.fileio.atomic import atomic_write
 
 RACY_NS = 2_000_000_000  # coarse timestamps (network file systems) stay below 2 s
 FOLDER = "verified"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from mmgrid.errors import RegistryError
 import mmgrid.registry.names as names
-from mmgrid.registry.blobfmt import st_name
+from mmgrid.fileio.safetensors import dtype_name
 from mmgrid.registry.errors import IdentityConflictError, InvalidNameError, NonFiniteTensorError
 from mmgrid.registry.manifest import BlobRef, Manifest
 from mmgrid.registry.tensors import describe
@@ -72,7 +72,7 @@ def store_tensors(store: "BlobStore", items: Iterator[tuple[str, "torch.Tensor"]
             raise InvalidNameError(f"tensor name {name!r} must be a non-empty string.")
         if name in futures:
             raise RegistryError(f"tensor {name!r} appears twice (two shards?); every name must be unique.")
-        dtype = st_name(tensor.dtype)  # refuse unsupported dtypes before any work
+        dtype = dtype_name(tensor.dtype)  # refuse unsupported dtypes before any work
         check_finite(name, tensor)
         futures[name] = (store.submit_tensor(tensor), tuple(tensor.shape), dtype, tensor.numel() * tensor.element_size())
     blobs = {name: BlobRef(fut.result()[0], shape, dtype, int(nb)) for name, (fut, shape, dtype, nb) in futures.items()}

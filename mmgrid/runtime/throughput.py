@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from mmgrid.errors import ConfigError
+from mmgrid.fileio.atomic import atomic_write
 from mmgrid.models.builders import tiny_qwen3
 from mmgrid.runtime.modelfiles import shape_of
 
@@ -113,10 +114,7 @@ def measured(threads: int | None = None, refresh: bool = False) -> Throughput:
     result = _measure()
     cached[key] = asdict(result)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cached, indent=1))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(cached, indent=1).encode(), durable=False)
     except OSError:
         pass  # a read-only home: measured again next time
     return result

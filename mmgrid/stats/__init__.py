@@ -1,6 +1,6 @@
 """Statistics for findings with error bars (issue 17): pure numpy / scipy functions on arrays.
 
-Foundation layer: imports numpy and scipy only, nothing of mmgrid above it. Per-user metric
+Foundation layer: imports numpy and scipy (``signs``: torch, for tensors), nothing of mmgrid above it. Per-user metric
 values are arrays ``[n_users]`` (one evaluation) or ``[n_seeds, n_users]`` (the same users
 evaluated on every training seed's replicate, aligned by column); per-user lambda curves are
 ``[n_seeds, n_lambdas, n_users]``. docs/studies.md ("Statistics") says what each function

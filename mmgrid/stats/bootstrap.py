@@ -40,16 +40,25 @@ def check_level(level: float) -> None:
         raise StatsError(f"level must be in (0, 1), got {level}")
 
 
-def percentile_interval(stats: np.ndarray, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
-    """The ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of bootstrap replicates (NaNs dropped)."""
+def percentile_interval(stats: np.ndarray, level: float = DEFAULT_LEVEL, finite: bool = True) -> tuple[float, float]:
+    """The ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of bootstrap replicates (NaNs dropped;
+    with ``finite``, infinite replicates too); ``(nan, nan)`` where none is left."""
     check_level(level)
     s = np.asarray(stats, dtype=np.float64)
-    s = s[np.isfinite(s)]
+    s = s[np.isfinite(s)] if finite else s[~np.isnan(s)]
     if s.size == 0:
         return float("nan"), float("nan")
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(s, [alpha, 1.0 - alpha])
+    lo, hi = percentile_band(s, level)
     return float(lo), float(hi)
+
+
+def percentile_band(stats: np.ndarray, level: float = DEFAULT_LEVEL, axis: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of replicates along ``axis`` (a pointwise
+    band over curves; NaNs propagate), the one place an interval's quantiles are computed."""
+    check_level(level)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha], axis=axis)
+    return lo, hi
 
 
 def resample_counts(rng: np.random.Generator, n_resamples: int, n: int) -> np.ndarray:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mmgrid.stats.bootstrap import (DEFAULT_LEVEL, DEFAULT_RESAMPLES, check_level, cluster_index, cluster_sums,
-                                    percentile_interval, resample_counts, resample_weights, resampled_means)
+                                    percentile_band, percentile_interval, resample_counts, resample_weights, resampled_means)
 from mmgrid.stats.errors import StatsError
 
 TIE_DECIMALS = 9  # metrics equal after rounding to 1e-9 decimals tie (the one definition)
@@ -199,8 +199,7 @@ def curve_band(values: np.ndarray, smooth: int = 1, level: float = DEFAULT_LEVEL
         ``(curve, low, high)``, each ``[n_lambdas]``.
     """
     reps = smooth_curve(bootstrap_curves(values, n_resamples, np.random.default_rng(seed), clusters=clusters), smooth)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(reps, [alpha, 1.0 - alpha], axis=1)
+    lo, hi = percentile_band(reps, level, axis=1)
     return seed_averaged_curve(values, smooth), lo, hi
 
 

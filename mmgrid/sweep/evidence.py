@@ -28,7 +28,7 @@ import pandas as pd
 
 from mmgrid.eval.table import (KEY_SPAN, LEVEL, N_RESAMPLES, Cell, CheckpointValues, PerUser,  # noqa: F401
                                newest_rows, seed_number, align, checkpoint_rows, fmt_ci, fmt_p, seed_ids)
-from mmgrid.stats.bootstrap import cluster_index, cluster_sums, resample_counts
+from mmgrid.stats.bootstrap import cluster_index, cluster_sums, percentile_interval, resample_counts
 from mmgrid.stats import (LambdaStar, curve_band, domains_lambda_star_replicates, holm, mean_ci,
                           paired_difference, robust_lambda_star)
 from mmgrid.stats.lambda_star import family_interval, family_level
@@ -265,8 +265,7 @@ def joint_change_errors(cells: pd.DataFrame, pu: PerUser, metric: str, n_resampl
         if not reps:
             continue
         joint = np.nanmean(np.stack(reps), axis=0)
-        alpha_ = (1 - LEVEL) / 2
-        lo, hi = np.nanquantile(joint, [alpha_, 1 - alpha_])
+        lo, hi = percentile_interval(joint, LEVEL, finite=False)  # a replicate of 0 / 0 is left out, x / 0 kept
         rows.append({"paradigm": p, "method": meth, "base_kind": kind, "alpha": float(a),
                      "value": 100 * float(np.mean(points)), "low": 100 * float(lo), "high": 100 * float(hi)})
     return pd.DataFrame(rows, columns=["paradigm", "method", "base_kind", "alpha", "value", "low", "high"])

@@ -2,7 +2,7 @@
 
 Every file of one report (report.md, report.html, the PNG figures) is first written into a
 staging folder inside the output folder (the same file system), then renamed into place
-(``os.replace``, atomic per file): figures first, report.html, report.md last. A failure
+(``fileio.atomic.replace``, atomic per file): figures first, report.html, report.md last. A failure
 before the renames (a section that fails, a full disk) removes the staging folder and leaves
 the previous complete report, or none; it never leaves a partial file under a final name.
 
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from mmgrid.errors import MmgridError
+from mmgrid.fileio.atomic import replace
 
 STALE_S = 24 * 3600  # another host's staging folder older than this is litter
 LAST = ("report.html", "report.md")  # renamed last, in this order: report.md appears only once the rest is in place
@@ -108,7 +109,7 @@ class StagedFiles:
         names = sorted(p.name for p in self.stage.iterdir() if p.is_file())
         order = [n for n in names if n not in LAST] + [n for n in LAST if n in names]
         for n in order:
-            os.replace(self.stage / n, self.out / n)
+            replace(self.stage / n, self.out / n)
             self.committed.append(self.out / n)
         return self.committed
 

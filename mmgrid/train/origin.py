@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from mmgrid.merge import geometry as merge_geometry
+from mmgrid.stats import signs
 
 DISTANCES = ("l2", "sign")
 
@@ -92,8 +92,8 @@ def l2_distance(origin: Origin) -> float:
 @torch.no_grad()
 def sign_dissimilarity(origin: Origin) -> float:
     """Fraction of included coordinates whose sign differs from the origin's (Orbit paper, Eq. 1;
-    :func:`mmgrid.merge.geometry.sign_dissimilarity`, counted where the origin is nonzero)."""
-    return merge_geometry.sign_dissimilarity(origin.params, origin.init, origin.init_nonzero)
+    :func:`mmgrid.stats.signs.sign_dissimilarity`, counted where the origin is nonzero)."""
+    return signs.sign_dissimilarity(origin.params, origin.init, origin.init_nonzero)
 
 
 def distance(origin: Origin, kind: str) -> float:

@@ -55,7 +55,7 @@ def test_two_writers_of_one_identity_agree_with_the_file(tmp_path: Path) -> None
     manifest, so the live index equals a rebuilt one whichever order the commits land in."""
     from dataclasses import replace
 
-    from mmgrid.registry.fsio import atomic_write
+    from mmgrid.fileio.atomic import atomic_write
     from mmgrid.registry.manifest import read_manifest
 
     root = tmp_path / "reg"
@@ -63,7 +63,7 @@ def test_two_writers_of_one_identity_agree_with_the_file(tmp_path: Path) -> None
     cid = a.put(workers.small_state(1), {"paradigm": "text", "domain": "d", "period": "p0"}, "trained")
     first = read_manifest(a.manifest_path(cid))
     late = replace(first, created="2000-01-01T00:00:00.000000Z")  # the losing writer's own manifest
-    b._commit(late)  # as if b had checked has() before a's manifest landed
+    b.commit_manifest(late)  # as if b had checked has() before a's manifest landed
     assert read_manifest(a.manifest_path(cid)).created == first.created
     before = snapshot(b)
     assert [r[8] for r in before["checkpoints"] if r[0] == cid] == [first.created]

@@ -27,7 +27,7 @@ def edit_manifest(reg: Registry, cid: str, fn) -> None:  # noqa: ANN001
     d = json.loads(path.read_text())
     fn(d)
     path.write_text(json.dumps(d))
-    reg._forget(cid)
+    reg.forget(cid)
 
 
 @pytest.fixture

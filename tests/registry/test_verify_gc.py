@@ -87,9 +87,9 @@ def test_gc_keep_removes_unreachable_with_their_blobs(reg: Registry) -> None:
 
 
 def test_temp_litter_is_listed_never_read_and_counted_by_gc(reg: Registry) -> None:
-    """Files named as a killed writer leaves them (fsio.temp_path): a blob's partial bytes
+    """Files named as a killed writer leaves them (fileio.atomic.temp_path): a blob's partial bytes
     and a complete manifest that was never renamed into place."""
-    from mmgrid.registry.fsio import temp_path
+    from mmgrid.fileio.atomic import temp_path
     from mmgrid.registry.names import make_id
 
     cid = make_id(COORDS, "base")
@@ -146,7 +146,7 @@ def test_edited_manifest_is_named_not_a_traceback(reg: Registry, edit, capsys: p
     d = json.loads(reg.manifest_path(cid).read_text())
     edit(d)
     reg.manifest_path(cid).write_text(json.dumps(d))
-    reg._forget(cid)
+    reg.forget(cid)
     with pytest.raises(RegistryError, match="manifest"):
         reg.get(cid)
     fresh = Registry.open(reg.root)

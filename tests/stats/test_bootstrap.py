@@ -80,3 +80,18 @@ def test_resampled_cluster_means_are_the_means_of_the_drawn_users_rows():
         assert got[:, b] == pytest.approx(values[:, rows].mean(axis=1), rel=1e-12)
     weights = counts[:, inv] / counts[:, inv].sum(axis=1, keepdims=True)  # each column weighted by its user's draws
     assert got == pytest.approx(values @ weights.T, rel=1e-12)
+
+
+def test_percentile_interval_and_band_by_hand():
+    """The (1 - level) / 2 and (1 + level) / 2 quantiles: of 0..100 at level 0.5, 25 and 75."""
+    from mmgrid.stats.bootstrap import percentile_band, percentile_interval
+
+    v = np.arange(101, dtype=float)
+    assert percentile_interval(v, 0.5) == (25.0, 75.0)
+    lo, hi = percentile_band(np.stack([v, v + 100]), 0.5, axis=1)  # pointwise over curves
+    assert lo.tolist() == [25.0, 125.0] and hi.tolist() == [75.0, 175.0]
+    # NaNs are always dropped; infinite replicates only with finite=True (the default)
+    w = np.concatenate([v, [np.nan, np.inf]])
+    assert percentile_interval(w, 0.5) == (25.0, 75.0)
+    assert percentile_interval(w, 0.5, finite=False) == (25.25, 75.75)  # 102 replicates: 0..100 and inf
+    assert np.isnan(percentile_interval(np.array([np.nan, np.inf]))).all()

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from mmgrid.fileio.safetensors import torch_dtype
 from mmgrid.merge.errors import ShapeMismatchError, SourceError
 
 CONFIG_NAME = "adapter_config.json"
@@ -28,7 +29,7 @@ B_SUFFIX = ".lora_B.weight"
 REPORT_NAME = "mmgrid_merge_lora.json"
 METHODS = ("task_arithmetic", "ties")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+LORA_DTYPES = ("F32", "F16", "BF16", "F64")  # the safetensors dtypes a LoRA weight may have
 
 
 class AdapterFormatError(SourceError):
@@ -154,12 +155,12 @@ def read_adapter(path: str | os.PathLike) -> Adapter:
                         f"LoRA adapter {str(p)!r}: tensor {key!r} is not a LoRA A/B weight; only adapters of "
                         f"plain LoRA A/B pairs on linear layers can be merged"
                     )
-                if sl.get_dtype() not in _ST_DTYPES:
+                if sl.get_dtype() not in LORA_DTYPES:
                     raise AdapterFormatError(
                         f"LoRA adapter {str(p)!r}: tensor {key!r} has dtype {sl.get_dtype()}; LoRA weights "
-                        f"must be floating point ({', '.join(_ST_DTYPES)})"
+                        f"must be floating point ({', '.join(LORA_DTYPES)})"
                     )
-                dtypes.add(_ST_DTYPES[sl.get_dtype()])
+                dtypes.add(torch_dtype(sl.get_dtype()))
     except AdapterFormatError:
         raise
     except Exception as exc:  # safetensors raises its own error types

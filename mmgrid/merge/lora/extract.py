@@ -40,6 +40,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from mmgrid.fileio.atomic import replace
 from mmgrid.merge.errors import MergeParamError, ShapeMismatchError
 from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES, PREFIX, WEIGHTS_NAME, module_model_name,
                                         lora_scaling, read_adapter)
@@ -268,7 +269,7 @@ def _write_folder(out: Path, tensors: dict, config: dict, report: LoraExtractRep
         (tmp / REPORT_NAME).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
         out.mkdir(exist_ok=True)
         for name in (WEIGHTS_NAME, CONFIG_NAME, REPORT_NAME):
-            os.replace(tmp / name, out / name)
+            replace(tmp / name, out / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -16,6 +16,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from mmgrid.fileio.atomic import atomic_output, atomic_write
 from mmgrid.merge import ops
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES, METHODS, REPORT_NAME,
@@ -229,17 +230,8 @@ def merge_lora(
     report = LoraMergeReport(out, method, top, ranks, errors, overall, params)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"format": "pt", "mmgrid.merge_lora": json.dumps(params, sort_keys=True)}
-    _atomic(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
-    _atomic(out / CONFIG_NAME, lambda tmp: tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n"))
-    _atomic(out / REPORT_NAME, lambda tmp: tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n"))
+    with atomic_output(out / WEIGHTS_NAME) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+    atomic_write(out / CONFIG_NAME, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(), durable=False)
+    atomic_write(out / REPORT_NAME, (json.dumps(report.to_dict(), indent=2) + "\n").encode(), durable=False)
     return report
-
-
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()

@@ -24,6 +24,7 @@ from typing import Any
 
 from mmgrid.config import GridConfig
 from mmgrid.configtools import stable_hash
+from mmgrid.fileio.atomic import atomic_write
 from mmgrid.exec.args import executor_from_config, job_resources
 from mmgrid.exec.base import Job
 from mmgrid.runtime.gather import gather
@@ -104,7 +105,5 @@ def world_population(cfg: GridConfig, executor: Any = None, progress: bool = Tru
     except (OSError, ValueError):
         cache = {}
     cache[key] = values
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cache, indent=1))
-    tmp.rename(path)
+    atomic_write(path, json.dumps(cache, indent=1).encode(), durable=False)
     return values

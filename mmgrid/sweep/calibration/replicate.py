@@ -22,6 +22,7 @@ from mmgrid.config import GridConfig, grid_from_dict
 from mmgrid.config.data import PlantConfig
 from mmgrid.configtools import check_ranges, stable_hash
 from mmgrid.errors import ConfigError
+from mmgrid.fileio.atomic import atomic_write
 
 VERSION = 3  # in every replicate's recipe: a change of what a replicate computes changes its hash
 REPLICATE_JOB = "mmgrid.sweep.calibration.replicate:replicate_job"
@@ -231,10 +232,8 @@ def replicate_job(grid: dict, result_path: str, keep_runs: bool = False, sweep: 
     finally:
         if not keep_runs:
             shutil.rmtree(root, ignore_errors=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(json_safe(out), indent=1))
-    tmp.rename(path)  # a finished result or none: an interrupted study leaves no half result
+    # a finished result or none: an interrupted study leaves no half result
+    atomic_write(path, json.dumps(json_safe(out), indent=1).encode(), durable=False)
     return out
 
 
