@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, list[list[str]], bool]] = [
     ("runtime", [["mmgrid.runtime"]], False),
     ("run", [["mmgrid.train", "mmgrid.eval"]], True),
     ("studies", [["mmgrid.sweep"], ["mmgrid.query"]], False),
+    ("render", [["mmgrid.render"]], False),
     ("entry", [["mmgrid.cliargs", "mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.rehearse", "mmgrid.validate", "*.commands"]], False),
 ]
 
@@ -410,9 +411,9 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "safetensors_header": ("mmgrid/registry/blobfmt.py", "the safetensors header (registry blobs, merge inputs)"),
     "render_card": ("mmgrid/registry/card.py", "the README.md model card of every exported folder"),
     "load_yaml": ("mmgrid/configtools.py", "reading YAML with aliases bounded before expansion"),
-    "script_json": ("mmgrid/sweep/report_html_encode.py", "JSON inside a <script> block of report.html"),
-    "html_text": ("mmgrid/sweep/report_html_encode.py", "a value as HTML text of report.html"),
-    "html_attr": ("mmgrid/sweep/report_html_encode.py", "a value as an HTML attribute of report.html"),
+    "script_json": ("mmgrid/render/report_html_encode.py", "JSON inside a <script> block of report.html"),
+    "html_text": ("mmgrid/render/report_html_encode.py", "a value as HTML text of report.html"),
+    "html_attr": ("mmgrid/render/report_html_encode.py", "a value as an HTML attribute of report.html"),
 }
 
 # library calls that would be a second implementation of a home above, outside that home
