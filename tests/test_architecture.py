@@ -1,6 +1,6 @@
 """The layer map of docs/architecture.md, checked on mmgrid's source with ``ast`` (nothing is imported).
 
-Rules (issue 14):
+Rules:
 
 (a) every module sits on one layer of :data:`LAYERS`; an import points to its own layer or a
     lower one, and the packages of an ``independent`` layer (``train``, ``eval``) do not import

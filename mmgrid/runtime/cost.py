@@ -48,7 +48,7 @@ from mmgrid.runtime.plan import StagePlan, grid_domains, plan_stages, seeds_all
 from mmgrid.runtime.throughput import Throughput
 
 # characters a token of (titles, item text): the tiny base's byte-level BPE is trained on the grid's own item
-# text (measured on the quick demo's world: 7.1 characters a title token, 5.7 an item-text token); about 4 for a
+# text (on the quick demo's world: 7.1 characters a title token, 5.7 an item-text token); about 4 for a
 # hub model's English tokenizer (estimates)
 CHARS_PER_TOKEN = {"tiny": (7.0, 5.5), "hf": (4.0, 4.0)}
 TABLE1_TITLE_CHARS = 80.0  # item titles' length assumed when only Table 1's counts are known

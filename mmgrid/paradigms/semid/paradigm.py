@@ -199,9 +199,9 @@ class SemIDParadigm:
     name = "semid"
     defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
     # Length-bucketed training batches, as the text paradigm (see TextParadigm.train_version): 2.
-    # 3 (issue 16): codes from collaborative embeddings and no alignment examples by default.
+    # 3: codes from collaborative embeddings and no alignment examples by default.
     bucket_window = 8
-    # 4 (issue 15): the last layer only at the target columns (mmgrid.models.partial) and the fused AdamW
+    # 4: the last layer only at the target columns (mmgrid.models.partial) and the fused AdamW
     train_version = 4
     fused_optimizer = True
 

@@ -83,7 +83,7 @@ def fit_rq_kmeans(
             f"as many items as codebook entries. Lower paradigm_params.semid.codebook_size to <= {n} "
             f"(or use a larger domain)."
         )
-    # lazy: scikit-learn costs ~2.7 s to import (measured); only building semantic IDs needs it
+    # lazy: scikit-learn costs ~2.7 s to import; only building semantic IDs needs it
     from sklearn.cluster import KMeans
 
     residual = np.asarray(x, dtype=np.float64)

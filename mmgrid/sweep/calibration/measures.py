@@ -1,4 +1,4 @@
-"""The calibration study's estimands, their population values and the performance measures (issue 27).
+"""The calibration study's estimands, their population values and the performance measures.
 
 Morris, White & Crowther (Stat Med 2019): per finding and planted size, the rate of "holds" (type-I error
 when the population value is the estimand's null, power otherwise), the coverage of the population value
