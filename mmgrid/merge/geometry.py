@@ -1,6 +1,6 @@
-"""Pure tensor math of the geometric merges: the orthogonal group (OrthoMerge, paper 003),
-Gaussian covariance geometry (GCWM, paper 001), and the sign dissimilarity of two models
-(Orbit, paper 000, Eq. 1: Orbit's training-time trigger and the task-vector diagnostics
+"""Pure tensor math of the geometric merges: the orthogonal group (OrthoMerge),
+Gaussian covariance geometry (GCWM), and the sign dissimilarity of two models
+(Orbit Eq. 1: Orbit's training-time trigger and the task-vector diagnostics
 both call :func:`sign_dissimilarity`). No I/O.
 
 Conventions: OrthoMerge writes W in R^{d_in x d_out} and rotates with R in

@@ -2,7 +2,7 @@
 
 Every function takes and returns float tensors and is the single implementation of
 its step: the merge methods, the sweeps and the training regularizers (Orbit and
-Soup-to-Go averaging) call these. Equations refer to MMGRid (paper 004) unless noted.
+Soup-to-Go averaging) call these. Equations refer to MMGRid unless noted.
 
 The pipeline these steps form (delta -> sparsify -> elect sign -> combine -> scale):
 

@@ -1,6 +1,6 @@
 """SemEmb paradigm, HLLM-style: an item LLM embeds item text, a user LLM predicts the next item embedding.
 
-MMGRid (paper 004, section 3, "SemEmb (HLLM)"): the item LLM is the base causal LM's
+MMGRid (section 3, "SemEmb (HLLM)"): the item LLM is the base causal LM's
 transformer; an item's embedding is its hidden state at the EOS appended to the item text.
 The user LLM is a 2-layer decoder built with the base config from the base's FIRST and
 LAST decoder layers (plus the final norm), as MMGRid does with Qwen3-0.6B. It reads the

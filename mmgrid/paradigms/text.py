@@ -1,6 +1,6 @@
 """Text-grounded paradigm, BIGRec-style: generate the next item's title, ground it to the catalog.
 
-MMGRid (paper 004, section 3.2, "Text-Grounded (BIGRec)", ref. [4]): the prompt lists
+MMGRid (section 3.2, "Text-Grounded (BIGRec)", ref. [4]): the prompt lists
 the titles of the user's history (oldest first); the model is fine-tuned to continue with
 the next item's title (cross-entropy on the target tokens only). At inference the LLM
 generates titles by beam search; the generated text is embedded with the embedding model

@@ -8,6 +8,7 @@ a number that a study records, each function turns a typed result into text, a f
   checkpoint cards from :mod:`~mmgrid.sweep.grid_view`, every value encoded by
   :mod:`~mmgrid.render.report_html_encode`), all written at once (:mod:`~mmgrid.render.report_files`);
 * :mod:`~mmgrid.render.markdown` - a DataFrame as a Markdown table, the provenance appendix, a finding's notes;
+* :mod:`~mmgrid.render.continual` - the continual-merging study as the console shows it (`mmgrid sweep continual`);
 * :mod:`~mmgrid.render.figures` - Figures 2-5 (matplotlib, imported when a figure is drawn);
 * :mod:`~mmgrid.render.mlflow_export` - ``mmgrid export mlflow``: checkpoints and studies as MLflow runs.
 """

@@ -97,7 +97,7 @@ def counts_from_prepared(prepared: Any, domains: Iterable[str], sample: int = 40
 
 
 def counts_from_table1(domains: Iterable[str], text_chars: float = 256.0) -> list[DomainCounts]:
-    """MMGRid Table 1's users, items and interactions per phase (paper 004, "Statistics of the interaction
+    """MMGRid Table 1's users, items and interactions per phase ("Statistics of the interaction
     data in Amazon dataset"; ``mmgrid.data.world_files.AMAZON_TABLE1_TARGETS``) for Amazon 2023 category
     names (``Video_Games``) or the paper's (``Video Games``). Test users are Table 1's test interactions
     (an upper bound: one example a user).

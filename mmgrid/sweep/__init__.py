@@ -1,4 +1,4 @@
-"""The merge studies of MMGRid (paper 004) on a built grid; their renderings live in :mod:`mmgrid.render`.
+"""The merge studies of MMGRid on a built grid; their renderings live in :mod:`mmgrid.render`.
 
 * :mod:`~mmgrid.sweep.temporal` - temporal lambda sweeps (Eq. 9-10), ``run_temporal``;
 * :mod:`~mmgrid.sweep.crossdomain` - pairs x methods x bases x alpha (Eq. 7-8), ``run_cross_domain``;

@@ -192,7 +192,8 @@ def _temporal(args: argparse.Namespace) -> int:
 def _continual(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.eval.ranking import GROUPS
-    from mmgrid.sweep.continual import render, run_continual
+    from mmgrid.render.continual import render
+    from mmgrid.sweep.continual import run_continual
 
     if args.group not in GROUPS:  # before any work: the table would be empty after it
         raise ConfigError(f"mmgrid sweep continual --group {args.group!r}: not a user group; choose from "

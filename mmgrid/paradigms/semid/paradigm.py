@@ -1,6 +1,6 @@
 """SemID paradigm, LC-Rec-style: items as semantic-ID token sequences, trie-constrained decoding.
 
-MMGRid (paper 004, section 3.2, "SemID (LC-Rec)", ref. [41]): item embeddings are
+MMGRid (section 3.2, "SemID (LC-Rec)", ref. [41]): item embeddings are
 quantized into ``levels`` codes (RQ-KMeans here, see quantizer.py; paper 4 x 256, tiny
 default 3 x 16); each (level, code) is a new vocabulary token. The embeddings are chosen by
 ``codes`` (collab.py): the item text's, collaborative ones from item co-occurrence in the

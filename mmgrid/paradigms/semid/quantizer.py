@@ -1,6 +1,6 @@
 """Residual k-means quantizer (RQ-KMeans) turning item embeddings into unique semantic IDs.
 
-LC-Rec (MMGRid paper 004, section 3.2, ref. [41]) encodes each item's text embedding into
+LC-Rec (MMGRid section 3.2, ref. [41]) encodes each item's text embedding into
 ``levels`` codes, one per codebook of ``codebook_size`` entries (paper: 4 x 256), by
 residual quantization: level ``l`` quantizes the residual left by levels ``< l``,
 
