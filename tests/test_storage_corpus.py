@@ -1,4 +1,4 @@
-"""The bad-input corpus's storage table (issue 30): storage, derived state and concurrency.
+"""The bad-input corpus's storage table: storage, derived state and concurrency.
 
 The corpus of :mod:`tests.test_bad_input_corpus` covers bad *input*; this table covers what lies
 around the registry's source of truth: storage that is read-only, full or failing, derived

@@ -1,4 +1,4 @@
-"""Issue 18 item 3: TIES's sign rule (unweighted / weighted) and DARE's rescale
+"""TIES's sign rule (unweighted / weighted) and DARE's rescale
 (inverse_keep / l1 / none) as options; the injectable masks; defaults unchanged."""
 
 from __future__ import annotations

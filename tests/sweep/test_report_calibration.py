@@ -1,4 +1,4 @@
-"""The report's side of the calibration study (issue 27): every inconclusive finding says what the run could
+"""The report's side of the calibration study: every inconclusive finding says what the run could
 have detected (its MDE, hand-computed from the interval it was judged on), the world's own lambda is the
 population value where ``<data.root>/population.json`` holds one (the formula is a labelled fallback), and
 report.md / report.html show a ``mmgrid calibrate`` output when there is one."""
