@@ -1,6 +1,6 @@
 """GCWM: geometry-conflict-gated Wasserstein merging -- mmgrid's documented reading.
 
-The seed paper (paper 001, "Geometry Conflict") states the method at abstract level:
+The Geometry Conflict paper (GCWM) states the method at abstract level:
 per-update covariance geometry, a state-relative geometry conflict as a forgetting
 signal, a shared metric from Gaussian (Bures-)Wasserstein barycenters, and a
 conflict-gated geometry-aware correction. The authors' public code (read, not copied)
@@ -117,7 +117,7 @@ class GcwmParams(Weights):
 class Gcwm(Method):
     name = "gcwm"
     pretty = "GCWM (geometry-conflict-gated Wasserstein merging)"
-    paper = "Geometry Conflict (paper 001, abstract); our reading in docs/merging.md"
+    paper = "Geometry Conflict (GCWM), abstract; our reading in docs/merging.md"
     Params = GcwmParams
     version = 2  # 1: closed-form relation minimiser in whitened coordinates (unbounded)
 
