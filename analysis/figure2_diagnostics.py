@@ -4,7 +4,7 @@ tables and figure as report.md's section.
     python analysis/figure2_diagnostics.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-from mmgrid.sweep.report import section_markdown
+from mmgrid.render.report import section_markdown
 from mmgrid.sweep.results import script_grid
 from mmgrid.sweep.study_results import diagnostics_results
 

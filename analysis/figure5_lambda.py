@@ -4,7 +4,7 @@ from the registry: the same table and figure as report.md's section.
     python analysis/figure5_lambda.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-from mmgrid.sweep.report import section_markdown
+from mmgrid.render.report import section_markdown
 from mmgrid.sweep.results import script_grid
 from mmgrid.sweep.study_results import temporal
 

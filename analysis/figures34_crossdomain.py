@@ -4,7 +4,7 @@ tables, from the registry: the same as report.md's section (another metric: swee
     python analysis/figures34_crossdomain.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-from mmgrid.sweep.report import section_markdown
+from mmgrid.render.report import section_markdown
 from mmgrid.sweep.results import script_grid
 from mmgrid.sweep.study_results import cross_domain
 

@@ -4,7 +4,7 @@ with 95% intervals, from the registry: the same table and figure as report.md's 
     python analysis/orbit_pareto.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-from mmgrid.sweep.report import section_markdown
+from mmgrid.render.report import section_markdown
 from mmgrid.sweep.results import script_grid
 from mmgrid.sweep.study_results import pareto
 

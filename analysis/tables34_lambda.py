@@ -4,7 +4,7 @@ from the registry: the same tables and figure as report.md's section (fitted onc
     python analysis/tables34_lambda.py CONFIG [KEY=VALUE ...] --out DIR
 """
 
-from mmgrid.sweep.report import section_markdown
+from mmgrid.render.report import section_markdown
 from mmgrid.sweep.results import script_grid
 from mmgrid.sweep.study_results import prediction, run_section, temporal
 

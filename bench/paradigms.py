@@ -1,4 +1,4 @@
-"""Recall@10 / NDCG@10 of every paradigm beside most-popular and SASRec, per world preset (issue 16).
+"""Recall@10 / NDCG@10 of every paradigm beside most-popular and SASRec, per world preset.
 
 For each world preset (``default``, ``dense_short_text`` and ``amazon_table1``; all three unless
 ``--preset`` names some) and each training budget (``train.max_examples``; ``--budget 1500 6000``
@@ -15,7 +15,7 @@ Per paradigm it prints, pooled over the domains:
   sampled examples; a user of two domains counts twice) and seeds, with a 95% percentile-bootstrap
   interval over users and seeds (``mmgrid.stats.mean_ci``);
 - the paired per-user difference in Recall@10 against most-popular (counts over the training
-  phases, each user's history left out, as ``mmgrid eval``) with its 95% interval: issue 16's first target is its lower bound > 0;
+  phases, each user's history left out, as ``mmgrid eval``) with its 95% interval: the first target is its lower bound > 0;
 - the ratio of its mean Recall@10 to SASRec's, the paired differences ``R@10 - SASRec`` and
   ``R@10 - 0.8 x SASRec`` with their intervals (SemEmb's target: ratio >= 1 with the first
   interval not entirely below 0; SemID's: >= 0.8 x SASRec);

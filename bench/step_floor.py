@@ -1,4 +1,4 @@
-"""How much a compiler takes off the paths that missed issue 15's goals (emb training, emb/sasrec ranking).
+"""How much a compiler takes off the paths that missed the speed goals (emb training, emb/sasrec ranking).
 
 On the demo world's first domain (the full demo config; ``--quick``: the quick one), one torch thread:
 

@@ -1,4 +1,4 @@
-"""Tune and measure the text and emb paradigms against most-popular and SASRec (issue 16).
+"""Tune and measure the text and emb paradigms against most-popular and SASRec.
 
 One run: for each training seed, the tiny base and each paradigm's cell are trained on
 the grid's stages of each domain, then every evaluated example is ranked. Per-user

@@ -23,7 +23,7 @@ baseline's sasrec training measured 1740 to 3050 examples/CPU-s in one afternoon
 pair of runs can move a ratio by that much. ``--quick`` evaluates 100 users (a warm call of
 emb or sasrec takes 5-10 ms); the full config evaluates every test user of the domain, as the
 demo does.
-A "goals" block compares the CPU-time ratios with issue 15's goals (>= 2x training
+A "goals" block compares the CPU-time ratios with the speed goals (>= 2x training
 examples/s, >= 3x warm evaluated users/s). Asserts nothing.
 
 Usage::
@@ -185,7 +185,7 @@ def report(old: dict, new: list[dict], args: argparse.Namespace) -> str:
                      f"({c['eval_users_per_cpu_s'] / o['eval_users_per_cpu_s']:4.2f}x) | "
                      f"{_f(o['eval_users_per_cpu_s_cold'], 6, 0)} -> {_f(c['eval_users_per_cpu_s_cold'], 6, 0)} "
                      f"({c['eval_users_per_cpu_s_cold'] / o['eval_users_per_cpu_s_cold']:4.2f}x)")
-    lines += ["", "goals (issue 15: training >= 2x examples/s, evaluation >= 3x users/s; CPU-time ratios, warm):"]
+    lines += ["", "goals (training >= 2x examples/s, evaluation >= 3x users/s; CPU-time ratios, warm):"]
     for p in args.paradigms:
         o, c = old["cells"][p], cur["cells"][p]
         rt = c["train_ex_per_cpu_s"] / o["train_ex_per_cpu_s"]

@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"(?<![\w/.-])mmgrid(?:\.[A-Za-z_]\w*)+")
 TAG_AFTER = re.compile(r"(\.<|`*\s+tags?\b)")
-# the MLflow tags `mmgrid export mlflow` writes (mmgrid/sweep/mlflow_export.py; docs/report.md lists them):
+# the MLflow tags `mmgrid export mlflow` writes (mmgrid/render/mlflow_export.py; docs/report.md lists them):
 # a checkpoint's id, kind, coordinates, seed and method, a study's keys, and mmgrid.parent.<role>
 MLFLOW_TAGS = {f"mmgrid.{k}" for k in ("id", "kind", "paradigm", "domain", "period", "variant", "seed", "method",
                                        "key", "study", "recipe_hash")}
@@ -77,7 +77,7 @@ def test_the_checker_tells_a_missing_api_from_an_existing_one() -> None:
     assert names_in("lineage as tags ``mmgrid.parent.<role>``, found by its ``mmgrid.key`` tag") == []
     assert names_in("see runs/mmgrid.db and mmgrid-run.yaml") == []
     assert names_in("tags `mmgrid.id`, `mmgrid.seed`; inputs as `mmgrid.parent.merge_input`") == []
-    source = (REPO / "mmgrid" / "sweep" / "mlflow_export.py").read_text()  # the tags are the exporter's
+    source = (REPO / "mmgrid" / "render" / "mlflow_export.py").read_text()  # the tags are the exporter's
     assert all(f'"{t}"' in source for t in MLFLOW_TAGS - {f"mmgrid.{k}" for k in ("paradigm", "domain", "period",
                                                                                   "variant")})
     assert 'f"mmgrid.{k}": v for k, v in m.coords.items()' in source and 'f"mmgrid.parent.{p.role}"' in source

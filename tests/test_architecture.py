@@ -1,6 +1,6 @@
 """The layer map of docs/architecture.md, checked on mmgrid's source with ``ast`` (nothing is imported).
 
-Rules (issue 14):
+Rules:
 
 (a) every module sits on one layer of :data:`LAYERS`; an import points to its own layer or a
     lower one, and the packages of an ``independent`` layer (``train``, ``eval``) do not import
@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, list[list[str]], bool]] = [
     ("runtime", [["mmgrid.runtime"]], False),
     ("run", [["mmgrid.train", "mmgrid.eval"]], True),
     ("studies", [["mmgrid.sweep"], ["mmgrid.query"]], False),
+    ("renderings", [["mmgrid.render"]], False),
     ("entry points", [["mmgrid.validate"], ["mmgrid.cli", "mmgrid.__main__"]], False),
     ("package root", [["mmgrid"]], False),
 ]
@@ -480,9 +481,9 @@ ONE_HOME: dict[str, tuple[str, str]] = {
     "percentile_band": ("mmgrid/stats/bootstrap.py", "an interval's quantiles, pointwise over curves"),
     "render_card": ("mmgrid/registry/card.py", "the README.md model card of every exported folder"),
     "load_yaml": ("mmgrid/configtools.py", "reading YAML with aliases bounded before expansion"),
-    "script_json": ("mmgrid/sweep/report_html_encode.py", "JSON inside a <script> block of report.html"),
-    "html_text": ("mmgrid/sweep/report_html_encode.py", "a value as HTML text of report.html"),
-    "html_attr": ("mmgrid/sweep/report_html_encode.py", "a value as an HTML attribute of report.html"),
+    "script_json": ("mmgrid/render/report_html_encode.py", "JSON inside a <script> block of report.html"),
+    "html_text": ("mmgrid/render/report_html_encode.py", "a value as HTML text of report.html"),
+    "html_attr": ("mmgrid/render/report_html_encode.py", "a value as an HTML attribute of report.html"),
 }
 
 # library calls that would be a second implementation of a home above, outside that home

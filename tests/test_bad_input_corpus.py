@@ -1,4 +1,4 @@
-"""The bad-input corpus (issue 19): one table of bad inputs across data, config, registry,
+"""The bad-input corpus: one table of bad inputs across data, config, registry,
 merge and the command line, one id per case.
 
 Each case builds its bad input under ``tmp_path`` and runs the public API (or the ``mmgrid``

@@ -1,4 +1,4 @@
-"""The bad-input corpus's storage table (issue 30): storage, derived state and concurrency.
+"""The bad-input corpus's storage table: storage, derived state and concurrency.
 
 The corpus of :mod:`tests.test_bad_input_corpus` covers bad *input*; this table covers what lies
 around the registry's source of truth: storage that is read-only, full or failing, derived
@@ -392,10 +392,10 @@ case("derived: Grid.summary of a misspelt metric names the recorded ones", "deri
 
 
 def _killed_report_stage(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], Any]:
-    from mmgrid.sweep.report_files import StagedFiles
+    from mmgrid.render.report_files import StagedFiles
 
     out = tmp / "report"
-    code = ("import os, sys; from mmgrid.sweep.report_files import StagedFiles; s = StagedFiles(sys.argv[1]);"
+    code = ("import os, sys; from mmgrid.render.report_files import StagedFiles; s = StagedFiles(sys.argv[1]);"
             "open(os.path.join(s.stage, 'report.html'), 'w').write('x' * 100000); os._exit(9)")  # killed: no clean-up
     subprocess.run([sys.executable, "-c", code, str(out)], env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
     left = [p.name for p in out.glob(".report-*")]

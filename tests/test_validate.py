@@ -71,7 +71,7 @@ def test_every_command_runs_the_pass_before_any_job(argv: list[str], tmp_path: P
     ("data.min_date=2022-13-45", ["data.min_date", "YYYY-MM-DD"]),
 ])
 def test_paradigm_params_and_min_date_are_checked_before_any_job(override, words):
-    """Issue 19: paradigm knobs (names, types, finite numbers) and data.min_date fail in the
+    """Paradigm knobs (names, types, finite numbers) and data.min_date fail in the
     validation pass, not when a job first uses them."""
     from mmgrid.config import load_grid
     from mmgrid.errors import MmgridError
@@ -105,7 +105,7 @@ def _paradigm_defaults() -> dict:
 
 
 def test_every_paradigm_knob_has_a_range_row_and_its_default_is_inside():
-    """Issue 19: the range table covers every knob of every paradigm's DEFAULTS (a new knob
+    """The range table covers every knob of every paradigm's DEFAULTS (a new knob
     gets its one-line row in mmgrid/paradigms/params.py), and no default is refused."""
     from mmgrid.paradigms.params import CROSS_CHECKS, RANGES, accepts
 

@@ -119,7 +119,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     from mmgrid.sweep.continual import evaluate_continual
     from mmgrid.sweep.crossdomain import run_cross_domain
     from mmgrid.sweep.lambda_model import extend_temporal, predict_lambda
-    from mmgrid.sweep.report import write_report
+    from mmgrid.render.report import write_report
     from mmgrid.sweep.temporal import run_temporal
     from mmgrid.train.build import build_grid
     from mmgrid.validate import validate_grid
@@ -226,7 +226,7 @@ def run_rolling_demo(out: str | None = None, overrides: list[str] | None = None)
     from mmgrid.data.pipeline import prepare
     from mmgrid.data.world_files import write_world
     from mmgrid.registry.api import Registry
-    from mmgrid.sweep.report import write_report
+    from mmgrid.render.report import write_report
     from mmgrid.sweep.rolling import render, run_rolling
     from mmgrid.train.build import build_grid
     from mmgrid.validate import validate_grid

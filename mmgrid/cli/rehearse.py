@@ -604,7 +604,7 @@ def run_rehearsal(plan: RehearsalPlan, log: Rehearsal | None = None) -> Rehearsa
     from mmgrid.sweep.continual import evaluate_continual
     from mmgrid.sweep.crossdomain import run_cross_domain
     from mmgrid.sweep.lambda_model import extend_temporal, predict_lambda
-    from mmgrid.sweep.report import write_report
+    from mmgrid.render.report import write_report
     from mmgrid.sweep.temporal import run_temporal
     from mmgrid.train.build import build_grid
     from mmgrid.validate import validate_grid

@@ -122,7 +122,7 @@ def _temporal(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.sweep.evidence import robust_stars, temporal_curves
     from mmgrid.sweep.lambda_model import extend_temporal
-    from mmgrid.sweep.report_temporal import lam_text
+    from mmgrid.sweep.study_results import lam_text
     from mmgrid.sweep.selection import lambda_stars
     from mmgrid.sweep.temporal import run_temporal, temporal_results
 
@@ -147,7 +147,8 @@ def _temporal(args: argparse.Namespace) -> int:
 def _continual(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.eval.ranking import GROUPS
-    from mmgrid.sweep.continual import render, run_continual
+    from mmgrid.render.continual import render
+    from mmgrid.sweep.continual import run_continual
 
     if args.group not in GROUPS:  # before any work: the table would be empty after it
         raise ConfigError(f"mmgrid sweep continual --group {args.group!r}: not a user group; choose from "
@@ -242,7 +243,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.sweep.report import ReportIncomplete, write_report
+    from mmgrid.render.report import ReportIncomplete, write_report
 
     cfg, reg, prepared = open_study(args)
     changed = run_changes(cfg, args.out)
@@ -292,7 +293,7 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
 
 def _export_mlflow(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.sweep.mlflow_export import export_mlflow
+    from mmgrid.render.mlflow_export import export_mlflow
 
     reg = open_registry(args, "export mlflow")
     s = export_mlflow(reg, args.tracking_uri, args.experiment)

@@ -45,7 +45,7 @@ class DataConfig:
 
 @dataclass
 class PlantConfig:
-    """Planted mechanisms of the synthetic world (issue 27, ``world.plant``): each knob sets the size of one
+    """Planted mechanisms of the synthetic world (``world.plant``): each knob sets the size of one
     mechanism the papers claim; 0 removes it (the ``null`` world of that finding), 1 is the preset's world
     (every knob at 1 writes the files byte for byte as before the knobs existed), above 1 exaggerates it.
     docs/calibration.md says which finding each knob drives."""
@@ -100,7 +100,7 @@ class WorldConfig:
     # rolling_six: the default domains with a drift that persists, reverses or accelerates over six or more
     # quarters (grids/rolling.yaml; docs/studies.md, "Rolling deployment")
     preset: Literal["default", "dense_short_text", "amazon_table1", "rolling_six"] = "default"
-    # planted mechanisms and their zeros (issue 27; docs/calibration.md); all 1 = the preset's world
+    # planted mechanisms and their zeros (docs/calibration.md); all 1 = the preset's world
     plant: PlantConfig = field(default_factory=PlantConfig)
     # multiplies the number of users only (items stay): more users drawn from the same process, e.g. a large
     # test population for a finding's population value (mmgrid calibrate); 1 = the preset's world

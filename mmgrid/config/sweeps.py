@@ -103,7 +103,7 @@ PLANT_KNOBS = ("turnover", "trend", "trend_contrast", "domain_contrast", "person
 
 @dataclass
 class CalibrateConfig:
-    """``mmgrid calibrate`` (issue 27; docs/calibration.md): replicate worlds under planted sizes of the world's
+    """``mmgrid calibrate`` (docs/calibration.md): replicate worlds under planted sizes of the world's
     mechanisms, each run through the grid's own pipeline at the grid's budget, judged like the report judges."""
 
     findings: list[str] = field(default_factory=lambda: list(CALIBRATE_FINDINGS))  # which findings to calibrate

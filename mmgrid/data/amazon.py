@@ -6,7 +6,7 @@ Layout (https://amazon-reviews-2023.github.io/)::
     ROOT/raw/meta_categories/meta_<Category>.jsonl[.gz]
 
 Everything is read with polars (lazy scan, streaming collect); see :mod:`mmgrid.data.jsonl` for
-how corrupt lines are handled. Field rules (issue 2): ``timestamp`` is Unix milliseconds (older
+how corrupt lines are handled. Field rules: ``timestamp`` is Unix milliseconds (older
 copies say ``sort_timestamp``), ``helpful_vote`` (older: ``helpful_votes``), ``price`` may be a
 float, null or a string such as ``"None"``, ``details`` a dict or a JSON string.
 """

@@ -105,9 +105,9 @@ class PreparedDataset:
 
     @property
     def path_fingerprint(self) -> str:
-        """The fingerprint earlier versions used (the data settings with ``data.root`` and the input
-        files' absolute paths): the stored checkpoints' old identities, read by ``mmgrid registry
-        remap-ids``."""
+        """The path fingerprint: the data settings with ``data.root`` and the input files' absolute
+        paths, the data part of a stage identity before the content fingerprint; ``mmgrid registry
+        remap-ids`` reads it to map checkpoints stored under such identities onto today's ids."""
         return str(self.manifest["fingerprint"])
 
     @property

@@ -1,8 +1,7 @@
 """Lazy, bounded-memory scanning of JSON-lines files (plain or gzipped) with polars.
 
 The fast path is one ``pl.scan_ndjson`` with a fixed schema, collected with the streaming engine
-(polars decompresses ``.gz`` itself, in chunks: measured on a 526k-review file it is both faster
-and lighter than decompressing to a temporary file first). Only when polars refuses the file (a
+(polars decompresses ``.gz`` itself, in chunks, with no temporary file of the decompressed text). Only when polars refuses the file (a
 corrupt line, a field of the wrong type) does a slow Python pass run: it finds the bad lines,
 raises :class:`CorruptLineError` in strict mode, or else writes the good lines to a temporary file
 and records what was skipped.

@@ -1,7 +1,7 @@
 """Word lists of the synthetic world: per domain, per latent category, nouns then modifiers.
 
 Each category's words appear in its items' titles, descriptions and reviews, so text carries
-signal about the latent category (issue 2, synthetic world).
+signal about the latent category (synthetic world).
 """
 
 from __future__ import annotations

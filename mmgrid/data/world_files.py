@@ -14,12 +14,12 @@ the average interaction time gap and the share of active users differ between do
 fast-turnover domains new items dominate the test window. Deterministic for a seed.
 
 ``world.preset`` picks the generating knobs: ``default`` (the world above; its files and truth are
-unchanged by the existence of other presets) or ``dense_short_text`` (issue 16): many
+unchanged by the existence of other presets) or ``dense_short_text``: many
 interactions per user, more latent categories than the text vocabulary has groups, and item
 text that is a short title only (a brand and one or two words drawn from the whole domain's
 vocabulary, independent of the latent category), so that text says little and the collaborative
 signal says a lot. Its truth.json also records ``preset``, ``n_categories`` and every item's
-latent category. ``amazon_table1`` (issue 28): six domains fitted to MMGRid's own Amazon statistics,
+latent category. ``amazon_table1``: six domains fitted to MMGRid's own Amazon statistics,
 users, items and interactions per phase in the ratios of its Table 1 and average interaction time
 gaps of its Table 4 (:data:`AMAZON_TABLE1_TARGETS`), with fixed interactions per period and short,
 weakly category-specific titles; its truth.json adds each domain's targets.
@@ -48,7 +48,7 @@ PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
 # Ordered so that the first few domains already span the extremes (fast / long-lived).
 #
 # The category trend (trend weight, period, amplitude) is what makes the temporal merge's ground
-# truth (issue 6, MMGRid Table 4): the non-active users' lambda* falls as the domain's average
+# truth (MMGRid Table 4): the non-active users' lambda* falls as the domain's average
 # interaction time gap rises. Fast-turnover domains (Phones, Games) follow a strong *directional*
 # trend (period 1000 days, far longer than p1 -> test, weight 0.85 / 0.7, amplitude 3 / 2.5): the
 # category mix's move from p1 to p2 keeps going into the test window, so extrapolating
@@ -59,7 +59,7 @@ PERIOD_DAYS = 14.0  # activity and popularity are re-drawn every two weeks
 # category mix alone asks for lambda = 1 + cos(2 pi 91 d / P) (tests/data/test_world.py checks this
 # proxy). Users are raised so that every domain has ~260-400 non-active test examples, and the
 # trend's category phases are evenly spaced (world_simulation.simulate) so that its direction does not
-# depend on the seed. Measured over world seeds 0-2: docs/studies.md, "Ground truth".
+# depend on the seed. The resulting lambda* per world seed 0-2: docs/studies.md, "Ground truth".
 PRESETS: tuple[DomainKnobs, ...] = (
     # name, users, items, life-span d, initial item share, activity, burst, drift, trend weight, arrival,
     # conc, quality, then the trend's period (days) and amplitude
@@ -76,7 +76,7 @@ PRESETS: tuple[DomainKnobs, ...] = (
 )
 
 
-# The dense, weak-text preset (issue 16): like a real public dataset kept aside, interactions are
+# The dense, weak-text preset: like a real public dataset kept aside, interactions are
 # dense (activity 0.3-0.45 per two weeks, bursts of 1 + Poisson(1.5-2): ~30-60 interactions per user
 # after dedupe) and the item text is a short title. Ten latent categories per domain (the text
 # vocabulary has six groups, and titles draw their words from all of them at random), focused users
@@ -235,7 +235,7 @@ def domain_knobs(n_domains: int, preset: str = "default") -> list[DomainKnobs]:
 
 
 def planted_knobs(knobs: list[DomainKnobs], plant: PlantConfig, span_days: float) -> list[DomainKnobs]:
-    """The domains' knobs with the planted mechanisms scaled (issue 27; :class:`~mmgrid.config.PlantConfig`).
+    """The domains' knobs with the planted mechanisms scaled (:class:`~mmgrid.config.PlantConfig`).
 
     * ``turnover`` c: life-span L_d -> G (L_d / G)^c (G the geometric mean over the domains) and the share of
       items released before the start s_d -> m + c (s_d - m) (m the mean), so at 0 every domain turns its items

@@ -103,7 +103,7 @@ def simulate(k: DomainKnobs, n_cats: int, start_ms: int, end_ms: int, period_day
 
     ``process`` (:class:`ProcessScales`): ``user_scale`` multiplies the users only (more users from the same process); ``personalization`` mixes
     each user's start and end preference with the uniform one, ``w p_u + (1 - w) / n_cats`` (0: every user
-    alike, so only the domain-wide trend and the items' popularity decide; issue 27); ``recency`` scales the
+    alike, so only the domain-wide trend and the items' popularity decide); ``recency`` scales the
     popularity decay, ``exp(-recency age / life-span)`` (0: an item's weight is its quality forever, so the
     all-time counts most-popular uses rank items as every user chooses them). All three at 1 draw exactly
     what they drew before they existed.

@@ -4,12 +4,12 @@ Pure functions on flat state dicts (name -> tensor); no registry, no I/O.
 
 * L1 norm of a task vector tau = theta - theta_0 (MMGRid Eq. 2; Figure 2 plots it per
   paradigm x domain x period).
-* Sign dissimilarity (Orbit, paper 000, Eq. 1), the one definition of
+* Sign dissimilarity (Orbit Eq. 1), the one definition of
   :func:`mmgrid.stats.signs.sign_dissimilarity` (entries counted where the reference is
   nonzero; sign(0) = 0 differs from a nonzero sign; 0.0 when nothing is counted), taken in
   both directions and averaged, since neither task vector is the other's origin.
 * Cosine similarity of two flattened task vectors.
-* Geometry conflict between two updates (GCWM, paper 001; our documented reading of
+* Geometry conflict between two updates (GCWM; our documented reading of
   it): every 2-D update Delta (out x in) induces the trace-normalised covariance
   Sigma = Delta^T Delta / ||Delta||_F^2 over its input space. Two such Gaussians
   N(0, Sigma_a), N(0, Sigma_b) have Bures fidelity

@@ -4,7 +4,7 @@ Rows are paradigms (plus SASRec and the most-popular baseline); each cell is a m
 the test users and the training seeds' replicates (in %) with its 95% percentile-bootstrap
 interval (:func:`mmgrid.stats.mean_ci`: users and seeds resampled), read from the per-user values
 every evaluation stores (``Registry.per_user``). The console (:func:`baseline_table`, printed by
-``mmgrid eval`` / ``mmgrid demo``) and ``report.md`` (:mod:`mmgrid.sweep.report`) use the same cells,
+``mmgrid eval`` / ``mmgrid demo``) and ``report.md`` (:mod:`mmgrid.render.report`) use the same cells,
 names and column order (R@10, N@10, R@20, N@20). Without per-user values (an older registry) a
 cell is the recorded mean over seeds, without an interval.
 """
@@ -155,10 +155,6 @@ class Cell:
     n_users: int = 0
     n_seeds: int = 0
     ids: list[str] = field(default_factory=list)
-
-    @property
-    def has_interval(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high)
 
 
 def fmt_ci(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 2, sign: bool = False) -> str:

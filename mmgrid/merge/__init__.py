@@ -16,20 +16,20 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "AlphaSweep", "apply_inplace", "merge_lora", "extract_lora"]
+__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "apply_inplace", "merge_lora", "extract_lora"]
 
 
 def __getattr__(name: str) -> Any:
-    # These modules import torch (4.5 s cold, measured), and `mmgrid --help` imports this
+    # These modules import torch, and `mmgrid --help` imports this
     # package (for mmgrid.merge.errors) without merging anything.
     if name in ("merge", "merge_to_file", "merge_with_info"):
         from mmgrid.merge import api  # lazy: torch, see above
 
         return getattr(api, name)
-    if name in ("TemporalSweep", "AlphaSweep"):
+    if name == "TemporalSweep":
         from mmgrid.merge import interpolation  # lazy: torch, see above
 
-        return getattr(interpolation, name)
+        return interpolation.TemporalSweep
     if name == "apply_inplace":
         from mmgrid.merge import inplace  # lazy: torch, see above
 

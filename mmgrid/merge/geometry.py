@@ -1,5 +1,5 @@
-"""Pure tensor math of the geometric merges: the orthogonal group (OrthoMerge, paper 003) and
-Gaussian covariance geometry (GCWM, paper 001). No I/O.
+"""Pure tensor math of the geometric merges: the orthogonal group (OrthoMerge) and
+Gaussian covariance geometry (GCWM). No I/O.
 
 Conventions: OrthoMerge writes W in R^{d_in x d_out} and rotates with R in
 R^{d_in x d_in} from the left (Eq. 1). The functions here take matrices in that

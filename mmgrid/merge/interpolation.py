@@ -1,7 +1,7 @@
 """Sweeps over one scalar without re-reading files: the temporal lambda (MMGRid Eq. 10).
 
 (The pairwise alpha of Eq. 7 is a merge per alpha through the methods' shared weights,
-:func:`mmgrid.merge.methods.eq7`; :func:`AlphaSweep` only says so.)
+:func:`mmgrid.merge.methods.eq7`.)
 
 A sweep reads its inputs once: the temporal sweep keeps theta_t1 and theta_t2 as
 stored and computes each point with MMGRid Eq. 9-10's one definition,
@@ -26,7 +26,6 @@ import torch
 
 from mmgrid.merge import ops
 from mmgrid.merge.api import prepare
-from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.fastpass import writer as fw
 from mmgrid.merge.fastpass.kernels import finite_range
 from mmgrid.merge.inplace import apply_inplace, module_tensors
@@ -36,8 +35,7 @@ from mmgrid.merge.tensors import SafetensorsWriter
 
 
 # bytes per output block of a sweep point: one lerp per block, so bigger blocks mean
-# fewer thread hand-offs (a 1.2 GB point: 0.37 s in 2 MiB blocks, 0.21 s in 16 MiB,
-# compute only, measured); the blocks are pooled across points (at most about eight).
+# fewer thread hand-offs; the blocks are pooled across points (at most about eight).
 SWEEP_BLOCK_BYTES = 16 << 20
 
 
@@ -188,18 +186,3 @@ def _aligned(a: torch.Tensor, b: torch.Tensor, rp) -> tuple[torch.Tensor, torch.
         ra.append(va[None])
         rb.append(vb[None])
     return torch.cat(ra), torch.cat(rb)
-
-
-def AlphaSweep(*args: Any, **kwargs: Any) -> None:  # noqa: N802 (the removed class's name)
-    """Removed: MMGRid Eq. 7 has one home, the merge methods' shared weights
-    (:func:`mmgrid.merge.methods.eq7`); merge once per alpha.
-
-    The affine sweep c0 + alpha c1 rounded differently from ``merge(method, ..., alpha=a)`` (within
-    1e-5, not bitwise), so a point of the sweep was not the checkpoint the study stores.
-
-    Raises:
-        MergeParamError: always, saying what to call instead.
-    """
-    raise MergeParamError("AlphaSweep was removed: MMGRid Eq. 7 has one implementation, the methods' weights; "
-                          "merge once per alpha, e.g. merge('ties', [id_i, id_j], base=..., alpha=a), as "
-                          "`mmgrid sweep cross-domain` does")

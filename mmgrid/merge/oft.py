@@ -1,5 +1,5 @@
 """Merging OFT adapters (Hugging Face PEFT) directly in the Lie algebra so(d)
-(OrthoMerge, paper 003, Sec. 3.2, Eq. 6-8).
+(OrthoMerge Sec. 3.2, Eq. 6-8).
 
 PEFT stores each OFT layer's rotation as a block-diagonal Cayley map of skew-symmetric
 blocks. Two layouts are read: a stack of full blocks ``(r, b, b)`` (``oft_r``, the skew

@@ -2,7 +2,7 @@
 
 Every function takes and returns float tensors and is the single implementation of
 its step: the merge methods, the sweeps and the training regularizers (Orbit and
-Soup-to-Go averaging) call these. Equations refer to MMGRid (paper 004) unless noted.
+Soup-to-Go averaging) call these. Equations refer to MMGRid unless noted.
 
 The pipeline these steps form (delta -> sparsify -> elect sign -> combine -> scale):
 
@@ -331,7 +331,7 @@ def lerp_into(a: torch.Tensor, b: torch.Tensor, s: float, out: torch.Tensor) -> 
 
     :func:`torch.lerp` of bf16/fp16 tensors computes each entry in float32 and rounds it
     once, so the fused pass gives the same bits as the float32 lerp then cast (tested
-    for every chunking); measured 1.6x the throughput of a five-pass float32 chunk loop.
+    for every chunking), in one pass over the chunk where a float32 lerp and a cast take five.
     Other dtype mixes (and float64) go through :func:`interpolate`.
     """
     if a.dtype == b.dtype == out.dtype and a.dtype in LERP_IN_F32:

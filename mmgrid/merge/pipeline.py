@@ -233,7 +233,7 @@ class Kernel:
             inputs, as stored; ``name``: the tensor's name, for statistics of the method's
             first pass; ``work``: a :class:`Work` of the parts' shape to compute in, reused by
             the fast pass across chunks: a fresh tensor per operation and chunk costs page
-            faults, 1.4 ms instead of 0.2 ms per 2^17-entry NearSwap chunk, measured). Each
+            faults). Each
             entry must come from the same entries of the parts alone, with the same operations
             whatever the chunk (RAM, NearSwap, SCE and RAM+ after their first passes), so any
             split gives the same bits. Such a function may drop an input's NaN/Inf (a threshold
@@ -298,8 +298,6 @@ def apply_kernel(k: Kernel, name: str, parts: Sequence[torch.Tensor], work: Work
         raise KeyError(f"no linear coefficients for tensor {name!r}: the method's first pass did not see it")
     return ops.linear_combination(parts, coefs, out=w.acc)
 
-
-DeltaStream = Callable[[], Iterator[tuple[str, list[torch.Tensor]]]]
 
 # Inputs with more entries than this are histogrammed on a deterministic strided sample
 # of about this many entries (a prime stride, so it is coprime with every tensor shape).

@@ -168,7 +168,7 @@ def prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     Returns:
         A ``transformers.DynamicCache`` holding every layer's keys and values ``[B, kvh, L, hd]``.
     """
-    # lazy: importing transformers costs ~0.6 s after torch (measured); sasrec's processes never prefill
+    # lazy: importing transformers costs ~0.6 s after torch; sasrec's processes never prefill
     from transformers import DynamicCache
 
     kvs, _ = prefill_kv(model, input_ids, attention_mask, position_ids)

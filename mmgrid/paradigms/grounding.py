@@ -1,4 +1,4 @@
-"""Grounding scores of the text paradigm (BIGRec step 2 and the history-aware terms of issue 16):
+"""Grounding scores of the text paradigm (BIGRec step 2 and its history-aware terms):
 pure functions on similarity matrices, popularity counts and histories.
 
 BIGRec (Bao et al. 2023, "A Bi-Step Grounding Paradigm for Large Language Models in Recommendation

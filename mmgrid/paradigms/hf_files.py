@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 def tokenizer_files(tokenizer: "PreTrainedTokenizerBase") -> dict[str, bytes]:
     """The tokenizer as files (``tokenizer.json``, ``tokenizer_config.json``, ...) for a checkpoint,
     the same bytes whether it was trained or reloaded (:func:`mmgrid.models.tokenizer.tokenizer_files`)."""
-    # lazy: mmgrid.models imports transformers (~1.2 s, measured); sasrec never needs it
+    # lazy: mmgrid.models imports transformers (~1.2 s); sasrec never needs it
     from mmgrid.models.tokenizer import tokenizer_files as files_of
 
     return files_of(tokenizer)
@@ -24,7 +24,7 @@ def tokenizer_files(tokenizer: "PreTrainedTokenizerBase") -> dict[str, bytes]:
 
 def tokenizer_from_files(files: dict[str, bytes]) -> "PreTrainedTokenizerBase":
     """Rebuild a fast tokenizer from :func:`tokenizer_files` output (local files only)."""
-    # lazy: transformers' classes cost ~1.2 s to import (measured); sasrec never needs them
+    # lazy: transformers' classes cost ~1.2 s to import; sasrec never needs them
     from transformers import PreTrainedTokenizerFast
 
     if "tokenizer.json" not in files:
@@ -45,7 +45,7 @@ def hf_config_file(config: Any) -> bytes:
 
 def hf_config_from_file(data: bytes) -> Any:
     """A Qwen3 (or other causal-LM) config back from ``config.json`` bytes (no hub access)."""
-    # lazy: transformers' classes cost ~1.2 s to import (measured); sasrec never needs them
+    # lazy: transformers' classes cost ~1.2 s to import; sasrec never needs them
     from transformers import AutoConfig
 
     d = json.loads(data)

@@ -103,7 +103,7 @@ def lm_from_checkpoint(ckpt: Checkpoint, where: str) -> "PreTrainedModel":
     A merged checkpoint may carry more embedding rows than its config says (the union of
     two models' added tokens), so the vocabulary size follows the state.
     """
-    # lazy: transformers' model classes cost ~1.2 s to import (measured); sasrec never needs them
+    # lazy: transformers' model classes cost ~1.2 s to import; sasrec never needs them
     from transformers import AutoModelForCausalLM
 
     if "config.json" not in ckpt.files:

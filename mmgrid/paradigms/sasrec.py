@@ -179,7 +179,7 @@ class SASRecParadigm:
 
     name = "sasrec"
     defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
-    # 2 (issue 15): the last block only at the last position; dropout masks from numpy (dropout(); with the
+    # 2: the last block only at the last position; dropout masks from numpy (dropout(); with the
     # last block's masks drawn for that position alone, the random stream differs); length-bucketed batches
     # (as text and semid: mmgrid.train.loop.length_buckets; a random batch is padded to its longest history,
     # ~60 % padding on the demo); the fused AdamW. New ids.

@@ -1,6 +1,6 @@
 """Text-grounded paradigm, BIGRec-style: generate the next item's title, ground it to the catalog.
 
-MMGRid (paper 004, section 3.2, "Text-Grounded (BIGRec)", ref. [4]): the prompt lists
+MMGRid (section 3.2, "Text-Grounded (BIGRec)", ref. [4]): the prompt lists
 the titles of the user's history (oldest first); the model is fine-tuned to continue with
 the next item's title (cross-entropy on the target tokens only). At inference the LLM
 generates titles by beam search; the generated text is embedded with the embedding model
@@ -23,7 +23,7 @@ scaled distance and popularity; the LM's own last-token hidden state, :func:`mod
 deduplicated per user and item). A generated text equal to an item title reuses that
 item's cached embedding, so only novel text is embedded.
 
-History-aware grounding (issue 16; every term off by default, see :func:`ground_scores`):
+History-aware grounding (every term off by default, see :func:`ground_scores`):
 ``history_weight`` (title similarity to the history), ``cooc_weight`` (what followed the
 history's items in the training sequences), ``collab_weight`` (collaborative item
 embeddings), ``beam_candidates`` (ground each beam to its nearest items only) and
@@ -279,7 +279,7 @@ class TextParadigm:
     # Training batches are length-bucketed (mmgrid.train.loop.length_buckets, windows of 8 batches):
     # other batch compositions than version 1 (random batches), so the version is part of the stage id.
     bucket_window = 8
-    # 3 (issue 15): the last layer only at the target columns (mmgrid.models.partial) and the fused
+    # 3: the last layer only at the target columns (mmgrid.models.partial) and the fused
     # AdamW: the same training up to float rounding, so new ids
     train_version = 3
     fused_optimizer = True

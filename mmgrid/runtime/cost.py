@@ -48,7 +48,7 @@ from mmgrid.runtime.plan import StagePlan, grid_domains, plan_stages, seeds_all
 from mmgrid.runtime.throughput import Throughput
 
 # characters a token of (titles, item text): the tiny base's byte-level BPE is trained on the grid's own item
-# text (measured on the quick demo's world: 7.1 characters a title token, 5.7 an item-text token); about 4 for a
+# text (on the quick demo's world: 7.1 characters a title token, 5.7 an item-text token); about 4 for a
 # hub model's English tokenizer (estimates)
 CHARS_PER_TOKEN = {"tiny": (7.0, 5.5), "hf": (4.0, 4.0)}
 TABLE1_TITLE_CHARS = 80.0  # item titles' length assumed when only Table 1's counts are known
@@ -97,7 +97,7 @@ def counts_from_prepared(prepared: Any, domains: Iterable[str], sample: int = 40
 
 
 def counts_from_table1(domains: Iterable[str], text_chars: float = 256.0) -> list[DomainCounts]:
-    """MMGRid Table 1's users, items and interactions per phase (paper 004, "Statistics of the interaction
+    """MMGRid Table 1's users, items and interactions per phase ("Statistics of the interaction
     data in Amazon dataset"; ``mmgrid.data.world_files.AMAZON_TABLE1_TARGETS``) for Amazon 2023 category
     names (``Video_Games``) or the paper's (``Video Games``). Test users are Table 1's test interactions
     (an upper bound: one example a user).

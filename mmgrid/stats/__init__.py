@@ -1,4 +1,4 @@
-"""Statistics for findings with error bars (issue 17): pure numpy / scipy functions on arrays.
+"""Statistics for findings with error bars: pure numpy / scipy functions on arrays.
 
 Foundation layer: imports numpy and scipy (``signs``: torch, for tensors), nothing of mmgrid above it. Per-user metric
 values are arrays ``[n_users]`` (one evaluation) or ``[n_seeds, n_users]`` (the same users

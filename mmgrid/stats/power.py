@@ -1,7 +1,7 @@
 """Power, minimum detectable effects, sample sizes and Monte Carlo standard errors.
 
 What a study of a given size can see, and how precisely a simulation study measures its own
-performance (issue 27):
+performance:
 
 * **Monte Carlo standard errors** of a simulation study's performance measures (Morris, White &
   Crowther, "Using simulation studies to evaluate statistical methods", Stat Med 2019, Table 6):

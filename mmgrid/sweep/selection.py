@@ -1,6 +1,6 @@
 """Pure helpers of the temporal study: the lambda grid, lambda* of recorded means and the Eq. 11 blend.
 
-MMGRid (paper 004) section 5: theta(lambda) = theta_t1 + lambda * (theta_t2 - theta_t1)
+MMGRid section 5: theta(lambda) = theta_t1 + lambda * (theta_t2 - theta_t1)
 (Eq. 9-10); lambda* is the lambda with the best test metric for a domain and user group;
 Eq. 11 blends the non-active users' predicted lambda* with the active users' lambda = 1
 (:func:`blend_eq11`, its one home).

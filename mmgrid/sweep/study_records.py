@@ -78,14 +78,6 @@ def with_mde(f: Finding, intervals: list[tuple[float, float]], scale: float = 1.
     return replace(f, note=note + (f" ({published[1]})" if published and widths else ""))
 
 
-def finding_notes(f: Finding) -> list[str]:
-    """The lines shown under a finding: its MDE note (inconclusive only) and its estimand's population value."""
-    out = [f.note] if f.note else []
-    if f.population:
-        out.append(f"population value of this world and budget: {f.population}")
-    return out
-
-
 def with_population(f: Finding, text: str) -> Finding:
     """``f`` with the population value of its estimand (``text``; "" leaves it unchanged)."""
     return replace(f, population=text) if text else f
@@ -286,7 +278,7 @@ class StudyResults:
     registry_root: str = ""
     fingerprint: str = "?"
     # results that are not a study section of the registry: "calibration" (a `mmgrid calibrate` output,
-    # :mod:`mmgrid.sweep.report_calibration`), rendered after the sections where a renderer is registered
+    # :mod:`mmgrid.render.report_calibration`), rendered after the sections where a renderer is registered
     extras: dict[str, Any] = field(default_factory=dict)
 
     def get(self, key: str) -> Any:

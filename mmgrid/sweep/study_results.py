@@ -1,6 +1,6 @@
 """The studies' results as typed records, computed once before anything is rendered.
 
-``report.md`` (:mod:`mmgrid.sweep.report`), ``report.html`` (:mod:`mmgrid.sweep.report_html`) and the
+``report.md`` (:mod:`mmgrid.render.report`), ``report.html`` (:mod:`mmgrid.render.report_html`) and the
 ``analysis/`` scripts render these records; none of them reads the registry or fits anything
 itself. :func:`compute_study_results` runs each section's computation in order, passing the
 results a section needs explicitly (the prediction takes the temporal study's lambda*), and

@@ -29,31 +29,6 @@ REFERENCES = ("popular", "sasrec")  # Table 2's references: each paradigm is com
 Provenance = dict[str, list[str]]
 
 
-def markdown_table(df: pd.DataFrame, fmt: str = "{:.3f}", index: bool = True, index_name: str = "") -> str:
-    """A GitHub-Markdown table; MultiIndex columns are joined with a space; NaN shows as '-'."""
-    cols = [" ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in df.columns]
-    head = ([index_name or (df.index.name or "")] if index else []) + cols
-    lines = ["| " + " | ".join(map(_esc, head)) + " |", "|" + "---|" * len(head)]
-    for label, row in df.iterrows():
-        cells = [_cell(v, fmt) for v in row.tolist()]
-        lines.append("| " + " | ".join(_esc(c) for c in ([str(label)] if index else []) + cells) + " |")
-    return "\n".join(lines)
-
-
-def _esc(text: str) -> str:
-    return str(text).replace("|", "\\|")
-
-
-def _cell(v: Any, fmt: str) -> str:
-    if v is None or (isinstance(v, float) and not np.isfinite(v)):
-        return "-"
-    if isinstance(v, (float, np.floating)):
-        return fmt.format(float(v))
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    return str(v)
-
-
 def final_ids(cfg: GridConfig, registry: Any, paradigm: str, variant: str = "default") -> dict[str, str]:
     """Domain -> id of the trained checkpoint of the last stage: the grid's planned one where it is
     stored (:func:`mmgrid.runtime.plan.planned_ids`), else the newest."""
@@ -391,16 +366,6 @@ def cross_domain_table(rel: pd.DataFrame, errors: pd.DataFrame | None = None) ->
     out.index = [" / ".join(map(str, i)) for i in out.index]
     prov = {" / ".join(map(str, k)): sorted(set(v["recipe_hash"].dropna())) for k, v in g}
     return out, prov
-
-
-def provenance_markdown(title: str, prov: Provenance) -> str:
-    """An appendix section listing the registry ids behind each row."""
-    lines = [f"**{title}**", ""]
-    for row, ids in prov.items():
-        shown = ", ".join(f"`{i}`" for i in ids[:40])
-        more = f" (+{len(ids) - 40} more)" if len(ids) > 40 else ""
-        lines.append(f"- {row}: {shown or '-'}{more}")
-    return "\n".join(lines)
 
 
 def recipe_inputs(recipe_json: str | None) -> list[str]:

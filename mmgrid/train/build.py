@@ -70,7 +70,7 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True, ret
     if stale:
         raise RegistryError(
             f"registry {cfg.registry} holds {stale} of this grid's checkpoints under the ids of an earlier mmgrid "
-            "(ids are now a function of content, not of how data.root is spelled); nothing was trained. Reuse them "
+            "(ids are a function of content, not of how data.root is spelled); nothing was trained. Reuse them "
             "with `mmgrid registry remap-ids RUN` (seconds, no training; RUN: this grid or its run folder), then "
             "build again; or pass --retrain to train them anew.")
     _, base_id = ensure_base(cfg.base, prepared, registry, seed=cfg.train.seed, progress=progress)

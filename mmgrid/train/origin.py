@@ -20,9 +20,6 @@ import torch
 
 from mmgrid.stats import signs
 
-DISTANCES = ("l2", "sign")
-
-
 @dataclass
 class Origin:
     """Live parameter views (added rows cut off) and their origin values, in the same order."""

@@ -1,4 +1,4 @@
-"""Field rules of the Amazon 2023 readers (issue 2), on tiny handmade files."""
+"""Field rules of the Amazon 2023 readers, on tiny handmade files."""
 
 from __future__ import annotations
 

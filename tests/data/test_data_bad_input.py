@@ -1,4 +1,4 @@
-"""Each kind of bad input gets a named error that says where and what to do (issue 2)."""
+"""Each kind of bad input gets a named error that says where and what to do."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_all_errors_are_data_or_config_errors() -> None:
         assert issubclass(cls, DataError)
 
 
-# --------------------------------------------------------------------------- bad files (issue 19)
+# --------------------------------------------------------------------------- bad files
 #
 # One case per bad raw file. Each builds a complete source under ROOT with one file broken and
 # runs `prepare`; the error must be the named one, its message must name the file (and the line

@@ -115,7 +115,7 @@ def _trend_lambda(knobs, seed: int, d_i: int) -> float:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_category_trend_orders_the_temporal_ground_truth(seed: int) -> None:
-    # Issue 6's mechanism without training: fast-turnover domains' directional trend keeps moving past
+    # The turnover mechanism (MMGRid Table 4) without training: fast-turnover domains' directional trend keeps moving past
     # p2 (the category mix wants lambda > 1), long-lived domains' seasonal trend returns to p1's mix
     # (lambda near 0), Sports in between; so lambda* can fall as the interaction time gap rises.
     from mmgrid.data.world_files import PRESETS
@@ -127,7 +127,7 @@ def test_category_trend_orders_the_temporal_ground_truth(seed: int) -> None:
     assert max(lam["Health"], lam["Books"]) < 0.3, lam
 
 
-# --- world presets (issue 16) ---------------------------------------------------------------------------------
+# --- world presets ---------------------------------------------------------------------------------
 
 # sha256 of the quick world (2 domains, scale 0.5, seed 0) as written before presets existed: truth.json's
 # bytes, and per domain the CSV of reviews (user, item, time, rating) followed by the CSV of (item, title).

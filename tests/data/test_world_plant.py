@@ -1,4 +1,4 @@
-"""The world's planted mechanisms (issue 27): every knob at 1 is the world from before the knobs, and each
+"""The world's planted mechanisms: every knob at 1 is the world from before the knobs, and each
 knob at 0 removes its mechanism, measured on the simulated interactions (no training)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 18 item 2: breadcrumbs, breadcrumbs_ties, della, della_linear, sce, ram: a
+"""Breadcrumbs, breadcrumbs_ties, della, della_linear, sce, ram: a
 hand-computed case and an invariant each (the shared checks, bounds, identical inputs
 and symmetry are in test_methods_table.py)."""
 

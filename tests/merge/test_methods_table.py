@@ -277,7 +277,7 @@ def test_symmetric_methods_ignore_order(seed, shape):
 
 
 def test_symmetric_methods_ignore_order_on_the_fixture(models):
-    """The fixture of issue 18 (GCWM's blow-up made the order matter at 1.3e-5 relative)."""
+    """The fixture on which GCWM version 1 blew up (the order of operations mattered at 1.3e-5 relative)."""
     for method in [m for m in ALL if get_method(m).symmetric]:
         ins = _take(method, [models["a"], models["b"], models["c"]])
         a, b = merge(method, ins, base=models["base"]), merge(method, ins[::-1], base=models["base"])
@@ -286,7 +286,7 @@ def test_symmetric_methods_ignore_order_on_the_fixture(models):
 
 
 def test_gcwm_stays_within_the_inputs_on_the_fixture(models):
-    """Issue 18: max |value| was 2607 in layers.0.down.weight, inputs below 2.8."""
+    """Max |value| was 2607 in layers.0.down.weight, inputs below 2.8."""
     ins = [models["a"], models["b"], models["c"]]
     out = merge("gcwm", ins, base=models["base"])
     for k, v in out.items():

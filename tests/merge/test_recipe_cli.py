@@ -203,7 +203,7 @@ def test_temporal_sweep_over_registry_ids_maps_the_blobs(reg, models):
 
 
 def test_fixed_method_gets_a_new_id_others_keep_theirs(reg):
-    """GCWM's version 2 (issue 18) changes its merges' ids; an unchanged method's id is the
+    """GCWM's version 2 changes its merges' ids; an unchanged method's id is the
     one computed the way it was before method versions existed."""
     from mmgrid.merge.methods import canonical_params
     from mmgrid.merge.recipe import default_coords

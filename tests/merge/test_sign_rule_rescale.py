@@ -1,4 +1,4 @@
-"""Issue 18 item 3: TIES's sign rule (unweighted / weighted) and DARE's rescale
+"""TIES's sign rule (unweighted / weighted) and DARE's rescale
 (inverse_keep / l1 / none) as options; the injectable masks; defaults unchanged."""
 
 from __future__ import annotations
@@ -119,10 +119,3 @@ def test_defaults_keep_the_recorded_parameters_and_results(models):
     for m, kw in (("ties", {"sign_rule": "unweighted"}), ("dare", {"rescale": "inverse_keep"})):
         a, b = merge(m, ins, base=models["base"]), merge(m, ins, base=models["base"], **kw)
         assert all(torch.equal(a[k], b[k]) for k in a), m
-
-
-def test_alpha_sweep_is_gone_with_a_message_naming_the_one_eq7(models):
-    from mmgrid.merge import AlphaSweep
-
-    with pytest.raises(MergeParamError, match="merge once per alpha"):
-        AlphaSweep(models["a"], models["b"], base=models["base"], method="ties")

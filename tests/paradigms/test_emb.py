@@ -155,7 +155,7 @@ def test_negatives_covering_the_catalog_give_an_exact_softmax(tiny_base, tiny_do
     assert sorted(b["items"][b["cand_pos"]].tolist()) == list(range(tiny_domain.n_items))
 
 
-# --------------------------------------------------------------------------- item-ID embeddings (issue 16)
+# --------------------------------------------------------------------------- item-ID embeddings
 
 
 def test_id_embeddings_start_at_zero_and_add_to_the_text_embedding(tiny_base, tiny_domain) -> None:

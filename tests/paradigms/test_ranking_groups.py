@@ -1,4 +1,4 @@
-"""Ranking in parts of similar history length (issue 15): the same top-k as one padded batch."""
+"""Ranking in parts of similar history length: the same top-k as one padded batch."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_eval_mode_restores_the_mode() -> None:
 
 
 def _topk_reference(scores: torch.Tensor, k: int, exclude: list[list[int]]) -> np.ndarray:
-    """The row-by-row masking topk_items did before it was vectorized (issue 15)."""
+    """The row-by-row masking topk_items did before it was vectorized."""
     scores = scores.float().clone()
     n_items = scores.shape[1]
     for row, items in enumerate(exclude):

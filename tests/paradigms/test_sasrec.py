@@ -110,7 +110,7 @@ def test_item_bias_option_round_trips(tiny_domain) -> None:
 
 
 def _all_positions(model, hist: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reference (the code before issue 15): every block at every position, then the last real one."""
+    """Reference: every block at every position, then the last real one."""
     import math
 
     n = hist.shape[1]

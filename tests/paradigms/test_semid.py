@@ -268,7 +268,7 @@ def test_token_names_carry_domain_and_level() -> None:
                                                  ["<Books_b_0>", "<Books_b_1>", "<Books_b_2>"]]
 
 
-# --------------------------------------------------------------------------- collaborative codes (issue 16)
+# --------------------------------------------------------------------------- collaborative codes
 
 
 def test_cooccurrence_and_ppmi_by_hand() -> None:

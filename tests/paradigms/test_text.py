@@ -152,7 +152,7 @@ def test_popularity_phases_choose_the_latest_or_every_trained_phase() -> None:
         TextKnobs.resolve({"popularity_phases": "recent"})  # the declaration's range refuses it
 
 
-# --------------------------------------------------------------------------- history-aware grounding (issue 16)
+# --------------------------------------------------------------------------- history-aware grounding
 
 
 def test_history_weights_decay_with_recency_and_sum_to_one() -> None:

@@ -1,5 +1,5 @@
 """No path read from a stored artifact leaves the registry; symlinks in imported folders
-stay inside them; a broken config.json is named (issue 19, item 1)."""
+stay inside them; a broken config.json is named."""
 
 from __future__ import annotations
 

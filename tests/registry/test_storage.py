@@ -1,4 +1,4 @@
-"""Storage, derived state and concurrency (issue 30): damaged per-user files, an index that
+"""Storage, derived state and concurrency: damaged per-user files, an index that
 disagrees with its files, read-only, full and corrupt storage, gc racing writers.
 
 Each test reproduces one case of the issue's probe on a tiny registry made on the fly.

@@ -1,6 +1,6 @@
 """Blob verification paid once: a verification record with the blob's stat identity lets
 later processes skip the re-hash; any change of identity (touch, rewrite, a flipped bit)
-re-hashes; ``verify`` always re-hashes (issue 18, item 6)."""
+re-hashes; ``verify`` always re-hashes."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from mmgrid.runtime.cost import (CHARS_PER_TOKEN, DomainCounts, PlanInputs, cost
 from mmgrid.runtime.modelfiles import KNOWN_CONFIGS, shape_of
 from mmgrid.runtime.throughput import ACCELERATORS, Throughput, accelerator
 
-# MMGRid Table 1 (paper 004): pretrain interactions of the six domains
+# MMGRid Table 1: pretrain interactions of the six domains
 TABLE1_PRETRAIN = {"Video_Games": 215_761, "Movies_and_TV": 617_122, "Cell_Phones_and_Accessories": 1_211_712,
                    "Sports_and_Outdoors": 1_468_421, "Books": 2_578_864, "Health_and_Household": 3_692_658}
 

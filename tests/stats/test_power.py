@@ -1,4 +1,4 @@
-"""Power, MDE, sample sizes and Monte Carlo standard errors against known truth (issue 27).
+"""Power, MDE, sample sizes and Monte Carlo standard errors against known truth.
 
 Oracles: closed forms, Cohen's (1988) table for the paired t-test, scipy.stats.norm / nct computed
 independently here, and simulations whose true coverage / type-I rate is known, judged within their

@@ -1,4 +1,4 @@
-"""The calibration study (issue 27): its performance measures against known truth, the population values by
+"""The calibration study: its performance measures against known truth, the population values by
 hand, the replicates' recipes, ``--plan``, bad input, and one smoke run of ``mmgrid calibrate`` end to end."""
 
 from __future__ import annotations

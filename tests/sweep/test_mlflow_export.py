@@ -8,7 +8,7 @@ import json
 import pytest
 
 from mmgrid.cli import main
-from mmgrid.sweep.mlflow_export import export_mlflow
+from mmgrid.render.mlflow_export import export_mlflow
 from mmgrid.sweep.temporal import run_temporal
 from sweep_fakes import DOMAINS
 

@@ -7,10 +7,11 @@ import re
 import numpy as np
 import pandas as pd
 
+from mmgrid.render.markdown import markdown_table
+from mmgrid.render.report import write_report
 from mmgrid.sweep import tables as tb
 from mmgrid.sweep.crossdomain import run_cross_domain
 from mmgrid.sweep.lambda_model import predict_lambda
-from mmgrid.sweep.report import write_report
 from mmgrid.sweep.temporal import run_temporal, temporal_results
 from sweep_fakes import DOMAINS, fake_merge
 
@@ -72,7 +73,7 @@ def test_full_report_and_tables_equal_registry(grid, counter, tmp_path):
 
 def test_markdown_table():
     df = pd.DataFrame({"a": [1.23456, float("nan")], "b": ["x", "y"]}, index=["r1", "r2"])
-    md = tb.markdown_table(df, "{:.2f}")
+    md = markdown_table(df, "{:.2f}")
     assert md.splitlines()[2] == "| r1 | 1.23 | x |" and "| r2 | - | y |" in md
 
 

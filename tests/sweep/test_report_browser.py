@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from mmgrid.sweep.report import write_report
+from mmgrid.render.report import write_report
 from sweep_fakes import DOMAINS
 
 PERIODS = ("pretrain", "p1", "p2")
@@ -256,8 +256,8 @@ def test_the_card_script_escapes_values_that_skipped_validation(tmp_path):
     payload, as a registry written by another tool could hold, draws as text in the grid section."""
     binary, driver_path = _skip_without_browser()
     from mmgrid.sweep.grid_view import GridView
-    from mmgrid.sweep.report_html import CSS
-    from mmgrid.sweep.report_html_grid import grid_section
+    from mmgrid.render.report_html import CSS
+    from mmgrid.render.report_html_grid import grid_section
     import plotly.offline
 
     cid = "0123456789abcdef"

@@ -1,4 +1,4 @@
-"""The report's side of the calibration study (issue 27): every inconclusive finding says what the run could
+"""The report's side of the calibration study: every inconclusive finding says what the run could
 have detected (its MDE, hand-computed from the interval it was judged on), the world's own lambda is the
 population value where ``<data.root>/population.json`` holds one (the formula is a labelled fallback), and
 report.md / report.html show a ``mmgrid calibrate`` output when there is one."""
@@ -18,10 +18,10 @@ from mmgrid.errors import MmgridError
 from mmgrid.stats import FAILS, HOLDS, INCONCLUSIVE
 from mmgrid.sweep.calibration.measures import calibrate_finding
 from mmgrid.sweep.calibration.population import population_key
-from mmgrid.sweep.report import write_report
-from mmgrid.sweep.report_html import render_html
+from mmgrid.render.report import write_report
+from mmgrid.render.report_html import render_html
 from mmgrid.sweep.study_results import compute_study_results
-from mmgrid.sweep.report_calibration import CalibrationInputError, read_calibration
+from mmgrid.render.report_calibration import CalibrationInputError, read_calibration
 from mmgrid.sweep.study_records import FORMULA_LABEL, Finding, with_mde
 from test_calibration import _runs
 from test_report_intervals import world  # noqa: F401 - the fixture: per-user registry on a synthetic world
@@ -148,7 +148,7 @@ def test_a_named_calibration_output_must_exist_before_anything_is_written(world,
 def test_a_coverage_of_each_worlds_own_value_says_so(tmp_path):
     """A row measured against each replicate's own world names that target and keeps the configuration's
     coverage beside it; a row measured against the configuration's value reads as before."""
-    from mmgrid.sweep.report_calibration import row_cells
+    from mmgrid.render.report_calibration import row_cells
 
     f = {"finding": "lambda_star", "size": 1.0, "population": None, "is_null": False, "holds": None,
          "coverage": {"hits": 42, "n": 50, "rate": 0.84, "mcse": 0.052}, "bias": None, "mde": None, "n": 20,

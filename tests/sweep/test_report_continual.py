@@ -20,8 +20,8 @@ from mmgrid.config import GridConfig
 from mmgrid.configtools import build
 from mmgrid.errors import ConfigError
 from mmgrid.sweep.continual import CLAIM, STUDY, run_seeds
-from mmgrid.sweep.report import FINDINGS, console_continual, console_findings, findings_lines, render_markdown, write_report
-from mmgrid.sweep.report_html import render_html
+from mmgrid.render.report import FINDINGS, console_continual, console_findings, findings_lines, render_markdown, write_report
+from mmgrid.render.report_html import render_html
 from mmgrid.sweep.study_records import Section, StudyResults
 from mmgrid.sweep.study_results import compute_study_results, continual_findings, continual_results
 from sweep_fakes import DOMAINS, FakePrepared

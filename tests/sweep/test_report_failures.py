@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 import mmgrid.cli.sweep as commands
-import mmgrid.sweep.report as report
-import mmgrid.sweep.report_files as report_files
+import mmgrid.render.report as report
+import mmgrid.render.report_files as report_files
 import mmgrid.sweep.study_results as sr
 from mmgrid.cli import main
-from mmgrid.sweep.report import ReportIncomplete, write_report
-from mmgrid.sweep.report_files import ReportWriteError
+from mmgrid.render.report import ReportIncomplete, write_report
+from mmgrid.render.report_files import ReportWriteError
 from mmgrid.sweep.study_results import ReportSectionError
 from mmgrid.sweep.crossdomain import run_cross_domain
 from sweep_fakes import DOMAINS, EvalCounter, fake_merge

@@ -22,7 +22,7 @@ from mmgrid.configtools import build
 from mmgrid.errors import ConfigError
 from mmgrid.sweep import evidence as ev
 from mmgrid.sweep.lambda_model import extension_points
-from mmgrid.sweep.report import FINDINGS, write_report
+from mmgrid.render.report import FINDINGS, write_report
 from sweep_fakes import DOMAINS, FakePrepared
 
 LAMS = [round(x, 9) for x in np.arange(0.0, 1.51, 0.25)]

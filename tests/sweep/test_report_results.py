@@ -8,7 +8,7 @@ import shutil
 import mmgrid.sweep.study_results as sr
 from mmgrid.sweep.crossdomain import run_cross_domain
 from mmgrid.sweep.lambda_model import predict_lambda
-from mmgrid.sweep.report import render_markdown, section_markdown, write_report
+from mmgrid.render.report import render_markdown, section_markdown, write_report
 from mmgrid.sweep.study_results import compute_study_results
 from mmgrid.sweep.temporal import run_temporal
 from sweep_fakes import DOMAINS, STARS, fake_merge

@@ -189,7 +189,7 @@ def test_a_grid_too_short_to_roll_is_a_named_error(rolling_grid):
 def test_the_report_section_and_the_grid_api(rolling_grid, tmp_path):
     import mmgrid.sweep.rolling as R
     from mmgrid.query import Grid
-    from mmgrid.sweep.report_rolling import TITLE, rolling_html, rolling_markdown
+    from mmgrid.render.report_rolling import TITLE, rolling_html, rolling_markdown
 
     cfg, reg, prepared, _ = rolling_grid
     study = R.run_rolling(cfg, reg, prepared, R.RollingOptions(strategies(), window_evaluator([])))

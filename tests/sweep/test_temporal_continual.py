@@ -47,7 +47,9 @@ def test_study_records_compares_and_caches(study_grid, monkeypatch):
     assert study.best_baseline in C.CONTINUAL
     assert study.verdict in ("holds", "does not hold", "inconclusive")
     assert study.verdict_line().startswith(f"- **{study.verdict}** at 95%: {C.CLAIM}")
-    text = C.render(study)
+    from mmgrid.render.continual import render
+
+    text = render(study)
     assert "| lambda=1 |" in text or "lambda=1" in text and C.CLAIM in text
     # cached by recipe: a second run evaluates nothing
     assert sum(C.evaluate_domain(cfg, reg, prepared, d, s, lams={"lambda_hat*": {d: 0.8}})

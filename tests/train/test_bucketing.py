@@ -1,4 +1,4 @@
-"""Length-bucketed training batches (issue 15): same examples per epoch, similar lengths per batch,
+"""Length-bucketed training batches: same examples per epoch, similar lengths per batch,
 seeded, the last short batch kept last, and a new computation version in the stage identity."""
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def test_bucketed_paradigms_carry_train_version_in_their_stage_identity() -> Non
     cfg = SimpleNamespace(train=SimpleNamespace(epochs={"p1": 1}, lr=1e-3, weight_decay=0.0, batch_size=8,
                                                 max_examples=None), paradigm_params={})
     variant = SimpleNamespace(regularizer="none", params={})
-    # text 2 / semid 2: bucketed batches; semid 3: issue 16's collaborative codes; issue 15 (the last layer
-    # where it is read, the fused AdamW; emb and sasrec bucketed too): text 3, semid 4, emb 2, sasrec 2
+    # text 2 / semid 2: bucketed batches; semid 3: collaborative codes; text 3, semid 4, emb 2, sasrec 2: the
+    # last layer only where it is read and the fused AdamW (emb and sasrec bucketed too)
     want = {"text": 3, "semid": 4, "emb": 2, "sasrec": 2}
     for name, version in want.items():
         par = get_paradigm(name)

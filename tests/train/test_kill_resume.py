@@ -1,4 +1,4 @@
-"""Resumed = uninterrupted, byte for byte (issue 19): a real tiny build (a trained tiny base,
+"""Resumed = uninterrupted, byte for byte: a real tiny build (a trained tiny base,
 the text and SASRec paradigms, three stages) is SIGKILLed at several points, resumed, and
 its registry compared with an uninterrupted build's.
 

@@ -1,5 +1,5 @@
 """Exports that load as what they say: every paradigm's export is opened by its documented
-loader and gives the outputs of mmgrid's own model, or is refused by name (issue 29, item 4)."""
+loader and gives the outputs of mmgrid's own model, or is refused by name."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A researcher's day on a built grid (issue 29's frictions), each reproduced on a quick demo:
+"""A researcher's day on a built grid, each reproduced on a quick demo:
 follow-up commands take the run they follow, KEY=VALUE is honoured or refused by name, one way
 to name a registry, a closed pipe is quiet, merge parameters have one spelling."""
 

@@ -36,7 +36,7 @@ class AverageParams(Weights):
 class Average(Method):
     name = "average"
     pretty = "Weight averaging"
-    paper = "MMGRid (paper 004) Sec. 2; Wortsman et al. 2022 (model soups)"
+    paper = "MMGRid Sec. 2; Wortsman et al. 2022 (model soups)"
     Params = AverageParams
     needs_base = False
 

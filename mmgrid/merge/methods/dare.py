@@ -175,7 +175,7 @@ def masked_fuse(cfg: pl.Pipeline, ms: dict[str, list[masks.PackedMask]], fs: dic
 class Dare(StreamedL1):
     name = "dare"
     pretty = "DARE (drop and rescale)"
-    paper = "Yu et al. 2024 (DARE); MMGRid (paper 004) Sec. 2"
+    paper = "Yu et al. 2024 (DARE); MMGRid Sec. 2"
     Params = DareParams
     symmetric = False  # input i's mask depends on i
     version = 2  # mergekit's L1 rescale streamed: exact float64 norms (StreamedL1)

@@ -1,6 +1,6 @@
 """GCWM: geometry-conflict-gated Wasserstein merging -- mmgrid's documented reading.
 
-The seed paper (paper 001, "Geometry Conflict") states the method at abstract level:
+The Geometry Conflict paper (GCWM) states the method at abstract level:
 per-update covariance geometry, a state-relative geometry conflict as a forgetting
 signal, a shared metric from Gaussian (Bures-)Wasserstein barycenters, and a
 conflict-gated geometry-aware correction. The authors' public code (read, not copied)
@@ -43,7 +43,7 @@ moment, and tr(T_i S_i T_i) = tr M - reg ||T_i||_F^2 <= tr M = 1; the moved in-s
 and r_i are orthogonal, so each moved update is no longer than tau_i, and the gate
 blends two results that both obey the bound.
 
-Version 2 (the fix of issue 18): version 1 took, in step 6, the closed-form minimiser of
+Version 2: version 1 took, in step 6, the closed-form minimiser of
 the authors' relation loss sum_i ||(m - z_i) z_i^T||^2 / ||z_i||^2 in whitened
 coordinates z_i = tau_i U M^{-1/2}, then recolored with M^{1/2}. Two readings of ours,
 not the paper's, made that blow up (max |theta*| 2607 on the merge tests' fixture where
@@ -117,9 +117,9 @@ class GcwmParams(Weights):
 class Gcwm(Method):
     name = "gcwm"
     pretty = "GCWM (geometry-conflict-gated Wasserstein merging)"
-    paper = "Geometry Conflict (paper 001, abstract); our reading in docs/merging.md"
+    paper = "Geometry Conflict (GCWM), abstract; our reading in docs/merging.md"
     Params = GcwmParams
-    version = 2  # 1: closed-form relation minimiser in whitened coordinates (unbounded, issue 18)
+    version = 2  # 1: closed-form relation minimiser in whitened coordinates (unbounded)
 
     @staticmethod
     def update_bound(p, n: int, numel: int) -> float | None:  # c of the docstring's bound

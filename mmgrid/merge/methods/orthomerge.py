@@ -1,5 +1,5 @@
 """OrthoMerge: merging on the orthogonal group with Orthogonal-Residual Decoupling
-(paper 003, Eq. 2-14, Algorithm 1).
+(Eq. 2-14, Algorithm 1).
 
 For every 2-D weight that is not a vocabulary matrix, in the paper's orientation
 W in R^{d_in x d_out} (the PyTorch ``(out, in)`` weight transposed, so that R rotates
@@ -93,7 +93,7 @@ class OrthoMergeParams(Weights):
 class OrthoMerge(Method):
     name = "orthomerge"
     pretty = "OrthoMerge (orthogonal-residual decoupling)"
-    paper = "OrthoMerge (paper 003) Eq. 2-14, Algorithm 1"
+    paper = "OrthoMerge Eq. 2-14, Algorithm 1"
     Params = OrthoMergeParams
     version = 2  # 1: an arbitrary Procrustes completion on rank-deficient matrices, no reach cap
 

@@ -33,7 +33,7 @@ class TaskArithmeticParams(Weights):
 class TaskArithmetic(PipelineMethod):
     name = "task_arithmetic"
     pretty = "Task arithmetic"
-    paper = "MMGRid (paper 004) Eq. 3; Ilharco et al. 2023"
+    paper = "MMGRid Eq. 3; Ilharco et al. 2023"
     Params = TaskArithmeticParams
 
 

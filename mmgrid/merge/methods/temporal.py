@@ -43,7 +43,7 @@ class TemporalParams:
 class Temporal(Method):
     name = "temporal"
     pretty = "Temporal preference-shift scaling"
-    paper = "MMGRid (paper 004) Eq. 9-10"
+    paper = "MMGRid Eq. 9-10"
     Params = TemporalParams
     bound_origin = "first_input"
     needs_base = False

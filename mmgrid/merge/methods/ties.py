@@ -80,7 +80,7 @@ def ties_pipeline(p, n: int, sparsify: str = "magnitude", p_drop: float = 0.0, s
 class Ties(PipelineMethod):
     name = "ties"
     pretty = "TIES merging"
-    paper = "Yadav et al. 2023 (TIES-Merging); MMGRid (paper 004) Eq. 4"
+    paper = "Yadav et al. 2023 (TIES-Merging); MMGRid Eq. 4"
     Params = TiesParams
 
 

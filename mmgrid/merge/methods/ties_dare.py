@@ -57,7 +57,7 @@ class TiesDareParams(Weights):
 class TiesDare(StreamedL1):
     name = "ties_dare"
     pretty = "TIES after DARE"
-    paper = "MMGRid (paper 004) Sec. 2 (p=0.1, X=20); Yadav et al. 2023; Yu et al. 2024"
+    paper = "MMGRid Sec. 2 (p=0.1, X=20); Yadav et al. 2023; Yu et al. 2024"
     Params = TiesDareParams
     symmetric = False
     version = 2  # mergekit's L1 rescale streamed: exact float64 norms (mmgrid.merge.methods.dare.StreamedL1)

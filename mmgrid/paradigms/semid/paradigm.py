@@ -1,6 +1,6 @@
 """SemID paradigm, LC-Rec-style: items as semantic-ID token sequences, trie-constrained decoding.
 
-MMGRid (paper 004, section 3.2, "SemID (LC-Rec)", ref. [41]): item embeddings are
+MMGRid (section 3.2, "SemID (LC-Rec)", ref. [41]): item embeddings are
 quantized into ``levels`` codes (RQ-KMeans here, see quantizer.py; paper 4 x 256, tiny
 default 3 x 16); each (level, code) is a new vocabulary token. The embeddings are chosen by
 ``codes`` (collab.py): the item text's, collaborative ones from item co-occurrence in the
@@ -199,9 +199,9 @@ class SemIDParadigm:
     name = "semid"
     defaults = DEFAULTS  # paradigm_params.<name>: every knob with its default (checked by mmgrid.validate)
     # Length-bucketed training batches, as the text paradigm (see TextParadigm.train_version): 2.
-    # 3 (issue 16): codes from collaborative embeddings and no alignment examples by default.
+    # 3: codes from collaborative embeddings and no alignment examples by default.
     bucket_window = 8
-    # 4 (issue 15): the last layer only at the target columns (mmgrid.models.partial) and the fused AdamW
+    # 4: the last layer only at the target columns (mmgrid.models.partial) and the fused AdamW
     train_version = 4
     fused_optimizer = True
 

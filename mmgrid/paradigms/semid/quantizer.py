@@ -1,6 +1,6 @@
 """Residual k-means quantizer (RQ-KMeans) turning item embeddings into unique semantic IDs.
 
-LC-Rec (MMGRid paper 004, section 3.2, ref. [41]) encodes each item's text embedding into
+LC-Rec (MMGRid section 3.2, ref. [41]) encodes each item's text embedding into
 ``levels`` codes, one per codebook of ``codebook_size`` entries (paper: 4 x 256), by
 residual quantization: level ``l`` quantizes the residual left by levels ``< l``,
 
@@ -83,7 +83,7 @@ def fit_rq_kmeans(
             f"as many items as codebook entries. Lower paradigm_params.semid.codebook_size to <= {n} "
             f"(or use a larger domain)."
         )
-    # lazy: scikit-learn costs ~2.7 s to import (measured); only building semantic IDs needs it
+    # lazy: scikit-learn costs ~2.7 s to import; only building semantic IDs needs it
     from sklearn.cluster import KMeans
 
     residual = np.asarray(x, dtype=np.float64)

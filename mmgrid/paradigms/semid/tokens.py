@@ -2,7 +2,7 @@
 
 Each (level, code) pair of a domain becomes one new token ``<{domain}_{letter}_{code}>``
 (``letter`` = a, b, c, ... for level 0, 1, 2, ...). Names carry the domain so that a
-cross-domain merge can keep both domains' rows side by side (MMGRid paper 004, section
+cross-domain merge can keep both domains' rows side by side (MMGRid section
 4, footnote 3: "we retain the token embeddings from both domains").
 
 The rows of the added tokens are appended after the LM's existing rows; if the tokenizer

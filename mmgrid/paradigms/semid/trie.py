@@ -1,6 +1,6 @@
 """Trie of valid item codes and a beam search that can only emit valid codes.
 
-LC-Rec (MMGRid paper 004, ref. [41]) decodes semantic IDs with beam search constrained to
+LC-Rec (MMGRid ref. [41]) decodes semantic IDs with beam search constrained to
 the codes that exist. Codes here have a fixed length ``L``, so the search is ``L`` steps;
 at step ``l`` each beam may only extend its prefix by a child of that prefix in the trie.
 Disallowed extensions get score ``-inf`` before the top-``B`` selection, and beams whose

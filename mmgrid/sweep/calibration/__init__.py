@@ -1,4 +1,4 @@
-"""``mmgrid calibrate`` (issue 27): the calibration study and its command.
+"""``mmgrid calibrate``: the calibration study and its command.
 
 * :mod:`~mmgrid.sweep.calibration.replicate` - one replicate world through the grid's pipeline, its estimates;
 * :mod:`~mmgrid.sweep.calibration.measures` - estimands, population values, type-I error / power / coverage /

@@ -1,4 +1,4 @@
-"""The calibration study's estimands, their population values and the performance measures (issue 27).
+"""The calibration study's estimands, their population values and the performance measures.
 
 Morris, White & Crowther (Stat Med 2019): per finding and planted size, the rate of "holds" (type-I error
 when the population value is the estimand's null, power otherwise), the coverage of the population value
@@ -36,7 +36,7 @@ FINDINGS: dict[str, tuple[str, str, str, float]] = {
                    "sweeps.calibrate.t2_paradigms each of them); holds if every paradigm's interval is above 0", 0.0),
 }
 
-# What MMGRid (paper 004) reports for the findings, for "MMGRid reports Y" beside an MDE
+# What MMGRid reports for the findings, for "MMGRid reports Y" beside an MDE
 # (:func:`mmgrid.stats.verdict.mde_note`): finding -> (value, where it comes from).
 PUBLISHED: dict[str, tuple[float, str]] = {
     # Spearman's rho of Table 4's "Ave. Interaction Time Gap" with the non-active lambda* over its six domains

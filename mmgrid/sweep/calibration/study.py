@@ -1,4 +1,4 @@
-"""The calibration study (``mmgrid calibrate``, issue 27): can the instrument see what the world plants?
+"""The calibration study (``mmgrid calibrate``): can the instrument see what the world plants?
 
 A simulation study in the ADEMP structure of Morris, White & Crowther (Stat Med 2019):
 

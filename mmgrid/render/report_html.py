@@ -22,17 +22,18 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import pandas as pd
 
+from mmgrid.render.figures import GROUP_STYLE
+from mmgrid.render.markdown import cell_text, finding_notes
+from mmgrid.render.report_calibration import TITLE as CALIBRATION_TITLE
+from mmgrid.render.report_calibration import calibration_html
+from mmgrid.render.report_html_encode import html_attr, plotly_div
+from mmgrid.render.report_html_encode import html_text as _e
+from mmgrid.render.report_html_grid import grid_section
+from mmgrid.render.report_rolling import TITLE as ROLLING_TITLE, rolling_html
+from mmgrid.render.report_temporal import CONTINUAL_TITLE, GROUP_LABEL, continual_intro
 from mmgrid.sweep import tables as tb
-from mmgrid.sweep.figures import GROUP_STYLE
-from mmgrid.sweep.report_calibration import TITLE as CALIBRATION_TITLE
-from mmgrid.sweep.report_calibration import calibration_html
 from mmgrid.sweep.continual import CLAIM
-from mmgrid.sweep.report_html_encode import html_attr, plotly_div
-from mmgrid.sweep.report_html_encode import html_text as _e
-from mmgrid.sweep.report_html_grid import grid_section
-from mmgrid.sweep.report_rolling import TITLE as ROLLING_TITLE, rolling_html
-from mmgrid.sweep.report_temporal import CONTINUAL_TITLE, GROUP_LABEL, continual_intro
-from mmgrid.sweep.study_records import FINDINGS, GLOSSARY, StudyResults, finding_notes
+from mmgrid.sweep.study_records import FINDINGS, GLOSSARY, StudyResults
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.sweep.grid_view import GridView
@@ -136,7 +137,7 @@ def _table(df: pd.DataFrame, fmt: str = "{:.2f}") -> str:
     show = df.copy()
     if isinstance(show.columns, pd.MultiIndex):
         show.columns = [" ".join(map(str, c)) for c in show.columns]
-    show = show.map(lambda v: tb._cell(v, fmt))
+    show = show.map(lambda v: cell_text(v, fmt))
     return '<div class="scroll">' + show.to_html(classes="t", border=0, escape=True, na_rep="-") + "</div>"
 
 

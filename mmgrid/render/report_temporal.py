@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mmgrid.sweep import figures as fg
+from mmgrid.render import figures as fg
+from mmgrid.render.markdown import finding_notes
 from mmgrid.sweep import tables as tb
 from mmgrid.sweep.continual import CLAIM, LABELS, POOLED
-from mmgrid.sweep.study_records import ContinualResults, Finding, finding_notes
+from mmgrid.sweep.study_records import ContinualResults, Finding
 from mmgrid.sweep.study_results import MissingInputs, PredictionResults, TemporalResults, lam_text  # noqa: F401
 
 README_FIGURE = "figure5_lambda.png"

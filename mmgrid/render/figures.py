@@ -18,7 +18,7 @@ BASE_STYLE = {"original": ("tab:gray", "Original base"), "historical": ("tab:ora
 
 
 def pyplot():
-    # lazy: matplotlib (~0.9 s measured) and its Agg backend only once a figure is drawn, so that
+    # lazy: matplotlib (~0.9 s) and its Agg backend only once a figure is drawn, so that
     # importing the studies neither pays for it nor switches a notebook's backend
     import matplotlib
 

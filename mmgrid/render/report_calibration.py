@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mmgrid.errors import MmgridError
-from mmgrid.sweep.report_html_encode import html_text, plotly_div
+from mmgrid.render.report_html_encode import html_text, plotly_div
 
 TITLE = "Calibration: type-I error, power, coverage and MDE (mmgrid calibrate)"
 DEFAULT_DIR = "calibrate"  # the run folder's calibrate output, beside the report's folder

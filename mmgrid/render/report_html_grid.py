@@ -2,15 +2,15 @@
 (metric, user group, seeds pooled or one seed), the interval on hover, and a click that opens the
 checkpoint's card (coordinates, parents, lineage drawn as SVG, results, manifest), from a
 :class:`~mmgrid.sweep.grid_view.GridView`. All data is inlined as JSON; the script uses plotly.js,
-which :mod:`mmgrid.sweep.report_html` inlines in the page's head.
+which :mod:`mmgrid.render.report_html` inlines in the page's head.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mmgrid.sweep.report_html_encode import html_attr, script_json
-from mmgrid.sweep.report_html_encode import html_text as _e
+from mmgrid.render.report_html_encode import html_attr, script_json
+from mmgrid.render.report_html_encode import html_text as _e
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.sweep.grid_view import GridView

@@ -10,7 +10,7 @@ A section whose inputs are missing says so. A section that fails stops the repor
 :class:`~mmgrid.sweep.study_results.ReportSectionError` before anything is written; with
 ``keep_going`` the other sections are written, the failed one is marked, and
 :class:`ReportIncomplete` is raised after the files are in place. Every file is staged and renamed
-into place (:mod:`mmgrid.sweep.report_files`), so a failure never leaves a half report.
+into place (:mod:`mmgrid.render.report_files`), so a failure never leaves a half report.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ import pandas as pd
 
 from mmgrid.config import GridConfig
 from mmgrid.errors import MmgridError
+from mmgrid.render import figures as fg
+from mmgrid.render.markdown import finding_notes, markdown_table, provenance_markdown
+from mmgrid.render.report_calibration import TITLE as CALIBRATION_TITLE
+from mmgrid.render.report_calibration import calibration_markdown, find_calibration, read_calibration
+from mmgrid.render.report_files import StagedFiles
+from mmgrid.render.report_rolling import TITLE as ROLLING_TITLE
+from mmgrid.render.report_rolling import rolling_markdown, rolling_results
+from mmgrid.render.report_temporal import README_FIGURE, render_prediction, render_temporal  # noqa: F401
 from mmgrid.runtime.progress import progress as progress_bar
 from mmgrid.sweep import evidence as ev
-from mmgrid.sweep import figures as fg
 from mmgrid.sweep import tables as tb
-from mmgrid.sweep.report_calibration import TITLE as CALIBRATION_TITLE
-from mmgrid.sweep.report_calibration import calibration_markdown, find_calibration, read_calibration
-from mmgrid.sweep.report_files import StagedFiles
-from mmgrid.sweep.report_rolling import TITLE as ROLLING_TITLE
-from mmgrid.sweep.report_rolling import rolling_markdown, rolling_results
-from mmgrid.sweep.study_records import finding_notes
-from mmgrid.sweep.report_temporal import README_FIGURE, render_prediction, render_temporal  # noqa: F401
 from mmgrid.sweep.study_results import (FINDINGS, GLOSSARY, SECTION_TITLES, BaselineResults, CrossDomainResults,  # noqa: F401
                                         DiagnosticsResults, MissingInputs, ParetoResults, ReportSectionError, Section,
                                         StudyResults, compute_study_results, pareto_points)
@@ -66,9 +66,9 @@ class Report:
         self.add(f"![{caption}]({path.name})", "", f"*{caption}*", "")
 
     def table(self, df: pd.DataFrame, title: str, prov: dict[str, list[str]] | None = None, fmt: str = "{:.3f}") -> None:
-        self.add(tb.markdown_table(df, fmt), "")
+        self.add(markdown_table(df, fmt), "")
         if prov:
-            self.provenance.append(tb.provenance_markdown(title, prov))
+            self.provenance.append(provenance_markdown(title, prov))
             self.add(f"<sub>Registry ids behind each row: appendix, *{title}*.</sub>", "")
 
 
@@ -89,7 +89,7 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
             written and :class:`ReportIncomplete` raised.
         calibration: a ``mmgrid calibrate`` output folder (or its calibration.json) whose results the report
             shows; None: the run folder's ``calibrate/`` beside ``out_dir`` where there is one
-            (:func:`mmgrid.sweep.report_calibration.find_calibration`).
+            (:func:`mmgrid.render.report_calibration.find_calibration`).
 
     Returns:
         The path of report.md.
@@ -119,7 +119,7 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
         text = render_markdown(results, Path(files.stage), keep_going)
         files.write_text("report.md", text)
         if html:
-            from mmgrid.sweep.report_html import render_html  # lazy: plotly (~0.3 s) only for --html
+            from mmgrid.render.report_html import render_html  # lazy: plotly (~0.3 s) only for --html
 
             files.write_text("report.html", render_html(results, view))
         files.commit()

@@ -1,7 +1,7 @@
 """The report's "Deployment over time" section (the rolling deployment study, :mod:`mmgrid.sweep.rolling`):
 each strategy's metric on the window it was deployed on, with its 95% band, the accuracy-matrix heatmap of the
 reference strategy, the pooled table with paired differences to lambda = 1 (Holm) and BWT / FWT / forgetting,
-and the verdicts. report.md draws PNG figures (matplotlib, as :mod:`mmgrid.sweep.figures`); report.html adds
+and the verdicts. report.md draws PNG figures (matplotlib, as :mod:`mmgrid.render.figures`); report.html adds
 the same section through its extra sections (plotly)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmgrid.sweep.figures import pyplot, save_figure
+from mmgrid.render.figures import pyplot, save_figure
 from mmgrid.sweep.rolling import REFERENCE, RollingStudy, render, rolling_study
 
 TITLE = "Deployment over time"

@@ -1,0 +1,59 @@
+"""Code and docs say what is: no issue numbers, no commit hashes in prose, no file outside the repository.
+
+Scanned: every ``.py`` under mmgrid/, tests/, bench/ and scripts/, and README.md and docs/*.md. How mmgrid
+came to be lives in CHANGELOG.md and in the benchmarks' records (bench/results/), which are not scanned.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCANNED_CODE = ("mmgrid", "tests", "bench", "scripts")
+
+# (what, pattern); each names a kind of history or an outside reference
+RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("an issue number", re.compile(r"\bissues? #?\d+\b", re.I)),
+    ("a file outside the repository", re.compile(r"\bSTYLE\.md\b|\bLAYERS\.md\b|\.\./shared/|\bshared/papers\b")),
+    ("a paper by the local numbering", re.compile(r"\bpapers? 00\d\b")),
+    ("a commit", re.compile(r"\bcommit [0-9a-f]{7,40}\b|\b(main|master) at [0-9a-f]{7,40}\b")),
+]
+THIS = Path(__file__).resolve()
+# (file, what) -> why a match there is a fact of what the file does, not a story
+ALLOWED: dict[tuple[str, str], str] = {
+    ("bench/train_eval.py", "a commit"): "its --baseline default is the commit the benchmark checks out and times",
+    ("bench/train_eval_cell.py", "a commit"): "it imports from that baseline commit's module layout too",
+    ("tests/data/test_world_plant.py", "a commit"): "the pinned file hashes are what that commit's code wrote",
+}
+
+
+def findings(paths: list[Path]) -> list[str]:
+    """``file:line: what`` for every line of ``paths`` that a rule of :data:`RULES` matches."""
+    out = []
+    for path in paths:
+        name = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            out += [f"{name}:{n}: {what}: {line.strip()[:120]}"
+                    for what, rx in RULES if rx.search(line) and (name, what) not in ALLOWED]
+    return out
+
+
+def scanned() -> list[Path]:
+    code = [p for d in SCANNED_CODE if (REPO / d).is_dir() for p in sorted((REPO / d).rglob("*.py"))
+            if ".venv" not in p.parts and p.resolve() != THIS]
+    return code + [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def test_code_and_docs_carry_no_history_or_outside_reference() -> None:
+    found = findings(scanned())
+    assert not found, ("code and docs say what is (history goes to CHANGELOG.md or a benchmark's record under "
+                       "bench/results/):\n" + "\n".join(found))
+
+
+def test_each_rule_catches_its_kind(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""Fixed in issue 27."""\n# see STYLE.md\n# MMGRid (paper 004) Eq. 3\n# since commit 3114acf0\n'
+                   '# MMGRid Eq. 10: theta_t1 + lambda (theta_t2 - theta_t1)\n')
+    kinds = [line.split(": ")[1] for line in findings([bad])]
+    assert kinds == ["an issue number", "a file outside the repository", "a paper by the local numbering", "a commit"]
