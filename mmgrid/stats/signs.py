@@ -1,4 +1,4 @@
-"""The sign dissimilarity of two models (Orbit, paper 000, Eq. 1), on torch tensors.
+"""The sign dissimilarity of two models (Orbit Eq. 1), on torch tensors.
 
 A leaf of the foundation layer (torch only) so that Orbit's training-time trigger
 (:mod:`mmgrid.train.origin`) and the task-vector diagnostics (:mod:`mmgrid.eval.diagnostics`)
