@@ -34,9 +34,13 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.errors import ConfigError, RegistryError
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.registry.api import Registry
 
 RUN_FILE = "mmgrid-run.yaml"  # mmgrid.config.runfile.RUN_FILE (imported lazily: yaml stays out of `mmgrid --help`)
 ENV = "MMGRID_REGISTRY"
@@ -168,7 +172,7 @@ def open_registry(args: argparse.Namespace, command: str, quiet: bool = False) -
 
 # -- a run remembers itself ---------------------------------------------------------------------
 
-def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
+def save_run(cfg: GridConfig, folder: str | Path, command: str) -> Path:
     """Write ``folder/mmgrid-run.yaml``: the resolved grid, its paths relative to ``folder``
     (absolute where they lie outside it, listed in ``run.external``: :mod:`mmgrid.config.runfile`),
     so that a follow-up command can name the folder instead of repeating the grid and its
@@ -196,7 +200,7 @@ def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
     return target
 
 
-def run_changes(cfg: Any, folder: str | Path) -> list[str]:
+def run_changes(cfg: GridConfig, folder: str | Path) -> list[str]:
     """The keys (``KEY: saved -> new``) where ``folder``'s saved run differs from ``cfg``, paths
     compared once resolved; empty when the folder holds no run file or the same grid."""
     from mmgrid.config.runfile import load_run, run_dict  # lazy: yaml stays out of `mmgrid --help`
@@ -284,7 +288,7 @@ def load_config(target: str | None, overrides: list[str] | None, args: argparse.
     return cfg
 
 
-def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: list[str] | None = None,
+def check_against_registry(cfg: GridConfig, reg: Registry, paradigms: list[str], variants: list[str] | None = None,
                            domains: list[str] | None = None, stages: list[str] | None = None,
                            command: str = "", fingerprint: str | tuple[str, ...] | None = None) -> None:
     """Compare what a study will look up with what the registry holds, before any work.
@@ -386,7 +390,7 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _training_mismatches(cfg: Any, reg: Any, df: Any, paradigms: list[str], variants: list[str],
+def _training_mismatches(cfg: GridConfig, reg: Registry, df: Any, paradigms: list[str], variants: list[str],
                          stages: list[str]) -> list[str]:
     """The training knobs where the config and the registry's checkpoints disagree.
 

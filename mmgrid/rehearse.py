@@ -39,10 +39,13 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mmgrid.cliargs import save_run
 from mmgrid.errors import ConfigError, MmgridError
+
+if TYPE_CHECKING:
+    from mmgrid.data.dataset import PreparedDataset
 
 # Toy sizes of the base architecture: a decoder this small trains a stage in seconds on one core.
 TOY_BASE = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -346,7 +349,7 @@ def _first_users(reviews: Path, meta: Path, dst: Path, domain: str, users: int, 
 # ---------------------------------------------------------------- models
 
 
-def rehearsal_inputs(plan: RehearsalPlan, prepared: Any, log: Rehearsal) -> dict[str, str]:
+def rehearsal_inputs(plan: RehearsalPlan, prepared: PreparedDataset, log: Rehearsal) -> dict[str, str]:
     """Write the toy base folder and every embedder folder; returns their paths (see :func:`toy_grid`)."""
     src = plan.source
     # lazy: the builders import transformers
@@ -371,7 +374,7 @@ def rehearsal_inputs(plan: RehearsalPlan, prepared: Any, log: Rehearsal) -> dict
     return inputs
 
 
-def _write_base(base: Any, prepared: Any, dst: Path, seed: int, log: Rehearsal) -> Path:
+def _write_base(base: Any, prepared: PreparedDataset, dst: Path, seed: int, log: Rehearsal) -> Path:
     # lazy: torch and transformers (~5 s to import); the rehearsal's model step pays them
     import torch
     from transformers import AutoModelForCausalLM
@@ -659,7 +662,7 @@ def run_rehearsal(plan: RehearsalPlan, log: Rehearsal | None = None) -> Rehearsa
     return log
 
 
-def trained_stage_types(reg: Any) -> list[str]:
+def trained_stage_types(reg: Registry) -> list[str]:
     """``kind/paradigm/period/variant`` of every checkpoint the rehearsal's registry holds, deduplicated."""
     df = reg.query()
     if df.empty:

@@ -6,10 +6,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cliargs import REGISTRY_HELP, find_run, grid_source, load_config, load_source, registry_path
 from mmgrid.errors import ConfigError, MmgridError
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 # paradigms whose checkpoint holds an item table of its own domain: they rank that catalog only
 OWN_CATALOG = {"emb": "its item-id table and item embeddings", "sasrec": "its item-id embedding table"}
@@ -167,7 +172,7 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_base(reg: Any, cid: str, prepared: Any, cfg: Any, args: argparse.Namespace) -> int:
+def _eval_base(reg: Registry, cid: str, prepared: PreparedDataset, cfg: GridConfig, args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.eval.grid import RETENTION_SPLIT
     from mmgrid.eval.retention import text_loss
@@ -181,7 +186,7 @@ def _eval_base(reg: Any, cid: str, prepared: Any, cfg: Any, args: argparse.Names
     return 0
 
 
-def eval_prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
+def eval_prepared(args: argparse.Namespace, cfg: GridConfig, man: Any = None) -> Any:
     """The prepared data: ``--prepared``, else the ``--config`` grid's, else (a checkpoint of a
     registry, no config) the prepared folder beside the registry (``mmgrid demo`` and grids
     write ``runs/NAME/prepared`` next to ``runs/NAME/registry``) when its fingerprint is the one
@@ -208,7 +213,7 @@ def eval_prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
         raise ConfigError(f"{exc} (pass --prepared DIR or --config CONFIG)") from exc
 
 
-def evaluator_kwargs(cfg: Any, split: str) -> dict[str, Any]:
+def evaluator_kwargs(cfg: GridConfig, split: str) -> dict[str, Any]:
     """The :class:`mmgrid.eval.ranking.Evaluator` settings of ``cfg``'s eval section for ``split``."""
     e = cfg.eval
     return {"split": split, "ks": e.ks, "groups": e.groups, "activity_phase": e.activity_phase,

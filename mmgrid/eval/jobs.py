@@ -55,7 +55,7 @@ def _open(grid: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(cfg, worker-mode registry, prepared) of a job."""
     cfg = grid_from_dict(grid)
     set_threads(cfg.train.threads)
-    return cfg, Registry.open(cfg.registry, index=False), open_prepared(cfg.prepared)
+    return cfg, Registry.open(cfg.registry_root, index=False), open_prepared(cfg.prepared_dir)
 
 
 def evaluate_cell_job(grid: dict[str, Any], paradigm: str, domain: str, models: list[list[Any]],

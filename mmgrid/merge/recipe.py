@@ -16,7 +16,7 @@ import dataclasses
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -27,6 +27,9 @@ from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import canonical_params, get_method, identity, validate_params
 from mmgrid.merge.tensors import open_source
 from mmgrid.registry.names import make_id, normalize_coords, normalize_parents
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 @dataclass
@@ -99,7 +102,7 @@ def canonical_number(given: Any, typed: Any) -> Any:
     return given
 
 
-def default_coords(registry: Any, recipe: Recipe) -> dict[str, Any]:
+def default_coords(registry: Registry, recipe: Recipe) -> dict[str, Any]:
     """Coords of the merged model: the inputs' paradigm, joined domains and periods."""
     mans = [registry.get(i) for i in recipe.inputs]
 
@@ -115,7 +118,7 @@ def default_coords(registry: Any, recipe: Recipe) -> dict[str, Any]:
             "variant": f"merge-{recipe.method}"}
 
 
-def run_recipe(recipe: Recipe, registry: Any, coords: dict[str, Any] | None = None, dry_run: bool = False) -> str:
+def run_recipe(recipe: Recipe, registry: Registry, coords: dict[str, Any] | None = None, dry_run: bool = False) -> str:
     """Carry out a recipe and store the result; return its id.
 
     The merged model gets the first input's files (config.json, tokenizer...) and meta,

@@ -153,7 +153,7 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
                         locate=lambda name: (str(p), data_start + header[name]["data_offsets"][0]))
 
 
-def from_registry(registry: Any, cid: str) -> TensorSource:
+def from_registry(registry: Registry, cid: str) -> TensorSource:
     """A streaming source over a registry checkpoint (``reg.open_tensors(id)``)."""
     man = registry.get(cid)
     lazy = registry.open_tensors(man.id)
@@ -172,7 +172,7 @@ def from_registry(registry: Any, cid: str) -> TensorSource:
                         locate=_blob_locator(registry, man))
 
 
-def _blob_locator(registry: Any, man: Any) -> Any:
+def _blob_locator(registry: Registry, man: Any) -> Any:
     """``locate`` of a registry source: each tensor's (blob path, data offset), its blob's
     hash checked on first use (the registry's first-read rule), so the fast pass reads
     blocks of it and a sweep maps it instead of loading whole tensors per block."""
@@ -191,7 +191,7 @@ def _blob_locator(registry: Any, man: Any) -> Any:
     return locate
 
 
-def open_source(src: Any, label: str, registry: Any = None) -> TensorSource:
+def open_source(src: Any, label: str, registry: Registry | None = None) -> TensorSource:
     """Open a state dict, a safetensors path, a TensorSource or a registry id."""
     if isinstance(src, TensorSource):
         return src

@@ -8,10 +8,13 @@ may place a handmade prepared dataset here with :func:`put_prepared`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.data.dataset import load_prepared
 from mmgrid.registry.api import Registry
+
+if TYPE_CHECKING:
+    from mmgrid.data.dataset import PreparedDataset
 
 _REGISTRIES: dict[str, Any] = {}
 _PREPARED: dict[str, Any] = {}
@@ -44,7 +47,7 @@ def open_prepared(path: str | Path) -> Any:
     return _PREPARED[key][1]
 
 
-def put_prepared(path: str | Path, prepared: Any) -> None:
+def put_prepared(path: str | Path, prepared: PreparedDataset) -> None:
     """Use ``prepared`` for ``path`` in this process (tests, or data already in memory)."""
     _PREPARED[_key(path)] = (None, prepared)
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cliargs import (REGISTRY_HELP, RUN_FILE, add_overrides, add_registry, check_against_registry,
                             load_config, open_registry, run_changes, save_run)
 from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
 
 # lazy: every handler imports the study it runs inside itself, so that `mmgrid --help` (which imports
 # this module to register its commands) does not pay for torch (~3.5 s), pandas (~0.8 s), scipy and
@@ -147,7 +151,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     return cfg, reg, prepared
 
 
-def _fingerprints(prepared: Any) -> tuple[str, ...] | None:
+def _fingerprints(prepared: PreparedDataset) -> tuple[str, ...] | None:
     """The prepared data's content fingerprint, then the path-spelled one that checkpoints stored
     under an earlier identity recorded (either names this data)."""
     fp = getattr(prepared, "fingerprint", None)
@@ -157,7 +161,7 @@ def _fingerprints(prepared: Any) -> tuple[str, ...] | None:
     return (fp, old) if old and old != fp else (fp,)
 
 
-def _executor(args: argparse.Namespace, cfg: Any) -> Any:
+def _executor(args: argparse.Namespace, cfg: GridConfig) -> Any:
     """None (run here, in order) for the local executor; else the executor the flags/grid ask for."""
     ex = executor_from_args(args, cfg)
     return None if isinstance(ex, LocalExecutor) else ex
@@ -309,7 +313,7 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _save_report_run(cfg: Any, out: str) -> None:
+def _save_report_run(cfg: GridConfig, out: str) -> None:
     """The report folder names its run (`mmgrid sweep temporal DIR` and the like take it): its
     ``mmgrid-run.yaml`` is written when it has none; one already there holds this same grid
     (:func:`_report` refused any other before writing) and is left as it is."""

@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,9 @@ from mmgrid.stats.bootstrap import cluster_index, cluster_sums, resample_counts
 from mmgrid.stats import (LambdaStar, curve_band, domains_lambda_star_replicates, holm, mean_ci,
                           paired_difference, robust_lambda_star)
 from mmgrid.stats.lambda_star import family_interval, family_level
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 
@@ -84,7 +87,7 @@ class Curves:
     recipe_hashes: list[str]
 
 
-def study_rows(registry: Any, study: str, paradigm: str, variant: str, metric: str) -> pd.DataFrame:
+def study_rows(registry: Registry, study: str, paradigm: str, variant: str, metric: str) -> pd.DataFrame:
     """The newest evaluation per (domain, group, seed, lambda) of a temporal-type study."""
     df = registry.results(study=study, metric=metric)
     if df.empty:
@@ -100,7 +103,7 @@ def study_rows(registry: Any, study: str, paradigm: str, variant: str, metric: s
     return newest_rows(df, ["domain", "group", "seed_k", "lambda"])
 
 
-def temporal_curves(registry: Any, paradigm: str, variant: str, metric: str, study: str = "temporal",
+def temporal_curves(registry: Registry, paradigm: str, variant: str, metric: str, study: str = "temporal",
                     pu: PerUser | None = None) -> dict[tuple[str, str], Curves]:
     """(domain, group) -> per-user curves; only lambdas every seed has; {} without per-user values.
 
@@ -207,7 +210,7 @@ def analytic_lambdas(data_root: Any, test_offset_days: float = 91.0) -> dict[str
 # --------------------------------------------------------------------------- cross-domain (Figures 3-4)
 
 
-def cross_domain_cells(registry: Any, metric: str, group: str = "all") -> tuple[pd.DataFrame, PerUser]:
+def cross_domain_cells(registry: Registry, metric: str, group: str = "all") -> tuple[pd.DataFrame, PerUser]:
     """The cross-domain study's newest evaluation per (paradigm, pair, eval domain, method, base, alpha)."""
     df = registry.results(study="cross_domain", metric=metric, group=group)
     if df.empty:

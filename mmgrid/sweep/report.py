@@ -42,6 +42,7 @@ from mmgrid.sweep.study_results import (FINDINGS, GLOSSARY, SECTION_TITLES, Base
                                         StudyResults, compute_study_results, pareto_points)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
 
 
@@ -72,7 +73,7 @@ class Report:
             self.add(f"<sub>Registry ids behind each row: appendix, *{title}*.</sub>", "")
 
 
-def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", out_dir: str | Path,
+def write_report(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", out_dir: str | Path,
                  diagnostics: bool = True, html: bool = False, keep_going: bool = False,
                  calibration: str | Path | None = None) -> Path:
     """Write ``out_dir/report.md`` (and ``report.html`` with ``html``) and their figures from the registry.

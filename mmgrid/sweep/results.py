@@ -14,7 +14,7 @@ from mmgrid.data.dataset import load_prepared
 from mmgrid.registry import Registry
 
 
-def study_frame(registry: Any, study: str, **filters: Any) -> pd.DataFrame:
+def study_frame(registry: Registry, study: str, **filters: Any) -> pd.DataFrame:
     """All evaluation rows of one study (``extra.study``), newest last.
 
     Args:
@@ -34,7 +34,7 @@ def study_frame(registry: Any, study: str, **filters: Any) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def checkpoint_metrics(registry: Any, ids: list[str], split: str = "test", group: str = "all") -> pd.DataFrame:
+def checkpoint_metrics(registry: Registry, ids: list[str], split: str = "test", group: str = "all") -> pd.DataFrame:
     """Newest recorded metrics of checkpoints: one row per id, one column per metric.
 
     Rows recorded by a study (an ``extra.study`` key) are ignored: they belong to merges.
@@ -79,7 +79,7 @@ def script_grid(doc: str | None, extra: Callable[[argparse.ArgumentParser], None
     return (args, *open_grid(args.config, args.overrides))
 
 
-def recorded(registry: Any, recipe_hashes: list[str], study: str) -> set[str]:
+def recorded(registry: Registry, recipe_hashes: list[str], study: str) -> set[str]:
     """Which of these recipe hashes already have evaluations of ``study`` in the registry."""
     if not recipe_hashes:
         return set()

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cliargs import REGISTRY_HELP, grid_source, load_config, save_run
 from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
 from mmgrid.exec.ddp import is_main
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +73,7 @@ def _register_plan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_plan)
 
 
-def _print_plan(cfg: Any, args: argparse.Namespace) -> None:
+def _print_plan(cfg: GridConfig, args: argparse.Namespace) -> None:
     # lazy: the cost model imports torch (~1-3.5 s) and polars; `mmgrid --help` must not
     from mmgrid.runtime.cost import cost_plan, plan_inputs, render
     from mmgrid.runtime.throughput import accelerator, measured

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cliargs import REGISTRY_HELP, registry_path
 from mmgrid.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -113,7 +116,7 @@ def _extract(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_ranking(args: argparse.Namespace, reg: Any, applied: str, full: str) -> dict[str, dict[str, tuple]]:
+def compare_ranking(args: argparse.Namespace, reg: Registry, applied: str, full: str) -> dict[str, dict[str, tuple]]:
     """Evaluate the adapter-applied model and the full checkpoint on the same domain, split and
     users; record both; return group -> metric -> (adapter, checkpoint)."""
     # lazy: see the note at the top of mmgrid/eval/commands.py (start-up cost of `mmgrid --help`)

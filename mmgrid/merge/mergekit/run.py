@@ -18,7 +18,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from mmgrid.merge.methods import get_method, identity
 from mmgrid.merge.recipe import Recipe, default_coords
 from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, from_safetensors, open_source
 from mmgrid.registry import card
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 @dataclass
@@ -60,7 +63,7 @@ class MergekitResult:
     files: list[str] = field(default_factory=list)
 
 
-def _open(ref: str, label: str, registry: Any) -> TensorSource:
+def _open(ref: str, label: str, registry: Registry) -> TensorSource:
     p = Path(ref)
     if p.is_dir():
         return hf.open_folder(p, label)
@@ -111,7 +114,7 @@ def plan_groups(spec: MergekitSpec, names: list[str], num_layers: int) -> list[G
     return list(groups.values())
 
 
-def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike | None = None, registry: Any = None,
+def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike | None = None, registry: Registry | None = None,
                         coords: dict[str, Any] | None = None, max_shard_bytes: int = hf.DEFAULT_SHARD_BYTES,
                         overwrite: bool = False, dry_run: bool = False) -> MergekitResult:
     """Run a mergekit YAML recipe (a path, YAML text or a dict) with mmgrid's engine.
@@ -184,7 +187,7 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
         return MergekitResult(None, cid, groups)
 
 
-def _direct(g: Group, models: list[TensorSource], gbase: TensorSource | None, registry: Any, names: list[str],
+def _direct(g: Group, models: list[TensorSource], gbase: TensorSource | None, registry: Registry, names: list[str],
             out_dtype: torch.dtype | None, max_shard_bytes: int) -> Callable[[Path], list[str]] | None:
     """One group merged straight into the folder's ``model.safetensors`` (the merge pass
     writes the file: no scratch file read back and written again, which took more time
@@ -219,7 +222,7 @@ def _dtype(stored: torch.dtype, out: torch.dtype | None) -> torch.dtype:
     return out if out is not None and stored.is_floating_point else stored
 
 
-def _group_inputs(g: Group, srcs: list[TensorSource], base: TensorSource | None, registry: Any,
+def _group_inputs(g: Group, srcs: list[TensorSource], base: TensorSource | None, registry: Registry,
                   check: bool = False) -> tuple[list[TensorSource], TensorSource | None]:
     models = [_subset(s, g.tensors) for s in srcs]
     missing = [(s.label, n) for s in srcs for n in g.tensors if n not in s.shapes]
@@ -237,7 +240,7 @@ def _group_inputs(g: Group, srcs: list[TensorSource], base: TensorSource | None,
     return models, gbase
 
 
-def _store(spec: MergekitSpec, registry: Any, path: Path, files: dict[str, bytes], groups: list[Group],
+def _store(spec: MergekitSpec, registry: Registry, path: Path, files: dict[str, bytes], groups: list[Group],
            srcs: list[TensorSource], base: TensorSource | None, coords: dict[str, Any] | None) -> str:
     """Store the merged file in the registry with lineage for inputs that are registry ids."""
     ids = [m for m, s in zip(spec.models, srcs) if not _is_path(m)]
@@ -258,7 +261,7 @@ def _store(spec: MergekitSpec, registry: Any, path: Path, files: dict[str, bytes
                         files=files, meta=meta)
 
 
-def _lineage_of(ref: str, registry: Any) -> tuple[str, list[str], list[dict[str, Any]]]:
+def _lineage_of(ref: str, registry: Registry) -> tuple[str, list[str], list[dict[str, Any]]]:
     """A recipe input's name in a card, the base of its lineage, and its lineage entries: a
     registry checkpoint's (:mod:`mmgrid.registry.card`), or a folder's hub id (a hub cache
     folder) or folder name, its own card's ``base_model`` when it has one."""
@@ -273,7 +276,7 @@ def _lineage_of(ref: str, registry: Any) -> tuple[str, list[str], list[dict[str,
     return name, bases or [name], [{"id": name, "kind": "folder", "coords": {}, "method": None, "parents": []}]
 
 
-def recipe_card(spec: MergekitSpec, groups: list[Group], registry: Any) -> card.Card:
+def recipe_card(spec: MergekitSpec, groups: list[Group], registry: Registry) -> card.Card:
     """The model card of a folder a recipe writes: ``base_model`` the inputs' lineage bases,
     relation ``merge``, the recipe (inputs by name) and the mmgrid merges that ran."""
     names, bases, entries, parents = [], [], [], []

@@ -14,7 +14,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,10 @@ from mmgrid.config import GridConfig, grid_from_dict
 from mmgrid.config.data import PlantConfig
 from mmgrid.configtools import check_ranges, stable_hash
 from mmgrid.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 VERSION = 3  # in every replicate's recipe: a change of what a replicate computes changes its hash
 REPLICATE_JOB = "mmgrid.sweep.calibration.replicate:replicate_job"
@@ -119,7 +123,7 @@ def run_replicate(grid: dict, sweep: bool = True) -> dict[str, Any]:
         write_world(cfg.data.root, cfg.world)
         prepared = prepare(cfg, log=lambda m: None)
         build_grid(cfg, progress=False)
-        reg = Registry.open(cfg.registry)
+        reg = Registry.open(cfg.registry_root)
         evaluate_grid(cfg, plan_grid(cfg, reg, prepared), progress=False, registry=reg, prepared=prepared)
         if sweep:
             run_temporal(cfg, reg, prepared)
@@ -130,7 +134,7 @@ def run_replicate(grid: dict, sweep: bool = True) -> dict[str, Any]:
     return out
 
 
-def estimates(cfg: GridConfig, reg: Any, prepared: Any, sweep: bool = True) -> dict[str, Any]:
+def estimates(cfg: GridConfig, reg: Registry, prepared: PreparedDataset, sweep: bool = True) -> dict[str, Any]:
     """The findings' estimates and intervals of one run, as the report computes them (without ``sweep``: the
     Table 2 difference only)."""
     # lazy: pandas-heavy evidence readers, only where a replicate runs
@@ -177,7 +181,7 @@ def _lambda_estimates(out: dict[str, Any], curves: Any, smooth: Any, level: floa
         out["f5_not1"] = {"holds": bool(off), "max_dev": max(abs(x[0] - 1.0) for _, x in al), "domains": off}
 
 
-def _t2_estimates(out: dict[str, Any], cfg: GridConfig, reg: Any) -> None:
+def _t2_estimates(out: dict[str, Any], cfg: GridConfig, reg: Registry) -> None:
     """Each paradigm - most-popular (Table 2), users of every domain pooled, and the spread for the planner."""
     # lazy: as estimates()
     from mmgrid.eval.table import CheckpointValues

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,9 @@ import pandas as pd
 from mmgrid.errors import ConfigError
 from mmgrid.eval.table import PerUser, align, fmt_ci, fmt_p, newest_rows, seed_number
 from mmgrid.stats import holm, paired_difference
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 # Columns of a results row that are not coordinates of what was evaluated.
 NOT_COORDS = frozenset({"id", "recipe_hash", "split", "group", "metric", "value", "ci_low", "ci_high", "seed",
@@ -141,7 +144,7 @@ def _txt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _rows(registry: Any, spec: CompareSpec) -> pd.DataFrame:
+def _rows(registry: Registry, spec: CompareSpec) -> pd.DataFrame:
     """The run's evaluation rows of the split and group (every metric), filtered on the cell."""
     df = registry.results(split=spec.split, group=spec.group)
     if df.empty:
