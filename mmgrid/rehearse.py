@@ -39,13 +39,15 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 from mmgrid.cliargs import save_run
 from mmgrid.errors import ConfigError, MmgridError
 
 if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
     from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 # Toy sizes of the base architecture: a decoder this small trains a stage in seconds on one core.
 TOY_BASE = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -299,7 +301,7 @@ def _synthetic_world(domains: list[str], dst: Path, seed: int) -> None:
 
 def _lines(path: Path) -> Iterator[str]:
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+    with opener(path, "rt", encoding="utf-8") as fh:
         yield from fh
 
 
@@ -634,12 +636,13 @@ def run_rehearsal(plan: RehearsalPlan, log: Rehearsal | None = None) -> Rehearsa
         return cfg
 
     steps.run("models and toy grid", _models)
-    cfg, prepared = state.get("cfg"), state.get("prepared")
+    # None only after a failed step, and then _Steps runs none of the steps that read them
+    cfg, prepared = cast("GridConfig", state.get("cfg")), cast("PreparedDataset", state.get("prepared"))
     executor = executor_from_config(cfg) if cfg is not None else None
     try:
         res = steps.run("build (every stage type)", lambda: build_grid(cfg, executor=executor, progress=False),
                         lambda r: f"{len(r.stages)} stages trained ({len(r.cached)} cached), base {r.base_id[:12]}")
-        reg = Registry.open(cfg.registry) if res is not None else None
+        reg = cast(Registry, Registry.open(cfg.registry_root) if res is not None else None)  # as cfg
 
         def _baselines() -> str:
             print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared, executor=executor))

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import warnings
+from typing import Any
 from pathlib import Path
 
 from mmgrid.cliargs import REGISTRY_HELP, add_overrides, add_registry, load_config, open_registry, registry_path
@@ -177,8 +178,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
-    fmt = {"choices": ("table", "csv", "json"), "default": "table", "help": "output format (default table)"}
-    sel = {"columns": {"default": None, "metavar": "A,B,...", "help": "only these columns, in this order"},
+    fmt: dict[str, Any] = {"choices": ("table", "csv", "json"), "default": "table", "help": "output format (default table)"}
+    sel: dict[str, dict[str, Any]] = {"columns": {"default": None, "metavar": "A,B,...", "help": "only these columns, in this order"},
            "limit": {"type": int, "default": None, "metavar": "N", "help": "only the first N rows"}}
     q = sub.add_parser("query", help="list checkpoints of a registry, filtered by coords",
                        description="One row per checkpoint matching all given filters. The registry: --registry, "

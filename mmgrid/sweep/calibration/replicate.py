@@ -74,6 +74,7 @@ def planted_knobs(cfg: GridConfig, size: float) -> dict[str, float]:
     the preset worlds, the size is the knob's value itself). Raises ConfigError when a product leaves the
     knob's range, before anything runs."""
     c = cfg.sweeps.calibrate
+    assert cfg.world is not None  # `mmgrid calibrate` refuses a grid without a world: section
     out = {k: float(size) * float(getattr(cfg.world.plant, k)) for k in c.knobs}
     try:
         check_ranges(PlantConfig(**{**cfg.world.plant.__dict__, **out}), "world.plant")
