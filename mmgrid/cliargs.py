@@ -278,7 +278,8 @@ def load_config(target: str | None, overrides: list[str] | None, args: argparse.
 
     extra = list(overrides or [])
     if target is not None and "=" in target and not Path(target).exists():  # `mmgrid sweep temporal KEY=VALUE`
-        target, extra = None, [target, *extra]
+        extra = [target, *extra]
+        target = None
     if args is not None and target is not None and (getattr(args, "registry", None) or getattr(args, "root", None)):
         reg = registry_path(args, command)
         if not any(o.split("=", 1)[0].strip() == "registry" for o in extra):
@@ -340,8 +341,8 @@ def check_against_registry(cfg: GridConfig, reg: Registry, paradigms: list[str],
         # a tuple: the prepared data's fingerprints (today's content one, then the path-spelled one of earlier ids)
         fps = (fingerprint,) if isinstance(fingerprint, str) else tuple(fingerprint)
         fingerprint = fps[0]
-        held = {reg.get(cid).data_fingerprint for cid in df[df["paradigm"].isin(paradigms)]["id"].head(20)}
-        held.discard(None)
+        held = {fp for cid in df[df["paradigm"].isin(paradigms)]["id"].head(20)
+                if (fp := reg.get(cid).data_fingerprint) is not None}
         if held and not held & set(fps):
             problems.insert(0, f"the prepared data ({cfg.prepared}, fingerprint {fingerprint}) is not the data the "
                                f"registry's checkpoints were trained on ({', '.join(sorted(held))}); pass prepared=DIR "

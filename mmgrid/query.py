@@ -31,6 +31,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from mmgrid.config.grid import GridConfig
 from mmgrid.config.runfile import RUN_FILE, find_run, load_run, read_run, run_registry
 from mmgrid.data.dataset import load_prepared
 from mmgrid.errors import ConfigError, RegistryError
@@ -53,7 +54,7 @@ class Grid:
     """A registry, with the grid config of the run that built it when one was saved."""
 
     registry: Registry
-    config: Any = None  # GridConfig of the saved run, or None for a bare registry
+    config: GridConfig | None = None  # of the saved run, or None for a bare registry
 
     @classmethod
     def open(cls, path: str | Path) -> "Grid":
@@ -85,7 +86,7 @@ class Grid:
         state = (len(ids), hash(tuple(sorted(ids))), len(res))  # what the edges are built from: a sync() changes it
         if getattr(self, "_edge_cache", None) is not None and getattr(self, "_edge_state", None) == state:
             return self._edge_cache
-        self._edge_state = state
+        self._edge_state: tuple[int, int, int] = state
         rows = []
         for cid in ids:
             m = self.registry.get(cid)
@@ -103,7 +104,7 @@ class Grid:
             for pid, role in ins + [(b, "merge_base") for b in bases]:
                 rows.append({"parent": pid, "child": r.recipe_hash, "role": role, "child_kind": "in-memory merge",
                              "stored": False, "study": getattr(r, "study", None), "method": rec.get("method")})
-        self._edge_cache = pd.DataFrame(rows, columns=["parent", "child", "role", "child_kind", "stored", "study",
+        self._edge_cache: pd.DataFrame = pd.DataFrame(rows, columns=["parent", "child", "role", "child_kind", "stored", "study",
                                                        "method"]).drop_duplicates()
         return self._edge_cache
 

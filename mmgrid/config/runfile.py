@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mmgrid.config.grid import grid_from_dict
+from mmgrid.config.grid import GridConfig, grid_from_dict
 from mmgrid.configtools import apply_overrides, load_yaml
 from mmgrid.errors import ConfigError, RegistryError
 
@@ -199,7 +199,7 @@ def run_registry(run: SavedRun) -> Path:
     return p
 
 
-def load_run(run_file: str | Path, overrides: list[str] | None = None, notes: list[str] | None = None) -> Any:
+def load_run(run_file: str | Path, overrides: list[str] | None = None, notes: list[str] | None = None) -> GridConfig:
     """The :class:`~mmgrid.config.grid.GridConfig` of a run file (paths by this module's rule),
     with ``overrides`` applied (an override's path is as the user typed it: relative to the
     current folder); the reading's notes are appended to ``notes``."""

@@ -132,7 +132,7 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
                          **evaluator_kwargs(cfg, split))
     _print(f"{man.id[:12]} {man.coords} on {domain}/{split}", res)
     if not args.no_record:
-        record_results(reg, man.id, split, res, domain)
+        record_results(reg, man.id, split, res, str(domain))  # a domain of the prepared data (checked above)
     return 0
 
 
@@ -168,7 +168,7 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
                          **evaluator_kwargs(cfg, split))
     _print(f"recipe {args.recipe} ({recipe.method}) on {domain}/{split}", res)
     if not args.no_record:
-        record_results(reg, None, split, res, domain, recipe=dataclasses.asdict(recipe))
+        record_results(reg, None, split, res, str(domain), recipe=dataclasses.asdict(recipe))
     return 0
 
 
@@ -206,7 +206,7 @@ def eval_prepared(args: argparse.Namespace, cfg: GridConfig, man: Any = None) ->
         where = f"{beside} holds data {found.fingerprint}" if found is not None else f"there is no prepared data at {beside}"
         raise ConfigError(f"checkpoint {man.id[:12]} was trained on prepared data {want}, and {where}; pass "
                           "--prepared DIR (the grid's `prepared:` folder) or --config CONFIG (the grid YAML).")
-    path = args.prepared or cfg.prepared
+    path = args.prepared or cfg.prepared_dir
     try:
         return open_prepared(path)
     except MmgridError as exc:

@@ -50,7 +50,7 @@ class EvalResults(dict):
     """``{group: {metric: value, "n": count}}`` (a plain dict to every reader) plus ``per_user``
     (a :class:`PerUser`, or None where the values are not known)."""
 
-    def __init__(self, groups: Mapping[str, Mapping[str, float]] = (), per_user: PerUser | None = None) -> None:
+    def __init__(self, groups: Mapping[str, Mapping[str, float]] | tuple[()] = (), per_user: PerUser | None = None) -> None:
         super().__init__(groups)
         self.per_user = per_user
 

@@ -448,6 +448,7 @@ def grid_counts(cfg: GridConfig) -> tuple[list[DomainCounts], str, Any, int | No
         try:
             c = copy.deepcopy(cfg)
             c.data.root, c.prepared = str(tmp / "world"), str(tmp / "prepared")
+            assert c.world is not None  # a copy of cfg, whose world is set
             write_world(c.data.root, c.world)
             prepared = prepare(c, log=lambda *_a, **_k: None)
             counts = counts_from_prepared(prepared, grid_domains(c, prepared))

@@ -90,7 +90,8 @@ def _hub_problem(spec: str, what: str, allow: bool) -> list[Failure]:
 
 
 def check_folders(pf: Preflight) -> list[Failure]:
-    cfg, out = pf.cfg, []
+    cfg = pf.cfg
+    out: list[Failure] = []
     model = cfg.base.model
     if parse_builder(model) is None:
         folder = Path(model).expanduser()
@@ -124,7 +125,8 @@ def check_folders(pf: Preflight) -> list[Failure]:
 
 
 def check_sizes(pf: Preflight) -> list[Failure]:
-    cfg, out = pf.cfg, []
+    cfg = pf.cfg
+    out: list[Failure] = []
     if "semid" not in cfg.paradigms or not pf.counts:
         return out
     size = int((cfg.paradigm_params.get("semid") or {}).get("codebook_size", 16))

@@ -100,8 +100,8 @@ def write_report(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset
         ReportIncomplete: with ``keep_going``, after writing, when a section failed.
         ReportWriteError: a file could not be written; the previous report is unchanged.
     """
-    cal = find_calibration(out_dir, calibration)  # a named error before anything is computed or written
-    cal = read_calibration(cal) if cal is not None else None
+    cal_path = find_calibration(out_dir, calibration)  # a named error before anything is computed or written
+    cal = read_calibration(cal_path) if cal_path is not None else None
     n = len(SECTION_TITLES) - (0 if diagnostics else 1)
     with progress_bar(total=n, desc="report", unit="section", leave=True, min_interval=0.0) as bar:
         results = compute_study_results(cfg, registry, prepared, diagnostics, keep_going,

@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from mmgrid.config import load_grid
+from mmgrid.config import GridConfig, load_grid
 from mmgrid.config.runfile import is_run_file, load_run
-from mmgrid.data.dataset import load_prepared
+from mmgrid.data.dataset import PreparedDataset, load_prepared
 from mmgrid.registry import Registry
 
 
@@ -50,11 +50,11 @@ def checkpoint_metrics(registry: Registry, ids: list[str], split: str = "test", 
     return res.pivot(index="id", columns="metric", values="value")
 
 
-def open_grid(config: str, overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
+def open_grid(config: str, overrides: list[str] | None = None) -> tuple[GridConfig, Registry, PreparedDataset]:
     """(GridConfig, Registry, PreparedDataset) of a grid YAML or a run's ``mmgrid-run.yaml`` (its
     paths relative to its folder): what every study script starts from."""
     cfg = load_run(config, overrides) if is_run_file(config) else load_grid(config, overrides)
-    return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
+    return cfg, Registry.open(cfg.registry_root), load_prepared(cfg.prepared_dir)
 
 
 def script_grid(doc: str | None, extra: Callable[[argparse.ArgumentParser], None] | None = None

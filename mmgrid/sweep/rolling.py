@@ -170,7 +170,8 @@ class Past:
     def __init__(self, ids: list[str], stages: list[str], t: int, evaluate: Callable[[str, dict], float],
                  registry: Registry, watch: Callable[[int, str, Any], None] | None = None) -> None:
         self._ids, self._stages, self.t, self._evaluate, self._watch = ids, stages, t, evaluate, watch
-        self.registry = _Watched(registry, t, watch) if watch else registry
+        # _Watched: a proxy with the Registry's interface
+        self.registry = cast("Registry", _Watched(registry, t, watch)) if watch else registry
 
     def checkpoint(self, k: int) -> str:
         if not 0 <= k <= self.t:
@@ -290,7 +291,7 @@ def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedData
     n = 0
     eval_windows = (stages[1:] if matrix else [])
     for t in range(1, len(stages)):
-        past = Past(ids, stages, t, lambda w, st, _t=t: float(run(w, st, ids[_t])["all"][t_cfg.metric]), registry,
+        past = Past(ids, stages, t, lambda w, st, _t=t: float(run(w, st, ids[_t])["all"][t_cfg.metric]), registry,  # type: ignore[misc]  # mypy infers no lambda with a default
                     watch)
         lams = past_lambdas(past, stages, grid, memo) if any(s.lam for s in strategies) else []
         targets = list(dict.fromkeys([windows[t - 1], *eval_windows]))

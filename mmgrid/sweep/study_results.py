@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def compute_study_results(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", diagnostics: bool = True,
-                          keep_going: bool = False, on_section: Callable[[str], None] | None = None) -> StudyResults:
+                          keep_going: bool = False, on_section: Callable[[str], object] | None = None) -> StudyResults:
     """Compute every section's typed result from the registry.
 
     Args:
@@ -111,7 +111,7 @@ def world_population_values(cfg: GridConfig) -> dict[str, Any]:
 def _pop_num(pop: dict[str, Any], key: str) -> float | None:
     v = pop.get(key)
     try:
-        v = float(v)
+        v = float(v)  # type: ignore[arg-type]  # a missing value (None) is caught below
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None

@@ -296,7 +296,7 @@ def table3_comparison_table(comp: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def table3_findings(comp: pd.DataFrame, metric: str = "ndcg@10") -> list[dict[str, str]]:
+def table3_findings(comp: pd.DataFrame, metric: str = "ndcg@10") -> list[dict[str, Any]]:
     """Table 3's finding: lambda_hat* beats lambda = 1 (users of every domain pooled)."""
     sub = comp[(comp["comparison"] == "lambda_hat* - 1") & (comp["metric"] == metric)]
     pooled = sub[sub["domain"] == "all domains"]

@@ -109,8 +109,8 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True, ret
             deps = [] if p.first else [futures[p.parent_id]]
             futures[p.id] = executor.submit(job, deps)
             if p.id not in had:  # runs on the executor's thread (pool, Ray) or here (local)
-                futures[p.id].add_done_callback(lambda _f, pid=p.id: tick(pid))
-        errors = [f.exception() for f in futures.values() if f.exception() is not None]
+                futures[p.id].add_done_callback(lambda _f, pid=p.id: tick(pid))  # type: ignore[misc]  # mypy infers no lambda with a default
+        errors = [e for f in futures.values() if (e := f.exception()) is not None]
         for p in plans:  # a future is done before its callbacks have run: count what they have not yet
             if p.id not in had:
                 tick(p.id)

@@ -13,7 +13,7 @@ config hash) comes from :mod:`mmgrid.runtime.plan`, the same functions the build
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tqdm.auto import tqdm
 
@@ -153,7 +153,7 @@ def train_one_stage(cfg: GridConfig, registry: Registry, prepared: PreparedDatas
     if dist is None or not dist.distributed:
         return _store(run, model, log)
     cid = _store(run, model, log) if dist.is_main else None
-    return broadcast_object(cid, dist)
+    return cast(str, broadcast_object(cid, dist))  # the main rank's id, on every rank
 
 
 def _store(run: StageRun, model: Any, log: StageLog) -> str:

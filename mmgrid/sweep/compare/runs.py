@@ -250,9 +250,9 @@ def _pair(pu_a: PerUser, pu_b: PerUser, ma: pd.DataFrame, mb: pd.DataFrame, spec
                 f"run {labels[1]}: {sorted(set(nb['seed_k']))}; -1: none recorded)")
     va = pu_a.matrix(na.set_index("seed_k").loc[seeds].reset_index(), spec.metric)
     vb = pu_b.matrix(nb.set_index("seed_k").loc[seeds].reset_index(), spec.metric)
-    for v, lab in ((va, labels[0]), (vb, labels[1])):
-        if v is None:
-            return f"run {lab} has no per-user values for this cell (recorded before mmgrid kept them); evaluate it again"
+    if va is None or vb is None:
+        lab = labels[0] if va is None else labels[1]
+        return f"run {lab} has no per-user values for this cell (recorded before mmgrid kept them); evaluate it again"
     (ua, xa), (ub, xb) = va, vb
     ia, ib = align(ua, ub)
     if ia.size != len(ua) or ib.size != len(ub):
