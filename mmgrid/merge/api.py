@@ -83,7 +83,7 @@ def prepare(method: str, models: Sequence[Any], base: Any = None, registry: Regi
     if cls.needs_base and bsrc is None:
         raise MergeParamError(f"method {method!r} merges task vectors and needs a base: pass base=ID (original base, a historical checkpoint) or base=[ID, ID] (neutral base, MMGRid Eq. 8)")
     if cls.optional_base and bsrc is not None:
-        inst.needs_base = True  # this merge works on the task vectors of the base it was given
+        inst.needs_base = True  # type: ignore[misc]  # this instance's own value: this merge works on the task vectors of the base it was given
     plan = check_and_plan(srcs, bsrc if inst.needs_base else None)
     return inst, srcs, bsrc if inst.needs_base else None, plan
 
