@@ -137,7 +137,7 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
         if end > begin:
             with open(p, "rb", buffering=0) as fh:
                 fh.seek(data_start + begin)
-                view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+                view = memoryview(out.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]  # numpy declares ndarray.__buffer__ for Python >= 3.12 only
                 got = 0
                 while got < end - begin:  # readinto may return short counts
                     r = fh.readinto(view[got:])
@@ -184,6 +184,7 @@ def _blob_locator(registry: Registry, man: Any) -> Any:
     def locate(name: str) -> tuple[str, int]:
         hit = cache.get(name)
         if hit is None:
+            assert store is not None and blobs is not None  # checked when locate was made
             path, offset = store.locate_tensor(blobs[name].sha256, where=f"tensor {name} of {man.id}")
             hit = cache[name] = (str(path), offset)
         return hit

@@ -234,6 +234,7 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
                                not_carried, carried, unchanged, params)
     _write_folder(out, tensors, config, report, overwrite)
     if store:
+        assert registry is not None  # store without a registry was refused above
         try:
             report.applied_id = store_applied(out, bs if isinstance(base, TensorSource) else base, registry,
                                               coords=coords or _coords(registry, checkpoint, rank, energy),
