@@ -95,17 +95,6 @@ def find_run(path: str | Path) -> Path | None:
     return runfile.find_run(path)
 
 
-def saved_registry(run_file: Path) -> str | None:
-    """The registry a saved run names, absolute (None when the file names none); its paths are
-    relative to the run folder (:mod:`mmgrid.config.runfile`)."""
-    from mmgrid.config import runfile  # lazy: as above
-
-    run = runfile.read_run(run_file)
-    for text in run.notes:
-        note(text)
-    return run.path("registry")
-
-
 def _run_registry(run_file: Path) -> Path:
     """The registry of a saved run, checked (missing, not a registry, a loop: named errors)."""
     from mmgrid.config import runfile  # lazy: as above
@@ -457,10 +446,3 @@ def _training_mismatches(cfg: GridConfig, reg: Registry, df: Any, paradigms: lis
             keys.add(k)
             out.append(line)
     return out
-
-
-def refuse_overrides(overrides: list[str] | None, command: str, why: str) -> None:
-    """A command form that takes no ``KEY=VALUE``: refuse them by name rather than ignore them."""
-    if overrides:
-        raise ConfigError(f"mmgrid {command}: {' '.join(overrides)} would be ignored ({why}); drop them, "
-                          "or give a grid (a run folder or --config) for them to apply to.")

@@ -340,19 +340,6 @@ def _as_number(value: Any) -> float | None:
     return None
 
 
-def path_value(data: dict, key: str, where: str) -> str | None:
-    """``data[key]`` of a loaded YAML mapping where a path belongs: a string, or None when absent.
-
-    Raises:
-        ConfigError: the value is a list, mapping, number... (naming the file, the key and the fix).
-    """
-    value = data.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    raise ConfigError(f"{where}: {key} must be a path (a string), got {type(value).__name__} {value!r}; "
-                      f"write one folder, e.g. {key}: runs/demo/registry.")
-
-
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``a.b.c=value`` into a key path and a YAML-parsed value."""
     if "=" not in text:

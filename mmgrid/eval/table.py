@@ -159,10 +159,6 @@ class Cell:
     n_seeds: int = 0
     ids: list[str] = field(default_factory=list)
 
-    @property
-    def has_interval(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high)
-
 
 def fmt_ci(mean: float, low: float, high: float, scale: float = 100.0, digits: int = 2, sign: bool = False) -> str:
     """``12.34 [11.02, 13.70]`` (or just the mean when there is no interval; ``-`` when NaN)."""

@@ -299,8 +299,6 @@ def apply_kernel(k: Kernel, name: str, parts: Sequence[torch.Tensor], work: Work
     return ops.linear_combination(parts, coefs, out=w.acc)
 
 
-DeltaStream = Callable[[], Iterator[tuple[str, list[torch.Tensor]]]]
-
 # Inputs with more entries than this are histogrammed on a deterministic strided sample
 # of about this many entries (a prime stride, so it is coprime with every tensor shape).
 SAMPLE_TARGET = 1 << 24

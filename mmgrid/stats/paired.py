@@ -47,11 +47,6 @@ class PairedResult:
     mean_a: float
     mean_b: float
 
-    @property
-    def rel_diff(self) -> float:
-        """The effect relative to B's mean (NaN when B's mean is 0)."""
-        return self.diff / self.mean_b if self.mean_b else float("nan")
-
 
 DEFAULT_FLIPS = 10_000  # random sign assignments: p >= 1 / 10001, small enough to survive a Holm factor of ~50
 

@@ -46,12 +46,6 @@ def default_evaluator_factory(cfg: GridConfig, name: str, paradigm: "Paradigm", 
     return evaluate
 
 
-def clean_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Drop NaN metrics (an empty user group); an empty dict when only the count is left."""
-    out = {k: float(v) for k, v in metrics.items() if v == v}
-    return out if set(out) - {"n"} else {}
-
-
 def _as_nested(result: Any) -> EvalResults:
     """Normalise an evaluator's answer to {group: {metric: value}}, keeping its per-user values
     (``per_user``, see :class:`mmgrid.eval.ranking.EvalResults`) where it has them."""

@@ -20,8 +20,6 @@ import torch
 
 from mmgrid.merge import geometry as merge_geometry
 
-DISTANCES = ("l2", "sign")
-
 
 @dataclass
 class Origin:

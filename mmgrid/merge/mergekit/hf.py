@@ -32,11 +32,6 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.floa
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
-def is_hf_folder(path: str | os.PathLike) -> bool:
-    p = Path(path)
-    return p.is_dir() and ((p / SINGLE).is_file() or (p / INDEX).is_file())
-
-
 def open_folder(path: str | os.PathLike, label: str) -> TensorSource:
     """A streaming source over an HF folder: ``model.safetensors`` or the shards listed
     by ``model.safetensors.index.json``; ``files`` holds its config and tokenizer files.

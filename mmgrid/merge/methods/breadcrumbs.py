@@ -239,7 +239,7 @@ def breadcrumbs_cuts(stream: ViewStream, n_in: int, density: float, gamma: float
                 eq, greater = int(sub[low]), above + int(sub[low + 1:].sum())
                 vals.append((v, n - greater - eq, eq))  # (value, entries below it, entries equal)
                 js.append(rank - (n - greater - eq))  # index of the rank's entry among the equal ones
-            (lo, below_lo, _), (hi, below_hi, eq_hi) = vals
+            (lo, _, _), (hi, _, eq_hi) = vals
             cut = Cut(lo, hi, 0, n)
             need = [js[0] if js[0] > 0 else -1, js[1] if js[1] < eq_hi - 1 else -1]
             cuts[name].append(cut)
