@@ -145,7 +145,7 @@ def registry_path(args: argparse.Namespace, command: str, *, must_exist: bool = 
                         f"set {ENV}, or run it in a run folder (one with {RUN_FILE}).")
 
 
-def open_registry(args: argparse.Namespace, command: str, quiet: bool = False) -> Any:
+def open_registry(args: argparse.Namespace, command: str, quiet: bool = False) -> Registry:
     """Open the command's registry (never creating one); ``quiet``: no warning for the files the
     index skips (the command lists them itself)."""
     # lazy: sqlite3 and the registry (~0.1 s) stay out of `mmgrid --help`
@@ -215,7 +215,7 @@ def run_changes(cfg: GridConfig, folder: str | Path) -> list[str]:
     return out
 
 
-def load_source(source: str | Path, overrides: list[str] | None = None) -> Any:
+def load_source(source: str | Path, overrides: list[str] | None = None) -> GridConfig:
     """The grid of ``source``: a saved run (``mmgrid-run.yaml``, its paths relative to its folder)
     or a grid YAML / packaged grid name, with ``overrides`` applied (not validated)."""
     # lazy: yaml and the config stay out of `mmgrid --help`
@@ -256,7 +256,7 @@ def grid_source(target: str | None, args: argparse.Namespace | None = None, comm
 
 
 def load_config(target: str | None, overrides: list[str] | None, args: argparse.Namespace | None = None,
-                command: str = "") -> Any:
+                command: str = "") -> GridConfig:
     """The grid of ``target`` (see :func:`grid_source`) with ``overrides`` applied, validated once.
 
     When ``args`` has ``--registry`` (or the environment names one) and the grid names another

@@ -155,7 +155,7 @@ class _Steps:
 # ---------------------------------------------------------------- the toy grid
 
 
-def toy_grid(plan: RehearsalPlan, domains: list[str], inputs: dict[str, str], log: Rehearsal) -> Any:
+def toy_grid(plan: RehearsalPlan, domains: list[str], inputs: dict[str, str], log: Rehearsal) -> GridConfig:
     """The rehearsal's grid: the real grid's code-path fields, toy sizes, every path under ``plan.out``.
 
     Args:

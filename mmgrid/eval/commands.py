@@ -54,7 +54,7 @@ def _eval(args: argparse.Namespace) -> int:
     return eval_grid_cli(args)
 
 
-def eval_config(args: argparse.Namespace, registry: Path | None = None) -> Any:
+def eval_config(args: argparse.Namespace, registry: Path | None = None) -> GridConfig:
     """The grid config giving paradigm params and eval settings, with the command's KEY=VALUE
     overrides applied (never ignored): ``--config``, else the saved run of ``registry``
     (``mmgrid-run.yaml`` beside it), else the defaults; through the one validation pass.
@@ -150,7 +150,7 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     recipe = Recipe.load(args.recipe)
     root = registry_path(args, "eval") if (args.registry or args.config is None) else None
     cfg = eval_config(args, root)
-    reg = Registry.open(root if root is not None else cfg.registry)
+    reg = Registry.open(root if root is not None else cfg.registry_root)
     if not args.no_record:
         reg.require_writable("`mmgrid eval` (it records; --no-record only prints)")
     first = reg.get(recipe.inputs[0])
@@ -186,7 +186,7 @@ def _eval_base(reg: Registry, cid: str, prepared: PreparedDataset, cfg: GridConf
     return 0
 
 
-def eval_prepared(args: argparse.Namespace, cfg: GridConfig, man: Any = None) -> Any:
+def eval_prepared(args: argparse.Namespace, cfg: GridConfig, man: Any = None) -> PreparedDataset:
     """The prepared data: ``--prepared``, else the ``--config`` grid's, else (a checkpoint of a
     registry, no config) the prepared folder beside the registry (``mmgrid demo`` and grids
     write ``runs/NAME/prepared`` next to ``runs/NAME/registry``) when its fingerprint is the one

@@ -128,7 +128,7 @@ def cmd_remap(args: argparse.Namespace) -> int:
     from mmgrid.runtime.remap import remap_ids
 
     cfg = load_config(args.config, args.overrides, args if args.registry else None, command="registry remap-ids")
-    rep = remap_ids(cfg, open_grid_registry(cfg.registry), open_prepared(cfg.prepared), dry_run=args.dry_run)
+    rep = remap_ids(cfg, open_grid_registry(cfg.registry_root), open_prepared(cfg.prepared_dir), dry_run=args.dry_run)
     print("\n".join(rep.lines()))
     return 0
 

@@ -16,15 +16,15 @@ from mmgrid.registry.api import Registry
 if TYPE_CHECKING:
     from mmgrid.data.dataset import PreparedDataset
 
-_REGISTRIES: dict[str, Any] = {}
-_PREPARED: dict[str, Any] = {}
+_REGISTRIES: dict[str, Registry] = {}
+_PREPARED: dict[str, tuple[int | None, PreparedDataset]] = {}
 
 
 def _key(path: str | Path) -> str:
     return str(Path(path).resolve())
 
 
-def open_registry(root: str | Path) -> Any:
+def open_registry(root: str | Path) -> Registry:
     """``Registry.open(root)``, once per process."""
     key = _key(root)
     if key not in _REGISTRIES:
@@ -37,7 +37,7 @@ def _stamp(path: str | Path) -> int | None:
     return manifest.stat().st_mtime_ns if manifest.exists() else None
 
 
-def open_prepared(path: str | Path) -> Any:
+def open_prepared(path: str | Path) -> PreparedDataset:
     """``load_prepared(path)``, once per process and re-read when the folder was prepared
     again (or what :func:`put_prepared` placed there)."""
     key = _key(path)

@@ -132,11 +132,11 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
         preflight(cfg, f"sweep {command}", executor=getattr(args, "executor", None),
                   address=getattr(args, "address", None), skip=("disk", "sizes"))
-    prepared = load_prepared(cfg.prepared)
-    if not (Path(cfg.registry) / "manifests").is_dir():
+    prepared = load_prepared(cfg.prepared_dir)
+    if not (Path(cfg.registry_root) / "manifests").is_dir():
         raise RegistryError(f"mmgrid {command}: {cfg.registry} is not a registry (no manifests/ folder); build the "
                             f"grid first (`mmgrid build CONFIG` or `mmgrid demo`) or pass --registry PATH.")
-    reg = Registry.open(cfg.registry)
+    reg = Registry.open(cfg.registry_root)
     study = {"temporal": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
              "predict-lambda": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),
              "continual": ([cfg.sweeps.temporal.paradigm], cfg.sweeps.temporal.variant, cfg.sweeps.temporal.domains),

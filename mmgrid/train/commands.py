@@ -128,7 +128,7 @@ def _build(args: argparse.Namespace) -> int:
         res = build_grid(cfg, executor=executor, progress=not args.no_progress, retrain=args.retrain)
         if not is_main():  # under torchrun only rank 0 reports and evaluates
             return 0
-        save_run(cfg, Path(cfg.registry).resolve().parent, "build")  # follow-ups name this folder
+        save_run(cfg, Path(cfg.registry_root).resolve().parent, "build")  # follow-ups name this folder
         print(f"grid {cfg.name!r}: {len(res.stages)} stages ({len(res.trained)} trained, {len(res.cached)} cached) "
               f"+ base {res.base_id[:12]} in {res.seconds:.1f}s; registry {cfg.registry}")
         if args.eval:  # the evaluation's jobs on the same executor (the local one: in this process, in order)
