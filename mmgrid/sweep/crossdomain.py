@@ -41,7 +41,7 @@ from mmgrid.runtime.gather import gather
 from mmgrid.runtime.plan import BuildResult, planned_ids
 from mmgrid.runtime.progress import progress as progress_bar
 
-from mmgrid.config import GridConfig
+from mmgrid.config import CrossDomainSweepConfig, GridConfig
 from mmgrid.errors import ConfigError, MergeError
 from mmgrid.merge import merge_with_info
 from mmgrid.merge.api import NEUTRAL_BASE_METHOD
@@ -192,7 +192,7 @@ class CrossDomainRun:
     merge_fn: MergeFn = default_merge_fn
 
     @property
-    def study(self) -> Any:
+    def study(self) -> CrossDomainSweepConfig:
         return self.cfg.sweeps.cross_domain
 
 
