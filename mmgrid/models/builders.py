@@ -15,6 +15,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from mmgrid.errors import UnknownNameError
 
+
 class Builder(Protocol):
     """A base builder: the model of a vocabulary size, or of the builder's default size."""
 
