@@ -295,7 +295,7 @@ def coerce(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         kt, vt = get_args(tp) or (Any, Any)
         return {coerce(kt, k, where): coerce(vt, v, f"{where}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build(tp, value, where)
     if tp is bool:
         if isinstance(value, bool):

@@ -26,11 +26,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import pandas as pd
 
+from mmgrid.config.grid import GridConfig
 from mmgrid.config.runfile import RUN_FILE, find_run, load_run, read_run, run_registry
 from mmgrid.data.dataset import load_prepared
 from mmgrid.errors import ConfigError, RegistryError
@@ -41,6 +42,9 @@ from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.stats.bootstrap import mean_ci
 from mmgrid.sweep.compare.runs import CompareSpec, Comparison, compare_runs
 from mmgrid.sweep.evidence import robust_stars, temporal_curves
+
+if TYPE_CHECKING:
+    from mmgrid.sweep.rolling import RollingStudy
 
 LEVEL = 0.95
 RESAMPLES = 2000
@@ -53,7 +57,7 @@ class Grid:
     """A registry, with the grid config of the run that built it when one was saved."""
 
     registry: Registry
-    config: Any = None  # GridConfig of the saved run, or None for a bare registry
+    config: GridConfig | None = None  # of the saved run, or None for a bare registry
 
     @classmethod
     def open(cls, path: str | Path) -> "Grid":
@@ -85,7 +89,7 @@ class Grid:
         state = (len(ids), hash(tuple(sorted(ids))), len(res))  # what the edges are built from: a sync() changes it
         if getattr(self, "_edge_cache", None) is not None and getattr(self, "_edge_state", None) == state:
             return self._edge_cache
-        self._edge_state = state
+        self._edge_state: tuple[int, int, int] = state
         rows = []
         for cid in ids:
             m = self.registry.get(cid)
@@ -103,7 +107,7 @@ class Grid:
             for pid, role in ins + [(b, "merge_base") for b in bases]:
                 rows.append({"parent": pid, "child": r.recipe_hash, "role": role, "child_kind": "in-memory merge",
                              "stored": False, "study": getattr(r, "study", None), "method": rec.get("method")})
-        self._edge_cache = pd.DataFrame(rows, columns=["parent", "child", "role", "child_kind", "stored", "study",
+        self._edge_cache: pd.DataFrame = pd.DataFrame(rows, columns=["parent", "child", "role", "child_kind", "stored", "study",
                                                        "method"]).drop_duplicates()
         return self._edge_cache
 
@@ -217,7 +221,8 @@ class Grid:
                               f"{self.registry.root}; run `mmgrid sweep temporal RUN` first.")
         return robust_stars(curves, smooth)
 
-    def rolling(self, paradigm: str | None = None, variant: str | None = None, metric: str | None = None) -> Any:
+    def rolling(self, paradigm: str | None = None, variant: str | None = None, metric: str | None = None
+                ) -> RollingStudy:
         """The rolling deployment study (``mmgrid sweep rolling``) read back: a
         :class:`~mmgrid.sweep.rolling.RollingStudy` (``rows``: per strategy, window and metric the mean with its
         95% interval and the paired difference to lambda = 1 with Holm's p; ``matrices``; ``transfer``: BWT, FWT,
@@ -254,7 +259,7 @@ class Grid:
         return load_model(self.registry, ref, domain, self.config)
 
 
-def load_model(registry: Registry, ref: Any, domain: str | None = None, config: Any = None) -> Any:
+def load_model(registry: Registry, ref: Any, domain: str | None = None, config: GridConfig | None = None) -> Any:
     """Load a checkpoint into its paradigm's model, ready to rank ``domain``'s items (default:
     its own): the loader for every paradigm, emb and sasrec included (whose tensors no Hugging
     Face auto class opens). Needs the prepared data the run used (``config.prepared``, else the
@@ -264,7 +269,7 @@ def load_model(registry: Registry, ref: Any, domain: str | None = None, config: 
         ConfigError: no prepared data found, or the domain is not in it.
     """
     m = registry.get(ref)
-    where = Path(config.prepared) if config is not None else registry.root.parent / "prepared"
+    where = Path(config.prepared_dir) if config is not None else registry.root.parent / "prepared"
     if not (where / "manifest.json").exists() and not where.is_dir():
         raise ConfigError(f"no prepared data at {where}; open the run with Grid.open(RUN) or pass config=.")
     prepared = load_prepared(where)

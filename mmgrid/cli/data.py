@@ -67,7 +67,7 @@ class _OutThenOverrides(argparse.Action):
     overrides written after ``--out DIR`` (as in ``mmgrid prepare CONFIG --out DIR data.root=X``) are
     taken here and appended to the positional overrides."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
         setattr(namespace, self.dest, values[0])
         namespace.late_overrides = list(getattr(namespace, "late_overrides", []) or []) + list(values[1:])
 
@@ -82,7 +82,7 @@ def world_config(seed: int, scale: float, domains: int, preset: str = "default")
     values = {"--seed": seed, "--scale": scale, "--domains": domains}
     for flag, name in WORLD_FLAGS.items():
         check_flag(flag, values[flag], WorldConfig, name, f"world.{name}", command="mmgrid world")
-    return WorldConfig(seed=seed, scale=scale, n_domains=domains, preset=preset)
+    return WorldConfig(seed=seed, scale=scale, n_domains=domains, preset=preset)  # type: ignore[arg-type]  # a preset name: check_flag checked it
 
 
 def _world(args: argparse.Namespace) -> int:

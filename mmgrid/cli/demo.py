@@ -244,7 +244,7 @@ def run_rolling_demo(out: str | None = None, overrides: list[str] | None = None)
         prepared = prepare(cfg)
     with _step("build", timings):
         build_grid(cfg)
-    reg = Registry.open(cfg.registry)
+    reg = Registry.open(cfg.registry_root)
     with _step("rolling deployment", timings):
         print(render(run_rolling(cfg, reg, prepared)))
     with _step("report", timings):

@@ -11,6 +11,11 @@ from mmgrid.cli.context import eval_config, eval_prepared, evaluator_kwargs, gri
 from mmgrid.cliargs import REGISTRY_HELP, registry_path
 from mmgrid.errors import ConfigError
 
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
+
 # paradigms whose checkpoint holds an item table of its own domain: they rank that catalog only
 OWN_CATALOG = {"emb": "its item-id table and item embeddings", "sasrec": "its item-id embedding table"}
 
@@ -108,7 +113,7 @@ def eval_checkpoint_cli(args: argparse.Namespace) -> int:
                          **evaluator_kwargs(cfg, split))
     _print(f"{man.id[:12]} {man.coords} on {domain}/{split}", res)
     if not args.no_record:
-        record_results(reg, man.id, split, res, domain)
+        record_results(reg, man.id, split, res, str(domain))  # a domain of the prepared data (checked above)
     return 0
 
 
@@ -128,7 +133,7 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
     recipe = checked.recipe
     root = registry_path(args, "eval") if (args.registry or args.config is None) else None
     cfg = eval_config(args, root)
-    reg = Registry.open(root if root is not None else cfg.registry)
+    reg = Registry.open(root if root is not None else cfg.registry_root)
     if not args.no_record:
         reg.require_writable("`mmgrid eval` (it records; --no-record only prints)")
     inputs = [reg.get(i) for i in recipe.inputs]  # each input looked up once
@@ -147,11 +152,11 @@ def eval_recipe_cli(args: argparse.Namespace) -> int:
                          **evaluator_kwargs(cfg, split))
     _print(f"recipe {args.recipe} ({recipe.method}) on {domain}/{split}", res)
     if not args.no_record:
-        record_results(reg, None, split, res, domain, recipe=dataclasses.asdict(recipe))
+        record_results(reg, None, split, res, str(domain), recipe=dataclasses.asdict(recipe))
     return 0
 
 
-def _eval_base(reg: Any, cid: str, prepared: Any, cfg: Any, args: argparse.Namespace) -> int:
+def _eval_base(reg: Registry, cid: str, prepared: PreparedDataset, cfg: GridConfig, args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
     from mmgrid.eval.grid import RETENTION_SPLIT
     from mmgrid.eval.retention import text_loss

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cli.context import eval_config, eval_prepared, evaluator_kwargs
 from mmgrid.cliargs import REGISTRY_HELP, registry_path
 from mmgrid.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,7 +101,9 @@ def _extract(args: argparse.Namespace) -> int:
     report = extract_lora(args.checkpoint, args.base, args.out, rank=args.rank, energy=args.energy,
                           include=args.include, exclude=args.exclude, dtype=args.dtype, overwrite=args.overwrite,
                           registry=reg, store=args.store or args.evaluate)
-    compared = compare_ranking(args, reg, report.applied_id, args.checkpoint) if args.evaluate else None
+    # --evaluate stores (a registry is required above), so reg and the applied id are set
+    compared = (compare_ranking(args, reg, report.applied_id, args.checkpoint)  # type: ignore[arg-type]
+                if args.evaluate else None)
     if args.json:
         print(json.dumps({**report.to_dict(), "ranking": compared}, indent=2))
         return 0
@@ -120,7 +125,7 @@ def _extract(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_ranking(args: argparse.Namespace, reg: Any, applied: str, full: str) -> dict[str, dict[str, tuple]]:
+def compare_ranking(args: argparse.Namespace, reg: Registry, applied: str, full: str) -> dict[str, dict[str, tuple]]:
     """Evaluate the adapter-applied model and the full checkpoint on the same domain, split and
     users; record both; return group -> metric -> (adapter, checkpoint)."""
     # lazy: evaluation imports torch and the paradigms (seconds cold), which `mmgrid --help` must not pay
@@ -143,7 +148,7 @@ def compare_ranking(args: argparse.Namespace, reg: Any, applied: str, full: str)
     for slot, cid in enumerate((applied, man.id)):
         res = evaluate_state(par, load_checkpoint(reg, cid), dom, cfg.paradigm_params.get(par.name, {}),
                              **evaluator_kwargs(cfg, split))
-        record_results(reg, cid, split, res, domain)
+        record_results(reg, cid, split, res, str(domain))  # a domain of the prepared data
         for group, metrics in res.items():
             for m, v in metrics.items():
                 out.setdefault(group, {}).setdefault(m, [None, None])[slot] = float(v)

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import warnings
+from typing import Any
 from pathlib import Path
 
 from mmgrid.cli.context import load_config, open_registry
@@ -117,7 +118,7 @@ def cmd_remap(args: argparse.Namespace) -> int:
     from mmgrid.runtime.remap import remap_ids
 
     cfg = load_config(args.config, args.overrides, args if args.registry else None, command="registry remap-ids")
-    rep = remap_ids(cfg, open_grid_registry(cfg.registry), open_prepared(cfg.prepared), dry_run=args.dry_run)
+    rep = remap_ids(cfg, open_grid_registry(cfg.registry_root), open_prepared(cfg.prepared_dir), dry_run=args.dry_run)
     print("\n".join(rep.lines()))
     return 0
 
@@ -167,8 +168,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this concern's sub-commands to the `mmgrid` parser."""
-    fmt = {"choices": ("table", "csv", "json"), "default": "table", "help": "output format (default table)"}
-    sel = {"columns": {"default": None, "metavar": "A,B,...", "help": "only these columns, in this order"},
+    fmt: dict[str, Any] = {"choices": ("table", "csv", "json"), "default": "table", "help": "output format (default table)"}
+    sel: dict[str, dict[str, Any]] = {"columns": {"default": None, "metavar": "A,B,...", "help": "only these columns, in this order"},
            "limit": {"type": int, "default": None, "metavar": "N", "help": "only the first N rows"}}
     q = sub.add_parser("query", help="list checkpoints of a registry, filtered by coords",
                        description="One row per checkpoint matching all given filters. The registry: --registry, "

@@ -39,11 +39,16 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 from mmgrid.cli.context import save_run
 from mmgrid.errors import ConfigError, MmgridError
 from mmgrid.fileio.atomic import replace
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 # Toy sizes of the base architecture: a decoder this small trains a stage in seconds on one core.
 TOY_BASE = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -151,7 +156,7 @@ class _Steps:
 # ---------------------------------------------------------------- the toy grid
 
 
-def toy_grid(plan: RehearsalPlan, domains: list[str], inputs: dict[str, str], log: Rehearsal) -> Any:
+def toy_grid(plan: RehearsalPlan, domains: list[str], inputs: dict[str, str], log: Rehearsal) -> GridConfig:
     """The rehearsal's grid: the real grid's code-path fields, toy sizes, every path under ``plan.out``.
 
     Args:
@@ -297,7 +302,7 @@ def _synthetic_world(domains: list[str], dst: Path, seed: int) -> None:
 
 def _lines(path: Path) -> Iterator[str]:
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
+    with opener(path, "rt", encoding="utf-8") as fh:
         yield from fh
 
 
@@ -347,7 +352,7 @@ def _first_users(reviews: Path, meta: Path, dst: Path, domain: str, users: int, 
 # ---------------------------------------------------------------- models
 
 
-def rehearsal_inputs(plan: RehearsalPlan, prepared: Any, log: Rehearsal) -> dict[str, str]:
+def rehearsal_inputs(plan: RehearsalPlan, prepared: PreparedDataset, log: Rehearsal) -> dict[str, str]:
     """Write the toy base folder and every embedder folder; returns their paths (see :func:`toy_grid`)."""
     src = plan.source
     # lazy: the builders import transformers
@@ -372,7 +377,7 @@ def rehearsal_inputs(plan: RehearsalPlan, prepared: Any, log: Rehearsal) -> dict
     return inputs
 
 
-def _write_base(base: Any, prepared: Any, dst: Path, seed: int, log: Rehearsal) -> Path:
+def _write_base(base: Any, prepared: PreparedDataset, dst: Path, seed: int, log: Rehearsal) -> Path:
     # lazy: torch and transformers (~5 s to import); the rehearsal's model step pays them
     import torch
     from transformers import AutoModelForCausalLM
@@ -632,12 +637,13 @@ def run_rehearsal(plan: RehearsalPlan, log: Rehearsal | None = None) -> Rehearsa
         return cfg
 
     steps.run("models and toy grid", _models)
-    cfg, prepared = state.get("cfg"), state.get("prepared")
+    # None only after a failed step, and then _Steps runs none of the steps that read them
+    cfg, prepared = cast("GridConfig", state.get("cfg")), cast("PreparedDataset", state.get("prepared"))
     executor = executor_from_config(cfg) if cfg is not None else None
     try:
         res = steps.run("build (every stage type)", lambda: build_grid(cfg, executor=executor, progress=False),
                         lambda r: f"{len(r.stages)} stages trained ({len(r.cached)} cached), base {r.base_id[:12]}")
-        reg = Registry.open(cfg.registry) if res is not None else None
+        reg = cast(Registry, Registry.open(cfg.registry_root) if res is not None else None)  # as cfg
 
         def _baselines() -> str:
             print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared, executor=executor))
@@ -660,7 +666,7 @@ def run_rehearsal(plan: RehearsalPlan, log: Rehearsal | None = None) -> Rehearsa
     return log
 
 
-def trained_stage_types(reg: Any) -> list[str]:
+def trained_stage_types(reg: Registry) -> list[str]:
     """``kind/paradigm/period/variant`` of every checkpoint the rehearsal's registry holds, deduplicated."""
     df = reg.query()
     if df.empty:

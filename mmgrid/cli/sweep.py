@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cli.context import open_registry, open_study, run_changes, save_run
 from mmgrid.cliargs import REGISTRY_HELP, RUN_FILE, add_overrides, add_registry
 from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
 
 # lazy: every handler imports the study it runs inside itself, so that `mmgrid --help` (which imports
 # this module to register its commands) does not pay for torch (~3.5 s), pandas (~0.8 s), scipy and
@@ -265,7 +269,7 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _save_report_run(cfg: Any, out: str) -> None:
+def _save_report_run(cfg: GridConfig, out: str) -> None:
     """The report folder names its run (`mmgrid sweep temporal DIR` and the like take it): its
     ``mmgrid-run.yaml`` is written when it has none; one already there holds this same grid
     (:func:`_report` refused any other before writing) and is left as it is."""

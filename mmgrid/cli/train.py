@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cli.context import grid_source, load_config, save_run
 from mmgrid.cliargs import REGISTRY_HELP
@@ -13,6 +13,9 @@ from mmgrid.errors import ConfigError
 from mmgrid.exec.args import add_executor_args, executor_from_args
 from mmgrid.exec.base import LocalExecutor
 from mmgrid.exec.ddp import is_main
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +74,7 @@ def _register_plan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_plan)
 
 
-def _print_plan(cfg: Any, args: argparse.Namespace) -> None:
+def _print_plan(cfg: GridConfig, args: argparse.Namespace) -> None:
     # lazy: the cost model imports torch (~1-3.5 s) and polars; `mmgrid --help` must not
     from mmgrid.runtime.cost import cost_plan, plan_inputs, render
     from mmgrid.runtime.throughput import accelerator, measured
@@ -126,7 +129,7 @@ def _build(args: argparse.Namespace) -> int:
         res = build_grid(cfg, executor=executor, progress=not args.no_progress, retrain=args.retrain)
         if not is_main():  # under torchrun only rank 0 reports and evaluates
             return 0
-        save_run(cfg, Path(cfg.registry).resolve().parent, "build")  # follow-ups name this folder
+        save_run(cfg, Path(cfg.registry_root).resolve().parent, "build")  # follow-ups name this folder
         print(f"grid {cfg.name!r}: {len(res.stages)} stages ({len(res.trained)} trained, {len(res.cached)} cached) "
               f"+ base {res.base_id[:12]} in {res.seconds:.1f}s; registry {cfg.registry}")
         if args.eval:  # the evaluation's jobs on the same executor (the local one: in this process, in order)

@@ -46,10 +46,8 @@ class GridConfig:
     exec: ExecConfig = field(default_factory=ExecConfig)
 
     def __post_init__(self) -> None:
-        if self.prepared is None:
-            self.prepared = f"runs/{self.name}/prepared"
-        if self.registry is None:
-            self.registry = f"runs/{self.name}/registry"
+        self.prepared = self.prepared_dir
+        self.registry = self.registry_root
         _check_phases(self.data.phases)
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
@@ -63,6 +61,16 @@ class GridConfig:
                 raise ConfigError(f"train.epochs: no epoch count for stage {stage!r}.")
         self.train.check_shared_stages()
         self.check_metrics()
+
+    @property
+    def registry_root(self) -> str:
+        """The registry root: ``registry``, or its default ``runs/<name>/registry``."""
+        return self.registry if self.registry is not None else f"runs/{self.name}/registry"
+
+    @property
+    def prepared_dir(self) -> str:
+        """The prepared dataset folder: ``prepared``, or its default ``runs/<name>/prepared``."""
+        return self.prepared if self.prepared is not None else f"runs/{self.name}/prepared"
 
     def metric_names(self) -> list[str]:
         """The metrics an evaluation records: recall@k and ndcg@k for every k of ``eval.ks``."""

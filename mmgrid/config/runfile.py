@@ -28,13 +28,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mmgrid.config.grid import grid_from_dict
+from mmgrid.config.grid import GridConfig, grid_from_dict
 from mmgrid.configtools import apply_overrides, load_yaml
 from mmgrid.errors import ConfigError, RegistryError
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
 
 RUN_FILE = "mmgrid-run.yaml"
 FORMAT = 2  # run.format: 2 = paths relative to the run folder (absent: absolute paths, the older files)
@@ -196,7 +199,7 @@ def run_registry(run: SavedRun) -> Path:
     return p
 
 
-def load_run(run_file: str | Path, overrides: list[str] | None = None, notes: list[str] | None = None) -> Any:
+def load_run(run_file: str | Path, overrides: list[str] | None = None, notes: list[str] | None = None) -> GridConfig:
     """The :class:`~mmgrid.config.grid.GridConfig` of a run file (paths by this module's rule),
     with ``overrides`` applied (an override's path is as the user typed it: relative to the
     current folder); the reading's notes are appended to ``notes``."""
@@ -214,7 +217,7 @@ def _enclosing_run(folder: Path) -> Path | None:
     return None
 
 
-def run_dict(cfg: Any, folder: str | Path) -> dict[str, Any]:
+def run_dict(cfg: GridConfig, folder: str | Path) -> dict[str, Any]:
     """What :func:`mmgrid.cli.context.save_run` writes into ``folder/mmgrid-run.yaml`` for ``cfg``:
     the grid, its paths relative to ``folder`` where they lie inside it; listed in
     ``run.external`` where they do not, then relative when ``folder`` lies inside a run folder

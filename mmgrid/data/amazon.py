@@ -125,7 +125,7 @@ def read_reviews(
     try:
         query = lambda lf: lf.with_row_index("_row").select("_row", *_review_exprs(want, id_dtype))  # noqa: E731
         df = collect_jsonl(path, REVIEW_RAW_SCHEMA, _review_problem, scratch, strict, skips, build=query)
-        aliases = {"timestamp": ("timestamp", "sort_timestamp")}
+        aliases: dict[str, tuple[str, ...]] = {"timestamp": ("timestamp", "sort_timestamp")}
         df = _drop_missing(df, path, REVIEW_REQUIRED, strict, skips, aliases=aliases)
         df = apply_timestamp_unit(df, str(path), timestamp_unit, lambda row: _line_of_timestamp(path, row["timestamp"]))
     finally:
@@ -185,7 +185,7 @@ def _drop_missing(
         if n_null == df.height:
             raise MissingFieldError(str(path), col, accepted=names if len(names) > 1 else ())
         if strict:
-            line = find_line(path, lambda r, n=names: all(r.get(k) is None for k in n))
+            line = find_line(path, lambda r: all(r.get(k) is None for k in names))
             raise MissingFieldError(str(path), col, line=line, accepted=names if len(names) > 1 else ())
         for row in df.filter(pl.col(col).is_null()).get_column("_row").head(5).to_list():
             skips.add(str(path), None, f"record #{row + 1} lacks required field {col!r}")

@@ -184,7 +184,8 @@ def gzip_break(path: Path, chunk: int = 1 << 16) -> tuple[int, BaseException] | 
 def _clean_copy(path: Path, validate: Validator, scratch: ScratchDir, strict: bool, skips: SkipLog) -> Path:
     """Slow path: copy the parseable, valid lines of ``path`` to a new plain file."""
     out = scratch.new_file(path.name.removesuffix(".gz") + ".clean")
-    kept, skipped, first = 0, 0, (None, "")
+    kept, skipped = 0, 0
+    first: tuple[int | None, str] = (None, "")
     with open_lines(path) as src, open(out, "wb") as dst:
         for no, raw in enumerate(src, start=1):
             if not raw.strip():

@@ -146,7 +146,7 @@ def _build(
 def _prepare_domain(
     name: str, raw: RawDomain, data: DataConfig, windows: dict[str, tuple[int | None, int | None]], min_ms: int | None
 ) -> dict[str, Any]:
-    drops = dict(raw.drops)
+    drops: dict[str, Any] = dict(raw.drops)  # counts, and per-phase counts by name
     inter = raw.inter
     # Categorical ids: dedupe and the k-core rounds hash small integers instead of strings. A fresh
     # category set per domain (not the process-wide one) is freed with the domain's frames.

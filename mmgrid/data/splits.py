@@ -9,6 +9,8 @@ a later window can reach an earlier window's histories or targets.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -61,7 +63,7 @@ def kcore(df: pl.DataFrame, k: int, user: str = "user_id", item: str = "parent_a
 def phase_expr(windows: Windows) -> pl.Expr:
     """The phase name of each timestamp (null outside every window)."""
     ts = pl.col("timestamp")
-    expr: pl.Expr | None = None
+    expr: Any = None  # a polars when/then chain, made an Expr by the closing otherwise()
     for name, (start, end) in windows.items():
         c = pl.lit(True)
         if start is not None:

@@ -10,6 +10,8 @@ item is first seen in that phase).
 
 from __future__ import annotations
 
+from typing import cast
+
 import polars as pl
 
 from mmgrid.data.groups import active_users, in_window
@@ -52,7 +54,7 @@ def domain_stats(
     row["test_users"] = test_users.len()
     if recent is not None and test_users.len():
         act = active_users(inter, *windows[recent])
-        row["p_active"] = float(test_users.is_in(act.implode()).mean())
+        row["p_active"] = float(cast(float, test_users.is_in(act.implode()).mean()))  # a boolean column's mean
     else:
         row["p_active"] = float("nan")
     joined = inter.join(items.select("item_idx", "first_seen_ms"), on="item_idx")

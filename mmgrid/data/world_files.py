@@ -280,7 +280,7 @@ def planted_knobs(knobs: list[DomainKnobs], plant: PlantConfig, span_days: float
             v = means[a] + c * (getattr(k, a) - means[a])
             return max(int(round(v)), 1) if a in ("n_users", "n_items") else float(max(v, 1e-3))
 
-        out = [replace(k, **{a: moved(k, a) for a in OTHER_KNOBS}) for k in out]
+        out = [replace(k, **{a: moved(k, a) for a in OTHER_KNOBS}) for k in out]  # type: ignore[arg-type]  # each knob its own int or float
         out = [replace(k, activity=min(k.activity, 0.9), user_arrival_share=min(k.user_arrival_share, 1.0))
                for k in out]
     return out
@@ -309,6 +309,7 @@ def write_world(out_dir: str | Path, cfg: WorldConfig) -> Path:
         ``out_dir`` as a Path.
     """
     out = Path(out_dir)
+    assert cfg.start is not None  # WorldConfig.__post_init__ fills it from the preset
     start, end = _date_ms(cfg.start, "world.start"), _date_ms(cfg.end, "world.end")
     if start >= end:
         raise ConfigError(f"world: start {cfg.start} is not before end {cfg.end}.")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -41,6 +41,11 @@ from mmgrid.runtime.device import derive_seed, seed_everything, set_threads
 from mmgrid.runtime.plan import BuildResult, plan_grid
 from mmgrid.runtime.gather import gather
 from mmgrid.runtime.progress import progress as progress_bar
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 RETENTION_SPLIT = "lm_heldout"
 CELL_JOB = "mmgrid.eval.jobs:evaluate_cell_job"  # the jobs of an evaluation on an executor (mmgrid.eval.jobs)
@@ -100,7 +105,7 @@ class EvalSummary:
     seconds: float = 0.0
 
 
-def grid_evaluator(par: Any, dom: Any, cfg: Any, split: str | None = None, groups: Any = None) -> Evaluator:
+def grid_evaluator(par: Any, dom: Any, cfg: GridConfig, split: str | None = None, groups: Any = None) -> Evaluator:
     """The :class:`Evaluator` of the grid's ``eval:`` settings (split and groups overridable),
     seeded with the grid seed (the first training seed, so every replicate is evaluated on the
     same users): the one place that turns the settings into an evaluator."""
@@ -109,12 +114,12 @@ def grid_evaluator(par: Any, dom: Any, cfg: Any, split: str | None = None, group
                      activity_phase=e.activity_phase, max_users=e.max_users, seed=cfg.train.seed)
 
 
-def _done(registry: Any, cid: str, split: str) -> bool:
+def _done(registry: Registry, cid: str, split: str) -> bool:
     res = registry.results(id=cid, split=split)
     return not res.empty
 
 
-def evaluate_and_tabulate(cfg: Any, plan: BuildResult | None = None, *, registry: Any = None, prepared: Any = None,
+def evaluate_and_tabulate(cfg: GridConfig, plan: BuildResult | None = None, *, registry: Registry | None = None, prepared: PreparedDataset | None = None,
                           redo: bool = False, progress: bool = True, executor: Any = None) -> str:
     """Evaluate what is not evaluated yet (everything with ``redo``), then the Table-2-style
     Markdown baseline table.
@@ -130,7 +135,7 @@ def evaluate_and_tabulate(cfg: Any, plan: BuildResult | None = None, *, registry
         progress: print one line per evaluated model.
         executor: run the evaluation as jobs on it (see :func:`evaluate_grid`); None runs here.
     """
-    registry = registry if registry is not None else open_registry(cfg.registry)
+    registry = registry if registry is not None else open_registry(cfg.registry_root)
     plan = plan if plan is not None else plan_grid(cfg, registry, prepared)
     evaluate_grid(cfg, plan, progress=progress, redo=redo, registry=registry, prepared=prepared, executor=executor)
     domains = list(dict.fromkeys(s.domain for s in plan.stages))
@@ -138,8 +143,8 @@ def evaluate_and_tabulate(cfg: Any, plan: BuildResult | None = None, *, registry
                           period=cfg.train.stages[-1], planned=plan.id_set)
 
 
-def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = False, registry: Any = None,
-                  prepared: Any = None, executor: Any = None) -> EvalSummary:
+def evaluate_grid(cfg: GridConfig, build: Any, progress: bool = True, redo: bool = False, registry: Registry | None = None,
+                  prepared: PreparedDataset | None = None, executor: Any = None) -> EvalSummary:
     """Evaluate the grid built by ``build_grid`` (a ``BuildResult``) and record the results.
 
     Args:
@@ -155,8 +160,8 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     """
     t0 = time.perf_counter()
     set_threads(cfg.train.threads)
-    reg = registry if registry is not None else open_registry(cfg.registry)
-    prepared = prepared if prepared is not None else open_prepared(cfg.prepared)
+    reg = registry if registry is not None else open_registry(cfg.registry_root)
+    prepared = prepared if prepared is not None else open_prepared(cfg.prepared_dir)
     out = EvalSummary()
     texts = heldout_texts(prepared, cfg)
     if cfg.eval.retention and texts:
@@ -197,7 +202,7 @@ def evaluate_grid(cfg: Any, build: Any, progress: bool = True, redo: bool = Fals
     return out
 
 
-def evaluate_final(cfg: Any, reg: Any, prepared: Any, key: CheckpointKey, cid: str,
+def evaluate_final(cfg: GridConfig, reg: Registry, prepared: PreparedDataset, key: CheckpointKey, cid: str,
                    evaluators: dict[tuple[str, str], Evaluator], texts: list[str],
                    base_text_loss: float) -> tuple[Any, dict[str, float] | None]:
     """Evaluate and record one final checkpoint ``cid`` (``key``: a :class:`CheckpointKey` or the
@@ -226,14 +231,14 @@ def evaluate_final(cfg: Any, reg: Any, prepared: Any, key: CheckpointKey, cid: s
     return res, ret
 
 
-def eval_line(cfg: Any, key: CheckpointKey, res: Any) -> str:
+def eval_line(cfg: GridConfig, key: CheckpointKey, res: Any) -> str:
     """The progress line of one evaluated model: ``eval VARIANT/PARADIGM/DOMAIN[ seed=S]: R@10=...``."""
     seed, variant, paradigm, domain = key
     tag = "" if len(cfg.train.seed_list) == 1 else f" seed={seed}"
     return f"eval {variant}/{paradigm}/{domain}{tag}: R@10={res['all'].get('recall@10', float('nan')):.4f}"
 
 
-def eval_jobs(cfg: Any, work: EvalWork, base_text_loss: float, redo: bool = False) -> list[Job]:
+def eval_jobs(cfg: GridConfig, work: EvalWork, base_text_loss: float, redo: bool = False) -> list[Job]:
     """The jobs of one grid evaluation: a cell job for every cell with a model to evaluate or a
     matrix to compute (in the order of ``work.todo``, then ``work.cells``), then a popular job per domain."""
     todo, cells, domains, ids = work.todo, work.cells, work.domains, work.ids
@@ -253,7 +258,7 @@ def eval_jobs(cfg: Any, work: EvalWork, base_text_loss: float, redo: bool = Fals
     return jobs
 
 
-def run_eval_jobs(cfg: Any, reg: Any, executor: Any, work: EvalWork, out: EvalSummary, progress: bool = True,
+def run_eval_jobs(cfg: GridConfig, reg: Registry, executor: Any, work: EvalWork, out: EvalSummary, progress: bool = True,
                   redo: bool = False) -> None:
     """Submit :func:`eval_jobs`, wait for them (a progress bar over jobs), print each evaluated
     model's line, index the jobs' records and fill ``out`` in the in-process loop's key order."""
@@ -271,7 +276,7 @@ def run_eval_jobs(cfg: Any, reg: Any, executor: Any, work: EvalWork, out: EvalSu
     out.matrices = {c: out.matrices[c] for c in work.cells}
 
 
-def _collect(cfg: Any, job: Job, got: Any, out: EvalSummary, results: dict, retention: dict, progress: bool) -> None:
+def _collect(cfg: GridConfig, job: Job, got: Any, out: EvalSummary, results: dict, retention: dict, progress: bool) -> None:
     """Take one job's answer into ``out`` (popular, matrices) and ``results`` / ``retention``
     (ordered later); print its models' lines."""
     if job.fn == POPULAR_JOB:
@@ -296,14 +301,14 @@ def _finals(build: Any) -> dict[CheckpointKey, str]:
     return last
 
 
-def heldout_texts(prepared: Any, cfg: Any) -> list[str]:
+def heldout_texts(prepared: PreparedDataset, cfg: GridConfig) -> list[str]:
     """The held-out base texts of the retention measure (the first ``eval.retention_docs``)."""
     texts = list(prepared.lm_text("heldout"))
     n = cfg.eval.retention_docs
     return texts[:n] if n is not None else texts
 
 
-def evaluate_popular(cfg: Any, reg: Any, prepared: Any, domain: str,
+def evaluate_popular(cfg: GridConfig, reg: Registry, prepared: PreparedDataset, domain: str,
                      redo: bool = False) -> dict[str, dict[str, float]]:
     """Most-popular baseline of ``domain`` over the training phases, recorded in the registry."""
     dom = prepared.domain(domain)
@@ -318,7 +323,7 @@ def evaluate_popular(cfg: Any, reg: Any, prepared: Any, domain: str,
     return res
 
 
-def accuracy_matrix(cfg: Any, reg: Any, prepared: Any, build: Any, paradigm: str, domain: str,
+def accuracy_matrix(cfg: GridConfig, reg: Registry, prepared: PreparedDataset, build: Any, paradigm: str, domain: str,
                     metric: str = "recall@10", variant: str = "default") -> dict[str, Any]:
     """R[model trained through period i, evaluated on period j] over the training stages (+ the
     start row b), with BWT / FWT / forgetting; every entry is recorded (split = period j)."""

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from mmgrid.config import grid_from_dict
-from mmgrid.eval.grid import accuracy_matrix, evaluate_final, evaluate_popular, heldout_texts
+from mmgrid.eval.grid import CheckpointKey, accuracy_matrix, evaluate_final, evaluate_popular, heldout_texts
 from mmgrid.eval.ranking import Evaluator
 from mmgrid.registry import Registry
 from mmgrid.runtime.context import open_prepared
@@ -55,7 +55,7 @@ def _open(grid: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(cfg, worker-mode registry, prepared) of a job."""
     cfg = grid_from_dict(grid)
     set_threads(cfg.train.threads)
-    return cfg, Registry.open(cfg.registry, index=False), open_prepared(cfg.prepared)
+    return cfg, Registry.open(cfg.registry_root, index=False), open_prepared(cfg.prepared_dir)
 
 
 def evaluate_cell_job(grid: dict[str, Any], paradigm: str, domain: str, models: list[list[Any]],
@@ -80,7 +80,7 @@ def evaluate_cell_job(grid: dict[str, Any], paradigm: str, domain: str, models: 
     evaluators: dict[tuple[str, str], Evaluator] = {}
     out: dict[str, Any] = {"results": [], "retention": [], "matrix": None}
     for seed, variant, par, dom, cid in models:
-        res, ret = evaluate_final(cfg, reg, prepared, (int(seed), variant, par, dom), cid, evaluators, texts, base)
+        res, ret = evaluate_final(cfg, reg, prepared, CheckpointKey(int(seed), variant, par, dom), cid, evaluators, texts, base)
         out["results"].append([int(seed), variant, par, dom, plain(dict(res))])
         if ret is not None:
             out["retention"].append([variant, par, dom, plain(ret)])

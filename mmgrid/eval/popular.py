@@ -8,12 +8,15 @@ its results are queried like any model's; the rule is part of its identity."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
 
 from mmgrid.configtools import stable_hash
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 def popular_ranking(counts: np.ndarray, k: int, histories: Sequence[Sequence[int]] | None = None) -> np.ndarray:
@@ -35,7 +38,7 @@ def popular_ranking(counts: np.ndarray, k: int, histories: Sequence[Sequence[int
     return out
 
 
-def put_popular(registry: Any, domain: Any, phases: Sequence[str], fingerprint: str, seed: int = 0,
+def put_popular(registry: Registry, domain: Any, phases: Sequence[str], fingerprint: str, seed: int = 0,
                 exclude_history: bool = True) -> str:
     """Store the popularity counts of ``domain`` over ``phases`` (coords paradigm ``popular``).
 
@@ -50,6 +53,6 @@ def put_popular(registry: Any, domain: Any, phases: Sequence[str], fingerprint: 
                         config_hash=stable_hash({"data": fingerprint}), seed=seed, data_fingerprint=fingerprint)
 
 
-def popular_counts(registry: Any, cid: str) -> np.ndarray:
+def popular_counts(registry: Registry, cid: str) -> np.ndarray:
     """The counts stored by :func:`put_popular`."""
     return registry.load(cid)["counts"].numpy()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from mmgrid.errors import DataError
 from mmgrid.eval.metrics import per_user_metrics
 from mmgrid.registry.peruser import intervals
 from mmgrid.runtime.progress import progress
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 GROUPS = ("all", "active", "non_active")
 
@@ -47,7 +50,7 @@ class EvalResults(dict):
     """``{group: {metric: value, "n": count}}`` (a plain dict to every reader) plus ``per_user``
     (a :class:`PerUser`, or None where the values are not known)."""
 
-    def __init__(self, groups: Mapping[str, Mapping[str, float]] = (), per_user: PerUser | None = None) -> None:
+    def __init__(self, groups: Mapping[str, Mapping[str, float]] | tuple[()] = (), per_user: PerUser | None = None) -> None:
         super().__init__(groups)
         self.per_user = per_user
 
@@ -146,7 +149,7 @@ class Evaluator:
         return self.evaluate_ranked(self.rank(model))
 
 
-def record_evaluation(registry: Any, ref: Any, split: str, results: Mapping[str, Mapping[str, float]],
+def record_evaluation(registry: Registry, ref: Any, split: str, results: Mapping[str, Mapping[str, float]],
                       recipe: dict | None = None, extra: dict | None = None) -> dict[str, dict[str, float]]:
     """One ``record_eval`` per group; NaN metrics are left out, and a group left with its count only
     is not recorded. Where ``results`` carries per-user values (an :class:`EvalResults`), they are
@@ -175,7 +178,7 @@ def record_evaluation(registry: Any, ref: Any, split: str, results: Mapping[str,
     return out
 
 
-def record_results(registry: Any, ref: Any, split: str, results: Mapping[str, Mapping[str, float]],
+def record_results(registry: Registry, ref: Any, split: str, results: Mapping[str, Mapping[str, float]],
                    eval_domain: str, recipe: dict | None = None, extra: dict | None = None) -> None:
     """:func:`record_evaluation` with ``extra.eval_domain`` (one record per group)."""
     record_evaluation(registry, ref, split, results, recipe=recipe, extra={"eval_domain": eval_domain, **(extra or {})})

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Sequence
 
 import numpy as np
 import pandas as pd
 
 from mmgrid.errors import RegistryError
 from mmgrid.stats import mean_ci
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 PRETTY = {"text": "Text-grounded (BIGRec)", "semid": "SemID (LC-Rec)", "emb": "SemEmb (HLLM)", "sasrec": "SASRec",
           "popular": "Most popular"}
@@ -63,7 +66,7 @@ def seed_number(v: Any) -> int:
 class PerUser:
     """Per-user frames of result rows, read once (cached by record key)."""
 
-    def __init__(self, registry: Any) -> None:
+    def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self._cache: dict[str, pd.DataFrame | None] = {}
 
@@ -177,7 +180,7 @@ def fmt_p(p: float) -> str:
 # --------------------------------------------------------------------------- checkpoint cells (Table 2)
 
 
-def seed_ids(registry: Any, paradigm: str, period: str | None, variant: str = "default",
+def seed_ids(registry: Registry, paradigm: str, period: str | None, variant: str = "default",
              planned: Collection[str] | None = None) -> dict[str, dict[int, str]]:
     """Domain -> {training seed -> id} of the trained checkpoint of ``period`` per seed: the one
     whose id is in ``planned`` (the grid's planned ids, :func:`mmgrid.runtime.plan.planned_ids`)
@@ -201,7 +204,7 @@ def seed_ids(registry: Any, paradigm: str, period: str | None, variant: str = "d
     return {d: dict(sorted(v.items())) for d, v in out.items()}
 
 
-def checkpoint_rows(registry: Any, ids: list[str], split: str, group: str = "all") -> pd.DataFrame:
+def checkpoint_rows(registry: Registry, ids: list[str], split: str, group: str = "all") -> pd.DataFrame:
     """Newest own evaluation (no study) of each checkpoint: one row per (id, metric)."""
     if not ids:
         return pd.DataFrame()
@@ -216,7 +219,7 @@ def checkpoint_rows(registry: Any, ids: list[str], split: str, group: str = "all
 class CheckpointValues:
     """Per-user values of checkpoint cells: ``values(paradigm, domain, metric) -> [n_seeds, n_users]``."""
 
-    def __init__(self, registry: Any, split: str, period: str | None, paradigms: list[str], variant: str = "default",
+    def __init__(self, registry: Registry, split: str, period: str | None, paradigms: list[str], variant: str = "default",
                  planned: Collection[str] | None = None):
         self.pu = PerUser(registry)
         self.ids = {p: seed_ids(registry, p, period, variant, planned) for p in paradigms}
@@ -297,7 +300,7 @@ def format_table(frame: pd.DataFrame, digits: int = 2, scale: float = 100.0) -> 
     return "\n".join(lines)
 
 
-def baseline_cells(registry: Any, paradigms: Sequence[str], domains: Sequence[str], *, variant: str = "default",
+def baseline_cells(registry: Registry, paradigms: Sequence[str], domains: Sequence[str], *, variant: str = "default",
                    period: str | None = None, split: str = "test", ks: Sequence[int] = (10, 20),
                    with_popular: bool = True, planned: Collection[str] | None = None
                    ) -> tuple[pd.DataFrame, CheckpointValues]:
@@ -316,7 +319,7 @@ def baseline_cells(registry: Any, paradigms: Sequence[str], domains: Sequence[st
     return out.dropna(how="all"), cv
 
 
-def baseline_table(registry: Any, paradigms: Sequence[str], domains: Sequence[str], *, variant: str = "default",
+def baseline_table(registry: Registry, paradigms: Sequence[str], domains: Sequence[str], *, variant: str = "default",
                    period: str | None = None, split: str = "test", group: str = "all",
                    ks: Sequence[int] = (10, 20), with_popular: bool = True,
                    planned: Collection[str] | None = None) -> str:

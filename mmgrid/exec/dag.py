@@ -134,7 +134,7 @@ def _wait_all(futures: dict[str, Future], progress: bool | None) -> None:
 def sync_registry(root: str | os.PathLike[str]) -> int:
     """Index, on the driver, the manifests and results that workers wrote; returns the changes."""
 
-    return int(Registry.open(root).sync() or 0)
+    return int(Registry.open(os.fspath(root)).sync() or 0)
 
 
 def _failure_message(dag: Dag, errors: dict[str, BaseException]) -> str:

@@ -119,7 +119,7 @@ def _init_worker(env: dict[str, str], driver_pid: int | None = None) -> None:
         torch.set_num_threads(1)
 
 
-def _rebuild_exception(cls: type, args: tuple, state: dict[str, Any]) -> BaseException:
+def _rebuild_exception(cls: type[BaseException], args: tuple, state: dict[str, Any]) -> BaseException:
     """An exception of ``cls`` with ``args`` and attributes ``state``, without calling its ``__init__``."""
     exc = cls.__new__(cls)
     exc.args = args

@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,6 +18,9 @@ from mmgrid.merge.methods.base import Method
 from mmgrid.merge.plan import Plan, check_and_plan
 from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, open_source
 from mmgrid.merge.vocab import merged_added_rows
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 @dataclass
@@ -63,7 +66,7 @@ def neutral_base(sources: Sequence[TensorSource]) -> TensorSource:
     return TensorSource("neutral(" + ", ".join(s.label for s in sources) + ")", dict(first.shapes), get, dict(first.meta))
 
 
-def prepare(method: str | Method, models: Sequence[Any], base: Any = None, registry: Any = None,
+def prepare(method: str | Method, models: Sequence[Any], base: Any = None, registry: Registry | None = None,
             **params: Any) -> tuple[Method, list[TensorSource], TensorSource | None, Plan]:
     """Validate everything (method, parameters, inputs, shapes) before any merge work.
 
@@ -93,7 +96,7 @@ def prepare(method: str | Method, models: Sequence[Any], base: Any = None, regis
     if cls.needs_base and bsrc is None:
         raise MergeParamError(f"method {method!r} merges task vectors and needs a base: pass base=ID (original base, a historical checkpoint) or base=[ID, ID] (neutral base, MMGRid Eq. 8)")
     if cls.optional_base and bsrc is not None:
-        inst.needs_base = True  # this merge works on the task vectors of the base it was given
+        inst.needs_base = True  # type: ignore[misc]  # this instance's own value: this merge works on the task vectors of the base it was given
     plan = check_and_plan(srcs, bsrc if inst.needs_base else None)
     return inst, srcs, bsrc if inst.needs_base else None, plan
 
@@ -102,7 +105,7 @@ def _info(inst: Method, plan: Plan, n: int) -> MergeInfo:
     return MergeInfo(inst.name, params_dict(inst.params), inst.report, plan.provenance(n), merged_added_rows(plan.rows))
 
 
-def merge_with_info(method: str | Method, models: Sequence[Any], base: Any = None, registry: Any = None, *,
+def merge_with_info(method: str | Method, models: Sequence[Any], base: Any = None, registry: Registry | None = None, *,
                     route: executor.Route | None = None, **params: Any) -> tuple[dict[str, torch.Tensor], MergeInfo]:
     """Like :func:`merge`, also returning the :class:`MergeInfo`."""
     inst, srcs, bsrc, plan = prepare(method, models, base, registry, **params)
@@ -116,7 +119,7 @@ def merge_with_info(method: str | Method, models: Sequence[Any], base: Any = Non
     return out, _info(inst, plan, len(srcs))
 
 
-def merge(method: str, models: Sequence[Any], base: Any = None, registry: Any = None, *,
+def merge(method: str, models: Sequence[Any], base: Any = None, registry: Registry | None = None, *,
           route: executor.Route | None = None, **params: Any) -> dict[str, torch.Tensor]:
     """Merge ``models`` with ``method`` and return the merged state dict.
 
@@ -141,7 +144,7 @@ def merge(method: str, models: Sequence[Any], base: Any = None, registry: Any = 
 
 
 def merge_to_file(method: str | Method, models: Sequence[Any], out_path: str | os.PathLike, base: Any = None,
-                  registry: Any = None, durable: bool = True, *, route: executor.Route | None = None,
+                  registry: Registry | None = None, durable: bool = True, *, route: executor.Route | None = None,
                   **params: Any) -> MergeInfo:
     """Merge tensor by tensor straight into a safetensors file (nothing left on error).
 

@@ -165,8 +165,10 @@ def _merge_pass(mp: MergePass, sink: Sink, writer: Any) -> None:
     reader = fr.BlockReader(srcs)
     aw = fw.AsyncWriter(writer)
     ahead = fr.locate_ahead(srcs, [j.name for j in jobs if j.whole is None])
+    kernel = mp.kernel
+    assert kernel is not None  # the fast pass runs only methods with a kernel
     try:
-        fw.write_blocks(jobs, lambda job, out, work: ft.merge_block(mp.kernel, reader, job, out, work, mp.method.name),
+        fw.write_blocks(jobs, lambda job, out, work: ft.merge_block(kernel, reader, job, out, work, mp.method.name),
                         aw, make_work=lambda: (mp.buffers(), [torch.empty(0, dtype=torch.uint8) for _ in srcs]))
     finally:
         ahead.shutdown(wait=True, cancel_futures=True)

@@ -9,6 +9,7 @@ orientation; the method module transposes PyTorch ``(out, in)`` weights.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -153,7 +154,7 @@ def bw_barycenter(
     """
     w = [float(x) / float(sum(weights)) for x in weights]
     cs = [sym(c.double()) for c in covs]
-    s = sum(wi * c for wi, c in zip(w, cs))
+    s = cast(torch.Tensor, sum(wi * c for wi, c in zip(w, cs)))
     for _ in range(max_iter):
         rs, irs = sqrtm_psd(s), inv_sqrtm_psd(s)
         t = sum(wi * sqrtm_psd(rs @ c @ rs) for wi, c in zip(w, cs))

@@ -41,7 +41,7 @@ def apply_inplace(module: torch.nn.Module, state: Mapping[str, torch.Tensor] | C
 def module_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The module's parameters and buffers by state-dict name."""
     # every name, tied weights included (state_dict names both ends of a tie)
-    targets = dict(module.named_parameters(remove_duplicate=False))
+    targets: dict[str, torch.Tensor] = dict(module.named_parameters(remove_duplicate=False))
     targets.update(dict(module.named_buffers(remove_duplicate=False)))
     return targets
 

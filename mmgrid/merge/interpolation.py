@@ -20,7 +20,7 @@ import math
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -32,6 +32,9 @@ from mmgrid.merge.inplace import apply_inplace, module_tensors
 from mmgrid.merge.plan import Plan, check_finite
 from mmgrid.merge.reference import passthrough
 from mmgrid.merge.tensors import SafetensorsWriter
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 # bytes per output block of a sweep point: one lerp per block, so bigger blocks mean
@@ -150,7 +153,7 @@ class TemporalSweep(_Sweep):
     interpolated, rows of one checkpoint are kept as they are (as :func:`merge` does).
     """
 
-    def __init__(self, t1: Any, t2: Any, registry: Any = None) -> None:
+    def __init__(self, t1: Any, t2: Any, registry: Registry | None = None) -> None:
         inst, srcs, _, plan = prepare("temporal", [t1, t2], registry=registry)
         super().__init__(plan)
         for name, _, _ in plan.layout:

@@ -245,7 +245,7 @@ class Kernel:
     pipeline: Pipeline | None = None
     thresholds: tuple[float, ...] | None = None
     tensor_thresholds: Mapping[str, tuple[float, ...]] | None = None
-    fn: Callable[[str, Sequence[torch.Tensor]], torch.Tensor] | None = None
+    fn: Callable[..., torch.Tensor] | None = None  # (name, parts, work), and the flat offset where positional
 
     @classmethod
     def of(cls, cfg: Pipeline, n: int, thresholds: Sequence[float] | None = None) -> Kernel:
@@ -347,9 +347,12 @@ def tensor_thresholds(cfg: Pipeline, views: Callable[[], Iterator], n_inputs: in
         return ops.sub_bin_histogram(d, b, scratch)
 
     where: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # name -> (k, [(bin, above)] per input)
-    cur, hists, total = None, [], 0
+    cur: str | None = None
+    hists: list[torch.Tensor] = []
+    total = 0
 
     def close() -> None:
+        assert cur is not None  # called once a tensor's pieces were seen
         k = ops.keep_count(cfg.density, total)
         where[cur] = (k, [ops.threshold_bin(h, k) for h in hists])
 

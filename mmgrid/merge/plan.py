@@ -146,7 +146,7 @@ def tensor_views(models: list[TensorSource], base: TensorSource | None, plan: Pl
             for t, m in zip(ts, models):
                 check_finite(t, name, m.label)
             if bv is not None:
-                check_finite(bv, name, base.label)
+                check_finite(bv, name, base.label if base is not None else "the base")  # bv: from base
         yield TensorView(name, ts, bv, vocab, 0 if span is None else span[0])
 
 

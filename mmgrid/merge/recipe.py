@@ -16,7 +16,7 @@ import dataclasses
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -28,6 +28,9 @@ from mmgrid.merge.methods import canonical_params, get_method, identity, validat
 from mmgrid.merge.methods.base import Method
 from mmgrid.merge.tensors import from_manifest
 from mmgrid.registry.names import make_id, normalize_coords, normalize_parents
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 @dataclass
@@ -135,7 +138,7 @@ def canonical_number(given: Any, typed: Any) -> Any:
     return given
 
 
-def default_coords(registry: Any, recipe: Recipe) -> dict[str, Any]:
+def default_coords(registry: Registry, recipe: Recipe) -> dict[str, Any]:
     """Coords of the merged model: the inputs' paradigm, joined domains and periods."""
     return merged_coords([registry.get(i) for i in recipe.inputs], recipe.method)
 
@@ -155,7 +158,7 @@ def merged_coords(mans: list[Any], method: str) -> dict[str, Any]:
             "variant": f"merge-{method}"}
 
 
-def run_recipe(recipe: Recipe | CheckedRecipe, registry: Any, coords: dict[str, Any] | None = None,
+def run_recipe(recipe: Recipe | CheckedRecipe, registry: Registry, coords: dict[str, Any] | None = None,
                dry_run: bool = False) -> str:
     """Carry out a recipe and store the result; return its id.
 

@@ -50,7 +50,7 @@ def reference_tensor(method: Method, models: list[TensorSource], base: TensorSou
             dare = kernel.pipeline is not None and kernel.pipeline.uses_dare
             key = view.key if dare else view.name
             ins = ([view.raw_base] if view.raw_base is not None else []) + view.raw
-            if getattr(kernel.fn, "positional", False):  # its entries depend on their flat position
+            if kernel.fn is not None and getattr(kernel.fn, "positional", False):  # entries depend on their flat position
                 out = kernel.fn(view.name, ins, None, view.start * math.prod(view.raw[0].shape[1:]))
             else:
                 out = pl.apply_kernel(kernel, key, ins)
@@ -107,7 +107,10 @@ def added_rows(method: Method, models: list[TensorSource], base: TensorSource | 
                  if len(src) == len(models) and (not use_base or brow is not None)]
     if by_method:  # one view of all rows every input has, merged by the method at once
         ts = [torch.stack([full[i][dict(rp.sources[j])[i]] for j in by_method]).float() for i in range(len(models))]
-        b = torch.stack([bfull[rp.base_rows[j]] for j in by_method]).float() if use_base else None
+        b = None
+        if use_base:
+            assert bfull is not None  # use_base: the caller passes the base
+            b = torch.stack([bfull[rp.base_rows[j]] for j in by_method]).float()
         out[by_method] = method.merge_tensor(TensorView(f"{name}[added]", ts, b, True))
     done = set(by_method)
     for j, src in enumerate(rp.sources):

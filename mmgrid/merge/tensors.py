@@ -120,7 +120,7 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
         if end > begin:
             with open(p, "rb", buffering=0) as fh:
                 fh.seek(data_start + begin)
-                view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+                view = memoryview(out.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]  # numpy declares ndarray.__buffer__ for Python >= 3.12 only
                 got = 0
                 while got < end - begin:  # readinto may return short counts
                     r = fh.readinto(view[got:])
@@ -136,7 +136,7 @@ def from_safetensors(path: str | os.PathLike) -> TensorSource:
                         locate=lambda name: (str(p), data_start + header[name]["data_offsets"][0]))
 
 
-def from_registry(registry: Any, cid: str) -> TensorSource:
+def from_registry(registry: Registry, cid: str) -> TensorSource:
     """A streaming source over a registry checkpoint (``reg.open_tensors(id)``)."""
     return from_manifest(registry, registry.get(cid))
 
@@ -159,7 +159,7 @@ def from_manifest(registry: Any, man: Any) -> TensorSource:
                         locate=_blob_locator(registry, man))
 
 
-def _blob_locator(registry: Any, man: Any) -> Any:
+def _blob_locator(registry: Registry, man: Any) -> Any:
     """``locate`` of a registry source: each tensor's (blob path, data offset), its blob's
     hash checked on first use (the registry's first-read rule), so the fast pass reads
     blocks of it and a sweep maps it instead of loading whole tensors per block."""
@@ -171,6 +171,7 @@ def _blob_locator(registry: Any, man: Any) -> Any:
     def locate(name: str) -> tuple[str, int]:
         hit = cache.get(name)
         if hit is None:
+            assert store is not None and blobs is not None  # checked when locate was made
             path, offset = store.locate_tensor(blobs[name].sha256, where=f"tensor {name} of {man.id}")
             hit = cache[name] = (str(path), offset)
         return hit
@@ -178,7 +179,7 @@ def _blob_locator(registry: Any, man: Any) -> Any:
     return locate
 
 
-def open_source(src: Any, label: str, registry: Any = None) -> TensorSource:
+def open_source(src: Any, label: str, registry: Registry | None = None) -> TensorSource:
     """Open a state dict, a safetensors path, a TensorSource or a registry id."""
     if isinstance(src, TensorSource):
         return src

@@ -29,6 +29,8 @@ from mmgrid.models.builders import get_builder, parse_builder
 from mmgrid.models.tokenizer import tokenizer_files
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # domain "all": the registry allows no "*" in coordinates.
@@ -129,13 +131,13 @@ def base_identity(cfg: BaseConfig, fingerprint: str, seed: int, identity: int = 
     }
 
 
-def base_checkpoint_id(cfg: BaseConfig, registry: Any, fingerprint: str, seed: int,
+def base_checkpoint_id(cfg: BaseConfig, registry: Registry, fingerprint: str, seed: int,
                        identity: int = BASE_IDENTITY) -> str:
     """The id the base of ``cfg`` has (or will have) in ``registry`` (``identity``: :func:`base_identity`)."""
     return _make_id(registry, base_identity(cfg, fingerprint, seed, identity))
 
 
-def _make_id(registry: Any, ident: dict[str, Any]) -> str:
+def _make_id(registry: Registry, ident: dict[str, Any]) -> str:
     return registry.make_id(ident["coords"], ident["kind"], ident["parents"], ident["params"],
                             ident["config_hash"], ident["seed"])
 
@@ -144,7 +146,7 @@ def _make_id(registry: Any, ident: dict[str, Any]) -> str:
 TinyBaseTrainer = Callable[[Callable[[int], Any], BaseConfig, Any, int, bool], "BaseBundle"]
 
 
-def load_base(cfg: BaseConfig, prepared: Any, registry: Any, seed: int = 0, progress: bool = False,
+def load_base(cfg: BaseConfig, prepared: PreparedDataset, registry: Registry, seed: int = 0, progress: bool = False,
               train_tiny: TinyBaseTrainer | None = None) -> tuple[BaseBundle, str]:
     """Fetch the grid's base model and tokenizer from the registry, or load / train and store it.
 
@@ -291,14 +293,14 @@ def bundle_from_files(state: dict[str, "torch.Tensor"], files: dict[str, bytes])
     return BaseBundle(model, tokenizer, config)
 
 
-def bundle_from_registry(registry: Any, base_id: str) -> BaseBundle:
+def bundle_from_registry(registry: Registry, base_id: str) -> BaseBundle:
     """Load a base checkpoint (weights + tokenizer files) from the registry."""
     man = registry.get(base_id)
     files = {name: registry.file(base_id, name) for name in _file_names(man)}
     return bundle_from_files(registry.load(base_id), files)
 
 
-def shared_base(registry: Any, base_id: str) -> BaseBundle:
+def shared_base(registry: Registry, base_id: str) -> BaseBundle:
     """The base ``base_id``, loaded once per process (the bundle :func:`load_base` keeps): read it,
     never train or resize it (take :meth:`BaseBundle.copy` for that)."""
     bundle = _CACHE.get(base_id)

@@ -9,17 +9,26 @@ trains on two CPU cores in minutes.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Protocol
 
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from mmgrid.errors import UnknownNameError
 
-_BUILDERS: dict[str, Callable[[int], "Qwen3ForCausalLM"]] = {}
+
+class Builder(Protocol):
+    """A base builder: the model of a vocabulary size, or of the builder's default size."""
+
+    __name__: str
+
+    def __call__(self, vocab_size: int = ...) -> Qwen3ForCausalLM: ...
+
+
+_BUILDERS: dict[str, Builder] = {}
 _CALL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\)\s*$")
 
 
-def register_builder(fn: Callable[[int], "Qwen3ForCausalLM"]) -> Callable[[int], "Qwen3ForCausalLM"]:
+def register_builder(fn: Builder) -> Builder:
     """Make ``fn`` available as ``base.model: <name>()``."""
     _BUILDERS[fn.__name__] = fn
     return fn
@@ -76,7 +85,7 @@ def parse_builder(spec: str) -> str | None:
     return m.group(1) if m else None
 
 
-def get_builder(name: str) -> Callable[[int], "Qwen3ForCausalLM"]:
+def get_builder(name: str) -> Builder:
     """The builder registered as ``name`` (UnknownNameError lists the known ones)."""
     if name not in _BUILDERS:
         raise UnknownNameError("base builder", f"{name}()", [f"{n}()" for n in _BUILDERS])

@@ -18,7 +18,7 @@ is the result of a merge.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -45,36 +45,39 @@ class Checkpoint:
     base_model: Callable[[], "torch.nn.Module"] | None = field(default=None, repr=False, compare=False)
 
 
+ModelT = TypeVar("ModelT", bound="torch.nn.Module")  # a paradigm's own model class
+
+
 @runtime_checkable
-class Paradigm(Protocol):
-    """A generative-recommendation paradigm (text, semid, emb, sasrec)."""
+class Paradigm(Protocol[ModelT]):
+    """A generative-recommendation paradigm (text, semid, emb, sasrec), generic in its model class."""
 
     name: str
 
-    def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> "torch.nn.Module":
+    def build(self, base: "BaseBundle", domain: "DomainData", params: dict[str, Any], seed: int) -> ModelT:
         """Make this paradigm's model for ``domain`` from the base (the first stage's start)."""
         ...
 
-    def examples(self, model: "torch.nn.Module", domain: "DomainData", phase: str) -> list[Any]:
+    def examples(self, model: ModelT, domain: "DomainData", phase: str) -> list[Any]:
         """Training examples of one phase (targets inside the phase, histories before them)."""
         ...
 
-    def collate(self, model: "torch.nn.Module", examples: list[Any]) -> dict[str, "torch.Tensor"]:
+    def collate(self, model: ModelT, examples: list[Any]) -> dict[str, "torch.Tensor"]:
         """Batch a list of examples into tensors."""
         ...
 
-    def loss(self, model: "torch.nn.Module", batch: dict[str, "torch.Tensor"]) -> "torch.Tensor":
+    def loss(self, model: ModelT, batch: dict[str, "torch.Tensor"]) -> "torch.Tensor":
         """Scalar training loss of one batch."""
         ...
 
-    def rank(self, model: "torch.nn.Module", domain: "DomainData", histories: list[list[int]], k: int) -> "np.ndarray":
+    def rank(self, model: ModelT, domain: "DomainData", histories: list[list[int]], k: int) -> "np.ndarray":
         """Top-``k`` item indices (best first) for each history: an int array [len(histories), k]."""
         ...
 
-    def save(self, model: "torch.nn.Module") -> Checkpoint:
+    def save(self, model: ModelT) -> Checkpoint:
         """The model as a registry checkpoint."""
         ...
 
-    def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> "torch.nn.Module":
+    def load(self, ckpt: Checkpoint, domain: "DomainData", params: dict[str, Any]) -> ModelT:
         """Rebuild the model from a checkpoint (possibly merged, possibly with extra added rows)."""
         ...

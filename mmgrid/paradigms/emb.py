@@ -172,8 +172,9 @@ def _user_config(item_config: Any) -> Any:
     return cfg
 
 
-def make_user_llm(item_config: Any, source: nn.Module | None = None) -> nn.Module:
-    """A 2-layer Qwen3Model without token embeddings; copies ``source``'s first/last layers and norm."""
+def make_user_llm(item_config: Any, source: Any = None) -> nn.Module:
+    """A 2-layer Qwen3Model without token embeddings; copies ``source``'s first/last layers and norm
+    (``source``: a Hugging Face decoder, its ``layers`` and ``norm`` read by name)."""
     # lazy: transformers' model classes cost ~1.2 s to import; sasrec never needs them
     from transformers import AutoModel
 
@@ -188,6 +189,12 @@ def make_user_llm(item_config: Any, source: nn.Module | None = None) -> nn.Modul
 
 class EmbModel(nn.Module):
     """Item LLM + user LLM of one domain, with the domain's tokenized item texts as buffers."""
+
+    item_llm: Any  # a Hugging Face causal LM: its .model and .config are read by name
+    user_llm: Any  # a Hugging Face decoder (make_user_llm)
+    item_ids: torch.Tensor  # buffers (register_buffer)
+    item_lengths: torch.Tensor
+    item_sentence: torch.Tensor
 
     def __init__(
         self, item_llm: nn.Module, user_llm: nn.Module, tokenizer: Any, domain: str, n_items: int,
@@ -213,7 +220,7 @@ class EmbModel(nn.Module):
         # zero-initialised, so a new model starts as the text-only one.
         self.item_id: nn.Embedding | None = None
         dtype = next(item_llm.parameters()).dtype
-        hidden = int(item_llm.config.hidden_size)
+        hidden = int(self.item_llm.config.hidden_size)
         if params.id_embeddings:
             self.item_id = nn.Embedding(n_items, hidden).to(dtype)
             nn.init.zeros_(self.item_id.weight)

@@ -111,9 +111,13 @@ def base_score(sims: torch.Tensor | None, counts: np.ndarray | None, gamma: floa
     ``sims`` may be None: it is not read).
     """
     if scale == "minmax":
-        return bigrec_adjust(sims_distance(sims) if dist is None else dist, counts, gamma)
+        if dist is None:
+            assert sims is not None  # sims is read wherever dist is not given
+            dist = sims_distance(sims)
+        return bigrec_adjust(dist, counts, gamma)
     if dist is not None:
         return divide_by_popularity(dist, counts, gamma) if counts is not None else -dist.float()
+    assert sims is not None  # sims is read wherever dist is not given
     return popularity_adjust(sims, counts, gamma) if counts is not None else sims.float()
 
 

@@ -62,7 +62,7 @@ def lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Ten
         cols = torch.arange(width - keep, width - 1, device=labels.device)[None].expand(labels.shape[0], -1)
         hidden = hidden_states_at(inner, cols, attention_mask=batch["attention_mask"], input_ids=batch["input_ids"],
                                   position_ids=batch["position_ids"])
-        logits = model.lm_head(hidden)
+        logits = model.lm_head(hidden)  # type: ignore[operator]  # a Module attribute is typed Tensor | Module
     else:
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                     position_ids=batch["position_ids"], logits_to_keep=keep)

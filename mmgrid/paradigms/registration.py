@@ -6,14 +6,14 @@ A leaf module: the paradigm modules import it to register themselves, and the pa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mmgrid.errors import UnknownNameError
 
 if TYPE_CHECKING:  # pragma: no cover
     from mmgrid.paradigms.base import Paradigm
 
-Factory = Callable[[], "Paradigm"]
+Factory = Callable[[], "Paradigm[Any]"]
 
 _FACTORIES: dict[str, Factory] = {}
 

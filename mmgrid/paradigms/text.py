@@ -152,8 +152,8 @@ def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", params:
     cut = int(params.max_title_tokens)
     enc = tokenizer([" " + t for t in domain.item_titles], add_special_tokens=False)["input_ids"]
     template = tuple(tokenizer(s, add_special_tokens=False)["input_ids"] for s in (PROMPT, SEP, ANSWER))
-    lm.mmgrid_text = TextInfo(tokenizer, domain.name, domain.n_items, params, seed,
-                              [list(e[:cut]) for e in enc], list(phases), template, base_model)  # type: ignore[arg-type]
+    lm.mmgrid_text = TextInfo(tokenizer, domain.name, domain.n_items, params, seed,  # type: ignore[assignment]
+                              [list(e[:cut]) for e in enc], list(phases), template, base_model)  # a Module attribute by name
     return lm
 
 
@@ -186,7 +186,7 @@ def model_embed(model: torch.nn.Module, info: TextInfo, token_lists: Sequence[Se
         ids, mask, pos = left_pad(seqs[s:s + batch], tok.pad_token_id)
         h = inner(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev)).last_hidden_state
         out.append(h[:, -1].float().cpu())
-    return torch.cat(out) if out else torch.zeros(0, int(model.config.hidden_size))
+    return torch.cat(out) if out else torch.zeros(0, int(model.config.hidden_size))  # type: ignore[union-attr, arg-type]  # an HF LM's config
 
 
 def grounding_lm(model: torch.nn.Module, params: TextKnobs) -> torch.nn.Module | None:
@@ -375,6 +375,7 @@ class TextParadigm:
         else:
             lm = grounding_lm(model, p)
             vecs = model_items if model_items is not None else grounding_vectors(model, p)
+            assert lm is not None and vecs is not None  # None only with ground_embedder: sentence
             dist = self._ground_model(texts, scores, vecs, title_row, p, lambda ts: model_embed(
                 lm, info, [e[:int(p.max_title_tokens)] for e in
                            info.tokenizer([" " + t for t in ts], add_special_tokens=False)["input_ids"]]))
@@ -455,7 +456,7 @@ class TextParadigm:
         w = torch.softmax(torch.from_numpy(np.asarray(scores, dtype=np.float32)), dim=1)
         return (w[..., None] * dist).sum(1)
 
-    def save(self, model: torch.nn.Module) -> Checkpoint:
+    def save(self, model: "PreTrainedModel") -> Checkpoint:
         info = _info(model)
         files = {"config.json": hf_config_file(model.config), **tokenizer_files(info.tokenizer)}
         meta = {"paradigm": "text", "domain": info.domain, "n_items": info.n_items,

@@ -49,6 +49,7 @@ from mmgrid.registry.tensors import LazyTensors, iter_state
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
+    import pandas as pd
     import torch
 
 WORKER_ENV = "MMGRID_REGISTRY_WORKER"  # "1": Registry.open defaults to worker mode (no SQLite)

@@ -72,6 +72,8 @@ class RegistryStorageError(RegistryError, StorageError):
     """A full disk or another operating-system error while the registry read or wrote a file;
     what was being written is undone (nothing half-written), the message says what to do."""
 
+    errno: int | None = None  # the operating system's error code (ENOSPC: a full disk), read by describe_os_error
+
 
 class RegistryLockedError(RegistryError):
     """``gc`` waited too long for writers (puts, recorded evaluations) to finish."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
 
 import mmgrid.registry.peruser as peruser
 from mmgrid.registry.guard import Guarded, writes
@@ -15,6 +15,10 @@ from mmgrid.registry.results import ResultsLog, make_record
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from mmgrid.registry.api import Registry
+    from mmgrid.registry.manifest import Manifest
+    from mmgrid.registry.store import BlobStore
+
 
 class Evaluations(Guarded):
     """record_eval, recording, put_per_user, per_user, results, grid."""
@@ -22,6 +26,11 @@ class Evaluations(Guarded):
     _log: ResultsLog
     _rec: threading.local
     durable: bool
+    store: BlobStore
+
+    if TYPE_CHECKING:  # defined by Registry, the class this mixin is part of
+        def resolve(self, ref: str | Mapping[str, Any] | Manifest) -> str: ...
+        def _reader(self) -> Index: ...
 
     def record_eval(
         self,
@@ -100,6 +109,7 @@ class Evaluations(Guarded):
         if not self.indexed:
             return
         path = self._log.path
+        assert path is not None  # append() opened this process's results file
 
         def add(conn: Any) -> None:
             Index.track_results_file(conn, path)
@@ -146,4 +156,4 @@ class Evaluations(Guarded):
         """
         from mmgrid.registry.frames import grid_frame  # lazy: pandas (~0.5-1 s)
 
-        return grid_frame(self, paradigm, variant, value, split, group, kind, seed)
+        return grid_frame(cast("Registry", self), paradigm, variant, value, split, group, kind, seed)

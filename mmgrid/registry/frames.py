@@ -20,7 +20,7 @@ def _frame(rows: list[tuple], names: list[str], json_col: str, skip: set[str], t
     """Build one DataFrame in one go: fixed columns, one column per key found in the JSON
     column (extra coords / extra result keys), then ``tail``."""
     cols = list(zip(*rows)) if rows else [()] * len(names)
-    data = dict(zip(names, cols))
+    data: dict[str, Any] = dict(zip(names, cols))
     parsed = [json.loads(t) if t and t != "{}" else None for t in data.pop(json_col)]
     keys: list[str] = []
     for d in parsed:

@@ -278,7 +278,8 @@ class Index(IndexSync):
 
     # -- queries ------------------------------------------------------------------
     def query_rows(self, filters: Mapping[str, Any]) -> list[tuple]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         for key, value in filters.items():
             if value is None:
                 continue
@@ -309,7 +310,8 @@ class Index(IndexSync):
     def result_rows(self, filters: Mapping[str, Any]) -> list[tuple]:
         direct = {"id": "r.id", "split": "r.split", "group": "r.grp", "metric": "r.metric",
                   "recipe_hash": "r.recipe_hash", "kind": "c.kind", "key": "r.key"}
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         for key, value in filters.items():
             if value is None:
                 continue

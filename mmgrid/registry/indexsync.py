@@ -29,7 +29,7 @@ import time
 import warnings
 import zlib
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from mmgrid.errors import RegistryError
 import mmgrid.registry.aliases as alias_files
@@ -37,6 +37,11 @@ import mmgrid.registry.results as results_io
 from mmgrid.registry.errors import CorruptIndexError, RegistryWarning
 from mmgrid.fileio.atomic import replace, temp_path
 from mmgrid.registry.manifest import read_manifest
+
+if TYPE_CHECKING:
+    from mmgrid.registry.manifest import Manifest
+
+T = TypeVar("T")
 
 RECENT_NS = 2_000_000_000  # re-list folders touched in the last 2 s (coarse mtimes on network file systems)
 TAIL = 256  # bytes before a results file's read offset whose checksum the stamp keeps
@@ -74,6 +79,17 @@ class IndexSync:
     problems: list[tuple[str, str]]
     repairs: list[str]
     schema_version: int
+
+    if TYPE_CHECKING:  # defined by Index, the class this mixin is part of
+        def write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+        def read(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]: ...
+        def close(self) -> None: ...
+        @staticmethod
+        def add_manifest(conn: sqlite3.Connection, m: Manifest, mstat: str | None = None) -> None: ...
+        @staticmethod
+        def remove_checkpoint(conn: sqlite3.Connection, cid: str) -> None: ...
+        @staticmethod
+        def add_record(conn: sqlite3.Connection, rec: Mapping[str, Any], src: str | None = None) -> None: ...
 
     # -- sync from files ---------------------------------------------------------------
     def _stamps(self, conn: sqlite3.Connection) -> dict[str, str]:
@@ -146,6 +162,7 @@ class IndexSync:
             hi = name[:-1] + chr(ord(name[-1]) + 1) if name else ""
             indexed = {r[0] for r in conn.execute("SELECT id FROM checkpoints WHERE id >= ? AND id < ?", (name, hi))}
             for cid in sorted(on_disk - indexed):
+                assert entry is not None  # on_disk is empty without a folder entry
                 path = Path(entry.path) / f"{cid}.json"
                 if self._index_manifest(conn, cid, path):
                     n += 1

@@ -196,14 +196,14 @@ def verify(reg: "Registry") -> VerifyReport:
                 affected.update(cid for cid, _ in users)
     report.affected = sorted(affected)
     rows, bad = alias_files.scan(reg.root)
-    for path, problem in bad:
-        report.bad_aliases.append(path)
-        report.problems[path] = problem
+    for alias_path, problem in bad:
+        report.bad_aliases.append(alias_path)
+        report.problems[alias_path] = problem
     for name, cid, _ in rows:
         if cid not in ms:
-            path = str(reg.root / "aliases" / f"{name}.json")
-            report.bad_aliases.append(path)
-            report.problems[path] = f"points at {cid}, which has no (valid) manifest; re-point or delete the alias."
+            alias_path = str(reg.root / "aliases" / f"{name}.json")
+            report.bad_aliases.append(alias_path)
+            report.problems[alias_path] = f"points at {cid}, which has no (valid) manifest; re-point or delete the alias."
     report.temp_files = [str(p) for p in reg.store.temp_files()]
     report.duplicates = duplicate_coords(ms)
     _verify_links(reg, report)

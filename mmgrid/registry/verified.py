@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Iterable
 from pathlib import Path
 
 from mmgrid.fileio.atomic import atomic_write
@@ -49,7 +50,7 @@ def known(sha: str) -> bool:
     return sha in _IN_PROCESS
 
 
-def mark(shas: "set[str] | list[str] | dict[str, object]") -> None:
+def mark(shas: Iterable[str]) -> None:
     """Remember hashes this process checked (or wrote from bytes it hashed itself)."""
     with _LOCK:
         _IN_PROCESS.update(shas)

@@ -34,9 +34,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from mmgrid.errors import MmgridError
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 KEY_TAG = "mmgrid.key"
 STUDY_COORDS = ("domain", "pair", "domain_i", "domain_j", "method", "base_kind", "alpha", "lambda", "seed", "variant",
@@ -130,7 +133,7 @@ def _bounded_requests():
             os.environ.pop(k, None)
 
 
-def export_mlflow(registry: Any, tracking_uri: str, experiment: str = "mmgrid") -> ExportSummary:
+def export_mlflow(registry: Registry, tracking_uri: str, experiment: str = "mmgrid") -> ExportSummary:
     """Export every checkpoint and study of ``registry`` to the MLflow store at ``tracking_uri``.
 
     Returns:
@@ -150,7 +153,7 @@ def export_mlflow(registry: Any, tracking_uri: str, experiment: str = "mmgrid") 
                               "and found again).") from exc
 
 
-def _export(registry: Any, tracking_uri: str, experiment: str) -> ExportSummary:
+def _export(registry: Registry, tracking_uri: str, experiment: str) -> ExportSummary:
     t0 = time.perf_counter()
     client = _client(tracking_uri)
     exp = client.get_experiment_by_name(experiment)

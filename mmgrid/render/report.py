@@ -42,6 +42,7 @@ from mmgrid.sweep.study_results import (FINDINGS, GLOSSARY, SECTION_TITLES, Base
                                         StudyResults, compute_study_results, pareto_points)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
 
 
@@ -72,7 +73,7 @@ class Report:
             self.add(f"<sub>Registry ids behind each row: appendix, *{title}*.</sub>", "")
 
 
-def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", out_dir: str | Path,
+def write_report(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", out_dir: str | Path,
                  diagnostics: bool = True, html: bool = False, keep_going: bool = False,
                  calibration: str | Path | None = None) -> Path:
     """Write ``out_dir/report.md`` (and ``report.html`` with ``html``) and their figures from the registry.
@@ -99,8 +100,8 @@ def write_report(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", ou
         ReportIncomplete: with ``keep_going``, after writing, when a section failed.
         ReportWriteError: a file could not be written; the previous report is unchanged.
     """
-    cal = find_calibration(out_dir, calibration)  # a named error before anything is computed or written
-    cal = read_calibration(cal) if cal is not None else None
+    cal_path = find_calibration(out_dir, calibration)  # a named error before anything is computed or written
+    cal = read_calibration(cal_path) if cal_path is not None else None
     n = len(SECTION_TITLES) - (0 if diagnostics else 1)
     with progress_bar(total=n, desc="report", unit="section", leave=True, min_interval=0.0) as bar:
         results = compute_study_results(cfg, registry, prepared, diagnostics, keep_going,

@@ -171,9 +171,10 @@ def calibration_html(rec: CalibrationRecord) -> str:
         pts = rec.curve(f)
         if not pts:
             continue
-        y = [100 * p.holds[2] for p in pts]
-        hi = [min(100.0, v + 200 * p.holds[3]) - v for v, p in zip(y, pts)]
-        lo = [v - max(0.0, v - 200 * p.holds[3]) for v, p in zip(y, pts)]
+        holds = [p.holds for p in pts if p.holds is not None]  # all of them: curve() keeps rows with a rate
+        y = [100 * h[2] for h in holds]
+        hi = [min(100.0, v + 200 * h[3]) - v for v, h in zip(y, holds)]
+        lo = [v - max(0.0, v - 200 * h[3]) for v, h in zip(y, holds)]
         fig.add_trace(go.Scatter(x=[p.size for p in pts], y=y, mode="lines+markers", name=f,
                                  error_y=dict(type="data", array=hi, arrayminus=lo, visible=True),
                                  text=[rate_text(p.holds) for p in pts], hovertemplate="%{text}<extra>" + f + "</extra>"))

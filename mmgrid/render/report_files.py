@@ -20,6 +20,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 
 from mmgrid.errors import MmgridError
 from mmgrid.fileio.atomic import replace
@@ -89,7 +90,7 @@ class StagedFiles:
     def __enter__(self) -> "StagedFiles":
         return self
 
-    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> Literal[False]:
         shutil.rmtree(self.stage, ignore_errors=True)
         if isinstance(exc, OSError):
             raise _write_error(self.out, exc) from exc

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from mmgrid.render.figures import pyplot, save_figure
 from mmgrid.sweep.rolling import REFERENCE, RollingStudy, render, rolling_study
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.registry.api import Registry
 
 TITLE = "Deployment over time"
 
@@ -101,7 +105,7 @@ def rolling_html(study: RollingStudy) -> str:
     return plot + "<pre>" + html.escape(render(study)) + "</pre>"
 
 
-def rolling_results(cfg: Any, registry: Any) -> RollingStudy | None:
+def rolling_results(cfg: GridConfig, registry: Registry) -> RollingStudy | None:
     """The study read back for the report (None where nothing is recorded)."""
     t = cfg.sweeps.temporal
     st = rolling_study(registry, t.paradigm, t.variant, t.metric)

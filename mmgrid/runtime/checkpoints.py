@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.errors import ConfigError, ModelError
 from mmgrid.models.base import shared_base
 from mmgrid.paradigms.base import Checkpoint
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 def checkpoint_meta(ckpt: Checkpoint, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -17,7 +20,7 @@ def checkpoint_meta(ckpt: Checkpoint, extra: dict[str, Any] | None = None) -> di
     return meta
 
 
-def load_checkpoint(registry: Any, ref: Any, state: dict | None = None) -> Checkpoint:
+def load_checkpoint(registry: Registry, ref: Any, state: dict | None = None) -> Checkpoint:
     """Rebuild a paradigm :class:`Checkpoint` (state, files, meta, added rows) from the registry.
 
     Args:
@@ -34,7 +37,7 @@ def load_checkpoint(registry: Any, ref: Any, state: dict | None = None) -> Check
                       added_rows=added, base_model=lambda: lineage_base(registry, man.id))
 
 
-def lineage_base(registry: Any, cid: str) -> Any:
+def lineage_base(registry: Registry, cid: str) -> Any:
     """The base LM at the root of a checkpoint's lineage, loaded once per process (read-only).
 
     Raises:
@@ -49,7 +52,7 @@ def lineage_base(registry: Any, cid: str) -> Any:
     return shared_base(registry, root).model
 
 
-def lineage_root(registry: Any, cid: str) -> str:
+def lineage_root(registry: Registry, cid: str) -> str:
     """The root of a checkpoint's lineage (the base LLM it was trained from)."""
     g = registry.lineage(cid)
     roots = sorted(n for n in g.nodes if g.in_degree(n) == 0)

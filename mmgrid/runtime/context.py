@@ -8,20 +8,23 @@ may place a handmade prepared dataset here with :func:`put_prepared`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.data.dataset import load_prepared
 from mmgrid.registry.api import Registry
 
-_REGISTRIES: dict[str, Any] = {}
-_PREPARED: dict[str, Any] = {}
+if TYPE_CHECKING:
+    from mmgrid.data.dataset import PreparedDataset
+
+_REGISTRIES: dict[str, Registry] = {}
+_PREPARED: dict[str, tuple[int | None, PreparedDataset]] = {}
 
 
 def _key(path: str | Path) -> str:
     return str(Path(path).resolve())
 
 
-def open_registry(root: str | Path) -> Any:
+def open_registry(root: str | Path) -> Registry:
     """``Registry.open(root)``, once per process."""
     key = _key(root)
     if key not in _REGISTRIES:
@@ -34,7 +37,7 @@ def _stamp(path: str | Path) -> int | None:
     return manifest.stat().st_mtime_ns if manifest.exists() else None
 
 
-def open_prepared(path: str | Path) -> Any:
+def open_prepared(path: str | Path) -> PreparedDataset:
     """``load_prepared(path)``, once per process and re-read when the folder was prepared
     again (or what :func:`put_prepared` placed there)."""
     key = _key(path)
@@ -44,7 +47,7 @@ def open_prepared(path: str | Path) -> Any:
     return _PREPARED[key][1]
 
 
-def put_prepared(path: str | Path, prepared: Any) -> None:
+def put_prepared(path: str | Path, prepared: PreparedDataset) -> None:
     """Use ``prepared`` for ``path`` in this process (tests, or data already in memory)."""
     _PREPARED[_key(path)] = (None, prepared)
 

@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
@@ -46,6 +46,10 @@ from mmgrid.registry.api import Registry
 from mmgrid.runtime.modelfiles import ModelShape, model_config, shape_of
 from mmgrid.runtime.plan import StagePlan, grid_domains, plan_stages, seeds_all
 from mmgrid.runtime.throughput import Throughput
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
 
 # characters a token of (titles, item text): the tiny base's byte-level BPE is trained on the grid's own item
 # text (on the quick demo's world: 7.1 characters a title token, 5.7 an item-text token); about 4 for a
@@ -77,7 +81,7 @@ class DomainCounts:
         return float(min(cap, per_user / 2))  # Table 1 only: the middle of an average user's sequence
 
 
-def counts_from_prepared(prepared: Any, domains: Iterable[str], sample: int = 4000) -> list[DomainCounts]:
+def counts_from_prepared(prepared: PreparedDataset, domains: Iterable[str], sample: int = 4000) -> list[DomainCounts]:
     """Counts of the prepared domains (examples per phase, items, test users, history lengths, text lengths)."""
     stats = {r["domain"]: r for r in prepared.stats().to_dicts()}
     out = []
@@ -183,7 +187,7 @@ class StageModel:
     logits: int  # output rows a token (vocabulary or catalog)
 
 
-def _knobs(cfg: Any, paradigm: str) -> Any:
+def _knobs(cfg: GridConfig, paradigm: str) -> Any:
     """The paradigm's resolved knobs (its declared defaults with the grid's values)."""
     par = get_paradigm(paradigm)
     defaults = getattr(par, "defaults", None) or {}
@@ -195,7 +199,7 @@ class _Obj(dict):
         return self[name]
 
 
-def stage_model(cfg: Any, shape: ModelShape, paradigm: str, dom: DomainCounts, phase: str,
+def stage_model(cfg: GridConfig, shape: ModelShape, paradigm: str, dom: DomainCounts, phase: str,
                 chars_per_token: tuple[float, float]) -> StageModel:
     """The :class:`StageModel` of ``paradigm`` on ``dom``'s ``phase`` (see the module docstring)."""
     p = _knobs(cfg, paradigm)
@@ -242,7 +246,7 @@ def peak_bytes(model: StageModel, shape: ModelShape, batch: int) -> float:
     return BYTES_PER_STATE * model.n + act + logits
 
 
-def eval_tokens(cfg: Any, paradigm: str, dom: DomainCounts, model: StageModel) -> tuple[float, float]:
+def eval_tokens(cfg: GridConfig, paradigm: str, dom: DomainCounts, model: StageModel) -> tuple[float, float]:
     """(tokens, FLOPs) of evaluating one checkpoint on ``dom``'s test users (``eval.max_users``)."""
     p = _knobs(cfg, paradigm)
     users = min(dom.test_users, cfg.eval.max_users or dom.test_users)
@@ -266,7 +270,7 @@ class PlanInputs:
     """What :func:`cost_plan` works from: the grid, the domains' counts, the base's shape, the
     throughput, the registry's held ids and the planned stages (with ids) when known."""
 
-    cfg: Any
+    cfg: GridConfig
     counts: list[DomainCounts]
     shape: ModelShape
     throughput: Throughput
@@ -277,7 +281,7 @@ class PlanInputs:
     lm_docs: int = 0
 
 
-def planned_stages(cfg: Any, domains: list[str]) -> list[Any]:
+def planned_stages(cfg: GridConfig, domains: list[str]) -> list[Any]:
     """The stages the build trains, without ids (the same loops as ``runtime.plan.plan_stages``)."""
     seeds, shared, out = cfg.train.seed_list, set(cfg.train.shared_stages or []), []
     for seed in seeds:
@@ -349,7 +353,7 @@ def cost_plan(inp: PlanInputs) -> CostPlan:
     return CostPlan(cfg.name, rows, inp.data_source, inp.model_source, tp)
 
 
-def _eval_row(cfg: Any, what: str, kind: str, evals: list[tuple[str, DomainCounts, StageModel]],
+def _eval_row(cfg: GridConfig, what: str, kind: str, evals: list[tuple[str, DomainCounts, StageModel]],
               tp: Throughput, merges: int = 0, stored: float = 0.0) -> CostRow:
     tokens = flops = 0.0
     users = 0
@@ -365,7 +369,7 @@ def _eval_row(cfg: Any, what: str, kind: str, evals: list[tuple[str, DomainCount
                    tp.seconds(flops, batches))
 
 
-def _study_rows(cfg: Any, shape: ModelShape, doms: dict[str, DomainCounts], cpt: tuple[float, float], store: int,
+def _study_rows(cfg: GridConfig, shape: ModelShape, doms: dict[str, DomainCounts], cpt: tuple[float, float], store: int,
                 tp: Throughput) -> list[CostRow]:
     """The evaluations of the built grid, the temporal sweep and the cross-domain sweep."""
     rows = []
@@ -408,7 +412,7 @@ def _needs_base(method: str) -> bool:
         return True
 
 
-def base_shape(cfg: Any) -> tuple[ModelShape, str]:
+def base_shape(cfg: GridConfig) -> tuple[ModelShape, str]:
     """The base's :class:`ModelShape` and where its config came from.
 
     Raises:
@@ -424,7 +428,7 @@ def base_shape(cfg: Any) -> tuple[ModelShape, str]:
 # ----------------------------------------------------------------------------- gathering the inputs
 
 
-def grid_counts(cfg: Any) -> tuple[list[DomainCounts], str, Any, int | None]:
+def grid_counts(cfg: GridConfig) -> tuple[list[DomainCounts], str, Any, int | None]:
     """The domains' counts and where they came from, the prepared dataset (None when there is none)
     and a tiny base's vocabulary size (:func:`tiny_vocabulary`; None for another base or no item text):
     the prepared data; for a grid with a synthetic ``world:``, that world written and prepared in a
@@ -434,8 +438,8 @@ def grid_counts(cfg: Any) -> tuple[list[DomainCounts], str, Any, int | None]:
     Raises:
         ConfigError: no prepared data and no way to count (name what to run).
     """
-    if (Path(cfg.prepared) / "manifest.json").is_file():
-        prepared = load_prepared(cfg.prepared)
+    if (Path(cfg.prepared_dir) / "manifest.json").is_file():
+        prepared = load_prepared(cfg.prepared_dir)
         vocab = tiny_vocabulary(cfg, prepared) if parse_builder(cfg.base.model) else None
         return (counts_from_prepared(prepared, grid_domains(cfg, prepared)), f"prepared data {cfg.prepared}",
                 prepared, vocab)
@@ -444,6 +448,7 @@ def grid_counts(cfg: Any) -> tuple[list[DomainCounts], str, Any, int | None]:
         try:
             c = copy.deepcopy(cfg)
             c.data.root, c.prepared = str(tmp / "world"), str(tmp / "prepared")
+            assert c.world is not None  # a copy of cfg, whose world is set
             write_world(c.data.root, c.world)
             prepared = prepare(c, log=lambda *_a, **_k: None)
             counts = counts_from_prepared(prepared, grid_domains(c, prepared))
@@ -459,14 +464,14 @@ def grid_counts(cfg: Any) -> tuple[list[DomainCounts], str, Any, int | None]:
                       "section nor the paper's domains; run `mmgrid prepare` first.")
 
 
-def tiny_vocabulary(cfg: Any, prepared: Any) -> int:
+def tiny_vocabulary(cfg: GridConfig, prepared: PreparedDataset) -> int:
     """The vocabulary a tiny base of ``cfg`` will have: its byte-level BPE trained on every domain's
     item text, capped by ``base.vocab_size`` (as :mod:`mmgrid.train.base_lm` trains it; about a second)."""
     texts = [t for d in prepared.domains for t in prepared.domain(d).item_texts]
     return len(train_tokenizer(texts, cfg.base.vocab_size))
 
 
-def plan_inputs(cfg: Any, throughput: Throughput) -> PlanInputs:
+def plan_inputs(cfg: GridConfig, throughput: Throughput) -> PlanInputs:
     """Everything :func:`cost_plan` needs: the counts, the base's shape (the stored base's vocabulary
     where it is built), and, when the data is prepared and the registry exists, the planned ids and
     which of them the registry holds."""
@@ -479,9 +484,9 @@ def plan_inputs(cfg: Any, throughput: Throughput) -> PlanInputs:
         config, _ = model_config(cfg.base.model, vocab)
         inp.shape = shape_of(config)  # type: ignore[arg-type]
         inp.model_source = f"{where}, vocabulary {vocab} (its tokenizer trained on the items, as the build does)"
-    if prepared is None or not (Path(cfg.registry) / "manifests").is_dir():
+    if prepared is None or not (Path(cfg.registry_root) / "manifests").is_dir():
         return inp
-    reg = Registry.open(cfg.registry, read_only=True)
+    reg = Registry.open(cfg.registry_root, read_only=True)
     bid = base_checkpoint_id(cfg.base, reg, prepared.fingerprint, cfg.train.seed)
     stages = plan_stages(cfg, reg, bid, grid_domains(cfg, prepared), prepared.fingerprint)
     inp.stages = stages

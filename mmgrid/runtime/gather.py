@@ -9,12 +9,15 @@ files only) once no job is running any more, even when one of them failed.
 from __future__ import annotations
 
 from concurrent.futures import Future, wait
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from mmgrid.runtime.progress import progress as progress_bar
 
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
-def gather(futures: Sequence[Future], registry: Any = None, desc: str = "jobs", unit: str = "job",
+
+def gather(futures: Sequence[Future], registry: Registry | None = None, desc: str = "jobs", unit: str = "job",
            enabled: bool = True, on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
     """The futures' results in submission order.
 

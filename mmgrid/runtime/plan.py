@@ -30,7 +30,7 @@ Variants with a regularizer (the Orbit Pareto rows) train on the first seed only
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.configtools import stable_hash
 from mmgrid.errors import DataError, MmgridError, RegistryError, UnknownNameError
@@ -38,6 +38,11 @@ from mmgrid.models.base import base_checkpoint_id
 from mmgrid.paradigms import get_paradigm, paradigm_names
 from mmgrid.paradigms.params import training_params
 from mmgrid.runtime.context import open_prepared, open_registry
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ class BuildResult:
 IDENTITY_VERSION = 2
 
 
-def stage_params(cfg: Any, variant: Any, paradigm: str, stage: str) -> dict[str, Any]:
+def stage_params(cfg: GridConfig, variant: Any, paradigm: str, stage: str) -> dict[str, Any]:
     """The training parameters of one stage (part of its id and lineage): the ``train`` settings
     and the paradigm's training knobs (:func:`mmgrid.paradigms.params.training_params`)."""
     paradigm_names()  # every paradigm module loaded: its knob declaration says which knobs training reads
@@ -116,7 +121,7 @@ def stage_params(cfg: Any, variant: Any, paradigm: str, stage: str) -> dict[str,
             "paradigm_params": training_params(paradigm, cfg.paradigm_params.get(paradigm, {}))}
 
 
-def _stage_params_v1(cfg: Any, variant: Any, paradigm: str, stage: str) -> dict[str, Any]:
+def _stage_params_v1(cfg: GridConfig, variant: Any, paradigm: str, stage: str) -> dict[str, Any]:
     """Identity version 1's training parameters: every knob of ``paradigm_params.<paradigm>``."""
     t = cfg.train
     return {
@@ -144,7 +149,7 @@ def _train_version(paradigm: str) -> dict[str, int]:
     return {"train_version": version} if version > 1 else {}
 
 
-def stage_config_hash(cfg: Any, base_id: str, fingerprint: str) -> str:
+def stage_config_hash(cfg: GridConfig, base_id: str, fingerprint: str) -> str:
     """Hash of the config parts a stage depends on: the base, the prepared data's content
     fingerprint (which holds every data setting that shapes the examples: phases, k-core,
     ``max_history``, item text...; never ``data.root``), the stages and :data:`IDENTITY_VERSION`.
@@ -153,7 +158,7 @@ def stage_config_hash(cfg: Any, base_id: str, fingerprint: str) -> str:
                         "identity": IDENTITY_VERSION})
 
 
-def _stage_config_hash_v1(cfg: Any, base_id: str, fingerprint: str, data_cfg: dict[str, Any]) -> str:
+def _stage_config_hash_v1(cfg: GridConfig, base_id: str, fingerprint: str, data_cfg: dict[str, Any]) -> str:
     """Identity version 1's config hash: the data settings as spelled (``data.root`` included)."""
     return stable_hash({"base": base_id, "data": fingerprint, "data_cfg": data_cfg, "stages": list(cfg.train.stages)})
 
@@ -166,7 +171,7 @@ class _Identity:
     params: Any  # (cfg, variant, paradigm, stage) -> params
 
 
-def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], fingerprint: str) -> list[StagePlan]:
+def plan_stages(cfg: GridConfig, registry: Registry, base_id: str, domains: list[str], fingerprint: str) -> list[StagePlan]:
     """Every stage of the grid with its id, in an order where parents come first: the first
     seed's whole grid, then each further seed's (variants with a regularizer: first seed only).
     A further seed's chain starts from the first seed's checkpoint of the last stage in
@@ -174,7 +179,7 @@ def plan_stages(cfg: Any, registry: Any, base_id: str, domains: list[str], finge
     return _plan(cfg, registry, base_id, domains, _Identity(stage_config_hash(cfg, base_id, fingerprint), stage_params))
 
 
-def legacy_stage_plans(cfg: Any, registry: Any, base_id: str, domains: list[str], fingerprint: str,
+def legacy_stage_plans(cfg: GridConfig, registry: Registry, base_id: str, domains: list[str], fingerprint: str,
                        data_cfg: dict[str, Any]) -> list[StagePlan]:
     """The stages' ids under identity version 1, with the old base id ``base_id``, the prepared
     data's old fingerprint (:attr:`~mmgrid.data.dataset.PreparedDataset.path_fingerprint`) and the
@@ -183,7 +188,7 @@ def legacy_stage_plans(cfg: Any, registry: Any, base_id: str, domains: list[str]
     return _plan(cfg, registry, base_id, domains, ident)
 
 
-def _plan(cfg: Any, registry: Any, base_id: str, domains: list[str], ident: _Identity) -> list[StagePlan]:
+def _plan(cfg: GridConfig, registry: Registry, base_id: str, domains: list[str], ident: _Identity) -> list[StagePlan]:
     chash = ident.chash
     plans = []
     seeds = cfg.train.seed_list
@@ -218,7 +223,7 @@ def seeds_all(variant: Any) -> bool:
     return variant.regularizer == "none"
 
 
-def grid_domains(cfg: Any, prepared: Any) -> list[str]:
+def grid_domains(cfg: GridConfig, prepared: PreparedDataset) -> list[str]:
     """The grid's domains: ``data.domains`` (checked against the prepared data), else all prepared ones."""
     have = list(prepared.domains)
     if not cfg.data.domains:
@@ -230,15 +235,15 @@ def grid_domains(cfg: Any, prepared: Any) -> list[str]:
     return list(cfg.data.domains)
 
 
-def plan_grid(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResult:
+def plan_grid(cfg: GridConfig, registry: Registry | None = None, prepared: PreparedDataset | None = None) -> BuildResult:
     """The grid's ids without training anything (for evaluating a built grid): the stages
     already stored, all of them ``cached``.
 
     Raises:
         RegistryError: the base is not in the registry yet (run ``mmgrid build`` first).
     """
-    prepared = prepared if prepared is not None else open_prepared(cfg.prepared)
-    registry = registry if registry is not None else open_registry(cfg.registry)
+    prepared = prepared if prepared is not None else open_prepared(cfg.prepared_dir)
+    registry = registry if registry is not None else open_registry(cfg.registry_root)
     bid = base_checkpoint_id(cfg.base, registry, prepared.fingerprint, cfg.train.seed)
     if not registry.has(bid):
         raise RegistryError(f"registry {cfg.registry} has no base for this grid; run `mmgrid build` first.")
@@ -247,7 +252,7 @@ def plan_grid(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResu
     return BuildResult(bid, done, cached=[p.id for p in done])
 
 
-def planned_ids(cfg: Any, registry: Any = None, prepared: Any = None) -> BuildResult | None:
+def planned_ids(cfg: GridConfig, registry: Registry | None = None, prepared: PreparedDataset | None = None) -> BuildResult | None:
     """:func:`plan_grid`, or None where the grid cannot be planned here (no base stored, no
     prepared data, a stand-in registry): the studies and reports then pick checkpoints by their
     coordinates, as for checkpoints put by hand or imported."""

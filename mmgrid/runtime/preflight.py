@@ -24,7 +24,7 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -37,6 +37,9 @@ from mmgrid.runtime.context import open_prepared
 from mmgrid.runtime.plan import grid_domains
 from mmgrid.runtime.throughput import Throughput
 
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+
 RAY_TIMEOUT_S = 3.0  # seconds to reach a Ray cluster's address
 DISK_MARGIN = 1.1  # free space must exceed the estimate by this factor
 RAY_DEFAULT_PORT = 6379  # the GCS port of `ray start --head`; 10001 is Ray Client's (ray://)
@@ -48,7 +51,7 @@ class Preflight:
     """What the checks work on: the grid, the command, the executor asked for, and what was found
     on the way (the prepared data's counts, the base's config)."""
 
-    cfg: Any
+    cfg: GridConfig
     command: str = "build"
     executor: str | None = None  # --executor (None: the grid's exec.executor)
     address: str | None = None  # --address (None: the grid's exec.address)
@@ -67,7 +70,7 @@ class Preflight:
 def check_data(pf: Preflight) -> list[Failure]:
     cfg = pf.cfg
     try:
-        prepared = open_prepared(cfg.prepared)  # what the build will read (a test may have placed it)
+        prepared = open_prepared(cfg.prepared_dir)  # what the build will read (a test may have placed it)
         domains = grid_domains(cfg, prepared)
     except (MmgridError, OSError) as exc:
         return [("data", str(exc))]  # names the folder and the command that prepares it
@@ -87,7 +90,8 @@ def _hub_problem(spec: str, what: str, allow: bool) -> list[Failure]:
 
 
 def check_folders(pf: Preflight) -> list[Failure]:
-    cfg, out = pf.cfg, []
+    cfg = pf.cfg
+    out: list[Failure] = []
     model = cfg.base.model
     if parse_builder(model) is None:
         folder = Path(model).expanduser()
@@ -121,7 +125,8 @@ def check_folders(pf: Preflight) -> list[Failure]:
 
 
 def check_sizes(pf: Preflight) -> list[Failure]:
-    cfg, out = pf.cfg, []
+    cfg = pf.cfg
+    out: list[Failure] = []
     if "semid" not in cfg.paradigms or not pf.counts:
         return out
     size = int((cfg.paradigm_params.get("semid") or {}).get("codebook_size", 16))
@@ -162,7 +167,7 @@ def check_device(pf: Preflight) -> list[Failure]:
     return out
 
 
-def longest_examples(cfg: Any) -> list[tuple[str, int]]:
+def longest_examples(cfg: GridConfig) -> list[tuple[str, int]]:
     """(what, tokens) of the longest sequence each paradigm's collate can pass to the base, from its
     knobs (the same sums as the paradigms' ``collate``), and ``base.max_length`` (LM text)."""
     out = [("base.max_length (LM and retention text)", int(cfg.base.max_length))]
@@ -208,7 +213,7 @@ def check_disk(pf: Preflight, estimate: Callable[[Preflight], float] | None = No
         need = (estimate or pending_checkpoint_bytes)(pf)
     except (MmgridError, KeyError, TypeError, ValueError):  # no estimate (an unsized model, odd counts): no check
         return []
-    where, free = _free_bytes(Path(cfg.registry))
+    where, free = _free_bytes(Path(cfg.registry_root))
     if free < DISK_MARGIN * need:
         return [("disk", f"the registry {cfg.registry} (on {where}) needs about {need / 2**30:.3g} GiB for the "
                          f"checkpoints still to be written (the plan's estimate; `mmgrid plan {cfg.name}`) but "
@@ -272,7 +277,7 @@ CHECKS: tuple[Callable[[Preflight], list[Failure]], ...] = (
     check_data, check_folders, check_sizes, check_device, check_context, check_disk, check_ray)
 
 
-def preflight(cfg: Any, command: str = "build", executor: str | None = None, address: str | None = None,
+def preflight(cfg: GridConfig, command: str = "build", executor: str | None = None, address: str | None = None,
               skip: tuple[str, ...] = ()) -> Preflight:
     """Run every check (:data:`CHECKS`; ``skip`` names ones a command does not need) and raise
     one :class:`PreflightError` listing every failure.

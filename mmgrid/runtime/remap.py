@@ -22,12 +22,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.configtools import to_dict
 from mmgrid.errors import RegistryError
 from mmgrid.models.base import base_checkpoint_id, base_identity
 from mmgrid.runtime.plan import StagePlan, grid_domains, legacy_stage_plans, plan_stages, stage_config_hash, stage_params
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 Key = tuple[int, str, str, str, str]  # (seed, variant, paradigm, domain, stage)
 
@@ -54,7 +59,7 @@ class RemapReport:
         return out
 
 
-def _spellings(cfg: Any, prepared: Any) -> list[dict[str, Any]]:
+def _spellings(cfg: GridConfig, prepared: PreparedDataset) -> list[dict[str, Any]]:
     """The data settings in every spelling a version-1 build may have hashed (see the module docstring)."""
     base = to_dict(cfg.data)
     roots: list[str] = []
@@ -80,7 +85,7 @@ def _spellings(cfg: Any, prepared: Any) -> list[dict[str, Any]]:
     return out
 
 
-def legacy_ids(cfg: Any, registry: Any, prepared: Any) -> tuple[str | None, dict[Key, str]]:
+def legacy_ids(cfg: GridConfig, registry: Registry, prepared: PreparedDataset) -> tuple[str | None, dict[Key, str]]:
     """(the base's stored version-1 id or None, stage key -> stored version-1 id) of the grid
     (nothing for prepared data that has no path-spelled fingerprint, such as a stand-in)."""
     seed = cfg.train.seed
@@ -100,7 +105,7 @@ def legacy_ids(cfg: Any, registry: Any, prepared: Any) -> tuple[str | None, dict
     return old_bid, found
 
 
-def stale_stages(cfg: Any, registry: Any, prepared: Any) -> int:
+def stale_stages(cfg: GridConfig, registry: Registry, prepared: PreparedDataset) -> int:
     """How many of the grid's stages (the base counted as one) are not stored under today's id
     but are under identity version 1: ``mmgrid registry remap-ids`` reuses them."""
     seed = cfg.train.seed
@@ -114,7 +119,7 @@ def stale_stages(cfg: Any, registry: Any, prepared: Any) -> int:
                    and not registry.has(p.id))
 
 
-def remap_ids(cfg: Any, registry: Any, prepared: Any, dry_run: bool = False) -> RemapReport:
+def remap_ids(cfg: GridConfig, registry: Registry, prepared: PreparedDataset, dry_run: bool = False) -> RemapReport:
     """Put every stage stored only under its version-1 id under its version-2 id (see the module
     docstring); old ids stay valid. Idempotent: a second call maps nothing.
 
@@ -159,7 +164,7 @@ def _what(p: StagePlan) -> str:
     return f"{p.variant}/{p.paradigm}/{p.domain}/{p.stage}" + (f" seed {p.seed}" if p.seed else "")
 
 
-def _put_same(registry: Any, old_id: str, new_id: str, ident: dict[str, Any], fingerprint: str, dry_run: bool) -> None:
+def _put_same(registry: Registry, old_id: str, new_id: str, ident: dict[str, Any], fingerprint: str, dry_run: bool) -> None:
     """Store ``old_id``'s tensors and files under the identity ``ident`` (which must be ``new_id``)."""
     if registry.make_id(ident["coords"], ident["kind"], ident["parents"], ident["params"], ident["config_hash"],
                         ident["seed"]) != new_id:

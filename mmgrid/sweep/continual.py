@@ -83,7 +83,7 @@ CONTINUAL: dict[str, tuple[str, dict[str, Any]]] = {
 CLAIM = "lambda scaling beats the best continual-merging baseline"
 
 
-def sequence_ids(cfg: GridConfig, registry: Any, domain: str, seed: int) -> tuple[str, str, str]:
+def sequence_ids(cfg: GridConfig, registry: Registry, domain: str, seed: int) -> tuple[str, str, str]:
     """(theta_0, theta_t1, theta_t2) ids of one domain and seed: t1's parent, t1, t2."""
     t = cfg.sweeps.temporal
     t1, t2 = periods(cfg)
@@ -99,7 +99,7 @@ def sequence_ids(cfg: GridConfig, registry: Any, domain: str, seed: int) -> tupl
     return p0, p1, p2
 
 
-def lambdas_of(cfg: GridConfig, registry: Any) -> dict[str, dict[str, float]]:
+def lambdas_of(cfg: GridConfig, registry: Registry) -> dict[str, dict[str, float]]:
     """strategy -> domain -> lambda for ``lambda*`` (robust, all users) and ``lambda_hat*``, where recorded."""
     t = cfg.sweeps.temporal
     out: dict[str, dict[str, float]] = {"lambda*": {}, "lambda_hat*": {}}
@@ -131,7 +131,7 @@ def recipe(p0: str, p1: str, p2: str, name: str, method: str, params: dict[str, 
             "base": p0 if uses_base else None, "params": params, "eval": evaluation}
 
 
-def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", domain: str, seed: int,
+def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", domain: str, seed: int,
                     evaluator_factory: EvaluatorFactory | None = None, lams: dict[str, dict[str, float]] | None = None,
                     redo: bool = False) -> int:
     """Evaluate every strategy of one (domain, seed) not yet recorded; return how many were evaluated."""
@@ -162,11 +162,11 @@ def evaluate_domain_job(grid: dict[str, Any], domain: str, seed: int,
                         lams: dict[str, dict[str, float]] | None = None) -> int:
     """Executor entry point (JSON in, JSON out): one (domain, seed) of the study in a worker."""
     cfg = grid_from_dict(grid)
-    reg = Registry.open(cfg.registry, index=False)
-    return evaluate_domain(cfg, reg, load_prepared(cfg.prepared), domain, seed, lams=lams)
+    reg = Registry.open(cfg.registry_root, index=False)
+    return evaluate_domain(cfg, reg, load_prepared(cfg.prepared_dir), domain, seed, lams=lams)
 
 
-def evaluate_continual(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
+def evaluate_continual(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", executor: "Executor | None" = None,
                        evaluator_factory: EvaluatorFactory | None = None, redo: bool = False,
                        seeds: list[int] | None = None) -> int:
     """Evaluate every strategy not yet recorded on every configured domain (``sweeps.temporal.domains`` or
@@ -202,7 +202,7 @@ def run_seeds(cfg: GridConfig, seeds: list[int] | None) -> list[int]:
     return list(seeds)
 
 
-def run_continual(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
+def run_continual(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", executor: "Executor | None" = None,
                   evaluator_factory: EvaluatorFactory | None = None, redo: bool = False,
                   seeds: list[int] | None = None) -> "ContinualStudy":
     """Evaluate every strategy on every configured domain and training seed (:func:`evaluate_continual`)
@@ -255,7 +255,7 @@ class ContinualStudy:
         return self.rows.empty
 
 
-def _values(registry: Any, metric: str, paradigm: str, variant: str) -> tuple[dict[tuple[str, str, str], tuple],
+def _values(registry: Registry, metric: str, paradigm: str, variant: str) -> tuple[dict[tuple[str, str, str], tuple],
                                                                              dict[str, list[str]], dict]:
     """(domain, group, strategy) -> (users, values [n_seeds, n_columns], seeds) from the newest records,
     strategy -> the recipe hashes read, and strategy -> domain -> the lambda evaluated."""
@@ -302,7 +302,7 @@ def _pair(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray] | Non
     return ua[ia], va[:, ia], vb[:, ib]
 
 
-def continual_study(registry: Any, paradigm: str, variant: str, metric: str = "ndcg@10") -> ContinualStudy:
+def continual_study(registry: Registry, paradigm: str, variant: str, metric: str = "ndcg@10") -> ContinualStudy:
     """Read the study back from the registry and compare every strategy with lambda = 1."""
     vals, prov, lams = _values(registry, metric, paradigm, variant)
     rows = []

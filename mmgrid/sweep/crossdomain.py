@@ -41,7 +41,7 @@ from mmgrid.runtime.gather import gather
 from mmgrid.runtime.plan import BuildResult, planned_ids
 from mmgrid.runtime.progress import progress as progress_bar
 
-from mmgrid.config import GridConfig
+from mmgrid.config import CrossDomainSweepConfig, GridConfig
 from mmgrid.errors import ConfigError, MergeError
 from mmgrid.merge import merge_with_info
 from mmgrid.merge.api import NEUTRAL_BASE_METHOD
@@ -56,6 +56,7 @@ from mmgrid.sweep.start_models import start_model_id
 from mmgrid.sweep.temporal import periods, seeded_id
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
     from mmgrid.exec.base import Executor
 
@@ -100,7 +101,7 @@ def needs_base(method: str) -> bool:
     return bool(get_method(method).needs_base)
 
 
-def store_neutral_base(registry: Any, p1_i: str, p1_j: str, coords: dict[str, Any], merge_fn: MergeFn) -> str:
+def store_neutral_base(registry: Registry, p1_i: str, p1_j: str, coords: dict[str, Any], merge_fn: MergeFn) -> str:
     """The neutral base of MMGRid Eq. 8 (defined once: :func:`mmgrid.merge.api.neutral_base`), stored
     once as a merged checkpoint made by its method (:data:`~mmgrid.merge.api.NEUTRAL_BASE_METHOD`)."""
     params = {"method": NEUTRAL_BASE_METHOD, "equation": "MMGRid Eq. 8", "role": "neutral_base"}
@@ -112,7 +113,7 @@ def store_neutral_base(registry: Any, p1_i: str, p1_j: str, coords: dict[str, An
     return registry.put(state, coords, "merged", parents=parents, params=params, meta=meta)
 
 
-def default_merge_fn(method: str, models: list[Any], base: Any = None, registry: Any = None,
+def default_merge_fn(method: str, models: list[Any], base: Any = None, registry: Registry | None = None,
                      **params: Any) -> "tuple[dict[str, torch.Tensor], dict[str, Any]]":
     """Run :func:`mmgrid.merge.merge_with_info`; return the state and the meta a paradigm needs to load it
     (``added_rows``: both inputs' added token rows, kept side by side)."""
@@ -186,12 +187,12 @@ class CrossDomainRun:
     """What every merge and evaluation of one run of the study shares."""
 
     cfg: GridConfig
-    registry: Any
+    registry: Registry
     evals: MergedEvaluators
     merge_fn: MergeFn = default_merge_fn
 
     @property
-    def study(self) -> Any:
+    def study(self) -> CrossDomainSweepConfig:
         return self.cfg.sweeps.cross_domain
 
 
@@ -206,7 +207,7 @@ class RowKey:
     alpha: float | None = None
 
 
-def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridConfig,
+def _t2_ids(registry: Registry, paradigm: str, variant: str, domain: str, cfg: GridConfig,
             plan: BuildResult | None = None) -> tuple[str, str]:
     """Ids of the t1 and t2 checkpoints of the first training seed's replicate (the planned ids of ``plan``)."""
     t1, t2 = periods(cfg)
@@ -215,7 +216,7 @@ def _t2_ids(registry: Any, paradigm: str, variant: str, domain: str, cfg: GridCo
             seeded_id(registry, {**c, "period": t2}, cfg.train.seed, plan))
 
 
-def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
+def run_cross_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset",
                      evaluator_factory: EvaluatorFactory | None = None, merge_fn: MergeFn | None = None,
                      redo: bool = False, executor: "Executor | None" = None) -> pd.DataFrame:
     """Run the configured pairs x methods x bases x alphas; record and return every evaluation.
@@ -259,14 +260,14 @@ def run_cross_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset"
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def pair_ids(cfg: GridConfig, registry: Any, paradigm: str, pairs: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+def pair_ids(cfg: GridConfig, registry: Registry, paradigm: str, pairs: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
     """domain -> (t1 id, t2 id) of every domain of ``pairs`` (sorted by name; first training seed)."""
     cd = cfg.sweeps.cross_domain
     plan = planned_ids(cfg, registry)  # the grid's ids: equal coords (an older identity) never make it ambiguous
     return {d: _t2_ids(registry, paradigm, cd.variant, d, cfg, plan) for d in sorted({d for p in pairs for d in p})}
 
 
-def _base_cache(run: CrossDomainRun, prepared: Any, pair: CrossPair) -> BaseOf:
+def _base_cache(run: CrossDomainRun, prepared: PreparedDataset, pair: CrossPair) -> BaseOf:
     """:func:`base_id` of one pair, made on first use and remembered (a failure is tried again)."""
     cache: dict[str, str | None] = {}
 
@@ -284,7 +285,7 @@ def pair_base_kinds(cfg: GridConfig) -> list[str]:
     return list(dict.fromkeys(k for m in cd.methods for k in (list(cd.bases) if needs_base(m) else ["none"])))
 
 
-def pair_bases(cfg: GridConfig, registry: Any, prepared: Any, pair: CrossPair) -> PairBases:
+def pair_bases(cfg: GridConfig, registry: Registry, prepared: PreparedDataset, pair: CrossPair) -> PairBases:
     """Make (or find) every base of one pair that the configured methods use. A base the merge
     engine cannot make is kept as its error message (:attr:`PairBases.errors`); a ConfigError, the
     user's to fix, is raised."""
@@ -300,7 +301,7 @@ def pair_bases(cfg: GridConfig, registry: Any, prepared: Any, pair: CrossPair) -
     return PairBases(ids, errors)
 
 
-def run_cross_domain_jobs(cfg: Any, registry: Any, prepared: Any, pairs: list[tuple[str, str]], executor: Any,
+def run_cross_domain_jobs(cfg: GridConfig, registry: Registry, prepared: PreparedDataset, pairs: list[tuple[str, str]], executor: Any,
                           redo: bool = False) -> list[dict[str, Any]]:
     """Submit the study's jobs (per paradigm: a baseline job per domain, then a pair job per pair,
     each after its bases are made here), wait for them in order (a progress bar over jobs),
@@ -378,7 +379,7 @@ def _alphas(run: CrossDomainRun, pair: CrossPair, method: str, mparams: dict[str
     return rows
 
 
-def base_id(cfg: GridConfig, registry: Any, prepared: Any, pair: CrossPair, kind: str, merge_fn: MergeFn) -> str | None:
+def base_id(cfg: GridConfig, registry: Registry, prepared: PreparedDataset, pair: CrossPair, kind: str, merge_fn: MergeFn) -> str | None:
     """Id of the base of one (pair, base kind) (MMGRid section 4.3); None for ``none``."""
     if kind == "none":
         return None
@@ -429,7 +430,7 @@ def relative_change(df: pd.DataFrame, metric: str = "ndcg@10", group: str = "all
     return merged.reset_index(drop=True)
 
 
-def cross_domain_results(registry: Any, paradigm: str | None = None) -> pd.DataFrame:
+def cross_domain_results(registry: Registry, paradigm: str | None = None) -> pd.DataFrame:
     """The study's evaluations as stored in the registry, in :data:`COLUMNS` (newest wins)."""
     return _to_columns(study_frame(registry, STUDY, paradigm=paradigm))
 

@@ -34,8 +34,8 @@ def _open(grid: dict[str, Any], redo: bool) -> CrossDomainRun:
     """The study's shared run of a job: cfg, a worker-mode registry, the evaluators."""
     cfg = grid_from_dict(grid)
     set_threads(cfg.train.threads)
-    reg = Registry.open(cfg.registry, index=False)
-    return CrossDomainRun(cfg, reg, MergedEvaluators(cfg, reg, open_prepared(cfg.prepared), default_evaluator_factory,
+    reg = Registry.open(cfg.registry_root, index=False)
+    return CrossDomainRun(cfg, reg, MergedEvaluators(cfg, reg, open_prepared(cfg.prepared_dir), default_evaluator_factory,
                                                      redo))
 
 

@@ -20,6 +20,7 @@ from mmgrid.runtime.plan import planned_ids
 from mmgrid.sweep.start_models import start_model_id
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
 
 NORM_COLUMNS = ["paradigm", "domain", "period", "l1", "l2", "mean_abs", "numel", "id", "base_id"]
@@ -27,7 +28,7 @@ PAIR_COLUMNS = ["paradigm", "domain_i", "domain_j", "cosine", "sign_dissimilarit
                 "id_i", "id_j", "base_i", "base_j"]
 
 
-def _trained(registry: Any, paradigm: str, variant: str, seed: int | None = None,
+def _trained(registry: Registry, paradigm: str, variant: str, seed: int | None = None,
              planned: set[str] | None = None) -> pd.DataFrame:
     """The trained checkpoints of a row, one per (domain, period): the first training seed's
     replicate (with ``train.shared_stages`` its shared stages carry that seed too), else the newest;
@@ -40,7 +41,7 @@ def _trained(registry: Any, paradigm: str, variant: str, seed: int | None = None
     return planned_rows(ck, ["domain", "period"], planned)
 
 
-def task_vector_norms(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", paradigms: list[str] | None = None,
+def task_vector_norms(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", paradigms: list[str] | None = None,
                       variant: str = "default") -> pd.DataFrame:
     """L1 (and L2, mean |.|) of every trained checkpoint's task vector (Figure 2)."""
     rows = []
@@ -58,7 +59,7 @@ def task_vector_norms(cfg: GridConfig, registry: Any, prepared: "PreparedDataset
     return pd.DataFrame(rows, columns=NORM_COLUMNS)
 
 
-def pairwise_diagnostics(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", paradigms: list[str] | None = None,
+def pairwise_diagnostics(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", paradigms: list[str] | None = None,
                          variant: str = "default", rank: int | None = 16) -> pd.DataFrame:
     """Sign dissimilarity, cosine and geometry conflict between domains' last-stage task vectors."""
     last = cfg.train.stages[-1]
@@ -79,6 +80,6 @@ def pairwise_diagnostics(cfg: GridConfig, registry: Any, prepared: "PreparedData
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
-def _planned(cfg: GridConfig, registry: Any) -> set[str] | None:
+def _planned(cfg: GridConfig, registry: Registry) -> set[str] | None:
     plan = planned_ids(cfg, registry)
     return plan.id_set if plan is not None else None

@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,9 @@ from mmgrid.stats.bootstrap import cluster_index, cluster_sums, percentile_inter
 from mmgrid.stats import (LambdaStar, curve_band, domains_lambda_star_replicates, holm, mean_ci,
                           paired_difference, robust_lambda_star)
 from mmgrid.stats.lambda_star import family_interval, family_level
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 
@@ -84,7 +87,7 @@ class Curves:
     recipe_hashes: list[str]
 
 
-def study_rows(registry: Any, study: str, paradigm: str, variant: str, metric: str) -> pd.DataFrame:
+def study_rows(registry: Registry, study: str, paradigm: str, variant: str, metric: str) -> pd.DataFrame:
     """The newest evaluation per (domain, group, seed, lambda) of a temporal-type study."""
     df = registry.results(study=study, metric=metric)
     if df.empty:
@@ -100,7 +103,7 @@ def study_rows(registry: Any, study: str, paradigm: str, variant: str, metric: s
     return newest_rows(df, ["domain", "group", "seed_k", "lambda"])
 
 
-def temporal_curves(registry: Any, paradigm: str, variant: str, metric: str, study: str = "temporal",
+def temporal_curves(registry: Registry, paradigm: str, variant: str, metric: str, study: str = "temporal",
                     pu: PerUser | None = None) -> dict[tuple[str, str], Curves]:
     """(domain, group) -> per-user curves; only lambdas every seed has; {} without per-user values.
 
@@ -155,8 +158,8 @@ def robust_stars(curves: dict[tuple[str, str], Curves], smooth: int = 1) -> pd.D
 def star_replicates(curves: dict[tuple[str, str], Curves], domains: list[str], group: str, smooth: int = 1
                     ) -> np.ndarray | None:
     """``[n_resamples, n_domains]`` lambda* replicates of ``group`` (users within domains, shared seeds)."""
-    cs = [curves.get((d, group)) for d in domains]
-    if any(c is None for c in cs) or len({c.values.shape[0] for c in cs}) != 1:
+    cs = [c for d in domains if (c := curves.get((d, group))) is not None]
+    if len(cs) != len(domains) or len({c.values.shape[0] for c in cs}) != 1:
         return None
     return domains_lambda_star_replicates([c.lambdas for c in cs], [c.values for c in cs], smooth=smooth,
                                           n_resamples=N_RESAMPLES, clusters=[c.users for c in cs])
@@ -207,7 +210,7 @@ def analytic_lambdas(data_root: Any, test_offset_days: float = 91.0) -> dict[str
 # --------------------------------------------------------------------------- cross-domain (Figures 3-4)
 
 
-def cross_domain_cells(registry: Any, metric: str, group: str = "all") -> tuple[pd.DataFrame, PerUser]:
+def cross_domain_cells(registry: Registry, metric: str, group: str = "all") -> tuple[pd.DataFrame, PerUser]:
     """The cross-domain study's newest evaluation per (paradigm, pair, eval domain, method, base, alpha)."""
     df = registry.results(study="cross_domain", metric=metric, group=group)
     if df.empty:
@@ -221,7 +224,7 @@ def cross_domain_cells(registry: Any, metric: str, group: str = "all") -> tuple[
     return newest_rows(df, ["paradigm", "domain", "eval_domain", "method", "base_kind", "alpha_k"]), PerUser(registry)
 
 
-def _user_pairs(pu: PerUser, merged: Any, single: Any, metric: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _user_pairs(pu: PerUser, merged: Any, single: Any, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     m = pu.matrix([merged, single], metric)
     if m is None:
         return None
@@ -242,7 +245,8 @@ def joint_change_errors(cells: pd.DataFrame, pu: PerUser, metric: str, n_resampl
     rows = []
     merged = cells[(cells["method"] != "single") & cells["alpha"].notna()]
     for (p, meth, kind, a), g in merged.groupby(["paradigm", "method", "base_kind", "alpha"]):
-        reps, points = [], []
+        reps: list[Any] = []
+        points: list[Any] = []
         for _, r in g.sort_values(["domain", "eval_domain"], kind="stable").iterrows():  # draws in a fixed order,
             # not in the order the registry recorded the pairs (a worker pool finishes them in any order)
             if (p, r["eval_domain"]) not in single.index:
@@ -293,7 +297,10 @@ def base_orderings(cells: pd.DataFrame, pu: PerUser, metric: str) -> pd.DataFram
                 continue
             a_rows = g[g["base_kind"] == better].set_index(["domain", "eval_domain", "alpha_k"])
             b_rows = g[g["base_kind"] == worse].set_index(["domain", "eval_domain", "alpha_k"])
-            xs, ys, cl, n_cells = [], [], [], 0
+            xs: list[np.ndarray] = []
+            ys: list[np.ndarray] = []
+            cl: list[list[str]] = []
+            n_cells = 0
             for k in a_rows.index.intersection(b_rows.index):
                 ra, rb = a_rows.loc[k], b_rows.loc[k]
                 ra = ra.iloc[-1] if isinstance(ra, pd.DataFrame) else ra

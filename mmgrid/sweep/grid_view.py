@@ -10,7 +10,7 @@ seed (the recorded mean and interval of that replicate).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,9 @@ from mmgrid.config import GridConfig
 from mmgrid.eval.table import LEVEL, N_RESAMPLES, PerUser, checkpoint_rows, seed_ids
 from mmgrid.runtime.plan import planned_ids
 from mmgrid.stats import mean_ci
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 GROUPS = ("all", "active", "non_active")
 POOLED = "pooled"
@@ -38,7 +41,7 @@ class GridView:
     cards: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def grid_view(cfg: GridConfig, registry: Any) -> GridView:
+def grid_view(cfg: GridConfig, registry: Registry) -> GridView:
     """Read every trained checkpoint of the grid's variants and its evaluations into a :class:`GridView`."""
     split = cfg.eval.split
     periods = list(cfg.train.stages)
@@ -108,7 +111,7 @@ def _pct(v: Any) -> float | None:
     return round(f * 100, 6) if np.isfinite(f) else None
 
 
-def cards(registry: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
+def cards(registry: Registry, ids: list[str]) -> dict[str, dict[str, Any]]:
     """id -> the checkpoint's card: coordinates, manifest (its tensors summarised as count and bytes;
     ``mmgrid show ID`` lists them), parents, results and its lineage graph."""
     out: dict[str, dict[str, Any]] = {}

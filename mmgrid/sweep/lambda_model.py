@@ -27,6 +27,7 @@ from mmgrid.sweep.selection import lambda_stars
 from mmgrid.sweep.temporal import COLUMNS, DomainSweep, run_cells, sweep_domain, temporal_results
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
 
 
@@ -105,7 +106,7 @@ def stats_table(prepared: "PreparedDataset") -> pd.DataFrame:
     return df
 
 
-def predict_lambda(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
+def predict_lambda(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset",
                    results: pd.DataFrame | None = None, evaluate: bool = True,
                    evaluator_factory: Any = None) -> LambdaPrediction:
     """lambda* per domain and group, the leave-one-out regression and the Eq. 11 blend.
@@ -202,7 +203,7 @@ def answer_new_domain(pred: LambdaPrediction, stats_row: dict[str, float], level
     return predict_new_domain(pred.fit, stats_row, float(stats_row["p_active"]), level)
 
 
-def evaluate_lambda_hat(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", pred: LambdaPrediction,
+def evaluate_lambda_hat(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", pred: LambdaPrediction,
                         evaluator_factory: Any = None, store: bool = True) -> pd.DataFrame:
     """Evaluate each domain at its leave-one-out lambda_hat* (Table 3's second row), on every training
     seed's replicate (as lambda = 1 and lambda*, so that Table 3 pairs the same users and seeds).
@@ -241,7 +242,7 @@ def extension_points(lambdas: list[float], star: float, step: float, n: int, lo:
     return []
 
 
-def extend_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", evaluator_factory: Any = None,
+def extend_temporal(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", evaluator_factory: Any = None,
                     max_rounds: int = 20, executor: Any = None) -> pd.DataFrame:
     """Extend each domain's lambda grid while its lambda* sits on an edge (``sweeps.temporal.extend_steps``).
 

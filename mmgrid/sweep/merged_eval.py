@@ -14,13 +14,14 @@ from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.sweep.evaluation import EvalFn, EvaluatorFactory, paradigm_params
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
 
 
 class MergedEvaluators:
     """One evaluator and one loaded t2 model per (paradigm, domain), built on first use."""
 
-    def __init__(self, cfg: GridConfig, registry: Any, prepared: "PreparedDataset", factory: EvaluatorFactory,
+    def __init__(self, cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", factory: EvaluatorFactory,
                  redo: bool = False) -> None:
         self.cfg, self.registry, self.prepared, self.factory, self.redo = cfg, registry, prepared, factory, redo
         self._cache: dict[tuple[str, str], tuple[Any, EvalFn]] = {}

@@ -8,13 +8,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from mmgrid.config import load_grid
+from mmgrid.config import GridConfig, load_grid
 from mmgrid.config.runfile import is_run_file, load_run
-from mmgrid.data.dataset import load_prepared
+from mmgrid.data.dataset import PreparedDataset, load_prepared
 from mmgrid.registry import Registry
 
 
-def study_frame(registry: Any, study: str, **filters: Any) -> pd.DataFrame:
+def study_frame(registry: Registry, study: str, **filters: Any) -> pd.DataFrame:
     """All evaluation rows of one study (``extra.study``), newest last.
 
     Args:
@@ -34,7 +34,7 @@ def study_frame(registry: Any, study: str, **filters: Any) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def checkpoint_metrics(registry: Any, ids: list[str], split: str = "test", group: str = "all") -> pd.DataFrame:
+def checkpoint_metrics(registry: Registry, ids: list[str], split: str = "test", group: str = "all") -> pd.DataFrame:
     """Newest recorded metrics of checkpoints: one row per id, one column per metric.
 
     Rows recorded by a study (an ``extra.study`` key) are ignored: they belong to merges.
@@ -50,11 +50,11 @@ def checkpoint_metrics(registry: Any, ids: list[str], split: str = "test", group
     return res.pivot(index="id", columns="metric", values="value")
 
 
-def open_grid(config: str, overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
+def open_grid(config: str, overrides: list[str] | None = None) -> tuple[GridConfig, Registry, PreparedDataset]:
     """(GridConfig, Registry, PreparedDataset) of a grid YAML or a run's ``mmgrid-run.yaml`` (its
     paths relative to its folder): what every study script starts from."""
     cfg = load_run(config, overrides) if is_run_file(config) else load_grid(config, overrides)
-    return cfg, Registry.open(cfg.registry), load_prepared(cfg.prepared)
+    return cfg, Registry.open(cfg.registry_root), load_prepared(cfg.prepared_dir)
 
 
 def script_grid(doc: str | None, extra: Callable[[argparse.ArgumentParser], None] | None = None
@@ -79,7 +79,7 @@ def script_grid(doc: str | None, extra: Callable[[argparse.ArgumentParser], None
     return (args, *open_grid(args.config, args.overrides))
 
 
-def recorded(registry: Any, recipe_hashes: list[str], study: str) -> set[str]:
+def recorded(registry: Registry, recipe_hashes: list[str], study: str) -> set[str]:
     """Which of these recipe hashes already have evaluations of ``study`` in the registry."""
     if not recipe_hashes:
         return set()

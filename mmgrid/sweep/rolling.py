@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 import pandas as pd
@@ -60,6 +60,7 @@ from mmgrid.sweep.selection import lambda_grid, select_lambda_star
 from mmgrid.sweep.temporal import seeded_id
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
 
 STUDY = "rolling"
@@ -135,7 +136,7 @@ def available(strategies: tuple[Strategy, ...] = STRATEGIES) -> list[Strategy]:
     return [s for s in strategies if s.method in have]
 
 
-def default_window_evaluator(cfg: GridConfig, name: str, paradigm: Any, domain: Any, prepared: Any,
+def default_window_evaluator(cfg: GridConfig, name: str, paradigm: Any, domain: Any, prepared: PreparedDataset,
                              window: str) -> EvalFn:
     """The grid's evaluator (``eval:`` settings, users seeded by the first training seed) on ``window``."""
     from mmgrid.eval.grid import grid_evaluator  # lazy: the eval layer's evaluator
@@ -167,9 +168,10 @@ class Past:
     value)``, when given, is told every checkpoint id and window read (the look-ahead test)."""
 
     def __init__(self, ids: list[str], stages: list[str], t: int, evaluate: Callable[[str, dict], float],
-                 registry: Any, watch: Callable[[int, str, Any], None] | None = None) -> None:
+                 registry: Registry, watch: Callable[[int, str, Any], None] | None = None) -> None:
         self._ids, self._stages, self.t, self._evaluate, self._watch = ids, stages, t, evaluate, watch
-        self.registry = _Watched(registry, t, watch) if watch else registry
+        # _Watched: a proxy with the Registry's interface
+        self.registry = cast("Registry", _Watched(registry, t, watch)) if watch else registry
 
     def checkpoint(self, k: int) -> str:
         if not 0 <= k <= self.t:
@@ -222,7 +224,7 @@ def _recipe(strategy: Strategy, method: str, ins: list[str], base: str | None, p
             "deployed_at": t_stage, "window": window, "eval": ev}
 
 
-def run_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", options: RollingOptions = RollingOptions(),
+def run_rolling(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", options: RollingOptions = RollingOptions(),
                 seeds: list[int] | None = None) -> "RollingStudy":
     """Run every strategy at every period on every configured domain and seed (recording each evaluation not
     yet recorded) and return :func:`rolling_study`."""
@@ -231,7 +233,7 @@ def run_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", opt
     return rolling_study(registry, t.paradigm, t.variant, t.metric)
 
 
-def evaluate_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
+def evaluate_rolling(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset",
                      options: RollingOptions = RollingOptions(), seeds: list[int] | None = None) -> int:
     """Evaluate the study; return the number of evaluations run (0: everything was recorded)."""
     domains = list(cfg.sweeps.temporal.domains or prepared.domains)
@@ -246,7 +248,7 @@ def evaluate_rolling(cfg: GridConfig, registry: Any, prepared: "PreparedDataset"
     return n
 
 
-def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", domain: str, seed: int,
+def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", domain: str, seed: int,
                     options: RollingOptions = RollingOptions()) -> int:
     """One (domain, seed): every deployment of every strategy, on its window (and the matrix's windows).
 
@@ -289,7 +291,7 @@ def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
     n = 0
     eval_windows = (stages[1:] if matrix else [])
     for t in range(1, len(stages)):
-        past = Past(ids, stages, t, lambda w, st, _t=t: float(run(w, st, ids[_t])["all"][t_cfg.metric]), registry,
+        past = Past(ids, stages, t, lambda w, st, _t=t: float(run(w, st, ids[_t])["all"][t_cfg.metric]), registry,  # type: ignore[misc]  # mypy infers no lambda with a default
                     watch)
         lams = past_lambdas(past, stages, grid, memo) if any(s.lam for s in strategies) else []
         targets = list(dict.fromkeys([windows[t - 1], *eval_windows]))
@@ -315,7 +317,7 @@ def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
     return n
 
 
-def _record_start(registry: Any, first: str, run: Callable, stages: list[str], domain: str,
+def _record_start(registry: Registry, first: str, run: Callable, stages: list[str], domain: str,
                   seed: int, ev: dict, t_cfg: Any) -> None:
     """theta_0 on every incremental window: the start row b of FWT (recorded once per recipe)."""
     todo = {w: {"strategy": "start", **identity("temporal"), "inputs": [first, first], "base": None,
@@ -337,7 +339,7 @@ def _record_start(registry: Any, first: str, run: Callable, stages: list[str], d
 class _Watched:
     """A registry whose reads of checkpoints are reported to ``watch`` (the study's look-ahead test)."""
 
-    def __init__(self, registry: Any, t: int, watch: Callable) -> None:
+    def __init__(self, registry: Registry, t: int, watch: Callable) -> None:
         self._r, self._t, self._w = registry, t, watch
 
     def __getattr__(self, name: str) -> Any:
@@ -389,7 +391,7 @@ class RollingStudy:
         return [verdict_line(c, v, e, LEVEL) for c, (v, e) in self.verdicts.items()]
 
 
-def _frame(registry: Any, metric: str, paradigm: str, variant: str) -> pd.DataFrame:
+def _frame(registry: Registry, metric: str, paradigm: str, variant: str) -> pd.DataFrame:
     df = registry.results(study=STUDY, metric=metric, group="all")
     if df.empty:
         return df
@@ -431,7 +433,7 @@ def _stacked(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple | 
     return users, np.concatenate([p[1] for p in parts], 1), np.concatenate([p[2] for p in parts], 1)
 
 
-def rolling_study(registry: Any, paradigm: str, variant: str = "default", metric: str = "ndcg@10",
+def rolling_study(registry: Registry, paradigm: str, variant: str = "default", metric: str = "ndcg@10",
                   metrics: tuple[str, ...] = METRICS) -> RollingStudy:
     """Read the study back from the registry and compare every strategy with ``latest``."""
     pu = PerUser(registry)

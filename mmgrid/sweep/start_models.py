@@ -21,10 +21,11 @@ from mmgrid.runtime.device import derive_seed, seed_everything
 from mmgrid.sweep.evaluation import paradigm_params
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
 
 
-def start_model_id(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", paradigm: str, domain: str,
+def start_model_id(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", paradigm: str, domain: str,
                    variant: str, trained_id: str) -> str:
     """Id of the paradigm's start model for ``domain`` (built and stored on first use).
 

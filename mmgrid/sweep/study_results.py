@@ -39,13 +39,14 @@ from mmgrid.sweep.study_records import (CONTINUAL_HOW, FINDINGS, FORMULA_LABEL, 
 from mmgrid.sweep.temporal import temporal_results
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.data.dataset import PreparedDataset
 
 # --------------------------------------------------------------------------- orchestration
 
 
-def compute_study_results(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", diagnostics: bool = True,
-                          keep_going: bool = False, on_section: Callable[[str], None] | None = None) -> StudyResults:
+def compute_study_results(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", diagnostics: bool = True,
+                          keep_going: bool = False, on_section: Callable[[str], object] | None = None) -> StudyResults:
     """Compute every section's typed result from the registry.
 
     Args:
@@ -110,7 +111,7 @@ def world_population_values(cfg: GridConfig) -> dict[str, Any]:
 def _pop_num(pop: dict[str, Any], key: str) -> float | None:
     v = pop.get(key)
     try:
-        v = float(v)
+        v = float(v)  # type: ignore[arg-type]  # a missing value (None) is caught below
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
@@ -127,7 +128,7 @@ def _seeds(cfg: GridConfig) -> list[int]:
 # --------------------------------------------------------------------------- Table 2
 
 
-def baselines(cfg: GridConfig, registry: Any, domains: list[str], pop: dict[str, Any] | None = None) -> BaselineResults:
+def baselines(cfg: GridConfig, registry: Registry, domains: list[str], pop: dict[str, Any] | None = None) -> BaselineResults:
     """Table 2 with intervals, the paired comparisons with the references and the three findings (each
     inconclusive one with its MDE note; "beats most-popular" with its population value where ``pop`` has one)."""
     t2, prov, cv = tb.table2_ci(cfg, registry, domains)
@@ -167,7 +168,7 @@ def _t2_population(cfg: GridConfig, pop: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- Figure 2
 
 
-def diagnostics_results(cfg: GridConfig, registry: Any, prepared: Any) -> DiagnosticsResults:
+def diagnostics_results(cfg: GridConfig, registry: Registry, prepared: PreparedDataset) -> DiagnosticsResults:
     """Task-vector L1 norms per paradigm, domain and period, and the pairwise conflict between domains."""
     paradigms = [p for p in cfg.paradigms if not registry.query(paradigm=p, kind="trained").empty]
     if not paradigms:
@@ -186,7 +187,7 @@ def diagnostics_results(cfg: GridConfig, registry: Any, prepared: Any) -> Diagno
 # --------------------------------------------------------------------------- Figures 3-4
 
 
-def cross_domain(cfg: GridConfig, registry: Any) -> CrossDomainResults:
+def cross_domain(cfg: GridConfig, registry: Registry) -> CrossDomainResults:
     """The cross-domain study: relative changes, joint-change intervals, summary and base orderings."""
     df = cross_domain_results(registry)
     if df.empty:
@@ -242,7 +243,7 @@ def lam_text(v: float, lo: float, hi: float, edge: Any = False) -> str:
     return text + (" (edge)" if bool(edge) else "")
 
 
-def temporal(cfg: GridConfig, registry: Any, pop: dict[str, Any] | None = None) -> TemporalResults:
+def temporal(cfg: GridConfig, registry: Registry, pop: dict[str, Any] | None = None) -> TemporalResults:
     """The temporal study: curves with bands, lambda* per (domain, group) and the findings of Figure 5.
 
     ``pop``: the world's population values (:func:`world_population_values`; None: read them here)."""
@@ -367,7 +368,7 @@ def _f5_varies_population(pop: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- Tables 3-4
 
 
-def prediction(cfg: GridConfig, registry: Any, prepared: Any, temporal_section: Section,
+def prediction(cfg: GridConfig, registry: Registry, prepared: PreparedDataset, temporal_section: Section,
                pop: dict[str, Any] | None = None) -> PredictionResults:
     """The lambda* regression fitted on the temporal study's lambda* (no second fit), Table 4 and Table 3;
     rho's finding with its population value where ``pop`` has one."""
@@ -420,7 +421,7 @@ def prediction(cfg: GridConfig, registry: Any, prepared: Any, temporal_section: 
                              t3, prov3, comp, findings, cont)
 
 
-def continual_results(cfg: GridConfig, registry: Any) -> ContinualResults:
+def continual_results(cfg: GridConfig, registry: Registry) -> ContinualResults:
     """Table 3's continual-merging rows: the study read back from the registry (:func:`mmgrid.sweep.continual.
     continual_study`, on ``sweeps.temporal``'s paradigm, variant and metric), per user group its means and
     differences to lambda = 1 in %, the recipe hashes behind each row, and the pooled all-users rows; with
@@ -464,7 +465,7 @@ def continual_findings(r: ContinualResults) -> list[Finding]:
 # --------------------------------------------------------------------------- Orbit
 
 
-def pareto(cfg: GridConfig, registry: Any) -> ParetoResults:
+def pareto(cfg: GridConfig, registry: Registry) -> ParetoResults:
     """The Orbit Pareto points of the paradigms that have a regularized variant."""
     pts = pareto_points(cfg, registry)
     regularized = set(pts.loc[pts["regularizer"] != "none", "paradigm"]) if not pts.empty else set()
@@ -490,7 +491,7 @@ def _mean_interval(means: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> tu
     return m, m - 1.959964 * se, m + 1.959964 * se
 
 
-def pareto_points(cfg: GridConfig, registry: Any) -> pd.DataFrame:
+def pareto_points(cfg: GridConfig, registry: Registry) -> pd.DataFrame:
     """Per variant x paradigm: the mean over domains of text retention and test Recall@10 (all users, in %),
     each with a 95% interval combined from the domains' own (:func:`_mean_interval`), on the first
     training seed's checkpoints (the replicate whose text retention is measured)."""
@@ -517,7 +518,7 @@ def pareto_points(cfg: GridConfig, registry: Any) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PARETO_COLUMNS)
 
 
-def _retention_ids(cfg: GridConfig, registry: Any, paradigm: str, variant: str) -> list[str]:
+def _retention_ids(cfg: GridConfig, registry: Registry, paradigm: str, variant: str) -> list[str]:
     """Per domain, the last-stage checkpoint of the grid's first training seed (text retention is measured
     on that replicate only, ``mmgrid.eval.grid.evaluate_final``), else of the lowest seed there is."""
     out = []
@@ -528,7 +529,7 @@ def _retention_ids(cfg: GridConfig, registry: Any, paradigm: str, variant: str) 
     return out
 
 
-def _ci_columns(registry: Any, ids: list[str], split: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+def _ci_columns(registry: Registry, ids: list[str], split: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
     """The recorded 95% interval of ``metric`` for each id's newest own evaluation, in ``ids`` order (NaN where none)."""
     res = registry.results(id=list(ids), split=split, group="all", metric=metric)
     nan = np.full(len(ids), np.nan)

@@ -20,6 +20,7 @@ from mmgrid.sweep import evidence as ev
 from mmgrid.sweep.results import checkpoint_metrics
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mmgrid.registry.api import Registry
     from mmgrid.sweep.lambda_model import LambdaPrediction
 
 # column order shared by the console table (mmgrid/eval/table.py) and report.md
@@ -29,7 +30,7 @@ REFERENCES = ("popular", "sasrec")  # Table 2's references: each paradigm is com
 Provenance = dict[str, list[str]]
 
 
-def final_ids(cfg: GridConfig, registry: Any, paradigm: str, variant: str = "default") -> dict[str, str]:
+def final_ids(cfg: GridConfig, registry: Registry, paradigm: str, variant: str = "default") -> dict[str, str]:
     """Domain -> id of the trained checkpoint of the last stage: the grid's planned one where it is
     stored (:func:`mmgrid.runtime.plan.planned_ids`), else the newest."""
     ck = registry.query(paradigm=paradigm, variant=variant, kind="trained", period=cfg.train.stages[-1])
@@ -40,7 +41,7 @@ def final_ids(cfg: GridConfig, registry: Any, paradigm: str, variant: str = "def
     return dict(zip(ck["domain"], ck["id"]))
 
 
-def table2(cfg: GridConfig, registry: Any, domains: list[str], scale: float = 100.0) -> tuple[pd.DataFrame, Provenance]:
+def table2(cfg: GridConfig, registry: Registry, domains: list[str], scale: float = 100.0) -> tuple[pd.DataFrame, Provenance]:
     """MMGRid Table 2: rows paradigm (+ SASRec, MostPop), columns domain x R@10/R@20/N@10/N@20 (x ``scale``)."""
     rows = list(dict.fromkeys([*cfg.paradigms, "popular"]))
     cols = pd.MultiIndex.from_tuples([(d, short) for d in domains for _, short in METRICS])
@@ -67,7 +68,7 @@ def table2(cfg: GridConfig, registry: Any, domains: list[str], scale: float = 10
     return out, {k: v for k, v in prov.items() if k in out.index}
 
 
-def table2_ci(cfg: GridConfig, registry: Any, domains: list[str]) -> tuple[pd.DataFrame, Provenance, ev.CheckpointValues]:
+def table2_ci(cfg: GridConfig, registry: Registry, domains: list[str]) -> tuple[pd.DataFrame, Provenance, ev.CheckpointValues]:
     """MMGRid Table 2 with intervals: cells ``mean [low, high]`` in %, over test users and training seeds.
 
     Rows: the grid's paradigms and ``popular``; columns domain x R@10 / N@10 / R@20 / N@20. Each
@@ -184,7 +185,7 @@ T3_ROWS = {"one": "lambda = 1", "hat": "lambda = lambda_hat*", "star": "lambda =
 T3_COMPARISONS = (("hat", "lambda_hat* - 1"), ("star", "lambda* - 1"))
 
 
-def table3_ci(registry: Any, pu: Any, t: Any, stars: pd.DataFrame, domains: list[str],
+def table3_ci(registry: Registry, pu: Any, t: Any, stars: pd.DataFrame, domains: list[str],
               hat_lambdas: dict[str, float] | None = None
               ) -> tuple[pd.DataFrame, Provenance, pd.DataFrame | None]:
     """MMGRid Table 3 with intervals and paired tests, from the per-user values of the temporal studies.
@@ -270,7 +271,7 @@ def table3_comparison_table(comp: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def table3_findings(comp: pd.DataFrame, metric: str = "ndcg@10") -> list[dict[str, str]]:
+def table3_findings(comp: pd.DataFrame, metric: str = "ndcg@10") -> list[dict[str, Any]]:
     """Table 3's finding: lambda_hat* beats lambda = 1 (users of every domain pooled)."""
     sub = comp[(comp["comparison"] == "lambda_hat* - 1") & (comp["metric"] == metric)]
     pooled = sub[sub["domain"] == "all domains"]

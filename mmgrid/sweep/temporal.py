@@ -99,7 +99,7 @@ class _Pair:
     periods: tuple[str, str]
 
 
-def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", what: DomainSweep | str,
+def sweep_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", what: DomainSweep | str,
                  evaluator_factory: EvaluatorFactory | None = None) -> list[dict[str, Any]]:
     """Sweep lambda for one domain, record every evaluation, return long rows.
 
@@ -150,7 +150,7 @@ def sweep_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", wh
     return rows
 
 
-def _stored_rows(registry: Any, study: str, hashes: list[str]) -> list[dict[str, Any]]:
+def _stored_rows(registry: Registry, study: str, hashes: list[str]) -> list[dict[str, Any]]:
     """The rows of already recorded sweep points (newest per point, group and metric)."""
     df = study_frame(registry, study, recipe_hash=list(hashes))
     rec = df["recipe"].map(_inputs)
@@ -160,7 +160,7 @@ def _stored_rows(registry: Any, study: str, hashes: list[str]) -> list[dict[str,
     return df[COLUMNS].to_dict("records")
 
 
-def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tuple[str, str],
+def period_ids(registry: Registry, paradigm: str, variant: str, domain: str, pers: tuple[str, str],
                seed: int | None = None, plan: BuildResult | None = None) -> tuple[str, str]:
     """Ids of the trained t1 and t2 checkpoints of one grid cell row (of one training seed's
     replicate): the ids ``plan`` computes (:func:`mmgrid.runtime.plan.planned_ids`), else by coords."""
@@ -169,7 +169,7 @@ def period_ids(registry: Any, paradigm: str, variant: str, domain: str, pers: tu
             seeded_id(registry, {**coords, "period": pers[1]}, seed, plan))
 
 
-def seeded_id(registry: Any, coords: dict[str, Any], seed: int | None, plan: BuildResult | None = None) -> str:
+def seeded_id(registry: Registry, coords: dict[str, Any], seed: int | None, plan: BuildResult | None = None) -> str:
     """The checkpoint with these coords and training seed.
 
     With ``plan`` (the grid's planned ids, :func:`mmgrid.runtime.plan.planned_ids`) the stage's
@@ -200,7 +200,7 @@ def seeded_id(registry: Any, coords: dict[str, Any], seed: int | None, plan: Bui
         return cid
 
 
-def _store_point(registry: Any, pair: _Pair, lam: float, t: Any) -> str:
+def _store_point(registry: Registry, pair: _Pair, lam: float, t: Any) -> str:
     """Store theta(lambda) as a merged checkpoint whose lineage names both inputs."""
     coords = {"paradigm": t.paradigm, "domain": pair.domain, "period": f"{pair.periods[1]}@lambda={lam:g}",
               "variant": t.variant}
@@ -220,11 +220,11 @@ def sweep_domain_job(grid: dict[str, Any], domain: str, seed: int | None = None,
     """Executor entry point (JSON in, JSON out): one domain's sweep (one seed's replicate; ``lambdas``
     instead of the configured grid, e.g. an extension past an edge) in a worker process."""
     cfg = grid_from_dict(grid)
-    reg = Registry.open(cfg.registry, index=False)
-    return sweep_domain(cfg, reg, load_prepared(cfg.prepared), DomainSweep(domain, lambdas, seed))
+    reg = Registry.open(cfg.registry_root, index=False)
+    return sweep_domain(cfg, reg, load_prepared(cfg.prepared_dir), DomainSweep(domain, lambdas, seed))
 
 
-def run_cells(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", cells: list[tuple[int, str]],
+def run_cells(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", cells: list[tuple[int, str]],
               executor: "Executor | None" = None, evaluator_factory: EvaluatorFactory | None = None,
               lambdas: dict[str, list[float]] | None = None, desc: str = "temporal sweep") -> list[dict[str, Any]]:
     """Sweep every (seed, domain) cell, here in order or as one executor job each; rows in cell order.
@@ -245,7 +245,7 @@ def run_cells(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", cells
     return [row for got in gather(futs, registry, desc, unit="domain") for row in got]
 
 
-def run_temporal(cfg: GridConfig, registry: Any, prepared: "PreparedDataset", executor: "Executor | None" = None,
+def run_temporal(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", executor: "Executor | None" = None,
                  evaluator_factory: EvaluatorFactory | None = None) -> pd.DataFrame:
     """Run the temporal sweep on every configured domain (``sweeps.temporal.domains`` or all) and
     every training seed's replicate (``train.seeds``).
@@ -273,7 +273,7 @@ def _progress(items: list, desc: str) -> Any:
     return progress_bar(items, desc=desc, unit="domain", leave=True)
 
 
-def temporal_results(registry: Any, paradigm: str | None = None, variant: str | None = None,
+def temporal_results(registry: Registry, paradigm: str | None = None, variant: str | None = None,
                      study: str = STUDY, seed: "int | str | None" = None) -> pd.DataFrame:
     """The temporal study's evaluations as stored in the registry, long format (:data:`COLUMNS`).
 

@@ -9,7 +9,7 @@ that is not stored yet.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -17,6 +17,10 @@ from mmgrid.config import BaseConfig
 from mmgrid.models.base import BaseBundle, lm_batch, load_base
 from mmgrid.models.tokenizer import train_tokenizer
 from mmgrid.train.loop import train_stage
+
+if TYPE_CHECKING:
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 
 class LanguageModelTask:
@@ -34,7 +38,7 @@ class LanguageModelTask:
         return model(**batch).loss
 
 
-def train_tiny_base(builder: Callable[[int], Any], cfg: BaseConfig, prepared: Any, seed: int,
+def train_tiny_base(builder: Callable[[int], Any], cfg: BaseConfig, prepared: PreparedDataset, seed: int,
                     progress: bool) -> BaseBundle:
     """Tokenizer on every domain's item text, then ``cfg.lm_epochs`` of LM training (seeded)."""
     texts = [t for d in prepared.domains for t in prepared.domain(d).item_texts]
@@ -53,7 +57,7 @@ def train_tiny_base(builder: Callable[[int], Any], cfg: BaseConfig, prepared: An
     return bundle
 
 
-def ensure_base(cfg: BaseConfig, prepared: Any, registry: Any, seed: int = 0,
+def ensure_base(cfg: BaseConfig, prepared: PreparedDataset, registry: Registry, seed: int = 0,
                 progress: bool = False) -> tuple[BaseBundle, str]:
     """The grid's base from the registry, or built (a tiny base trained here) and stored.
 

@@ -21,7 +21,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.config import GridConfig
 from mmgrid.configtools import to_dict
@@ -34,6 +34,9 @@ from mmgrid.runtime.plan import BuildResult, StagePlan, grid_domains, plan_stage
 from mmgrid.runtime.progress import progress as progress_bar
 from mmgrid.runtime.remap import stale_stages
 from mmgrid.train.base_lm import ensure_base
+
+if TYPE_CHECKING:
+    from mmgrid.data.dataset import PreparedDataset
 
 JOB_FN = "mmgrid.train.stage:run_stage"
 
@@ -62,10 +65,10 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True, ret
     """
     t0 = time.perf_counter()
     set_threads(cfg.train.threads)
-    prepared = open_prepared(cfg.prepared)
+    prepared = open_prepared(cfg.prepared_dir)
     domains = grid_domains(cfg, prepared)
     _check_phases(prepared, domains, cfg.train.stages)
-    registry = open_registry(cfg.registry)
+    registry = open_registry(cfg.registry_root)
     stale = 0 if retrain else stale_stages(cfg, registry, prepared)
     if stale:
         raise RegistryError(
@@ -106,8 +109,8 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True, ret
             deps = [] if p.first else [futures[p.parent_id]]
             futures[p.id] = executor.submit(job, deps)
             if p.id not in had:  # runs on the executor's thread (pool, Ray) or here (local)
-                futures[p.id].add_done_callback(lambda _f, pid=p.id: tick(pid))
-        errors = [f.exception() for f in futures.values() if f.exception() is not None]
+                futures[p.id].add_done_callback(lambda _f, pid=p.id: tick(pid))  # type: ignore[misc]  # mypy infers no lambda with a default
+        errors = [e for f in futures.values() if (e := f.exception()) is not None]
         for p in plans:  # a future is done before its callbacks have run: count what they have not yet
             if p.id not in had:
                 tick(p.id)
@@ -132,12 +135,12 @@ def build_grid(cfg: GridConfig, executor: Any = None, progress: bool = True, ret
 def _absolute(cfg: GridConfig) -> dict[str, Any]:
     """The grid as a job's JSON-able ``config`` (folders made absolute: a worker may start elsewhere)."""
     d = to_dict(cfg)
-    d["prepared"] = str(Path(cfg.prepared).resolve())
-    d["registry"] = str(Path(cfg.registry).resolve())
+    d["prepared"] = str(Path(cfg.prepared_dir).resolve())
+    d["registry"] = str(Path(cfg.registry_root).resolve())
     return d
 
 
-def _check_phases(prepared: Any, domains: list[str], stages: list[str]) -> None:
+def _check_phases(prepared: PreparedDataset, domains: list[str], stages: list[str]) -> None:
     """Every stage needs examples in every domain: fail before training anything."""
     for d in domains:
         for stage in stages:

@@ -41,7 +41,6 @@ class StageLog:
     device: str = "cpu"
     events: list[dict[str, float]] = field(default_factory=list)  # back-merges: step, distances, merges
     n_events: int = 0
-    last_distance: float | None = None
     max_distance_after_step: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,7 +65,6 @@ def _average_gradients(params: list[torch.nn.Parameter], world_size: int) -> Non
 
 def _record(log: StageLog, step: int, values: dict[str, float]) -> None:
     if "distance" in values:
-        log.last_distance = values["distance"]
         prev = log.max_distance_after_step
         log.max_distance_after_step = values["distance"] if prev is None else max(prev, values["distance"])
     if values.get("merges", 0) > 0:

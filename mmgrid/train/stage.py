@@ -13,7 +13,7 @@ config hash) comes from :mod:`mmgrid.runtime.plan`, the same functions the build
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tqdm.auto import tqdm
 
@@ -29,6 +29,10 @@ from mmgrid.train.base_lm import ensure_base
 from mmgrid.train.loop import StageLog, StageSettings, dist_context, train_stage
 from mmgrid.train.origin import make_origin
 from mmgrid.train.regularizers import make_regularizer
+
+if TYPE_CHECKING:
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 
 @dataclass
@@ -50,8 +54,8 @@ class StageRun:
     """
 
     cfg: GridConfig
-    registry: Any
-    prepared: Any
+    registry: Registry
+    prepared: PreparedDataset
     plan: StagePlan
     variant: Any
     paradigm: Any
@@ -99,17 +103,17 @@ def run_stage(config: dict[str, Any], plan: dict[str, Any], progress: bool = Tru
     cfg = grid_from_dict(config)
     sp = StagePlan(**{"seed": cfg.train.seed, **plan})
     set_threads(cfg.train.threads)
-    registry = open_registry(cfg.registry)
+    registry = open_registry(cfg.registry_root)
     if registry.has(sp.id):
         return sp.id
-    cid = train_one_stage(cfg, registry, open_prepared(cfg.prepared), sp, progress)
+    cid = train_one_stage(cfg, registry, open_prepared(cfg.prepared_dir), sp, progress)
     if cid is not None and cid != sp.id:
         raise RegistryError(f"{sp.paradigm}/{sp.domain}/{sp.stage}: stored as {cid} but planned as {sp.id}; "
                             "the identity used by the plan and by the job differ (a bug).")
     return sp.id
 
 
-def train_one_stage(cfg: GridConfig, registry: Any, prepared: Any, plan: StagePlan, progress: bool = True) -> str:
+def train_one_stage(cfg: GridConfig, registry: Registry, prepared: PreparedDataset, plan: StagePlan, progress: bool = True) -> str:
     """Train stage ``plan.stage`` from ``plan.parent_id`` and put it into the registry.
 
     ``plan.seed`` seeds the build, the load and the training of this replicate and is stored in
@@ -149,7 +153,7 @@ def train_one_stage(cfg: GridConfig, registry: Any, prepared: Any, plan: StagePl
     if dist is None or not dist.distributed:
         return _store(run, model, log)
     cid = _store(run, model, log) if dist.is_main else None
-    return broadcast_object(cid, dist)
+    return cast(str, broadcast_object(cid, dist))  # the main rank's id, on every rank
 
 
 def _store(run: StageRun, model: Any, log: StageLog) -> str:

@@ -57,7 +57,7 @@ class ChunkInput:
             path, self.offset = loc
             self.fd = _open(path, src.label)
             self.bufs = [torch.empty(min(chunk, max(n, 1)), dtype=self.dtype) for _ in range(slots)]
-            self.raws = [memoryview(b.view(torch.uint8).numpy()) for b in self.bufs]
+            self.raws = [memoryview(b.view(torch.uint8).numpy()) for b in self.bufs]  # type: ignore[arg-type]  # numpy declares ndarray.__buffer__ for Python >= 3.12 only
             self.item = self.bufs[0].element_size()
 
     def chunk(self, a: int, b: int, slot: int = 0) -> torch.Tensor:
@@ -135,7 +135,7 @@ class BlockReader:
         want = (b - a) * item
         fd, kept = self._fd(path, src.label)
         try:
-            _pread(fd, memoryview(buf.numpy())[:want], offset + a * item, src.label)
+            _pread(fd, memoryview(buf.numpy())[:want], offset + a * item, src.label)  # type: ignore[arg-type]  # as above
         finally:
             if not kept:
                 os.close(fd)

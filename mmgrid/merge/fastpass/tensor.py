@@ -22,7 +22,7 @@ from mmgrid.merge.tensors import TensorSource
 
 
 def merge_tensor(k: Kernel, srcs: list[TensorSource], name: str, n: int, bufs: Buffers,
-                 emit: Callable[[int, int, torch.Tensor], None], what: str) -> None:
+                 emit: Callable[[int, int, torch.Tensor], object], what: str) -> None:
     """Merge the first ``n`` entries of tensor ``name`` of ``srcs`` (the base first where
     the kernel takes one); ``emit(a, b, chunk)`` gets each float32 result chunk (a reused
     buffer: cast or copy it before returning).
@@ -49,7 +49,7 @@ def merge_tensor(k: Kernel, srcs: list[TensorSource], name: str, n: int, bufs: B
         nxt = ex.submit(read, 0) if ex is not None else None
         for idx, a0 in enumerate(starts):
             # read block idx + 1 (other buffer slot) while block idx is merged
-            blk = nxt.result() if ex is not None else read(idx)
+            blk = nxt.result() if nxt is not None else read(idx)  # nxt: None only without ex
             if ex is not None and idx + 1 < len(starts):
                 nxt = ex.submit(read, idx + 1)
             check_inputs(k, blk, ins, name)

@@ -180,6 +180,7 @@ def write_blocks(jobs: list[Job], fill: Callable[[Job, torch.Tensor, Any], None]
         if job.whole is not None:
             aw.write(job.name, job.whole())
         else:
+            assert buf is not None  # a blocked job has its buffer
             writing.append((aw.block(job.name, fut.result()), buf))
 
     ex = ThreadPoolExecutor(n, thread_name_prefix="mmgrid-compute")

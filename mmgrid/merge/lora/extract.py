@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import safe_open
@@ -47,6 +47,9 @@ from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES,
 from mmgrid.merge.lora.factorize import dense_factors, check_finite
 from mmgrid.merge.plan import is_vocab
 from mmgrid.merge.tensors import TensorSource, open_source
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 REPORT_NAME = "mmgrid_extract_lora.json"
 METHOD = "extract_lora"  # the ``method`` of an applied adapter stored in the registry
@@ -147,7 +150,7 @@ def target_modules(ck: TensorSource, base: TensorSource, include: Sequence[str] 
 def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int | None = None,
                  energy: float | None = None, include: Sequence[str] | str | None = None,
                  exclude: Sequence[str] | str | None = None, dtype: str | None = None, overwrite: bool = False,
-                 registry: Any = None, store: bool = False, coords: dict[str, Any] | None = None) -> LoraExtractReport:
+                 registry: Registry | None = None, store: bool = False, coords: dict[str, Any] | None = None) -> LoraExtractReport:
     """Extract a PEFT LoRA adapter from ``checkpoint``'s task vector against ``base``.
 
     Args:
@@ -232,6 +235,7 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
                                not_carried, carried, unchanged, params)
     _write_folder(out, tensors, config, report, overwrite)
     if store:
+        assert registry is not None  # store without a registry was refused above
         try:
             report.applied_id = store_applied(out, bs if isinstance(base, TensorSource) else base, registry,
                                               coords=coords or _coords(registry, checkpoint, rank, energy),
@@ -243,14 +247,14 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
     return report
 
 
-def _registry_id(registry: Any, ref: Any) -> str | None:
+def _registry_id(registry: Registry, ref: Any) -> str | None:
     """The registry id of ``ref``, or None for a state dict, a path or a source."""
     if registry is None or not isinstance(ref, str) or Path(ref).exists():
         return None
     return registry.get(ref).id
 
 
-def _coords(registry: Any, checkpoint: Any, rank: int | None, energy: float | None) -> dict[str, Any]:
+def _coords(registry: Registry, checkpoint: Any, rank: int | None, energy: float | None) -> dict[str, Any]:
     cid = _registry_id(registry, checkpoint)
     coords = dict(registry.get(cid).coords) if cid else {"paradigm": "unknown", "domain": "none", "period": "none"}
     rule = "-".join(x for x in (f"r{rank}" if rank else "", f"e{energy:g}" if energy else "") if x)
@@ -274,7 +278,7 @@ def _write_folder(out: Path, tensors: dict, config: dict, report: LoraExtractRep
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def apply_lora(adapter: str | os.PathLike, base: Any, registry: Any = None, scale: float = 1.0) -> dict[str, torch.Tensor]:
+def apply_lora(adapter: str | os.PathLike, base: Any, registry: Registry | None = None, scale: float = 1.0) -> dict[str, torch.Tensor]:
     """base + scale (alpha / r) B A on every module of ``adapter`` (PEFT's merge_and_unload), in
     the base's dtypes; the other tensors are the base's.
 
@@ -302,7 +306,7 @@ def apply_lora(adapter: str | os.PathLike, base: Any, registry: Any = None, scal
     return out
 
 
-def store_applied(adapter: str | os.PathLike, base: Any, registry: Any, coords: dict[str, Any] | None = None,
+def store_applied(adapter: str | os.PathLike, base: Any, registry: Registry, coords: dict[str, Any] | None = None,
                   source: Any = None, params: dict | None = None, scale: float = 1.0) -> str:
     """Store base + adapter (:func:`apply_lora`) in ``registry``; return its id.
 

@@ -54,7 +54,8 @@ def open_folder(path: str | os.PathLike, label: str) -> TensorSource:
             if "/" in fname or fname.startswith("."):
                 raise SourceError(f"{label}: {p / INDEX} names shard {fname!r} outside the folder")
             shards[fname] = from_safetensors(p / fname)
-        shapes, owner = {}, {}
+        shapes: dict[str, Any] = {}
+        owner: dict[str, str] = {}
         for fname, src in shards.items():
             for name, spec in src.shapes.items():
                 if name in owner:

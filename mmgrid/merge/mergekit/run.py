@@ -18,7 +18,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from mmgrid.merge.methods import get_method, identity
 from mmgrid.merge.recipe import Recipe, default_coords
 from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, from_safetensors, open_source
 from mmgrid.registry import card
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 
 @dataclass
@@ -60,7 +63,7 @@ class MergekitResult:
     files: list[str] = field(default_factory=list)
 
 
-def _open(ref: str, label: str, registry: Any) -> TensorSource:
+def _open(ref: str, label: str, registry: Registry | None) -> TensorSource:
     p = Path(ref)
     if p.is_dir():
         return hf.open_folder(p, label)
@@ -103,6 +106,7 @@ def plan_groups(spec: MergekitSpec, names: list[str], num_layers: int) -> list[G
         method = spec.row.method
         if method not in fields:
             fields[method] = {f.name for f in dataclasses.fields(get_method(method).Params)}
+        assert spec.row.build is not None  # parse() refuses a row without one
         m, params, base = spec.row.build(res, fields[method])
         if m not in fields:
             fields[m] = {f.name for f in dataclasses.fields(get_method(m).Params)}
@@ -111,7 +115,7 @@ def plan_groups(spec: MergekitSpec, names: list[str], num_layers: int) -> list[G
     return list(groups.values())
 
 
-def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike | None = None, registry: Any = None,
+def run_mergekit_recipe(recipe: str | Path | dict, out: str | os.PathLike | None = None, registry: Registry | None = None,
                         coords: dict[str, Any] | None = None, max_shard_bytes: int = hf.DEFAULT_SHARD_BYTES,
                         overwrite: bool = False, dry_run: bool = False) -> MergekitResult:
     """Run a mergekit YAML recipe (a path, YAML text or a dict) with mmgrid's engine.
@@ -152,7 +156,9 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
     files = {k: v for k, v in first.files.items() if k in hf.CONFIG_FILES}
     files.update({k: v for k, v in tok.files.items() if k in hf.TOKENIZER_FILES})
     if "config.json" in files:
-        files["config.json"] = hf.config_with_dtype(files["config.json"], out_dtype)
+        config = hf.config_with_dtype(files["config.json"], out_dtype)
+        assert config is not None  # bytes in, bytes out
+        files["config.json"] = config
     if dry_run:
         return MergekitResult(out_p, None, groups)
     if out_p is not None:
@@ -180,11 +186,12 @@ def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike
         for n, _, dt in layout:
             w.write(n, merged[n].get(n).to(dt))
         w.close()
+        assert registry is not None  # without out=, registry= was required above
         cid = _store(spec, registry, single, files, groups, srcs, base, coords)
         return MergekitResult(None, cid, groups)
 
 
-def _direct(g: Group, models: list[TensorSource], gbase: TensorSource | None, registry: Any, names: list[str],
+def _direct(g: Group, models: list[TensorSource], gbase: TensorSource | None, registry: Registry | None, names: list[str],
             out_dtype: torch.dtype | None, max_shard_bytes: int) -> Callable[[Path], list[str]] | None:
     """One group merged straight into the folder's ``model.safetensors`` (the merge pass
     writes the file: no scratch file read back and written again, which took more time
@@ -219,7 +226,7 @@ def _dtype(stored: torch.dtype, out: torch.dtype | None) -> torch.dtype:
     return out if out is not None and stored.is_floating_point else stored
 
 
-def _group_inputs(g: Group, srcs: list[TensorSource], base: TensorSource | None, registry: Any,
+def _group_inputs(g: Group, srcs: list[TensorSource], base: TensorSource | None, registry: Registry | None,
                   check: bool = False) -> tuple[list[TensorSource], TensorSource | None]:
     models = [_subset(s, g.tensors) for s in srcs]
     missing = [(s.label, n) for s in srcs for n in g.tensors if n not in s.shapes]
@@ -237,7 +244,7 @@ def _group_inputs(g: Group, srcs: list[TensorSource], base: TensorSource | None,
     return models, gbase
 
 
-def _store(spec: MergekitSpec, registry: Any, path: Path, files: dict[str, bytes], groups: list[Group],
+def _store(spec: MergekitSpec, registry: Registry, path: Path, files: dict[str, bytes], groups: list[Group],
            srcs: list[TensorSource], base: TensorSource | None, coords: dict[str, Any] | None) -> str:
     """Store the merged file in the registry with lineage for inputs that are registry ids."""
     ids = [m for m, s in zip(spec.models, srcs) if not _is_path(m)]
@@ -258,11 +265,12 @@ def _store(spec: MergekitSpec, registry: Any, path: Path, files: dict[str, bytes
                         files=files, meta=meta)
 
 
-def _lineage_of(ref: str, registry: Any) -> tuple[str, list[str], list[dict[str, Any]]]:
+def _lineage_of(ref: str, registry: Registry | None) -> tuple[str, list[str], list[dict[str, Any]]]:
     """A recipe input's name in a card, the base of its lineage, and its lineage entries: a
     registry checkpoint's (:mod:`mmgrid.registry.card`), or a folder's hub id (a hub cache
     folder) or folder name, its own card's ``base_model`` when it has one."""
     if not _is_path(ref):
+        assert registry is not None  # _open resolved this id in the registry
         cid = registry.get(ref).id
         entries = card.lineage(registry, [cid])
         return cid, card.base_names(registry, entries), entries
@@ -273,10 +281,13 @@ def _lineage_of(ref: str, registry: Any) -> tuple[str, list[str], list[dict[str,
     return name, bases or [name], [{"id": name, "kind": "folder", "coords": {}, "method": None, "parents": []}]
 
 
-def recipe_card(spec: MergekitSpec, groups: list[Group], registry: Any) -> card.Card:
+def recipe_card(spec: MergekitSpec, groups: list[Group], registry: Registry | None) -> card.Card:
     """The model card of a folder a recipe writes: ``base_model`` the inputs' lineage bases,
     relation ``merge``, the recipe (inputs by name) and the mmgrid merges that ran."""
-    names, bases, entries, parents = [], [], [], []
+    names: list[str] = []
+    bases: list[str] = []
+    entries: list[dict[str, Any]] = []
+    parents: list[dict[str, str]] = []
     refs = ([(spec.base, "merge_base")] if spec.base is not None else []) + [(m, "merge_input") for m in spec.models]
     for ref, role in refs:
         name, base, lin = _lineage_of(ref, registry)

@@ -259,7 +259,7 @@ def load(recipe: str | Path | Mapping[str, Any]) -> MergekitSpec:
     """Read a mergekit recipe from a YAML path, YAML text or a dict (``yaml.safe_load``)."""
     if isinstance(recipe, Mapping):
         return parse(recipe)
-    text = recipe
+    text = recipe if isinstance(recipe, str) else ""  # a Path is read below
     where = "mergekit recipe"
     if isinstance(recipe, Path) or (isinstance(recipe, str) and "\n" not in recipe and recipe.endswith((".yml", ".yaml"))):
         p = Path(recipe)

@@ -82,7 +82,7 @@ def canonical_params(name: str, params: dict[str, Any] | None) -> dict[str, Any]
             new = DEPRECATED[k]
             warnings.warn(f"merge method {name!r}: parameter {k!r} is deprecated, use {new!r} (same meaning: "
                           "one weight per input)", FutureWarning, stacklevel=3)
-            if new in params:
+            if params is not None and new in params:  # params is not None inside this loop
                 raise MergeParamError(f"merge method {name!r}: give {new!r} or its old spelling {k!r}, not both")
             k = new
         key = ALIASES.get(k, k)

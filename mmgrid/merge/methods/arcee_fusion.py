@@ -77,7 +77,7 @@ class ArceeFusion(Method):
         # the stored tensors into one float32 buffer, which then takes the result in place, so a
         # tensor costs one float32 copy (and the fence's selection copy) instead of the base, the
         # model, both softmaxes, their ratio and log, and the scores (the same bits, tested).
-        b, a = view.raw[0], view.raw_base
+        b, a = view.raw[0], view.required_raw_base
         rb = b.reshape(-1, b.shape[-1]) if b.ndim >= 1 else b.reshape(1, 1)
         ra = a.reshape(rb.shape)
         scores = torch.empty(rb.shape, dtype=torch.float32)

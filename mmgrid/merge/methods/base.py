@@ -56,6 +56,21 @@ class TensorView:
         return self._b32
 
     @property
+    def required_raw_base(self) -> torch.Tensor:
+        """``raw_base`` of a method that takes a base (``needs_base``: the engine gives each of its views one)."""
+        if self.raw_base is None:
+            raise AssertionError(f"tensor {self.name!r}: a method that needs a base got no base tensor")
+        return self.raw_base
+
+    @property
+    def required_base(self) -> torch.Tensor:
+        """``base`` (float32) of a method that takes a base, as :attr:`required_raw_base`."""
+        b = self.base
+        if b is None:
+            raise AssertionError(f"tensor {self.name!r}: a method that needs a base got no base tensor")
+        return b
+
+    @property
     def key(self) -> str:
         """Names this view for seeded randomness (DARE): the tensor, plus the chunk's row."""
         return self.name if self.start == 0 else f"{self.name}@{self.start}"

@@ -164,7 +164,7 @@ def breadcrumbs_cuts(stream: ViewStream, n_in: int, density: float, gamma: float
         m, b = v.raw[i].numel(), bufs[i]
         if not b or b[0].numel() < m:
             b[:] = [torch.empty(m, dtype=torch.float32), torch.empty(m, dtype=torch.int32)]
-        d = b[0][:m].copy_(v.raw[i].reshape(-1)).sub_(v.raw_base.reshape(-1))  # TensorView.deltas()'s tau_i
+        d = b[0][:m].copy_(v.raw[i].reshape(-1)).sub_(v.required_raw_base.reshape(-1))  # TensorView.deltas()'s tau_i
         return d, b[1]
 
     def pieces():  # (view, offset in its tensor, first piece of the tensor?)
@@ -197,7 +197,7 @@ def breadcrumbs_cuts(stream: ViewStream, n_in: int, density: float, gamma: float
                     raise RuntimeError(f"the first pass saw tensor {v.name!r} twice, not in consecutive pieces")
                 cur, sizes[v.name] = v.name, 0
                 hists[cur] = [torch.zeros(ops.N_MAG_BINS, dtype=torch.int64) for _ in range(n_in)]
-            sizes[cur] += v.raw[0].numel()
+            sizes[v.name] += v.raw[0].numel()  # v.name is cur
 
             def first(i: int, v=v) -> None:
                 d, scratch = mags(v, i)
@@ -239,7 +239,7 @@ def breadcrumbs_cuts(stream: ViewStream, n_in: int, density: float, gamma: float
                 eq, greater = int(sub[low]), above + int(sub[low + 1:].sum())
                 vals.append((v, n - greater - eq, eq))  # (value, entries below it, entries equal)
                 js.append(rank - (n - greater - eq))  # index of the rank's entry among the equal ones
-            (lo, below_lo, _), (hi, below_hi, eq_hi) = vals
+            (lo, _, _), (hi, _, eq_hi) = vals
             cut = Cut(lo, hi, 0, n)
             need = [js[0] if js[0] > 0 else -1, js[1] if js[1] < eq_hi - 1 else -1]
             cuts[name].append(cut)
@@ -256,15 +256,15 @@ def breadcrumbs_cuts(stream: ViewStream, n_in: int, density: float, gamma: float
                         continue
                     d, _ = mags(v, i)
                     c = cuts[v.name][i]
-                    eq = (d.abs_() == (c.lo if side == 0 else c.hi)).nonzero().reshape(-1)
+                    ties = (d.abs_() == (c.lo if side == 0 else c.hi)).nonzero().reshape(-1)
                     seen = count.get((v.name, i, side), 0)
-                    if seen <= j < seen + eq.numel():
-                        p = off + int(eq[j - seen])
+                    if seen <= j < seen + ties.numel():
+                        p = off + int(ties[j - seen])
                         if side == 0:
                             c.p_lo = p
                         else:
                             c.p_hi = p
-                    count[(v.name, i, side)] = seen + eq.numel()
+                    count[(v.name, i, side)] = seen + ties.numel()
     return cuts
 
 

@@ -123,7 +123,7 @@ def draw_masks(stream: ViewStream, n: int, new: Callable[[str], list[masks.Packe
         b = bufs.get(i)
         if b is None or b[0].numel() < m:
             b = bufs[i] = (torch.empty(m, dtype=torch.float32), torch.empty(m, dtype=torch.float32))
-        d = b[0][:m].copy_(view.raw[i].reshape(-1)).sub_(view.raw_base.reshape(-1))
+        d = b[0][:m].copy_(view.raw[i].reshape(-1)).sub_(view.required_raw_base.reshape(-1))
         if feed is None:
             out[view.name][i].add(d, b[1])
         else:

@@ -125,7 +125,7 @@ class Dop(Method):
             for x in view.models[1:]:
                 merged.add_(x).mul_(0.5)
             return merged
-        base = view.base.double()
+        base = view.required_base.double()
         merged = view.models[0].double()
         for x in view.models[1:]:
             merged = dop_step(base, merged, x.double(), self.params)

@@ -133,17 +133,17 @@ class Gcwm(Method):
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         taus = view.deltas()
         plain = ops.weighted_sum(taus, self._w)
-        if view.base.ndim != 2 or view.vocab or min(view.base.shape) < 2 or float(plain.abs().sum()) == 0.0:
-            return plain.add_(view.base)
+        if view.required_base.ndim != 2 or view.vocab or min(view.required_base.shape) < 2 or float(plain.abs().sum()) == 0.0:
+            return plain.add_(view.required_base)
         score, per_input, basis, covs = self.conflict(taus, plain)
         a = self.gate(score)
         entry = {"score": score, "inputs": per_input, "geometry_weight": a,
                  "branch": "geometry" if a >= 0.5 else "task_arithmetic"}
         self.report["conflict"][view.name] = entry
         if a == 0.0:
-            return plain.add_(view.base)
+            return plain.add_(view.required_base)
         geom = self.geometry_combination(taus, basis, covs)
-        return (a * geom + (1.0 - a) * plain).add_(view.base)
+        return (a * geom + (1.0 - a) * plain).add_(view.required_base)
 
     def gate(self, score: float) -> float:
         """Weight of the geometry-aware branch (1/0 for the hard gate)."""

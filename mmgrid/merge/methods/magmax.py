@@ -65,4 +65,4 @@ class MagMax(Method):
             best = torch.where(d.abs() >= best.abs(), d, best)
         if self.params.scale != 1.0:
             best = best * self.params.scale
-        return best.add_(view.base)
+        return best.add_(view.required_base)

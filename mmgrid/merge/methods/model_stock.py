@@ -90,7 +90,7 @@ def tensor_grams(stream: ViewStream, done: Callable[[str, list[list[float]], int
             bs = slots[slot]
             if len(bs) != len(view.raw) or bs[0].numel() < m:
                 slots[slot] = bs = [torch.empty(m, dtype=torch.float32) for _ in view.raw]
-            b = view.raw_base.reshape(-1)
+            b = view.required_raw_base.reshape(-1)
             ds = [buf[:m].copy_(t.reshape(-1)).sub_(b) for buf, t in zip(bs, view.raw)]
             if cur is None or cur[0] != view.name:
                 if cur is not None:
@@ -175,7 +175,7 @@ class ModelStock(Method):
             g = sp.BlockedGram(len(view.raw))
             g.add(view.deltas())
             t = self.ratio(g.result())
-            out = view.base.clone().mul_(1.0 - t)
+            out = view.required_base.clone().mul_(1.0 - t)
             for x in view.models:
                 out.add_(x, alpha=t / len(view.models))
             return out
@@ -195,9 +195,9 @@ class ModelStock(Method):
             cos = cos.clamp(0.0, 1.0)
         denom = 1.0 + (n - 1) * cos
         singular = denom.abs() < SINGULAR  # no finite ratio: keep the base there (mergekit's rule)
-        t = torch.where(singular, 0.0, n * cos / torch.where(singular, 1.0, denom)).float().unsqueeze(-1)
+        t_rows = torch.where(singular, 0.0, n * cos / torch.where(singular, 1.0, denom)).float().unsqueeze(-1)
         mean = rows[0].clone()
         for r in rows[1:]:
             mean.add_(r)
         mean.div_(n)
-        return mean.mul_(t).reshape(shape).add_(view.base)
+        return mean.mul_(t_rows).reshape(shape).add_(view.required_base)

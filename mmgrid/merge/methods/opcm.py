@@ -113,4 +113,4 @@ class Opcm(Method):
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
         assert self._factor is not None, "OPCM needs its first pass (prepare)"
         s, _ = self.running(view)
-        return s.mul_(self._factor).float().add_(view.raw_base)
+        return s.mul_(self._factor).float().add_(view.required_raw_base)

@@ -111,7 +111,7 @@ class OrthoMerge(Method):
         super().check_inputs(n)
         self._pipe = self._residual_pipeline(n)
         if self.params.residual_method == "dare":
-            self.symmetric = False
+            self.symmetric = False  # type: ignore[misc]  # this instance's own value: the dare residual is seeded per input
 
     def _residual_pipeline(self, n: int) -> pl.Pipeline:
         p = self.params

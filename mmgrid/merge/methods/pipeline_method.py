@@ -61,9 +61,9 @@ class PipelineMethod(Method):
             return
         finder = pl.ThresholdFinder(cfg, self._n, stream.total)
         for v in stream():
-            finder.add(v.key, v.raw, v.raw_base)
+            finder.add(v.key, v.raw, v.required_raw_base)
         self._thresholds = finder.thresholds()
         self.report["ties_thresholds"] = self._thresholds
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        return pl.merged(self.pipeline(len(view.raw)), view.key, view.raw, view.raw_base, self._thresholds)
+        return pl.merged(self.pipeline(len(view.raw)), view.key, view.raw, view.required_raw_base, self._thresholds)

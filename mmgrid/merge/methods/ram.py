@@ -83,4 +83,4 @@ class Ram(Method):
         return num.div_(cnt.clamp_(min=1.0)).add_(b)
 
     def merge_tensor(self, view: TensorView) -> torch.Tensor:
-        return self.entries(view.name, [view.raw_base, *view.raw])
+        return self.entries(view.name, [view.required_raw_base, *view.raw])

@@ -118,7 +118,7 @@ class RamPlusTl(Method):
         another input changes too; unique: a change no other input makes), from float passes: the change indicators m_ie = |sign(hardshrink(tau_ie,
         eps))| (1 or 0), c_e = sum_i m_ie, [c_e = 1] = 1 - |sign(c_e - 1)|, [c_e > 1] =
         sign(relu(c_e - 1)), and each count a dot product of 0/1 vectors (:func:`_ones`)."""
-        b = w.base32(view.raw_base.reshape(-1))
+        b = w.base32(view.required_raw_base.reshape(-1))
         inds = []
         for i, t in enumerate(view.raw):
             d = torch.sub(t.reshape(-1), b, out=w.deltas[i])
@@ -174,4 +174,4 @@ class RamPlusTl(Method):
         lams = self._lams.get(view.name)
         if lams is None:
             lams = self._lambdas(self._chunk_counts(view, Work.fresh((view.raw[0].numel(),), len(view.raw))))
-        return self.entries(view.name, [view.raw_base, *view.raw], lams=lams)
+        return self.entries(view.name, [view.required_raw_base, *view.raw], lams=lams)

@@ -153,4 +153,4 @@ class Sce(Method):
         w = self._w.get(view.name) if keep is None else None
         if w is None:  # a whole tensor (select_topk < 1), or added vocabulary rows: their own weights
             w = sce_weights(ds)
-        return self._erase(ds, view.raw_base, w)
+        return self._erase(ds, view.required_raw_base, w)

@@ -45,14 +45,14 @@ class SparsifiedMethod(Method):
         if cfg.combine == "sum" and not cfg.elect_sign:
             return self._streamed_sum(view, cfg)
         ds = [self.sparsify(view.key, i, d) for i, d in enumerate(view.deltas())]
-        return pl.fuse(self.fuse_config(len(ds)), ds).add_(view.raw_base)
+        return pl.fuse(self.fuse_config(len(ds)), ds).add_(view.required_raw_base)
 
     def _streamed_sum(self, view: TensorView, cfg: pl.Pipeline) -> torch.Tensor:
         """theta_0 + scale sum_i w_i S_i(tau_i), one input at a time (the operations of
         ``ops.weighted_sum`` then ``fuse``'s scale, in that order: the same bits)."""
         weights = list(cfg.weights) if cfg.weights else [1.0] * len(view.raw)
-        b = view.raw_base
-        out = None
+        b = view.required_raw_base
+        out: torch.Tensor | None = None
         for i, (raw, w) in enumerate(zip(view.raw, weights)):
             d = self.sparsify(view.key, i, raw.to(torch.float32, copy=True).sub_(b))  # TensorView.deltas()'s tau_i
             if out is None:
@@ -60,6 +60,7 @@ class SparsifiedMethod(Method):
             else:
                 out.add_(d.float(), alpha=float(w))
             del d
+        assert out is not None  # a merge has at least one input
         if cfg.scale != 1.0:
             out.mul_(cfg.scale)
         return out.add_(b)

@@ -32,7 +32,7 @@ from mmgrid.merge.methods.base import check_range
 from mmgrid.merge.methods.pipeline_method import PipelineMethod
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
-from mmgrid.merge.ops import SignRule
+from mmgrid.merge.ops import Rescale, SignRule
 
 
 # A parameter added after results were stored: left out of a method's recorded parameters
@@ -64,10 +64,10 @@ class TiesParams(Weights):
         check_range("density", self.density, 0.0, 1.0, True, False, "TIES keeps a fraction of entries, e.g. density=0.2")
 
 
-def ties_pipeline(p, n: int, sparsify: str = "magnitude", p_drop: float = 0.0, seed: int = 0,
-                  rescale: str = "inverse_keep") -> pl.Pipeline:
+def ties_pipeline(p, n: int, sparsify: pl.Sparsify = "magnitude", p_drop: float = 0.0, seed: int = 0,
+                  rescale: Rescale = "inverse_keep") -> pl.Pipeline:
     """The TIES preset (shared with ties_dare)."""
-    combine = p.combine or ("sum" if p.alpha is not None else "disjoint_mean")
+    combine: pl.Combine = p.combine or ("sum" if p.alpha is not None else "disjoint_mean")
     default = 1.0 if combine == "disjoint_mean" else 1.0 / n
     return pl.Pipeline(
         sparsify=sparsify, density=p.density, p=p_drop, elect_sign=True, combine=combine,

@@ -152,7 +152,7 @@ def _attach(lm: "PreTrainedModel", tokenizer: Any, domain: "DomainData", p: SemI
         return [list(e[:cut]) for e in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
     template = {k: enc([v], 64)[0] for k, v in TEMPLATES.items()}
-    lm.mmgrid_semid = SemIDInfo(
+    lm.mmgrid_semid = SemIDInfo(  # type: ignore[assignment]  # a Module attribute set by name
         tokenizer, domain.name, domain.n_items, p, seed, np.asarray(codes, dtype=np.int64), list(level_sizes),
         names, added_first, list(added_names), rows, CodeTrie(codes, level_sizes),
         enc([" " + t for t in domain.item_texts], int(p.max_text_tokens)),
@@ -280,7 +280,7 @@ class SemIDParadigm:
         model.train(was_training)
         return out
 
-    def save(self, model: torch.nn.Module) -> Checkpoint:
+    def save(self, model: "PreTrainedModel") -> Checkpoint:
         info = _info(model)
         files = {"config.json": hf_config_file(model.config), **tokenizer_files(info.tokenizer)}
         entry = {"codes": info.codes.tolist(), "level_sizes": info.level_sizes, "n_items": info.n_items,

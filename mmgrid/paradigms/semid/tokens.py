@@ -38,6 +38,13 @@ def _special(names: list[str]) -> list[Any]:
     return [AddedToken(n, special=True, normalized=False, single_word=False) for n in names]
 
 
+def _weight(layer: torch.nn.Module) -> torch.Tensor:
+    """An embedding layer's weight (a Module attribute, which the type checker sees as Tensor | Module)."""
+    w = layer.weight
+    assert isinstance(w, torch.Tensor)
+    return w
+
+
 def add_code_tokens(lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", names: list[str], seed: int) -> int:
     """Append ``names`` as new rows of the LM (input and output embeddings) and the tokenizer.
 
@@ -47,7 +54,7 @@ def add_code_tokens(lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase",
     Returns:
         The first added row (``names[j]`` has row ``first + j``).
     """
-    rows = lm.get_input_embeddings().weight.shape[0]
+    rows = _weight(lm.get_input_embeddings()).shape[0]
     if len(tokenizer) > rows:
         lm.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         rows = len(tokenizer)
@@ -63,10 +70,10 @@ def add_code_tokens(lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase",
     lm.resize_token_embeddings(first + len(names), mean_resizing=False)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        tensors = [lm.get_input_embeddings().weight]
+        tensors = [_weight(lm.get_input_embeddings())]
         out = lm.get_output_embeddings()
-        if out is not None and out.weight is not tensors[0]:
-            tensors.append(out.weight)
+        if out is not None and _weight(out) is not tensors[0]:
+            tensors.append(_weight(out))
         for w in tensors:
             old = w[:first].float()
             noise = torch.randn((len(names), w.shape[1]), generator=gen) * old.std(0, keepdim=True) * 0.5

@@ -191,8 +191,8 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
                       # more than one world's interval allows (world-to-world variation the interval leaves out)
                       "spread_ratio": float(np.std([as_float(x[0]) for x in rows], ddof=1) / np.mean(ok))
                       if len(rows) > 1 and ok else float("nan")}
-        cov = mcse_rate(np.array(hits)) if hits else None
-        res = FindingCalibration(finding, size, float("nan"), False, None, cov, None, float("nan"), len(runs), per,
+        cov_rate = mcse_rate(np.array(hits)) if hits else None
+        res = FindingCalibration(finding, size, float("nan"), False, None, cov_rate, None, float("nan"), len(runs), per,
                                  coverage_expected=float(np.mean(expected)) if expected else float("nan"))
         if own is not None:
             _own_world_lambda(res, runs, own, level)
@@ -223,10 +223,10 @@ def calibrate_finding(finding: str, size: float, runs: list[dict[str, Any]], pop
             parts[par] = {"population": tv, "coverage": asdict(mcse_rate(np.array([as_float(x[1]) <= tv <= as_float(x[2])
                                                                                    for x in pr]))),
                           "bias": asdict(mcse_bias([as_float(x[0]) for x in pr], tv)), "mde": _interval_mde(pr, level, power)}
-    cov = mcse_rate(np.array([as_float(x[1]) <= truth <= as_float(x[2]) for x in rows])) if rows and math.isfinite(truth) else None
+    cov_rate = mcse_rate(np.array([as_float(x[1]) <= truth <= as_float(x[2]) for x in rows])) if rows and math.isfinite(truth) else None
     b = mcse_bias([as_float(x[0]) for x in rows], truth) if rows else None
     is_null = math.isfinite(truth) and _claim_false(finding, truth, null, _null_tolerance(finding, pop))
-    res = FindingCalibration(finding, size, truth, is_null, holds, cov, b, _interval_mde(rows, level, power), len(rows),
+    res = FindingCalibration(finding, size, truth, is_null, holds, cov_rate, b, _interval_mde(rows, level, power), len(rows),
                              parts)
     if finding == "t2_popular" and own is not None:
         _own_world_coverage(res, runs, own, level)

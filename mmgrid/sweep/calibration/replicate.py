@@ -14,7 +14,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,10 @@ from mmgrid.config.data import PlantConfig
 from mmgrid.configtools import check_ranges, stable_hash
 from mmgrid.errors import ConfigError
 from mmgrid.fileio.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from mmgrid.data.dataset import PreparedDataset
+    from mmgrid.registry.api import Registry
 
 VERSION = 3  # in every replicate's recipe: a change of what a replicate computes changes its hash
 REPLICATE_JOB = "mmgrid.sweep.calibration.replicate:replicate_job"
@@ -71,6 +75,7 @@ def planted_knobs(cfg: GridConfig, size: float) -> dict[str, float]:
     the preset worlds, the size is the knob's value itself). Raises ConfigError when a product leaves the
     knob's range, before anything runs."""
     c = cfg.sweeps.calibrate
+    assert cfg.world is not None  # `mmgrid calibrate` refuses a grid without a world: section
     out = {k: float(size) * float(getattr(cfg.world.plant, k)) for k in c.knobs}
     try:
         check_ranges(PlantConfig(**{**cfg.world.plant.__dict__, **out}), "world.plant")
@@ -120,7 +125,7 @@ def run_replicate(grid: dict, sweep: bool = True) -> dict[str, Any]:
         write_world(cfg.data.root, cfg.world)
         prepared = prepare(cfg, log=lambda m: None)
         build_grid(cfg, progress=False)
-        reg = Registry.open(cfg.registry)
+        reg = Registry.open(cfg.registry_root)
         evaluate_grid(cfg, plan_grid(cfg, reg, prepared), progress=False, registry=reg, prepared=prepared)
         if sweep:
             run_temporal(cfg, reg, prepared)
@@ -131,7 +136,7 @@ def run_replicate(grid: dict, sweep: bool = True) -> dict[str, Any]:
     return out
 
 
-def estimates(cfg: GridConfig, reg: Any, prepared: Any, sweep: bool = True) -> dict[str, Any]:
+def estimates(cfg: GridConfig, reg: Registry, prepared: PreparedDataset, sweep: bool = True) -> dict[str, Any]:
     """The findings' estimates and intervals of one run, as the report computes them (without ``sweep``: the
     Table 2 difference only)."""
     # lazy: pandas-heavy evidence readers, only where a replicate runs
@@ -178,7 +183,7 @@ def _lambda_estimates(out: dict[str, Any], curves: Any, smooth: Any, level: floa
         out["f5_not1"] = {"holds": bool(off), "max_dev": max(abs(x[0] - 1.0) for _, x in al), "domains": off}
 
 
-def _t2_estimates(out: dict[str, Any], cfg: GridConfig, reg: Any) -> None:
+def _t2_estimates(out: dict[str, Any], cfg: GridConfig, reg: Registry) -> None:
     """Each paradigm - most-popular (Table 2), users of every domain pooled, and the spread for the planner."""
     # lazy: as estimates()
     from mmgrid.eval.table import CheckpointValues

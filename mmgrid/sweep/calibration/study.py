@@ -104,6 +104,7 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
                                                               own_world=True)))
     grid_path = None  # the grid's own world's result (one of the replicates' when its seed and knobs are theirs)
     if c.grid_world:
+        assert cfg.world is not None  # `mmgrid calibrate` refuses a grid without a world: section
         gj = calibrate_job(cfg, None, cfg.world.seed, out)
         grid_path = gj.kwargs["result_path"]
         if all(j.kwargs["result_path"] != grid_path for _, _, j in jobs):
@@ -142,7 +143,7 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
             ex.shutdown()
     pops: dict[float, dict[str, Any]] = {}
     runs: dict[float, list[dict[str, Any]]] = {}
-    owns: dict[float, list[dict[str, Any]]] = {}
+    owns: dict[float, list[dict[str, Any] | None]] = {}
     grid_world = next((res for (_, _, j), res in zip(jobs, results) if j.kwargs["result_path"] == grid_path), None)
     for (kind, size, _), res in zip(jobs, results):
         if kind == "grid world":
@@ -166,7 +167,7 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs,
                                owns.get(size) if f in own_for else None)
              for f in c.findings for size in c.sizes]
-    secs = [r.get("seconds") for rs in runs.values() for r in rs if r.get("seconds")]
+    secs = [float(r["seconds"]) for rs in runs.values() for r in rs if r.get("seconds")]
     res = CalibrationResult(out, list(c.sizes), list(c.knobs), c.replicates, population, found,
                             float(np.mean(secs)) if secs else float("nan"), runs, grid_world)
     write_calibration(res, cfg, time.perf_counter() - t0)
@@ -324,6 +325,7 @@ def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
 
 def _plant_text(cfg: GridConfig, knobs: list[str]) -> str:
     """The grid's own values of the calibrated knobs, e.g. "all 1" or "turnover 1.5, trend 1"."""
+    assert cfg.world is not None  # `mmgrid calibrate` refuses a grid without a world: section
     vals = {k: float(getattr(cfg.world.plant, k)) for k in knobs}
     if len(set(vals.values())) == 1:
         return f"all {next(iter(vals.values())):g} in this grid"
@@ -355,6 +357,7 @@ def _grid_world_summary(res: CalibrationResult, cfg: GridConfig) -> dict[str, An
     same = next((i for i, r in enumerate(reps) if r is g), None)
     if same is not None:
         reps = reps[:same] + reps[same + 1:]
+    assert cfg.world is not None  # `mmgrid calibrate` refuses a grid without a world: section
     out: dict[str, Any] = {"world_seed": cfg.world.seed, "size": size, "replicates": len(reps),
                            "is_replicate": same, "lambda_star": {},
                            "t4_rho": g.get("t4_rho"), "f5_not1": (g.get("f5_not1") or {}).get("holds"),
@@ -433,7 +436,7 @@ def _coverage(cov: Rate | None, of: str, expected: float) -> str:
     return f"{cov.text()} (own world{f'; {expected:.0%} expected from its noise' if known else ''})"
 
 
-def _num(v: float) -> str:
+def _num(v: float | None) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:.3f}"
 
 

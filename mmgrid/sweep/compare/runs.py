@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,9 @@ import pandas as pd
 from mmgrid.errors import ConfigError
 from mmgrid.eval.table import PerUser, align, fmt_ci, fmt_p, newest_rows, seed_number
 from mmgrid.stats import holm, paired_difference
+
+if TYPE_CHECKING:
+    from mmgrid.registry.api import Registry
 
 # Columns of a results row that are not coordinates of what was evaluated.
 NOT_COORDS = frozenset({"id", "recipe_hash", "split", "group", "metric", "value", "ci_low", "ci_high", "seed",
@@ -141,7 +144,7 @@ def _txt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _rows(registry: Any, spec: CompareSpec) -> pd.DataFrame:
+def _rows(registry: Registry, spec: CompareSpec) -> pd.DataFrame:
     """The run's evaluation rows of the split and group (every metric), filtered on the cell."""
     df = registry.results(split=spec.split, group=spec.group)
     if df.empty:
@@ -247,9 +250,9 @@ def _pair(pu_a: PerUser, pu_b: PerUser, ma: pd.DataFrame, mb: pd.DataFrame, spec
                 f"run {labels[1]}: {sorted(set(nb['seed_k']))}; -1: none recorded)")
     va = pu_a.matrix(na.set_index("seed_k").loc[seeds].reset_index(), spec.metric)
     vb = pu_b.matrix(nb.set_index("seed_k").loc[seeds].reset_index(), spec.metric)
-    for v, lab in ((va, labels[0]), (vb, labels[1])):
-        if v is None:
-            return f"run {lab} has no per-user values for this cell (recorded before mmgrid kept them); evaluate it again"
+    if va is None or vb is None:
+        lab = labels[0] if va is None else labels[1]
+        return f"run {lab} has no per-user values for this cell (recorded before mmgrid kept them); evaluate it again"
     (ua, xa), (ub, xb) = va, vb
     ia, ib = align(ua, ub)
     if ia.size != len(ua) or ib.size != len(ub):
