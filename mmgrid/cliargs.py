@@ -27,10 +27,6 @@ from pathlib import Path
 
 from mmgrid.errors import RegistryError
 
-if TYPE_CHECKING:
-    from mmgrid.config.grid import GridConfig
-    from mmgrid.registry.api import Registry
-
 RUN_FILE = "mmgrid-run.yaml"  # mmgrid.config.runfile.RUN_FILE (imported lazily: yaml stays out of `mmgrid --help`)
 ENV = "MMGRID_REGISTRY"
 DEMO_RUN = Path("runs/demo")

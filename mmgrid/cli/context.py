@@ -28,11 +28,15 @@ import dataclasses
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cliargs import RUN_FILE, find_run, is_registry, note, registry_path
 from mmgrid.errors import ConfigError, MmgridError, RegistryError
 from mmgrid.fileio.atomic import atomic_write
+
+if TYPE_CHECKING:
+    from mmgrid.config.grid import GridConfig
+    from mmgrid.registry.api import Registry
 
 
 def open_registry(args: argparse.Namespace, command: str, *, quiet: bool = False, create: bool = False) -> Any:
@@ -52,7 +56,7 @@ def open_registry(args: argparse.Namespace, command: str, *, quiet: bool = False
 
 # -- a run remembers itself ---------------------------------------------------------------------
 
-def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
+def save_run(cfg: GridConfig, folder: str | Path, command: str) -> Path:
     """Write ``folder/mmgrid-run.yaml``: the resolved grid, its paths relative to ``folder``
     (absolute where they lie outside it, listed in ``run.external``: :mod:`mmgrid.config.runfile`),
     so that a follow-up command can name the folder instead of repeating the grid and its
@@ -78,7 +82,7 @@ def save_run(cfg: Any, folder: str | Path, command: str) -> Path:
     return target
 
 
-def run_changes(cfg: Any, folder: str | Path) -> list[str]:
+def run_changes(cfg: GridConfig, folder: str | Path) -> list[str]:
     """The keys (``KEY: saved -> new``) where ``folder``'s saved run differs from ``cfg``, paths
     compared once resolved; empty when the folder holds no run file or the same grid."""
     from mmgrid.config.runfile import load_run, run_dict  # lazy: yaml stays out of `mmgrid --help`
@@ -157,7 +161,8 @@ def load_config(target: str | None, overrides: list[str] | None, args: argparse.
 
     extra = list(overrides or [])
     if target is not None and "=" in target and not Path(target).exists():  # `mmgrid sweep temporal KEY=VALUE`
-        target, extra = None, [target, *extra]
+        extra = [target, *extra]
+        target = None
     given = None
     if args is not None and target is not None and (getattr(args, "registry", None) or getattr(args, "root", None)):
         given = registry_path(args, command)
@@ -170,7 +175,7 @@ def load_config(target: str | None, overrides: list[str] | None, args: argparse.
     return cfg
 
 
-def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: list[str] | None = None,
+def check_against_registry(cfg: GridConfig, reg: Registry, paradigms: list[str], variants: list[str] | None = None,
                            domains: list[str] | None = None, stages: list[str] | None = None,
                            command: str = "", fingerprint: str | tuple[str, ...] | None = None) -> None:
     """Compare what a study will look up with what the registry holds, before any work.
@@ -222,8 +227,8 @@ def check_against_registry(cfg: Any, reg: Any, paradigms: list[str], variants: l
         # a tuple: the prepared data's fingerprints (today's content one, then the path-spelled one of earlier ids)
         fps = (fingerprint,) if isinstance(fingerprint, str) else tuple(fingerprint)
         fingerprint = fps[0]
-        held = {reg.get(cid).data_fingerprint for cid in df[df["paradigm"].isin(paradigms)]["id"].head(20)}
-        held.discard(None)
+        held = {fp for cid in df[df["paradigm"].isin(paradigms)]["id"].head(20)
+                if (fp := reg.get(cid).data_fingerprint) is not None}
         if held and not held & set(fps):
             problems.insert(0, f"the prepared data ({cfg.prepared}, fingerprint {fingerprint}) is not the data the "
                                f"registry's checkpoints were trained on ({', '.join(sorted(held))}); pass prepared=DIR "
@@ -272,7 +277,7 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _training_mismatches(cfg: Any, reg: Any, df: Any, paradigms: list[str], variants: list[str],
+def _training_mismatches(cfg: GridConfig, reg: Registry, df: Any, paradigms: list[str], variants: list[str],
                          stages: list[str]) -> list[str]:
     """The training knobs where the config and the registry's checkpoints disagree.
 
@@ -411,7 +416,7 @@ def eval_config(args: argparse.Namespace, registry: Path | None = None) -> Any:
     return cfg
 
 
-def eval_prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
+def eval_prepared(args: argparse.Namespace, cfg: GridConfig, man: Any = None) -> Any:
     """The prepared data: ``--prepared``, else the ``--config`` grid's, else (a checkpoint of a
     registry, no config) the prepared folder beside the registry (``mmgrid demo`` and grids
     write ``runs/NAME/prepared`` next to ``runs/NAME/registry``) when its fingerprint is the one
@@ -431,14 +436,14 @@ def eval_prepared(args: argparse.Namespace, cfg: Any, man: Any = None) -> Any:
         where = f"{beside} holds data {found.fingerprint}" if found is not None else f"there is no prepared data at {beside}"
         raise ConfigError(f"checkpoint {man.id[:12]} was trained on prepared data {want}, and {where}; pass "
                           "--prepared DIR (the grid's `prepared:` folder) or --config CONFIG (the grid YAML).")
-    path = args.prepared or cfg.prepared
+    path = args.prepared or cfg.prepared_dir
     try:
         return open_prepared(path)
     except MmgridError as exc:
         raise ConfigError(f"{exc} (pass --prepared DIR or --config CONFIG)") from exc
 
 
-def evaluator_kwargs(cfg: Any, split: str) -> dict[str, Any]:
+def evaluator_kwargs(cfg: GridConfig, split: str) -> dict[str, Any]:
     """The :class:`mmgrid.eval.ranking.Evaluator` settings of ``cfg``'s eval section for ``split``."""
     e = cfg.eval
     return {"split": split, "ks": e.ks, "groups": e.groups, "activity_phase": e.activity_phase,

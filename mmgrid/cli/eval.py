@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.cli.context import eval_config, eval_prepared, evaluator_kwargs, grid_source, load_source
 from mmgrid.cliargs import REGISTRY_HELP, registry_path

@@ -173,7 +173,8 @@ def run_recipe(recipe: Recipe | CheckedRecipe, registry: Registry, coords: dict[
     rec, params = checked.recipe, checked.params
     inputs = [registry.get(i) for i in rec.inputs]
     single = isinstance(rec.base, str)
-    bases = [registry.get(b) for b in ([] if rec.base is None else [rec.base] if single else list(rec.base))]
+    base_ids: list[str] = [] if rec.base is None else [rec.base] if isinstance(rec.base, str) else list(rec.base)
+    bases = [registry.get(b) for b in base_ids]
     coords = {**merged_coords(inputs, rec.method), **(coords or {})}  # given keys override
     store_params = {**identity(rec.method), **params}
     parents = [(m.id, "merge_input") for m in inputs] + [(m.id, "merge_base") for m in bases]
