@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "mmgrid.sweep.calibration.commands",  # calibrate
     "mmgrid.sweep.compare.commands",  # compare
     "mmgrid.demo",  # demo, validate
+    "mmgrid.plugins_command",  # plugins, study
 )
 
 
