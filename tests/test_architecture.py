@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent / "mmgrid"
 # import an earlier one ("registry, then exec"), never the reverse. Units of an independent
 # layer (the "run" layer) do not import each other.
 LAYERS: list[tuple[str, list[list[str]], bool]] = [
-    ("foundation", [["mmgrid", "mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats"]], False),
+    ("foundation", [["mmgrid", "mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats", "mmgrid.plugins"]], False),
     ("data", [["mmgrid.data"]], False),
     ("storage", [["mmgrid.registry"], ["mmgrid.exec"]], False),
     ("merging", [["mmgrid.merge"]], False),
@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, list[list[str]], bool]] = [
     ("runtime", [["mmgrid.runtime"]], False),
     ("run", [["mmgrid.train", "mmgrid.eval"]], True),
     ("studies", [["mmgrid.sweep"], ["mmgrid.query"]], False),
-    ("entry", [["mmgrid.cliargs", "mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.rehearse", "mmgrid.validate", "*.commands"]], False),
+    ("entry", [["mmgrid.cliargs", "mmgrid.cli", "mmgrid.__main__", "mmgrid.demo", "mmgrid.rehearse", "mmgrid.validate", "mmgrid.plugins_command", "*.commands"]], False),
 ]
 
 # Imports the table allows although they point up: (importer, imported) -> why.
