@@ -63,16 +63,23 @@ class Entry:
     source: Source
 
 
-# The entry points being imported right now (innermost last): a registration made while a
-# distribution's module is imported (its ``@register`` decorators) is that distribution's.
-_LOADING: list[Source] = []
+# The entry points this thread is importing right now (innermost last): a registration made while
+# a distribution's module is imported (its ``@register`` decorators) is that distribution's.
+_STATE = threading.local()
+
+
+def _loading() -> list[Source]:
+    if not hasattr(_STATE, "stack"):
+        _STATE.stack = []
+    return _STATE.stack
 
 
 def source_of(obj: Any) -> Source:
     """The :class:`Source` of an object registered from Python: ``built-in`` when an mmgrid module
     defines it, else ``python`` (or the distribution whose entry point is being imported)."""
-    if _LOADING:
-        return _LOADING[-1]
+    stack = _loading()
+    if stack:
+        return stack[-1]
     module = getattr(obj, "__module__", None) or "?"
     builtin = module == "mmgrid" or module.startswith("mmgrid.")
     return Source("built-in" if builtin else "python", module)
@@ -207,7 +214,7 @@ class PluginTable:
                     continue
                 origin = f"{dist.name} {dist.version}" if dist is not None else "(unknown distribution)"
                 source = Source("distribution", origin, f"{self.group}: {ep.name} = {ep.value}")
-                _LOADING.append(source)
+                _loading().append(source)
                 self._busy.add(key)
                 try:
                     obj = ep.load()
@@ -220,7 +227,7 @@ class PluginTable:
                         f"{type(exc).__name__}: {exc}. Fix that package or uninstall it (pip uninstall {pkg}); "
                         "`mmgrid plugins` lists every plugin and whether it loads.") from exc
                 finally:
-                    _LOADING.pop()
+                    _loading().pop()
                     self._busy.discard(key)
                 self.register(ep.name, obj, source)
                 self._loaded.add(key)  # a failure above is raised again on the next lookup, never forgotten
