@@ -149,7 +149,7 @@ def _render_rolling(result: Any) -> str:
 
 
 def _rows(result: Any) -> str:
-    return f"{len(result)} evaluations recorded (`mmgrid query` lists them; `mmgrid report` tabulates them)"
+    return f"{len(result)} result rows recorded (`mmgrid query` lists them; `mmgrid report` tabulates them)"
 
 
 BUILTIN = (
