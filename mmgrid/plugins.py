@@ -133,8 +133,9 @@ class PluginTable:
                     f"{self.kind} {name!r} is registered twice: by {old.source} and by {source}. A name has one "
                     f"meaning; rename one of them (for a plugin: its entry point's name in group {self.group} and "
                     "what it registers), or uninstall the distribution you do not want.")
-            if old is not None and old.obj is obj and old.source.kind == "distribution":
-                source = old.source  # imported again from Python: it still comes from its distribution
+            if old is not None and not (old.source.kind == "python" and source.kind == "distribution"):
+                source = old.source  # the same definition again: it keeps where it came from (a distribution
+                # names what its module registered from Python while it was imported elsewhere first)
             self._entries[name] = Entry(name, obj, source)
         return obj
 
