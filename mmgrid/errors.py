@@ -84,6 +84,13 @@ class UnknownNameError(ConfigError, KeyError):
         return self.args[0]
 
 
+class PluginError(MmgridError, RuntimeError):
+    """A registered extension (merge method, paradigm, study) cannot be used: an installed
+    distribution's entry point fails to import or does not hold what its group takes, or a name is
+    registered twice by two different sources (a built-in and a plugin, or two plugins). The message
+    names the name, both sources (the distribution and its entry point) and how to fix it."""
+
+
 class PreflightError(ConfigError):
     """A check before any work failed (``mmgrid build`` / ``sweep`` / ``calibrate``): a model folder that
     is missing, a size that does not fit the data, a device that is not there, too little disk, an

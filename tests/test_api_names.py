@@ -3,8 +3,9 @@ that exists: each such dotted name in a string literal of mmgrid/ (messages, doc
 README.md and docs/*.md is imported (its longest importable module, then attributes).
 
 Not Python names, and skipped: a string that *is* the dotted name (a key: an MLflow tag such as
-``"mmgrid.key"``, a safetensors metadata key such as ``"mmgrid.extract_lora"``), and a name
-written as a tag (``mmgrid.parent.<role>``, "the ``mmgrid.key`` tag").
+``"mmgrid.key"``, a safetensors metadata key such as ``"mmgrid.extract_lora"``), a name
+written as a tag (``mmgrid.parent.<role>``, "the ``mmgrid.key`` tag"), and the entry-point
+groups plugins register through (``mmgrid.merge_methods``, :data:`mmgrid.plugins.GROUPS`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import importlib
 import importlib.util
 import re
 from pathlib import Path
+
+from mmgrid.plugins import GROUPS
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"(?<![\w/.-])mmgrid(?:\.[A-Za-z_]\w*)+")
@@ -50,7 +53,8 @@ def names_in(text: str, whole_is_key: bool = False) -> list[str]:
     if whole_is_key and NAME.fullmatch(text.strip().rstrip(".")):
         return []
     return [m.group(0) for m in NAME.finditer(text) if not TAG_AFTER.match(text, m.end())
-            and m.group(0) not in MLFLOW_TAGS and not m.group(0).startswith("mmgrid.parent.")]
+            and m.group(0) not in MLFLOW_TAGS and m.group(0) not in GROUPS.values()
+            and not m.group(0).startswith("mmgrid.parent.")]
 
 
 def mentioned() -> dict[str, list[str]]:

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent / "mmgrid"
 # layer (the "run" layer) do not import each other. The root package ``mmgrid`` (its
 # ``__init__`` only) is the top layer: it re-exports ``Registry`` lazily, and nothing imports it.
 LAYERS: list[tuple[str, list[list[str]], bool]] = [
-    ("foundation", [["mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats", "mmgrid.fileio",
+    ("foundation", [["mmgrid._version", "mmgrid.errors", "mmgrid.configtools", "mmgrid.config", "mmgrid.stats", "mmgrid.fileio", "mmgrid.plugins",
                      "mmgrid.cliargs"]], False),
     ("data", [["mmgrid.data"]], False),
     ("storage", [["mmgrid.registry"], ["mmgrid.exec"]], False),

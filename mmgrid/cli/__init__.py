@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "mmgrid.cli.calibrate",  # calibrate
     "mmgrid.cli.compare",  # compare
     "mmgrid.cli.demo",  # demo, validate
+    "mmgrid.cli.plugins",  # plugins, study
 )
 
 

@@ -28,7 +28,10 @@ so that several jobs do not draw over each other and the driver's bar), and inhe
 
 Workers import the driver's ``__main__`` (``spawn``): a Python script that starts jobs on
 this executor keeps its top level under ``if __name__ == "__main__":`` (the ``mmgrid``
-command does).
+command does). Plugins (:mod:`mmgrid.plugins`): a worker reads the installed distributions'
+entry points itself on its first lookup of a name it does not hold, so it finds the same merge
+methods, paradigms and studies as the driver; a name registered from Python is there when its
+module's top level runs in the worker too (the driver script's, imported as above).
 
 Pickle: ``multiprocessing`` pickles what travels between the driver and its own worker processes
 (the JSON job text, the JSON-able result, an exception). Nothing pickled is ever read from or

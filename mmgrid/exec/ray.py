@@ -17,6 +17,9 @@ Inside a task:
 - The job runs in the driver's working folder when that folder exists on the worker
   (a local Ray, or a cluster with the same shared mount), so relative paths in a grid
   YAML mean the same thing as locally.
+- Plugins (:mod:`mmgrid.plugins`) are found as in any process: the task reads the installed
+  distributions' entry points on its first lookup, so a plugin package installed where the
+  workers run (or on a ``PYTHONPATH`` given in ``runtime_env``) is there.
 - CUDA memory is released after the job (``torch.cuda.empty_cache()``), and a GPU task's
   worker process exits after one task (``max_calls=1``), which also frees the CUDA
   context.

@@ -3,7 +3,9 @@
 ``merge(method, models, base=None, **params)`` returns a merged state dict;
 ``merge_to_file`` streams into a safetensors file; ``mmgrid.merge.interpolation``
 prepares inputs once for lambda / alpha sweeps (MMGRid Eq. 7, 10); ``mmgrid.merge.recipe``
-stores merges with lineage. Methods: ``mmgrid.merge.methods``.
+stores merges with lineage. Methods: ``mmgrid.merge.methods``; a method of one's own joins them
+with ``register_method(cls)`` or an installed package's entry point (docs/extending.md), listed
+by ``registered_methods()``.
 
 Layout (imports point down this list): ``errors``, ``ops``, ``geometry``, ``pipeline``,
 ``tensors``, ``vocab`` (leaves) -> ``fastpass`` (the fast file pass) -> ``methods`` ->
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "apply_inplace", "merge_lora", "extract_lora"]
+__all__ = ["merge", "merge_to_file", "merge_with_info", "TemporalSweep", "apply_inplace", "merge_lora", "extract_lora",
+           "register_method", "get_method", "registered_methods", "method_names", "Method", "TensorView"]
 
 
 def __getattr__(name: str) -> Any:
@@ -30,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from mmgrid.merge import interpolation  # lazy: torch, see above
 
         return interpolation.TemporalSweep
+    if name in ("register_method", "get_method", "registered_methods", "method_names", "Method", "TensorView"):
+        from mmgrid.merge import methods  # lazy: torch, see above (the method registry, docs/extending.md)
+
+        return getattr(methods, name)
     if name == "apply_inplace":
         from mmgrid.merge import inplace  # lazy: torch, see above
 

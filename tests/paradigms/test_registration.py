@@ -33,7 +33,7 @@ def test_register_paradigm_adds_a_factory() -> None:
         got = get_paradigm("h4_fake")
         assert isinstance(got, Fake) and got is not get_paradigm("h4_fake")  # a new instance per lookup
     finally:
-        registration._FACTORIES.pop("h4_fake", None)
+        registration.PARADIGMS.remove("h4_fake")
 
 
 def test_importing_the_package_loads_no_paradigm_module() -> None:

@@ -2,7 +2,9 @@
 
 Importing this package imports every method module (each registers itself in
 :mod:`mmgrid.merge.methods.registry`); :func:`get_method`, :func:`method_names`,
-:func:`validate_params` and :func:`identity` are the only places that know them all.
+:func:`validate_params` and :func:`identity` are the only places that know them all. Methods of
+installed distributions (entry-point group ``mmgrid.merge_methods``) and of Python code
+(:func:`register_method`) join them on first lookup (:mod:`mmgrid.plugins`, docs/extending.md).
 
 Adding a method: write ``methods/<name>.py`` with a ``Params`` dataclass and a
 :class:`~mmgrid.merge.methods.base.Method` subclass decorated with ``@register`` that states
@@ -16,7 +18,7 @@ import warnings
 from typing import Any
 
 from mmgrid.configtools import build
-from mmgrid.errors import ConfigError, UnknownNameError
+from mmgrid.errors import ConfigError
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import (  # noqa: F401  (importing a method module registers it)
     acceleration,
@@ -55,8 +57,8 @@ from mmgrid.merge.methods.base import Method, TensorView
 from mmgrid.merge.methods.registry import METHODS, register
 from mmgrid.merge.methods.weights import DEPRECATED, Weights, eq7, weighs
 
-__all__ = ["Method", "TensorView", "Weights", "eq7", "get_method", "identity", "method_names", "params_dict",
-           "register", "validate_params", "weighs"]
+__all__ = ["METHODS", "Method", "TensorView", "Weights", "eq7", "get_method", "identity", "method_names", "params_dict",
+           "register", "register_method", "registered_methods", "validate_params", "weighs"]
 
 # Parameter names that are Python keywords, mapped to field names (temporal's Eq. 10 lambda).
 ALIASES = {"lambda": "lam", "lambda_": "lam"}
@@ -115,15 +117,27 @@ def _number(x: Any) -> float | None:
 
 
 def method_names() -> list[str]:
-    """The registered method names, sorted."""
-    return sorted(METHODS)
+    """The registered method names, sorted (built-in and every installed plugin)."""
+    return METHODS.names()
 
 
 def get_method(name: str) -> type[Method]:
-    """The method class registered as ``name`` (UnknownNameError lists the known ones)."""
-    if name not in METHODS:
-        raise UnknownNameError("merge method", name, list(METHODS))
-    return METHODS[name]
+    """The method class registered as ``name``, a built-in or an installed plugin's (UnknownNameError
+    lists the known ones; PluginError when the plugin of that name cannot be imported)."""
+    return METHODS.get(name)
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Make the :class:`Method` subclass ``cls`` available as ``cls.name`` from Python (also a class
+    decorator); PluginError when a built-in or a plugin already has that name. A process-pool worker
+    sees it when the module defining it is imported there (an installed plugin, or the driver
+    script's top level, which spawned workers import); docs/extending.md."""
+    return register(cls)
+
+
+def registered_methods() -> dict[str, type[Method]]:
+    """Every registered method, name -> class, sorted by name (built-ins and installed plugins)."""
+    return {e.name: e.obj for e in METHODS.entries()}
 
 
 def validate_params(name: str, params: dict[str, Any] | None) -> Any:
