@@ -193,8 +193,11 @@ class PluginTable:
         listing that shows what loads and what does not, ``mmgrid plugins``)."""
         out = []
         for ep in self._entry_points():
+            def this(e: Any, ep: Any = ep) -> bool:
+                return e is ep
+
             try:
-                self._load(lambda e, ep=ep: e is ep)
+                self._load(this)
             except PluginError as exc:
                 out.append((f"{ep.name} = {ep.value}", exc))
         return out

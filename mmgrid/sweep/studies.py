@@ -130,12 +130,6 @@ def _continual(cfg: "GridConfig", registry: Any, options: StudyOptions) -> Any:
     return run_continual(cfg, registry, options.prepared, executor=options.executor)
 
 
-def _render_continual(result: Any) -> str:
-    from mmgrid.sweep.continual import render  # lazy: as _temporal
-
-    return render(result)
-
-
 def _rolling(cfg: "GridConfig", registry: Any, options: StudyOptions) -> Any:
     from mmgrid.sweep.rolling import run_rolling  # lazy: as _temporal
 
@@ -148,6 +142,10 @@ def _render_rolling(result: Any) -> str:
     return render(result)
 
 
+def _recorded(result: Any) -> str:
+    return "continual merging recorded (`mmgrid sweep continual` prints the table; `mmgrid report` tabulates it)"
+
+
 def _rows(result: Any) -> str:
     return f"{len(result)} result rows recorded (`mmgrid query` lists them; `mmgrid report` tabulates them)"
 
@@ -157,7 +155,8 @@ BUILTIN = (
                                         "`mmgrid sweep temporal` prints lambda*", ()),
     Study("cross-domain", _cross_domain, _rows, "pairs x methods x bases x alpha (MMGRid Eq. 7-8); "
                                                 "`mmgrid sweep cross-domain` prints the relative change", ()),
-    Study("continual", _continual, _render_continual, "lambda scaling vs continual merging (MagMax, OPCM, DOP)", ()),
+    Study("continual", _continual, _recorded, "lambda scaling vs continual merging (MagMax, OPCM, DOP); "
+                                         "`mmgrid sweep continual` prints the table", ()),
     Study("rolling", _rolling, _render_rolling, "rolling deployment over the incremental periods", ()),
 )
 for _study in BUILTIN:
