@@ -78,7 +78,8 @@ def _plugins(args: argparse.Namespace) -> int:
         print(f"{KINDS[kind]} ({n_builtin} built-in, {len(every) - n_builtin} other; entry-point group {table.group}):")
         width = max([len(e.name) for e in entries], default=0)
         for e in entries:
-            print(f"  {e.name:<{width}}  {e.source}")
+            about = getattr(e.obj, "help", "") if kind == "study" else ""  # a Study record says what it runs
+            print(f"  {e.name:<{width}}  {e.source}" + (f"  ({about})" if about else ""))
         for point, _ in broken:
             print(f"  {point}  FAILS (see below)")
     for msg in failed:
