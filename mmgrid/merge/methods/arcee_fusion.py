@@ -103,6 +103,7 @@ class Fences:
     group: list[torch.Tensor] = field(default_factory=list)  # the current row group (theta_1, theta_0)
     filled: int = 0  # entries of the row group read so far
     rows_done: int = 0
+    picks: list[tuple[int, int, int]] = field(default_factory=list)  # per quantile (sign, bin, rank in the bin)
 
     def add(self, b: torch.Tensor, a: torch.Tensor) -> None:
         """Consecutive entries of theta_1 and theta_0 (flat, as stored)."""
@@ -133,6 +134,21 @@ class Fences:
         ops.add_magnitude_histogram(self.hists[0], scores, what)
         self.rows_done += r
         self.filled = 0
+        if self.rows_done * self.width == self.n:
+            self._locate()
+
+    def _locate(self) -> None:
+        """The bins of the three order statistics, once the tensor is complete; the histograms
+        and the row group are dropped (4 MiB each: a model's tensors would hold gigabytes)."""
+        n_neg = int(self.hists[1].sum())
+        for idx in quantile_indices(self.n):
+            if idx < n_neg:  # among the negatives, ascending = the (idx + 1)-th largest magnitude
+                sign, k = 1, idx + 1
+            else:
+                sign, k = 0, self.n - idx
+            b, above = ops.threshold_bin(self.hists[sign], k)
+            self.picks.append((sign, b, k - above))
+        self.hists, self.group = [], []
 
 
 def scores_at(kl: torch.Tensor, width: int, b: torch.Tensor, a: torch.Tensor, offset: int,
@@ -177,20 +193,7 @@ class ArceeFusion(Method):
                 st = states[v.name] = Fences(v.name, n, width, torch.empty(rows, dtype=torch.float32))
                 st.group = [torch.empty(span, dtype=torch.float32) for _ in range(2)]
             st.add(v.raw[0].reshape(-1), v.raw_base.reshape(-1))
-        want: dict[str, list[tuple[int, int, int]]] = {}  # name -> per quantile (sign, bin, rank in bin)
-        for name, st in states.items():
-            st.group = []
-            n_neg = int(st.hists[1].sum())
-            picks = []
-            for idx in quantile_indices(st.n):
-                if idx < n_neg:  # among the negatives, ascending = the (idx + 1)-th largest magnitude
-                    sign, k = 1, idx + 1
-                else:
-                    sign, k = 0, st.n - n_neg - (idx - n_neg)
-                b, above = ops.threshold_bin(st.hists[sign], k)
-                picks.append((sign, b, k - above))
-            want[name] = picks
-            st.hists = []
+        want = {name: st.picks for name, st in states.items()}
         subs = {name: {(s, b): torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for s, b, _ in picks}
                 for name, picks in want.items()}
         offsets: dict[str, int] = {}
