@@ -182,6 +182,7 @@ class ArceeFusion(Method):
     def prepare(self, stream: ViewStream) -> None:
         """Each tensor's row KLs and fence T, exactly (module docstring), in two streaming passes."""
         states: dict[str, Fences] = {}
+        group = [torch.empty(0), torch.empty(0)]
         for v in stream():
             st = states.get(v.name)
             if st is None:
@@ -191,22 +192,28 @@ class ArceeFusion(Method):
                 rows = n // width
                 span = max(1, ROW_CHUNK // width) * width
                 st = states[v.name] = Fences(v.name, n, width, torch.empty(rows, dtype=torch.float32))
-                st.group = [torch.empty(span, dtype=torch.float32) for _ in range(2)]
+                if group[0].numel() < span:
+                    group = [torch.empty(span, dtype=torch.float32) for _ in range(2)]
+                st.group = [g[:span] for g in group]  # one pair of buffers for every tensor in turn
             st.add(v.raw[0].reshape(-1), v.raw_base.reshape(-1))
         want = {name: st.picks for name, st in states.items()}
         subs = {name: {(s, b): torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for s, b, _ in picks}
                 for name, picks in want.items()}
         offsets: dict[str, int] = {}
+        bufs = [torch.empty(ROW_CHUNK, dtype=torch.float32) for _ in range(3)]  # theta_1, theta_0, I
         for v in stream():
             st, off = states[v.name], offsets.get(v.name, 0)
-            b, a = v.raw[0].reshape(-1).float(), v.raw_base.reshape(-1).float()
-            scores = scores_at(st.kl, st.width, b, a, off)
-            offsets[v.name] = off + b.numel()
-            neg = scores < 0
-            has_neg = bool(neg.any())
-            for (sign, bin_), h in subs[v.name].items():
-                part = scores if not has_neg else scores[neg] if sign else scores[~neg]
-                h += ops.sub_bin_histogram(part, bin_)
+            rb, ra = v.raw[0].reshape(-1), v.raw_base.reshape(-1)
+            offsets[v.name] = off + rb.numel()
+            for c in range(0, rb.numel(), ROW_CHUNK):  # cache-sized pieces: no tensor-sized temporaries
+                m = min(ROW_CHUNK, rb.numel() - c)
+                b, a = bufs[0][:m].copy_(rb[c:c + m]), bufs[1][:m].copy_(ra[c:c + m])
+                scores = scores_at(st.kl, st.width, b, a, off + c, out=bufs[2][:m])
+                neg = scores < 0
+                has_neg = bool(neg.any())
+                for (sign, bin_), h in subs[v.name].items():
+                    part = scores if not has_neg else scores[neg] if sign else scores[~neg]
+                    h += ops.sub_bin_histogram(part, bin_)
         self._fences = {}
         for name, picks in want.items():
             vals = [(-1.0 if s else 1.0) * ops.bin_value(b, subs[name][(s, b)], k) for s, b, k in picks]
