@@ -25,6 +25,7 @@ Bound, per tensor: the mask only zeros entries, ||theta* - theta_0|| <= ||tau||,
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +39,7 @@ from mmgrid.merge.pipeline import Kernel, Work
 EPS = 1e-8  # mergekit's floor added to both softmaxes
 ROW_CHUNK = 1 << 16  # entries per row group of the KLs (a fixed grid of rows; in L2 cache)
 QUANTILES = (0.25, 0.5, 0.75)
+THREADS = 2  # threads of the second pass (this machine: 2 cores)
 
 
 @dataclass
@@ -200,20 +202,33 @@ class ArceeFusion(Method):
         subs = {name: {(s, b): torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for s, b, _ in picks}
                 for name, picks in want.items()}
         offsets: dict[str, int] = {}
-        bufs = [torch.empty(ROW_CHUNK, dtype=torch.float32) for _ in range(3)]  # theta_1, theta_0, I
-        for v in stream():
-            st, off = states[v.name], offsets.get(v.name, 0)
-            rb, ra = v.raw[0].reshape(-1), v.raw_base.reshape(-1)
-            offsets[v.name] = off + rb.numel()
-            for c in range(0, rb.numel(), ROW_CHUNK):  # cache-sized pieces: no tensor-sized temporaries
+        bufs = [[torch.empty(ROW_CHUNK, dtype=torch.float32) for _ in range(3)] for _ in range(THREADS)]
+
+        def second(name: str, rb: torch.Tensor, ra: torch.Tensor, off: int, part: int) -> list[torch.Tensor]:
+            """Sub-bin counts of the part-th of THREADS stripes of cache-sized pieces of a view."""
+            st, (b_buf, a_buf, i_buf) = states[name], bufs[part]
+            got = [torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for _ in subs[name]]
+            for c in range(part * ROW_CHUNK, rb.numel(), THREADS * ROW_CHUNK):
                 m = min(ROW_CHUNK, rb.numel() - c)
-                b, a = bufs[0][:m].copy_(rb[c:c + m]), bufs[1][:m].copy_(ra[c:c + m])
-                scores = scores_at(st.kl, st.width, b, a, off + c, out=bufs[2][:m])
+                b, a = b_buf[:m].copy_(rb[c:c + m]), a_buf[:m].copy_(ra[c:c + m])
+                scores = scores_at(st.kl, st.width, b, a, off + c, out=i_buf[:m])
                 neg = scores < 0
                 has_neg = bool(neg.any())
-                for (sign, bin_), h in subs[v.name].items():
-                    part = scores if not has_neg else scores[neg] if sign else scores[~neg]
-                    h += ops.sub_bin_histogram(part, bin_)
+                for h, (sign, bin_) in zip(got, subs[name]):
+                    sel = scores if not has_neg else scores[neg] if sign else scores[~neg]
+                    h += ops.sub_bin_histogram(sel, bin_)
+            return got
+
+        with ThreadPoolExecutor(THREADS, thread_name_prefix="mmgrid-arcee", initializer=torch.set_num_threads,
+                                initargs=(1,)) as ex:
+            for v in stream():
+                off = offsets.get(v.name, 0)
+                rb, ra = v.raw[0].reshape(-1), v.raw_base.reshape(-1)
+                offsets[v.name] = off + rb.numel()
+                # stripes of cache-sized pieces on both cores; integer counts, so the same for any split
+                for got in ex.map(lambda k, v=v, rb=rb, ra=ra, off=off: second(v.name, rb, ra, off, k), range(THREADS)):
+                    for h, g in zip(subs[v.name].values(), got):
+                        h += g
         self._fences = {}
         for name, picks in want.items():
             vals = [(-1.0 if s else 1.0) * ops.bin_value(b, subs[name][(s, b)], k) for s, b, k in picks]
