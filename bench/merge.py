@@ -286,9 +286,9 @@ CAUSES: dict[str, str] = {
     "passthrough": "a plain passthrough is a copy of the file without torch (the interpreter, the NaN/Inf check "
                    "of every bf16 entry and the copy's fsync); a miss is the copy against mergekit's start-up, "
                    "removed only by a copy-on-write clone (reflink) where the file system has one",
-    "arcee_fusion": "two first passes over the files (each row's softmax KL, then the low bits of the three "
-                    "quantiles' bins) before the merge pass: the softmaxes and logs of both models on one thread; "
-                    "removed by computing the row KLs on both cores",
+    "arcee_fusion": "two first passes over the files (each row's softmax KL, then, on both cores, the low bits "
+                    "of the three quantiles' bins) before the merge pass: the softmaxes and logs of both models on "
+                    "one thread; removed by computing the row KLs on both cores",
 }
 
 
