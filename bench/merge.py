@@ -265,22 +265,30 @@ ALL_RECIPES: dict[str, dict] = {
 # (per-tensor coefficients or whole-model thresholds from a first pass).
 CAUSES: dict[str, str] = {
     "model_stock": "its first pass (each tensor's task-vector Gram in fixed float64 blocks, on a worker thread "
-                   "beside the reads) before the merge pass: two reads of the inputs",
+                   "beside the reads) before the merge pass: two reads of the inputs; removed by a Gram pass "
+                   "split over both cores (one input pair per thread)",
     "sce": "its first pass (each tensor's mean squares in fixed float64 blocks, on a worker thread beside the "
-           "reads) before the merge pass: two reads of the inputs",
+           "reads) before the merge pass: two reads of the inputs; removed by splitting that pass over both cores",
     "ties": "the fast pass after two first passes over the files (each tensor's exact top-X% thresholds from "
-            "histograms of |tau|'s bit patterns: bincount over every entry, single-threaded per input)",
+            "histograms of |tau|'s bit patterns: bincount over every entry, single-threaded per input); removed "
+            "by a radix histogram that needs one pass",
     "dare_linear": "the first pass draws every mask entry from torch's CPU generator (mt19937, one draw per entry, "
-                   "in order per tensor and input: the stream of the whole-tensor draw), one thread per input",
+                   "in order per tensor and input: the stream of the whole-tensor draw), one thread per input; "
+                   "removed only by a counter-based generator (another stream: a new method version)",
     "dare_ties": "as dare_linear",
     "breadcrumbs": "three first passes over the files (histograms of |tau|'s bit patterns: bincount over every "
-                   "entry, and the tie positions) before the merge pass",
+                   "entry, and the tie positions) before the merge pass; removed by a one-pass radix selection",
     "breadcrumbs_ties": "as breadcrumbs",
     "della": "the first pass sorts every row of every task vector (MagPrune's ranks) and draws every mask entry "
-             "from torch's CPU generator in order",
+             "from torch's CPU generator in order; removed by ranks from a per-row selection and a counter-based "
+             "generator (a new method version)",
     "della_linear": "as della",
-    "passthrough": "start-up and imports (about 1.2 s, torch 1.1 s of it) against a copy of one file",
-    "arcee_fusion": "the outlier fence takes quantiles of a whole tensor's importances (a selection) on whole float32 tensors",
+    "passthrough": "a plain passthrough is a copy of the file without torch (the interpreter, the NaN/Inf check "
+                   "of every bf16 entry and the copy's fsync); a miss is the copy against mergekit's start-up, "
+                   "removed only by a copy-on-write clone (reflink) where the file system has one",
+    "arcee_fusion": "two first passes over the files (each row's softmax KL, then, on both cores, the low bits "
+                    "of the three quantiles' bins) before the merge pass: the softmaxes and logs of both models on "
+                    "one thread; removed by computing the row KLs on both cores",
 }
 
 
@@ -305,7 +313,8 @@ def all_recipe(method: str, p: dict[str, Path]) -> str:
 def mmgrid_recipe(config: str, out: Path) -> dict:
     """mmgrid's mergekit reader on the recipe, writing an HF folder (as mergekit does)."""
     return child(
-        "import torch\ntorch.set_num_threads(2)\nfrom mmgrid.merge.mergekit import run_mergekit_recipe\n"
+        # two threads without importing torch here (a plain passthrough copy never imports it)
+        "import os\nos.environ.setdefault('OMP_NUM_THREADS', '2')\nfrom mmgrid.merge.mergekit import run_mergekit_recipe\n"
         f"t_ready = time.perf_counter()\nrun_mergekit_recipe({config!r}, {str(out)!r}, overwrite=True)\n"
     )
 

@@ -6,20 +6,22 @@ model-card metadata (``huggingface_hub.ModelCard`` parses it):
 * ``base_model``: the lineage's base -- the hub id where the base came from the hub (a
   checkpoint whose source is ``org/name``, or a folder of the hub cache
   ``models--org--name``), else its registry id (or a folder's name);
-* ``base_model_relation``: ``merge`` for merges, ``finetune`` for trained checkpoints (the
-  hub's values are adapter, merge, quantized and finetune; it draws the model tree from
-  this field and ``base_model``); none for a base model itself;
-* ``library_name`` (transformers), ``tags`` (mmgrid, merge and the method, or the paradigm);
+* ``base_model_relation``: ``merge`` for merges, ``finetune`` for trained checkpoints,
+  ``adapter`` for a LoRA adapter (the hub's values are adapter, merge, quantized and
+  finetune; it draws the model tree from this field and ``base_model``); none for a base
+  model itself;
+* ``library_name`` (transformers; peft for an adapter), ``tags`` (mmgrid, merge and the method, or the paradigm);
 * ``mmgrid``: the checkpoint's id, kind, coords, method and parameters and its lineage
   (every ancestor's id, kind, coords, method and parents with their roles).
 
 :func:`render_card` is the one writer; :func:`checkpoint_card` builds a registry
-checkpoint's card (``mmgrid registry export-hf``), and the mergekit-recipe runner builds the
-card of a folder it writes from the recipe.
+checkpoint's card (``mmgrid registry export-hf``), :func:`adapter_card` an extracted LoRA
+adapter's, and the mergekit-recipe runner builds the card of a folder it writes from the recipe.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -53,6 +55,7 @@ class Card:
         tags: tags beside ``mmgrid`` (``merge``, the method...).
         mmgrid: the checkpoint's record (id, kind, coords, lineage...).
         summary: one paragraph for the body.
+        library: the hub's ``library_name`` (``peft`` for an adapter).
     """
 
     title: str
@@ -63,6 +66,7 @@ class Card:
     tags: list[str] = field(default_factory=list)
     mmgrid: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
+    library: str = LIBRARY
 
 
 def hub_name(source: Any) -> str | None:
@@ -86,7 +90,7 @@ def render_card(card: Card) -> str:
         front["base_model"] = card.base_model[0] if len(card.base_model) == 1 else list(card.base_model)
     if card.relation:
         front["base_model_relation"] = card.relation
-    front["library_name"] = LIBRARY
+    front["library_name"] = card.library
     front["tags"] = list(dict.fromkeys(["mmgrid", *card.tags]))
     front["mmgrid"] = {**card.mmgrid, "method": card.method, "params": card.params}
     body = [f"# {card.title}", "", card.summary or "Exported by mmgrid.", ""]
@@ -168,3 +172,13 @@ def card_base_models(text: str) -> list[str]:
     if isinstance(bm, str):
         return [bm]
     return [str(x) for x in bm] if isinstance(bm, list) else []
+
+
+def adapter_card(base: str | None, params: dict[str, Any], rank: int) -> Card:
+    """The card of a LoRA adapter extracted from a checkpoint's task vector: ``base_model``
+    the model it applies to (``base``: its hub id or name; None for an in-memory state dict),
+    relation ``adapter``, library ``peft``, the extraction's parameters."""
+    return Card(title="LoRA adapter extracted by mmgrid", base_model=[base] if base else [], relation="adapter",
+                method="extract_lora", params=json.loads(json.dumps(params, default=str)), tags=["lora", "peft", "extract_lora"],
+                mmgrid={"kind": "adapter", "rank": rank}, library="peft",
+                summary="A PEFT LoRA adapter: the truncated SVD of a checkpoint's task vector against its base.")

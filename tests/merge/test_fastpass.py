@@ -49,6 +49,7 @@ OWN_FN = [
     ("sce", 2, {}),
     ("nearswap", 1, {"t": 0.001}),
     ("nearswap", 1, {"t": 0.0}),
+    ("arcee_fusion", 1, {}),  # row KLs and exact quantiles from two first passes
 ]
 CASES += OWN_FN
 # mergekit's per-tensor top-X% (exact thresholds from two streaming first passes)

@@ -113,6 +113,7 @@ ROWS: dict[str, tuple[dict, str]] = {
                   "parameters": {"t": 0.03}}, EXACT),
     "passthrough": ({"merge_method": "passthrough", "models": [{"model": "b", "parameters": {
         "scale": [{"filter": "mlp", "value": 0.5}, {"value": 1.0}]}}]}, EXACT),
+    "passthrough_copy": ({"merge_method": "passthrough", "models": [{"model": "b"}]}, EXACT),  # a plain copy: the file
     # task-vector methods with their own sparsifiers or weights
     "breadcrumbs": ({"merge_method": "breadcrumbs", "base_model": "base", "models": _models([0.7, 0.3, 0.5], density=0.5, gamma=0.1)}, EXACT),
     "breadcrumbs_rescale_normalize": ({"merge_method": "breadcrumbs", "base_model": "base",

@@ -322,3 +322,78 @@ def test_one_group_recipe_writes_the_merge_pass_into_the_folder(folders, tmp_pat
     assert names == sorted(p.name for p in (tmp_path / "general").iterdir()) and "model.safetensors" in names
     for n in names:
         assert (tmp_path / "fast" / n).read_bytes() == (tmp_path / "general" / n).read_bytes(), n
+
+
+# --- a plain passthrough: the file copied without torch ------------------------------------
+
+def _copy_inputs(tmp_path: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    st = {k: v.to(dtype) for k, v in qwen3_state(3).items()}
+    st["model.layers.0.step"] = torch.arange(5)  # a non-float tensor is copied too
+    return write_folder(tmp_path / "src", st, tokenizer="src")
+
+
+@pytest.mark.parametrize("extra", [{}, {"dtype": "bfloat16"}, {"parameters": {"scale": 1.0}}])
+def test_plain_passthrough_is_copied_with_the_engines_result(tmp_path: Path, monkeypatch, extra):
+    """One folder, scale 1, the stored dtype: the copy path writes the input's file byte for
+    byte, and the same tensors, config, tokenizer files and card as the merge engine."""
+    from mmgrid.merge.mergekit import entry
+
+    src = _copy_inputs(tmp_path)
+    recipe = {"merge_method": "passthrough", "models": [{"model": str(src)}], **extra}
+    copied = []
+    real = entry.copy_recipe
+    monkeypatch.setattr(entry, "copy_recipe", lambda *a: copied.append(real(*a)) or copied[-1])
+    run_mergekit_recipe(recipe, tmp_path / "copy")
+    assert copied[0] is not None
+    assert (tmp_path / "copy" / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+    monkeypatch.setattr(entry, "copy_recipe", lambda *a: None)
+    run_mergekit_recipe(recipe, tmp_path / "engine")
+    a, b = read_folder(tmp_path / "copy"), read_folder(tmp_path / "engine")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+    for name in ("config.json", "tokenizer_config.json", "README.md"):
+        assert (tmp_path / "copy" / name).read_bytes() == (tmp_path / "engine" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("extra", [{"dtype": "float32"}, {"parameters": {"scale": [{"filter": "mlp", "value": 0.5}, {"value": 1.0}]}}])
+def test_passthrough_that_changes_values_takes_the_engine(tmp_path: Path, extra):
+    """Another output dtype or a scale other than 1 on some tensor is a merge, not a copy."""
+    src = _copy_inputs(tmp_path)
+    recipe = {"merge_method": "passthrough", "models": [{"model": str(src)}], **extra}
+    run_mergekit_recipe(recipe, tmp_path / "out")
+    got, want = read_folder(tmp_path / "out"), read_folder(src)
+    name = "model.layers.0.mlp.up_proj.weight"
+    if "dtype" in extra:
+        assert got[name].dtype == torch.float32 and torch.equal(got[name], want[name].float())
+    else:
+        assert torch.equal(got[name], (want[name].float() * 0.5).to(torch.bfloat16))
+        assert torch.equal(got["model.norm.weight"], want["model.norm.weight"])
+
+
+def test_plain_passthrough_imports_no_torch(tmp_path: Path):
+    """The copy runs in a process that never imports torch (its start-up is most of a copy's time)."""
+    import subprocess
+    import sys
+
+    src = _copy_inputs(tmp_path)
+    code = ("import sys\nfrom mmgrid.merge.mergekit import run_mergekit_recipe\n"
+            f"r = run_mergekit_recipe({{'merge_method': 'passthrough', 'models': [{{'model': {str(src)!r}}}]}}, {str(tmp_path / 'o')!r})\n"
+            "print(r.files, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.split() == ["['model.safetensors']", "False"]
+
+
+@pytest.mark.parametrize("dtype,value", [(torch.bfloat16, float("nan")), (torch.float32, float("-inf")),
+                                         (torch.float16, float("inf")), (torch.bfloat16, float("-nan"))])
+def test_plain_passthrough_names_a_nan_or_inf_tensor_and_writes_nothing(tmp_path: Path, dtype, value):
+    from mmgrid.merge.errors import NonFiniteError
+
+    st = {k: v.to(dtype) for k, v in qwen3_state(3).items()}
+    st["model.layers.1.mlp.up_proj.weight"][2, 3] = value
+    src = write_folder(tmp_path / "src", st)
+    with pytest.raises(NonFiniteError, match="model.layers.1.mlp.up_proj.weight"):
+        run_mergekit_recipe({"merge_method": "passthrough", "models": [{"model": str(src)}]}, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+    st["model.layers.1.mlp.up_proj.weight"][2, 3] = torch.finfo(dtype).max  # the largest finite value is no error
+    src = write_folder(tmp_path / "src2", st)
+    run_mergekit_recipe({"merge_method": "passthrough", "models": [{"model": str(src)}]}, tmp_path / "out")

@@ -330,6 +330,58 @@ def test_arcee_fusion_in_row_chunks_equals_the_whole_tensor_rule(models, monkeyp
         assert torch.equal(v, want), k
 
 
+def _arcee_pair() -> tuple[dict, dict]:
+    """Rows changed by a tiny amount have KLs that round below 0 (negative importances), rows
+    of equal bf16 values tie, a row moved by a constant has KL 0; tensor shapes of 1, 2 and
+    3 dimensions."""
+    g = torch.Generator().manual_seed(5)
+    base = {"w": torch.randn(40, 16, generator=g), "v": torch.randn(24, generator=g),
+            "t": torch.randn(3, 5, 7, generator=g), "e": torch.randn(1, 3, generator=g)}
+    other = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in base.items()}
+    other["w"][:20] = base["w"][:20] + 1e-6 * torch.randn(20, 16, generator=g)
+    other["w"][20] = base["w"][20] + 3.0
+    other["t"][1] = torch.round(other["t"][1] * 4) / 4
+    return base, other
+
+
+@pytest.mark.parametrize("chunk,prepare_chunk", [(5, 3), (7, 64), (1 << 17, 1 << 22)])
+@pytest.mark.parametrize("row_chunk", [16, 1 << 16])
+def test_arcee_fusion_streamed_equals_the_sorted_rule(monkeypatch, chunk, prepare_chunk, row_chunk):
+    """The streaming passes (row KLs on a fixed grid of rows, histogram quantiles with a
+    negative side, the entrywise merge pass), pieces cut anywhere, give the bits of the rule on
+    whole float32 tensors with the quantiles read off a full sort; the reference route too."""
+    from mmgrid.merge.executor import REFERENCE, Route
+    from mmgrid.merge.methods import arcee_fusion as af
+
+    monkeypatch.setattr(af, "ROW_CHUNK", row_chunk)
+    base, other = _arcee_pair()
+    assert bool((af.importance(other["w"], base["w"]) < 0).any())  # the negative side is exercised
+    for route in (Route(chunk=chunk, prepare_chunk=prepare_chunk), REFERENCE):
+        got = merge("arcee_fusion", [other], base=base, route=route)
+        for k, v in got.items():
+            scores = af.importance(other[k], base[k])
+            want = torch.where(scores >= _sorted_fence(scores), other[k], base[k])
+            assert torch.equal(v, want), (k, route)
+
+
+def test_arcee_fusion_hand_case_with_negative_quantiles(monkeypatch):
+    """Quantiles among negative importances: with every row's KL replaced by -1, I = -|tau|.
+    |tau| = 1 (nine entries) and 100: the sorted scores are -100, -1, ..., -1, so Q_0.25 =
+    median = Q_0.75 = -1 and T = -1: the nine entries of I = -1 are taken, the outlier (I =
+    -100) keeps the base. (Read as magnitudes, T would be 1 and every entry taken.)"""
+    from mmgrid.merge.methods import arcee_fusion as af
+
+    tau = torch.tensor([[1.0, -1.0, 1.0, 1.0, 1.0], [1.0, 1.0, -1.0, 100.0, 1.0]])
+    monkeypatch.setattr(af, "row_kl", lambda rows, brows: -torch.ones(rows.shape[0], 1))
+    want = tau.clone()
+    want[1, 3] = 0.0
+    for route_chunk in (1 << 17, 3):
+        from mmgrid.merge.executor import Route
+
+        got = merge("arcee_fusion", [{"w": tau}], base={"w": torch.zeros(2, 5)}, route=Route(chunk=route_chunk, prepare_chunk=route_chunk))
+        assert torch.equal(got["w"], want)
+
+
 @pytest.mark.parametrize("rank_chunk", [1, 6, 1 << 22])
 def test_della_ranks_in_row_chunks(monkeypatch, rank_chunk):
     """MagPrune ranks rows independently, so row chunks give the stable sort's probabilities;

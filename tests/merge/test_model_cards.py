@@ -8,14 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-from huggingface_hub import ModelCard
 
-from mmgrid.merge.mergekit.run import run_mergekit_recipe
+from mmgrid.merge.mergekit import run_mergekit_recipe
 from mmgrid.merge.recipe import Recipe, run_recipe
 from mmgrid.registry import Registry
 from mmgrid.registry import card as mc
 
 from hf_data import qwen3_config, qwen3_state, write_folder
+
+ModelCard = pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed: the cards are parsed "
+                                "with its ModelCard (pip install huggingface_hub)").ModelCard
 
 HUB = "Qwen/Qwen3-0.6B"  # a hub id as a base's source; nothing is fetched
 
@@ -119,3 +121,18 @@ def test_a_hub_base_exported_as_is_names_its_source_not_itself(lineage, tmp_path
     data = ModelCard.load(reg.export_hf(ids["base"], tmp_path / "base") / "README.md").data
     assert data.base_model is None  # not its own base: no self-loop in the model tree
     assert data.to_dict()["mmgrid"]["source"] == HUB
+
+
+def test_extracted_lora_adapter_card_round_trips(lineage, tmp_path: Path):
+    """An adapter extracted from a registry checkpoint names the model it applies to (the base,
+    by its hub source), relation adapter, library peft and the extraction's parameters."""
+    from mmgrid.merge.lora import extract_lora
+
+    reg, ids = lineage
+    extract_lora(ids["a"], ids["base"], tmp_path / "ad", rank=2, include=["mlp"], registry=reg)
+    data = ModelCard.load(tmp_path / "ad" / "README.md").data
+    assert data.base_model == HUB and data.base_model_relation == "adapter" and data.library_name == "peft"
+    assert data.to_dict()["mmgrid"]["params"]["rank"] == 2 and data.to_dict()["mmgrid"]["method"] == "extract_lora"
+    extract_lora(ids["a"], {k: v for k, v in reg.load(ids["base"]).items()}, tmp_path / "sd", rank=2, include=["mlp"],
+                 registry=reg)
+    assert "base_model" not in ModelCard.load(tmp_path / "sd" / "README.md").data.to_dict()  # a state dict has no name

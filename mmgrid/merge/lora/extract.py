@@ -47,6 +47,7 @@ from mmgrid.merge.lora.adapters import (A_SUFFIX, B_SUFFIX, CONFIG_NAME, DTYPES,
 from mmgrid.merge.lora.factorize import dense_factors, check_finite
 from mmgrid.merge.plan import is_vocab
 from mmgrid.merge.tensors import TensorSource, open_source
+from mmgrid.registry import card
 
 if TYPE_CHECKING:
     from mmgrid.registry.api import Registry
@@ -233,7 +234,8 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
     }
     report = LoraExtractReport(out, top, ranks, errors, math.sqrt(err2 / norm2) if norm2 > 0 else 0.0,
                                not_carried, carried, unchanged, params)
-    _write_folder(out, tensors, config, report, overwrite)
+    readme = card.render_card(card.adapter_card(_base_name(registry, base), params, top))
+    _write_folder(out, tensors, config, report, overwrite, readme)
     if store:
         assert registry is not None  # store without a registry was refused above
         try:
@@ -245,6 +247,18 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
             raise
         (out / REPORT_NAME).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     return report
+
+
+def _base_name(registry: Registry, base: Any) -> str | None:
+    """The name of the model an adapter applies to, for its card: a registry checkpoint's hub
+    source or id, a folder's or file's hub id (a hub cache path) or name; None for a state dict."""
+    cid = _registry_id(registry, base)
+    if cid is not None:
+        return card.hub_name(registry.get(cid).meta.get("source")) or cid
+    if isinstance(base, (str, os.PathLike)):
+        p = Path(base).resolve()
+        return card.hub_name(str(p)) or (p.parent.name if p.suffix == ".safetensors" else p.name)
+    return None
 
 
 def _registry_id(registry: Registry, ref: Any) -> str | None:
@@ -262,8 +276,10 @@ def _coords(registry: Registry, checkpoint: Any, rank: int | None, energy: float
     return coords
 
 
-def _write_folder(out: Path, tensors: dict, config: dict, report: LoraExtractReport, overwrite: bool) -> None:
-    """Write the three files into a temporary folder beside ``out``, then move them in."""
+def _write_folder(out: Path, tensors: dict, config: dict, report: LoraExtractReport, overwrite: bool,
+                  readme: str) -> None:
+    """Write the four files (weights, config, report, the README.md card) into a temporary
+    folder beside ``out``, then move them in."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
@@ -271,8 +287,9 @@ def _write_folder(out: Path, tensors: dict, config: dict, report: LoraExtractRep
                                                                "mmgrid.extract_lora": json.dumps(report.params)})
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         (tmp / REPORT_NAME).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        (tmp / card.CARD_FILE).write_text(readme)
         out.mkdir(exist_ok=True)
-        for name in (WEIGHTS_NAME, CONFIG_NAME, REPORT_NAME):
+        for name in (WEIGHTS_NAME, CONFIG_NAME, REPORT_NAME, card.CARD_FILE):
             replace(tmp / name, out / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +18,10 @@ import torch
 
 from mmgrid.fileio.atomic import swap_dir
 from mmgrid.merge.errors import SourceError
+from mmgrid.merge.mergekit.folder import (CONFIG_FILES, DEFAULT_SHARD_BYTES, INDEX, SINGLE, TOKENIZER_FILES,  # noqa: F401
+                                          config_with_dtype, publish_folder, read_files)
 from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, from_safetensors
 
-INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
-# save_pretrained's default max_shard_size ("5GB", decimal)
-DEFAULT_SHARD_BYTES = 5 * 10**9
-#: small files copied with a model: its config and its tokenizer
-CONFIG_FILES = ("config.json", "generation_config.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                   "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
@@ -80,10 +73,6 @@ def open_folder(path: str | os.PathLike, label: str) -> TensorSource:
     return src
 
 
-def read_files(folder: Path, names: Iterable[str]) -> dict[str, bytes]:
-    return {n: (folder / n).read_bytes() for n in names if (folder / n).is_file()}
-
-
 def shard_plan(layout: list[tuple[str, tuple[int, ...], torch.dtype]], max_bytes: int) -> list[list[tuple[str, tuple[int, ...], torch.dtype]]]:
     """Split tensors in order into shards of at most ``max_bytes`` (a bigger tensor gets a
     shard of its own), as ``save_pretrained`` does."""
@@ -131,37 +120,3 @@ def write_folder(out: Path, layout: list[tuple[str, tuple[int, ...], torch.dtype
         return names
 
     return publish_folder(out, weights, files)
-
-
-def publish_folder(out: Path, weights: Callable[[Path], list[str]], files: dict[str, bytes]) -> list[str]:
-    """Build an HF folder in a sibling temporary folder and rename it to ``out`` when
-    complete (an existing ``out`` is swapped out only then, so an error leaves it as it
-    was): ``weights(tmp)`` writes the weight files into ``tmp`` and returns their names;
-    ``files`` (config, tokenizer) are written beside them."""
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        names = weights(tmp)
-        for n, data in files.items():
-            (tmp / n).write_bytes(data)
-        swap_dir(tmp, out)  # overwrite: swap, then drop the old one
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return names
-
-
-def config_with_dtype(config: bytes | None, dtype: torch.dtype | None) -> bytes | None:
-    """config.json with ``torch_dtype`` set to the written dtype (unchanged if none)."""
-    if config is None or dtype is None:
-        return config
-    try:
-        cfg = json.loads(config)
-    except ValueError:
-        return config
-    name = str(dtype).removeprefix("torch.")
-    for key in ("torch_dtype", "dtype"):
-        if key in cfg:
-            cfg[key] = name
-    return (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode()

@@ -14,9 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 import json
-import os
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +22,10 @@ import torch
 
 from mmgrid.merge import executor
 from mmgrid.merge.api import merge_to_file, prepare
-from mmgrid.merge.errors import MergekitRecipeError, SourceError
+from mmgrid.merge.errors import SourceError
 from mmgrid.merge.mergekit import hf
-from mmgrid.merge.mergekit.spec import ZERO_BASE, MergekitSpec, layer_position, load
+from mmgrid.merge.mergekit.folder import Group, MergekitResult, is_path, num_layers, recipe_card
+from mmgrid.merge.mergekit.spec import ZERO_BASE, MergekitSpec, layer_position
 from mmgrid.merge.methods import get_method, identity
 from mmgrid.merge.recipe import Recipe, default_coords
 from mmgrid.merge.tensors import SafetensorsWriter, TensorSource, from_safetensors, open_source
@@ -34,33 +33,6 @@ from mmgrid.registry import card
 
 if TYPE_CHECKING:
     from mmgrid.registry.api import Registry
-
-
-@dataclass
-class Group:
-    """Tensors merged with one mmgrid method and parameter set."""
-
-    method: str
-    params: dict[str, Any]
-    base: str | None  # None: the recipe's base; ZERO_BASE; "": none
-    tensors: list[str] = field(default_factory=list)
-
-
-@dataclass
-class MergekitResult:
-    """What :func:`run_mergekit_recipe` did.
-
-    Attributes:
-        out: the written HF folder (None when stored in the registry).
-        id: the registry id (None when written to a folder).
-        groups: the mmgrid merges it ran (method, parameters, tensors).
-        files: the weight files written (folder output).
-    """
-
-    out: Path | None
-    id: str | None
-    groups: list[Group]
-    files: list[str] = field(default_factory=list)
 
 
 def _open(ref: str, label: str, registry: Registry | None) -> TensorSource:
@@ -85,18 +57,6 @@ def _zeros(like: TensorSource) -> TensorSource:
     return TensorSource("zero base", dict(like.shapes), lambda n: torch.zeros(like.shapes[n][0], dtype=like.shapes[n][1]))
 
 
-def _num_layers(src: TensorSource) -> int:
-    """The model's layer count: config.json's num_hidden_layers, else the highest layer index + 1."""
-    try:
-        n = json.loads(src.files.get("config.json", b"{}")).get("num_hidden_layers")
-        if isinstance(n, int) and n > 0:
-            return n
-    except ValueError:
-        pass
-    idx = [layer_position(k, 2) for k in src.shapes]  # 0 or i/1 = i with L = 2
-    return int(max(idx, default=0)) + 1
-
-
 def plan_groups(spec: MergekitSpec, names: list[str], num_layers: int) -> list[Group]:
     """Evaluate the recipe for every tensor and group tensors with identical mmgrid merges."""
     groups: dict[str, Group] = {}
@@ -115,37 +75,15 @@ def plan_groups(spec: MergekitSpec, names: list[str], num_layers: int) -> list[G
     return list(groups.values())
 
 
-def run_mergekit_recipe(recipe: str | Path | dict, out: str | os.PathLike | None = None, registry: Registry | None = None,
-                        coords: dict[str, Any] | None = None, max_shard_bytes: int = hf.DEFAULT_SHARD_BYTES,
-                        overwrite: bool = False, dry_run: bool = False) -> MergekitResult:
-    """Run a mergekit YAML recipe (a path, YAML text or a dict) with mmgrid's engine.
-
-    Args:
-        out: write an HF folder there (it must not exist, or be empty, unless ``overwrite``).
-        registry: an open ``mmgrid.Registry``: models may be its ids; without ``out`` the
-            result is stored there (kind ``merged``, lineage edges ``merge_input`` and
-            ``merge_base`` for inputs that are registry checkpoints).
-        coords: coords of a registry result (default: the inputs' joined coords, or
-            paradigm/domain/period ``none`` for folder inputs; variant ``mergekit-METHOD``).
-        max_shard_bytes: shard above this many bytes (save_pretrained's 5 GB default).
-        dry_run: check everything, write nothing.
-
-    Raises:
-        MergekitRecipeError / MergekitUnsupportedError: a bad or unsupported recipe;
-        SourceError, ShapeMismatchError, MergeParamError...: as ``merge``. Nothing is
-        written when any is raised.
-    """
-    spec = load(recipe)
-    if out is None and registry is None:
-        raise MergekitRecipeError("give out=FOLDER (an HF folder) or registry= (a registry checkpoint) for the result")
-    out_p = None if out is None else Path(out)
-    if out_p is not None and out_p.exists() and not overwrite and (not out_p.is_dir() or any(out_p.iterdir())):
-        raise MergekitRecipeError(f"output {out_p} exists and is not empty; choose a new folder or pass overwrite=True (--overwrite)")
+def merge_recipe(spec: MergekitSpec, out_p: Path | None, registry: Registry | None, coords: dict[str, Any] | None,
+                 max_shard_bytes: int, dry_run: bool) -> MergekitResult:
+    """Carry out a checked recipe with the merge engine (the arguments of
+    :func:`mmgrid.merge.mergekit.run_mergekit_recipe`, the output already checked)."""
     srcs = [_open(m, f"models[{i}] ({m})", registry) for i, m in enumerate(spec.models)]
     base = None if spec.base is None else _open(spec.base, f"base_model ({spec.base})", registry)
     first = base or srcs[0]
     names = list(first.shapes)
-    groups = plan_groups(spec, names, _num_layers(first))
+    groups = plan_groups(spec, names, num_layers(first.files.get("config.json"), names))
     # check every group (parameters, sources, shapes) before writing anything
     for g in groups:
         _group_inputs(g, srcs, base, registry, check=True)
@@ -156,9 +94,7 @@ def run_mergekit_recipe(recipe: str | Path | dict, out: str | os.PathLike | None
     files = {k: v for k, v in first.files.items() if k in hf.CONFIG_FILES}
     files.update({k: v for k, v in tok.files.items() if k in hf.TOKENIZER_FILES})
     if "config.json" in files:
-        config = hf.config_with_dtype(files["config.json"], out_dtype)
-        assert config is not None  # bytes in, bytes out
-        files["config.json"] = config
+        files["config.json"] = hf.config_with_dtype(files["config.json"], dtype_name(out_dtype))
     if dry_run:
         return MergekitResult(out_p, None, groups)
     if out_p is not None:
@@ -217,6 +153,11 @@ def _direct(g: Group, models: list[TensorSource], gbase: TensorSource | None, re
     return weights
 
 
+def dtype_name(dtype: torch.dtype | None) -> str | None:
+    """A torch dtype's name as config.json writes it (``bfloat16``)."""
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
 def _parent(p: Path) -> str:
     p.absolute().parent.mkdir(parents=True, exist_ok=True)
     return str(p.absolute().parent)
@@ -247,9 +188,9 @@ def _group_inputs(g: Group, srcs: list[TensorSource], base: TensorSource | None,
 def _store(spec: MergekitSpec, registry: Registry, path: Path, files: dict[str, bytes], groups: list[Group],
            srcs: list[TensorSource], base: TensorSource | None, coords: dict[str, Any] | None) -> str:
     """Store the merged file in the registry with lineage for inputs that are registry ids."""
-    ids = [m for m, s in zip(spec.models, srcs) if not _is_path(m)]
+    ids = [m for m, s in zip(spec.models, srcs) if not is_path(m)]
     parents = [(registry.get(m).id, "merge_input") for m in ids]
-    if spec.base is not None and base is not None and not _is_path(spec.base) and spec.base not in spec.models:
+    if spec.base is not None and base is not None and not is_path(spec.base) and spec.base not in spec.models:
         parents.append((registry.get(spec.base).id, "merge_base"))
     if ids and len(ids) == len(spec.models):
         dflt = default_coords(registry, Recipe(spec.row.method, ids))
@@ -263,52 +204,3 @@ def _store(spec: MergekitSpec, registry: Registry, path: Path, files: dict[str, 
                                                         for g in groups]}}
     return registry.put(str(path), {**dflt, **(coords or {})}, "merged", parents=parents, params=params,
                         files=files, meta=meta)
-
-
-def _lineage_of(ref: str, registry: Registry | None) -> tuple[str, list[str], list[dict[str, Any]]]:
-    """A recipe input's name in a card, the base of its lineage, and its lineage entries: a
-    registry checkpoint's (:mod:`mmgrid.registry.card`), or a folder's hub id (a hub cache
-    folder) or folder name, its own card's ``base_model`` when it has one."""
-    if not _is_path(ref):
-        assert registry is not None  # _open resolved this id in the registry
-        cid = registry.get(ref).id
-        entries = card.lineage(registry, [cid])
-        return cid, card.base_names(registry, entries), entries
-    p = Path(ref)
-    name = card.hub_name(str(p.resolve())) or p.name
-    readme = p / card.CARD_FILE if p.is_dir() else None
-    bases = card.card_base_models(readme.read_text(errors="replace")) if readme and readme.is_file() else []
-    return name, bases or [name], [{"id": name, "kind": "folder", "coords": {}, "method": None, "parents": []}]
-
-
-def recipe_card(spec: MergekitSpec, groups: list[Group], registry: Registry | None) -> card.Card:
-    """The model card of a folder a recipe writes: ``base_model`` the inputs' lineage bases,
-    relation ``merge``, the recipe (inputs by name) and the mmgrid merges that ran."""
-    names: list[str] = []
-    bases: list[str] = []
-    entries: list[dict[str, Any]] = []
-    parents: list[dict[str, str]] = []
-    refs = ([(spec.base, "merge_base")] if spec.base is not None else []) + [(m, "merge_input") for m in spec.models]
-    for ref, role in refs:
-        name, base, lin = _lineage_of(ref, registry)
-        names.append(name)
-        bases += base
-        entries += [e for e in lin if e["id"] not in {x["id"] for x in entries}]
-        parents.append({"id": name, "role": role})
-    params = {"parameters": spec.params, "models": [{"model": n, "parameters": mp} for n, mp in
-                                                    zip(names[-len(spec.models):], spec.model_params)]}
-    if spec.base is not None:
-        params["base_model"] = names[0]
-    used = [{"method": g.method, "params": g.params, "tensors": len(g.tensors)} for g in groups]
-    return card.Card(
-        title=f"mmgrid {spec.row.mergekit} merge of {len(spec.models)} models", base_model=list(dict.fromkeys(bases)),
-        relation="merge", method=spec.row.mergekit, params=params, tags=["merge", "mergekit", spec.row.mergekit],
-        mmgrid={"kind": "merged", "parents": parents, "lineage": [{"id": "(this merge)", "kind": "merged",
-                                                                   "method": spec.row.mergekit, "parents": parents}, *entries],
-                "mmgrid_merges": used},
-        summary=f"A mergekit `{spec.row.mergekit}` recipe run with mmgrid's merge engine.")
-
-
-def _is_path(ref: str) -> bool:
-    p = Path(ref)
-    return p.is_dir() or (p.suffix == ".safetensors" and p.is_file())

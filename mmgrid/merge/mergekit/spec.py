@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ import yaml
 from mmgrid.configtools import load_yaml
 from mmgrid.merge.errors import MergekitRecipeError, MergekitUnsupportedError
 from mmgrid.merge.mergekit.table import METHOD_TABLE, REQUIRED, ZERO_BASE, Resolved, Row, supported_methods
-from mmgrid.merge.methods import method_names
 
 __all__ = ["METHOD_TABLE", "REQUIRED", "ZERO_BASE", "MergekitSpec", "Resolved", "Row", "evaluate", "layer_position",
            "load", "parse", "supported_methods"]
@@ -166,8 +165,11 @@ def _ref(value: Any, where: str) -> str:
     raise MergekitRecipeError(f"{where}: a model is a folder path or a registry id (a string), got {value!r}")
 
 
-def parse(data: Any, where: str = "mergekit recipe") -> MergekitSpec:
+def parse(data: Any, where: str = "mergekit recipe", methods: Collection[str] | None = None) -> MergekitSpec:
     """Check a mergekit recipe (already loaded YAML) and return its :class:`MergekitSpec`.
+
+    ``methods``: the registered mmgrid methods to map onto (default: the method registry's;
+    a caller that maps onto a built-in method names it, without importing the engine).
 
     Raises:
         MergekitRecipeError: a malformed recipe (what, where in the YAML, how to fix).
@@ -189,7 +191,13 @@ def parse(data: Any, where: str = "mergekit recipe") -> MergekitSpec:
     name = data.get("merge_method")
     if not isinstance(name, str):
         raise MergekitRecipeError(f"{where}.merge_method: missing; give a mergekit method name, e.g. ties")
-    registered = set(method_names())
+    if methods is None:
+        # lazy: the method registry imports the merge engine (torch, about 1 s); a recipe carried
+        # out as a file copy (mmgrid.merge.mergekit.entry) names its built-in method instead
+        from mmgrid.merge.methods import method_names
+
+        methods = method_names()
+    registered = set(methods)
     row = METHOD_TABLE.get(name)
     ok = supported_methods(registered)
     if row is None:
@@ -257,9 +265,14 @@ def parse(data: Any, where: str = "mergekit recipe") -> MergekitSpec:
 
 def load(recipe: str | Path | Mapping[str, Any]) -> MergekitSpec:
     """Read a mergekit recipe from a YAML path, YAML text or a dict (``yaml.safe_load``)."""
+    return parse(*read(recipe))
+
+
+def read(recipe: str | Path | Mapping[str, Any]) -> tuple[Any, str]:
+    """(the recipe as loaded YAML, where it came from) of a YAML path, YAML text or a dict."""
     if isinstance(recipe, Mapping):
-        return parse(recipe)
-    text = recipe if isinstance(recipe, str) else ""  # a Path is read below
+        return recipe, "mergekit recipe"
+    text = recipe
     where = "mergekit recipe"
     if isinstance(recipe, Path) or (isinstance(recipe, str) and "\n" not in recipe and recipe.endswith((".yml", ".yaml"))):
         p = Path(recipe)
@@ -270,4 +283,4 @@ def load(recipe: str | Path | Mapping[str, Any]) -> MergekitSpec:
         data = load_yaml(text, where)
     except yaml.YAMLError as exc:
         raise MergekitRecipeError(f"{where}: not valid YAML ({exc})") from exc
-    return parse(data, where)
+    return data, where
