@@ -249,11 +249,11 @@ def extract_lora(checkpoint: Any, base: Any, out: str | os.PathLike, rank: int |
     return report
 
 
-def _base_name(registry: Registry, base: Any) -> str | None:
+def _base_name(registry: Registry | None, base: Any) -> str | None:
     """The name of the model an adapter applies to, for its card: a registry checkpoint's hub
     source or id, a folder's or file's hub id (a hub cache path) or name; None for a state dict."""
     cid = _registry_id(registry, base)
-    if cid is not None:
+    if cid is not None and registry is not None:
         return card.hub_name(registry.get(cid).meta.get("source")) or cid
     if isinstance(base, (str, os.PathLike)):
         p = Path(base).resolve()
@@ -261,7 +261,7 @@ def _base_name(registry: Registry, base: Any) -> str | None:
     return None
 
 
-def _registry_id(registry: Registry, ref: Any) -> str | None:
+def _registry_id(registry: Registry | None, ref: Any) -> str | None:
     """The registry id of ``ref``, or None for a state dict, a path or a source."""
     if registry is None or not isinstance(ref, str) or Path(ref).exists():
         return None

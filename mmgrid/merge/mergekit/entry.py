@@ -32,7 +32,7 @@ DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float16": "float16", "f
 CHECK_BYTES = 8 << 20  # bytes per read of the NaN/Inf check
 
 
-def run_mergekit_recipe(recipe: str | os.PathLike | dict, out: str | os.PathLike | None = None, registry: Any = None,
+def run_mergekit_recipe(recipe: str | Path | dict, out: str | os.PathLike | None = None, registry: Any = None,
                         coords: dict[str, Any] | None = None, max_shard_bytes: int = fo.DEFAULT_SHARD_BYTES,
                         overwrite: bool = False, dry_run: bool = False) -> fo.MergekitResult:
     """Run a mergekit YAML recipe (a path, YAML text or a dict) with mmgrid's engine.
@@ -84,8 +84,11 @@ def copy_recipe(spec: sp.MergekitSpec, out: Path, registry: Any, max_shard_bytes
         return None
     names = list(tensors)
     layers = fo.num_layers(fo.read_files(src, ["config.json"]).get("config.json"), names)
+    build = spec.row.build
+    if build is None:
+        return None
     for name in names:
-        if spec.row.build(spec.resolve(name, sp.layer_position(name, layers)), {"scale"}) != (COPY_METHOD, {"scale": 1.0}, ""):
+        if build(spec.resolve(name, sp.layer_position(name, layers)), {"scale"}) != (COPY_METHOD, {"scale": 1.0}, ""):
             return None
     want = DTYPE_NAMES.get(spec.out_dtype or spec.dtype or "")
     floats = [(n, t) for n, t in tensors.items() if t[0] in FLOATS or t[0] in OTHER_FLOATS]
@@ -102,7 +105,9 @@ def copy_recipe(spec: sp.MergekitSpec, out: Path, registry: Any, max_shard_bytes
     files = fo.read_files(src, fo.CONFIG_FILES)
     files.update(fo.read_files(tok, fo.TOKENIZER_FILES))
     if "config.json" in files:
-        files["config.json"] = fo.config_with_dtype(files["config.json"], want)
+        config = fo.config_with_dtype(files["config.json"], want)
+        assert config is not None  # bytes in, bytes out
+        files["config.json"] = config
     groups = [fo.Group(COPY_METHOD, {"scale": 1.0}, "", names)]
     files[card.CARD_FILE] = card.render_card(fo.recipe_card(spec, groups, registry)).encode()
 

@@ -11,10 +11,14 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmgrid.merge.mergekit.spec import layer_position
 from mmgrid.registry import card
+
+if TYPE_CHECKING:
+    from mmgrid.merge.mergekit.spec import MergekitSpec
+    from mmgrid.registry.api import Registry
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -126,10 +130,13 @@ def lineage_of(ref: str, registry: Any) -> tuple[str, list[str], list[dict[str, 
     return name, bases or [name], [{"id": name, "kind": "folder", "coords": {}, "method": None, "parents": []}]
 
 
-def recipe_card(spec: MergekitSpec, groups: list[Group], registry: Any) -> card.Card:
+def recipe_card(spec: MergekitSpec, groups: list[Group], registry: Registry | None) -> card.Card:
     """The model card of a folder a recipe writes: ``base_model`` the inputs' lineage bases,
     relation ``merge``, the recipe (inputs by name) and the mmgrid merges that ran."""
-    names, bases, entries, parents = [], [], [], []
+    names: list[str] = []
+    bases: list[str] = []
+    entries: list[dict[str, Any]] = []
+    parents: list[dict[str, str]] = []
     refs = ([(spec.base, "merge_base")] if spec.base is not None else []) + [(m, "merge_input") for m in spec.models]
     for ref, role in refs:
         name, base, lin = lineage_of(ref, registry)

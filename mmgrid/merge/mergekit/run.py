@@ -94,7 +94,9 @@ def merge_recipe(spec: MergekitSpec, out_p: Path | None, registry: Registry | No
     files = {k: v for k, v in first.files.items() if k in hf.CONFIG_FILES}
     files.update({k: v for k, v in tok.files.items() if k in hf.TOKENIZER_FILES})
     if "config.json" in files:
-        files["config.json"] = hf.config_with_dtype(files["config.json"], dtype_name(out_dtype))
+        config = hf.config_with_dtype(files["config.json"], dtype_name(out_dtype))
+        assert config is not None  # bytes in, bytes out
+        files["config.json"] = config
     if dry_run:
         return MergekitResult(out_p, None, groups)
     if out_p is not None:

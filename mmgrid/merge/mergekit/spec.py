@@ -272,7 +272,7 @@ def read(recipe: str | Path | Mapping[str, Any]) -> tuple[Any, str]:
     """(the recipe as loaded YAML, where it came from) of a YAML path, YAML text or a dict."""
     if isinstance(recipe, Mapping):
         return recipe, "mergekit recipe"
-    text = recipe
+    text = recipe if isinstance(recipe, str) else ""  # a Path is read below
     where = "mergekit recipe"
     if isinstance(recipe, Path) or (isinstance(recipe, str) and "\n" not in recipe and recipe.endswith((".yml", ".yaml"))):
         p = Path(recipe)

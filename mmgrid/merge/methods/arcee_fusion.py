@@ -197,7 +197,7 @@ class ArceeFusion(Method):
                 if group[0].numel() < span:
                     group = [torch.empty(span, dtype=torch.float32) for _ in range(2)]
                 st.group = [g[:span] for g in group]  # one pair of buffers for every tensor in turn
-            st.add(v.raw[0].reshape(-1), v.raw_base.reshape(-1))
+            st.add(v.raw[0].reshape(-1), v.required_raw_base.reshape(-1))
         want = {name: st.picks for name, st in states.items()}
         subs = {name: {(s, b): torch.zeros(1 << ops.MAG_SHIFT, dtype=torch.int64) for s, b, _ in picks}
                 for name, picks in want.items()}
@@ -223,7 +223,7 @@ class ArceeFusion(Method):
                                 initargs=(1,)) as ex:
             for v in stream():
                 off = offsets.get(v.name, 0)
-                rb, ra = v.raw[0].reshape(-1), v.raw_base.reshape(-1)
+                rb, ra = v.raw[0].reshape(-1), v.required_raw_base.reshape(-1)
                 offsets[v.name] = off + rb.numel()
                 # stripes of cache-sized pieces on both cores; integer counts, so the same for any split
                 for got in ex.map(lambda k, v=v, rb=rb, ra=ra, off=off: second(v.name, rb, ra, off, k), range(THREADS)):
