@@ -27,6 +27,9 @@ ST_DTYPES: dict[str, str] = {
     "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32", "U64": "uint64",
 }
 _NAMES = {v: k for k, v in ST_DTYPES.items()}  # torch attribute name -> safetensors name
+# the float dtypes a byte-level check reads: (torch attribute name, item size, the exponent bits: all set = Inf/NaN)
+FLOAT_BITS: dict[str, tuple[str, int, int]] = {
+    "BF16": ("bfloat16", 2, 0x7F80), "F16": ("float16", 2, 0x7C00), "F32": ("float32", 4, 0x7F800000)}
 
 
 class SafetensorsFormatError(MmgridError, ValueError):

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mmgrid.fileio.safetensors import FLOAT_BITS
 from mmgrid.merge.errors import MergekitRecipeError, NonFiniteError, SourceError
 from mmgrid.merge.mergekit import folder as fo
 from mmgrid.merge.mergekit import spec as sp
@@ -24,8 +25,7 @@ from mmgrid.registry import card
 from mmgrid.registry.blobfmt import safetensors_header
 
 COPY_METHOD = "passthrough"  # the built-in mmgrid method a plain copy maps onto
-# safetensors float dtypes: (config.json's name, item size, the exponent bits: all set = Inf/NaN)
-FLOATS = {"BF16": ("bfloat16", 2, 0x7F80), "F16": ("float16", 2, 0x7C00), "F32": ("float32", 4, 0x7F800000)}
+FLOATS = FLOAT_BITS  # safetensors float dtypes: (config.json's name, item size, the exponent bits)
 OTHER_FLOATS = {"F64", "F8_E4M3", "F8_E5M2"}  # floats this path does not check: the engine merges them
 DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
                "bfloat16": "bfloat16", "bf16": "bfloat16"}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmgrid.merge.mergekit.spec import layer_position
+from mmgrid.fileio.atomic import swap_dir
 from mmgrid.registry import card
 
 if TYPE_CHECKING:
@@ -86,13 +87,7 @@ def publish_folder(out: Path, weights: Callable[[Path], list[str]], files: dict[
         names = weights(tmp)
         for n, data in files.items():
             (tmp / n).write_bytes(data)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):  # overwrite: swap, then drop the old one
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
-        else:
-            os.replace(tmp, out)
+        swap_dir(tmp, out)  # overwrite: swap, then drop the old one
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
