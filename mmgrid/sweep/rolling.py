@@ -34,7 +34,8 @@ Each deployment is evaluated on its window and, for the accuracy matrix, on ever
 strategy (:mod:`mmgrid.eval.matrix`). :func:`rolling_study` reads it back: per strategy NDCG@10 / Recall@10 per
 window and pooled over windows and domains, intervals over users (seeds kept), paired differences to
 ``latest`` with Holm, and the verdicts "lambda chosen from the past beats lambda = 1 over the windows" and "the
-best strategy beats lambda = 1".
+best strategy beats lambda = 1" (an inconclusive one with its minimum detectable effect at 80% power,
+:func:`mmgrid.stats.mde_note`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from mmgrid.registry.names import hash_json
 from mmgrid.runtime.plan import planned_ids
 from mmgrid.stats import holm, mean_ci, paired_difference
 from mmgrid.stats.regression import ols
-from mmgrid.stats.verdict import INCONCLUSIVE, verdict, verdict_line
+from mmgrid.stats.verdict import INCONCLUSIVE, mde_note, verdict, verdict_line
 from mmgrid.merge.inplace import apply_if_fits
 from mmgrid.paradigms import get_paradigm
 from mmgrid.runtime.checkpoints import load_checkpoint
@@ -689,10 +690,11 @@ def _verdicts(study: RollingStudy, vals: dict) -> None:
             return INCONCLUSIVE, f"{strat} not evaluated beside {REFERENCE}"
         users, a, b = st
         r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
-        return (verdict(r.ci_low, r.ci_high, "greater"),
-                f"{study.metric} over {len(study.windows)} windows: {strat} {r.mean_a:.4f} vs {REFERENCE} "
-                f"{r.mean_b:.4f}, difference {r.diff:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, "
-                f"{r.n_seeds} seed(s){note}")
+        v = verdict(r.ci_low, r.ci_high, "greater")
+        size = f"; {mde_note(r.ci_low, r.ci_high, LEVEL, what='difference')}" if v == INCONCLUSIVE else ""
+        return (v, f"{study.metric} over {len(study.windows)} windows: {strat} {r.mean_a:.4f} vs {REFERENCE} "
+                   f"{r.mean_b:.4f}, difference {r.diff:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, "
+                   f"{r.n_seeds} seed(s){note}{size}")
 
     study.verdicts[CLAIM_PAST] = judge("lambda*_past")
     means = {s: float(np.concatenate([v[1].mean(0) for k, v in vals.items() if k[1] == s]).mean())

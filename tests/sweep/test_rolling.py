@@ -109,7 +109,7 @@ def test_lambda_from_the_past_matches_the_hand_computed_case(rolling_grid):
     assert pooled.loc["lambda*_past", "mean"] == pytest.approx(0.875, rel=1e-6)
     others = rows[rows["p"].notna()]
     assert (others["p_holm"] >= others["p"] - 1e-12).all()
-    assert study.verdicts[R.CLAIM_PAST][0] == "holds"
+    assert study.verdicts[R.CLAIM_PAST][0] == "holds" and "detects" not in study.verdicts[R.CLAIM_PAST][1]
     assert R.CLAIM_BEST in study.verdicts
     # the accuracy matrix: latest's R[i, j] = 1 / (1 + 4 (i - (j - 0.5))^2) over the windows q1..q4
     m = study.matrices[("A", "latest")]
@@ -198,7 +198,17 @@ def test_the_report_section_and_the_grid_api(rolling_grid, tmp_path):
     assert all((tmp_path / f).stat().st_size > 1000 for f in figs)
     text = "\n".join(lines)
     assert R.CLAIM_PAST in text and "| lambda*_past |" in text and "BWT" in text
-    assert TITLE == "Deployment over time" and "rolling-curves" in rolling_html(study)
+    page = rolling_html(study)
+    assert TITLE == "Deployment over time" and "rolling-curves" in page and "rolling-matrix" in page
+    # one heatmap a strategy: every strategy with a matrix, the reference first, latest's matrix as computed
+    from mmgrid.sweep.report_rolling import strategy_matrices
+
+    mats = strategy_matrices(study)
+    assert list(mats)[0] == "latest" and set(mats) == {s for _, s in study.matrices}
+    assert set(mats) == {s.name for s in strategies()}
+    assert all(f'"text":"{s}"' in page for s in mats)  # a titled heatmap panel a strategy
+    want = np.mean([np.array(study.matrices[(d, "magmax")]["R"]) for d in DOMAINS], axis=0) * 100
+    assert np.allclose(mats["magmax"]["R"], want)
     got = Grid.open(reg.root).rolling(paradigm="fakelin")
     assert set(got.rows["strategy"]) == set(study.rows["strategy"])
     assert got.verdicts[R.CLAIM_PAST][0] == study.verdicts[R.CLAIM_PAST][0]
@@ -353,3 +363,37 @@ def test_period_stats_by_hand_and_blind_to_later_phases():
     later = inter.with_columns(pl.when(pl.col("phase") == "p2").then(pl.lit(99 * day)).otherwise(pl.col("timestamp"))
                                .alias("timestamp"))
     assert period_stats(later, items, examples, windows, ["p0", "p1"]) == got
+
+
+def test_an_inconclusive_verdict_states_its_minimum_detectable_effect(rolling_grid):
+    """Each user's value moves with the model by user-specific noise around the same mean: no difference to see,
+    and the verdict says how large one it could have seen."""
+    import mmgrid.sweep.rolling as R
+    from mmgrid.stats.power import mde_from_interval
+
+    cfg, reg, prepared, _ = rolling_grid
+    d = cfg.to_dict()
+    d["sweeps"]["temporal"] = {**d["sweeps"]["temporal"], "stop": 1.0}
+    cfg = build(GridConfig, d)
+
+    def factory(cfg, name, paradigm, domain, prepared, window):
+        rng = np.random.default_rng(WINDOW_INDEX[window])
+        noise = rng.normal(0, 0.05, N_USERS)
+
+        def evaluate(model):
+            w = float(model.w.detach().sum())
+            per = 0.3 + noise * np.cos(w * np.arange(N_USERS))
+            return EvalResults({"all": {"ndcg@10": float(per.mean()), "recall@10": float(per.mean()), "n": N_USERS}},
+                               PerUser(np.arange(N_USERS), np.zeros(N_USERS, dtype=bool),
+                                       {"ndcg@10": per, "recall@10": per}))
+        return evaluate
+
+    study = R.run_rolling(cfg, reg, prepared, R.RollingOptions(
+        [s for s in R.available() if s.name in ("latest", "lambda*_past", "magmax")], factory, matrix=False))
+    v, evidence = study.verdicts[R.CLAIM_PAST]
+    assert v == "inconclusive"
+    lo, hi = (float(x) for x in evidence.split("[")[1].split("]")[0].split(", "))
+    shown = float(evidence.split("detects |difference| >= ")[1].split(" ")[0])
+    # MDE = (z_0.975 + z_0.8) x SE, SE = width / (2 x 1.96): about 0.71 x the interval's width
+    assert shown == pytest.approx(mde_from_interval(lo, hi, 0.95), abs=0.005)
+    assert shown == pytest.approx(2.8016 * (hi - lo) / (2 * 1.95996), abs=0.005) and "80% power" in evidence
