@@ -138,6 +138,8 @@ class RollingOptions:
         redo: evaluate again what is recorded.
         watch: told ``(t, "checkpoint" | "window", value)`` for everything the deployment at t reads.
         statistics: the period statistics of ``lambda_hat_past`` (None: :func:`default_period_statistics`).
+        load_model: ``(checkpoint, domain data) -> model`` (None: the paradigm's ``load``; a simulated world
+            without a registered paradigm gives its own, as the calibration of the verdicts does).
     """
 
     strategies: list[Strategy] | None = None
@@ -146,6 +148,7 @@ class RollingOptions:
     redo: bool = False
     watch: Callable[[int, str, Any], None] | None = None
     statistics: PeriodStatistics | None = None
+    load_model: Callable[[Any, Any], Any] | None = None
 
 
 @dataclass
@@ -370,9 +373,10 @@ def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
     coords = {"paradigm": t_cfg.paradigm, "domain": domain, "variant": t_cfg.variant, "kind": "trained"}
     shared, first = set(cfg.train.shared_stages), cfg.train.seed_list[0]  # shared stages: trained on the first seed
     ids = [seeded_id(registry, {**coords, "period": s}, first if s in shared else seed, plan) for s in stages]
-    par = get_paradigm(t_cfg.paradigm)
     data = prepared.domain(domain)
+    par = get_paradigm(t_cfg.paradigm) if options.load_model is None else None
     params = paradigm_params(cfg, t_cfg.paradigm)
+    load = options.load_model or (lambda ckpt, dom: par.load(ckpt, dom, params))
     factory = options.evaluator_factory or default_window_evaluator
     evs: dict[str, EvalFn] = {}
     model_box: list[Any] = []
@@ -386,7 +390,7 @@ def evaluate_domain(cfg: GridConfig, registry: Any, prepared: "PreparedDataset",
         """Evaluate ``state`` on ``window`` as a model of ``template``'s files (a checkpoint of the past)."""
         added = (registry.get(template).meta or {}).get("added_rows")
         if not model_box or added or not apply_if_fits(model_box[0], state):
-            m = par.load(load_checkpoint(registry, template, state=state), data, params)
+            m = load(load_checkpoint(registry, template, state=state), data)
             model_box[:] = [m]
         model_box[0].eval()
         with torch.no_grad():
