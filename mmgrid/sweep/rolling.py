@@ -571,8 +571,9 @@ def _stacked(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple | 
 
 
 def rolling_study(registry: Any, paradigm: str, variant: str = "default", metric: str = "ndcg@10",
-                  metrics: tuple[str, ...] = METRICS) -> RollingStudy:
-    """Read the study back from the registry and compare every strategy with ``latest``."""
+                  metrics: tuple[str, ...] = METRICS, per_window: bool = True) -> RollingStudy:
+    """Read the study back from the registry and compare every strategy with ``latest`` (``per_window`` False:
+    only the rows pooled over every domain and window, and the verdicts)."""
     pu = PerUser(registry)
     rows: list[dict[str, Any]] = []
     study = RollingStudy(metric, pd.DataFrame())
@@ -583,7 +584,7 @@ def rolling_study(registry: Any, paradigm: str, variant: str = "default", metric
         dep = df[df["deploy"].astype(bool)] if "deploy" in df.columns else df.iloc[0:0]
         windows = [w for _, w in sorted({(int(t), str(w)) for t, w in zip(dep["t"], dep["window"])})]
         vals = _values(dep, pu, met)
-        rows += _rows(vals, windows, met)
+        rows += _rows(vals, windows, met, per_window)
         if met == metric:
             study.windows = windows
             study.matrices = _matrices(_values(df, pu, met), df)
@@ -620,8 +621,8 @@ def _row(domain: str, strat: str, window: str, met: str, pair: tuple | None, own
     return row
 
 
-def _rows(vals: dict, windows: list[str], met: str) -> list[dict[str, Any]]:
-    rows = []
+def _rows(vals: dict, windows: list[str], met: str, per_window: bool = True) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     domains = sorted({k[0] for k in vals})
     strats = sorted({k[1] for k in vals}, key=lambda s: (s != REFERENCE, s))
     for strat in strats:
@@ -634,12 +635,14 @@ def _rows(vals: dict, windows: list[str], met: str) -> list[dict[str, Any]]:
                 if key is None:
                     continue
                 pair = _pair(vals[key], vals[ref]) if ref is not None else None
-                rows.append(_row(d, strat, w, met, pair, vals[key]))
+                if per_window:
+                    rows.append(_row(d, strat, w, met, pair, vals[key]))
                 if pair is not None:
                     pooled.append(pair)
             pooled_all += pooled
-            rows.append(_row(d, strat, "all", met, _stacked(pooled), None))
-        for w in windows:
+            if per_window:
+                rows.append(_row(d, strat, "all", met, _stacked(pooled), None))
+        for w in windows if per_window else []:
             parts = []
             for d in domains:
                 key = next((k for k in vals if k[0] == d and k[1] == strat and k[3] == w), None)
