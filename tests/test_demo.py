@@ -95,3 +95,9 @@ def test_rolling_demo_deploys_every_period_and_writes_its_report_section(tmp_pat
     # deployed after q1..q4 on the next window, per domain
     assert sorted(set(zip(dep["deployed_at"], dep["window"]))) == [("q1", "q2"), ("q2", "q3"), ("q3", "q4"),
                                                                    ("q4", "q5")]
+    # lambda_hat_past on the prepared data's period statistics: lambda = 1 at q1 (no pair), then the mean of the
+    # past lambda* or Eq. 11's fit, each record saying which, within the lambda grid
+    hat = res[res["deploy"].astype(bool) & (res["strategy"] == "lambda_hat_past")].sort_values("t")
+    assert len(hat) == len(dep) and set(hat["lambda_rule"]) <= {"fallback_one", "fallback_mean_past", "eq11_fit"}
+    assert (hat[hat["t"] == 1]["lambda"] == 1.0).all() and (hat[hat["t"] == 1]["lambda_rule"] == "fallback_one").all()
+    assert "eq11_fit" in set(hat["lambda_rule"])  # two domains x pairs before q4: enough for the line

@@ -5,7 +5,8 @@ Columns: ``domain``, ``users``, ``items``, ``interactions``, ``n_<phase>`` per p
 before the test phase, MMGRid Eq. 11's p_active), ``avg_gap_days`` (mean over training
 interactions of the days since the item's first interaction in the data: Table 4's
 "Ave. Interaction Time Gap"), and ``new_share_<phase>`` (share of that phase's interactions whose
-item is first seen in that phase).
+item is first seen in that phase). :func:`period_stats` measures the same statistics on the phases up to
+one period only (the rolling study's lambda_hat* regressors, known when that period ends).
 """
 
 from __future__ import annotations
@@ -66,6 +67,42 @@ def domain_stats(
         sub = joined.filter(pl.col("phase") == p)
         new = in_window("first_seen_ms", start, end)
         row[f"new_share_{p}"] = float(sub.select(new.mean()).item()) if sub.height else float("nan")
+    return row
+
+
+PERIOD_STATS = ("avg_gap_days", "new_share", "p_active")
+
+
+def period_stats(inter: pl.DataFrame, items: pl.DataFrame, examples: pl.DataFrame,
+                 windows: dict[str, tuple[int | None, int | None]], phases: list[str]) -> dict[str, float]:
+    """The statistics of one domain known when the last of ``phases`` ends (:data:`PERIOD_STATS`); rows of any
+    other phase are never read.
+
+    Args:
+        inter: ``user_idx``, ``item_idx``, ``timestamp``, ``phase``.
+        items: ``item_idx``, ``first_seen_ms`` (an item's first interaction: at or before any of its rows).
+        examples: ``phase``, ``user_idx``.
+        windows: phase name -> [start_ms, end_ms).
+        phases: the phases read, in time order (the last one is "the period").
+
+    Returns:
+        ``avg_gap_days``: mean days from an item's first interaction to each interaction of ``phases``;
+        ``new_share``: share of the last phase's interactions whose item is first seen in it;
+        ``p_active``: share of the last phase's example users with an interaction in the phase before it
+        (MMGRid Eq. 11's p_active for that window; NaN with one phase or no example user).
+    """
+    last = phases[-1]
+    joined = inter.filter(pl.col("phase").is_in(phases)).join(items.select("item_idx", "first_seen_ms"), on="item_idx")
+    gap = ((pl.col("timestamp") - pl.col("first_seen_ms")) / MS_PER_DAY).mean()
+    row = {"avg_gap_days": float(joined.select(gap).item()) if joined.height else float("nan")}
+    sub = joined.filter(pl.col("phase") == last)
+    row["new_share"] = (float(sub.select(in_window("first_seen_ms", *windows[last]).mean()).item())
+                        if sub.height else float("nan"))
+    users = examples.filter(pl.col("phase") == last).get_column("user_idx").unique()
+    row["p_active"] = float("nan")
+    if len(phases) > 1 and users.len():
+        act = active_users(inter.filter(pl.col("phase") == phases[-2]), *windows[phases[-2]])
+        row["p_active"] = float(users.is_in(act.implode()).mean())
     return row
 
 

@@ -1,6 +1,6 @@
 """The report's "Deployment over time" section (the rolling deployment study, :mod:`mmgrid.sweep.rolling`):
-each strategy's metric on the window it was deployed on, with its 95% band, the accuracy-matrix heatmap of the
-reference strategy, the pooled table with paired differences to lambda = 1 (Holm) and BWT / FWT / forgetting,
+each strategy's metric on the window it was deployed on, with its 95% band, the accuracy-matrix heatmap of each
+strategy, the pooled table with paired differences to lambda = 1 (Holm) and BWT / FWT / forgetting,
 and the verdicts. report.md draws PNG figures (matplotlib, as :mod:`mmgrid.render.figures`); report.html adds
 the same section through its extra sections (plotly)."""
 
@@ -47,23 +47,48 @@ def curve_figure(study: RollingStudy, path: Path, metric: str | None = None) -> 
     return save_figure(fig, path)
 
 
-def matrix_figure(study: RollingStudy, path: Path, strategy: str = REFERENCE) -> Path | None:
-    """The accuracy matrix R[i, j] (deployment after period i on window j, mean over domains) as a heatmap."""
-    ms = [m for (d, s), m in study.matrices.items() if s == strategy]
-    if not ms:
+def strategy_matrices(study: RollingStudy) -> dict[str, dict[str, Any]]:
+    """Strategy -> its accuracy matrix averaged over domains (``R`` in %, ``windows``, ``deployed_at``), the
+    reference first; a strategy with no complete matrix is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    names = sorted({s for _, s in study.matrices}, key=lambda s: (s != REFERENCE, s))
+    for strat in names:
+        ms = [m for (d, s), m in sorted(study.matrices.items()) if s == strat]
+        out[strat] = {"R": np.mean([np.array(m["R"]) for m in ms], axis=0) * 100, "windows": ms[0]["windows"],
+                      "deployed_at": ms[0]["deployed_at"]}
+    return out
+
+
+def matrix_figure(study: RollingStudy, path: Path) -> Path | None:
+    """Each strategy's accuracy matrix R[i, j] (deployment after period i on window j, mean over domains) as a
+    heatmap, one panel a strategy, on one colour scale."""
+    mats = strategy_matrices(study)
+    if not mats:
         return None
-    R = np.mean([np.array(m["R"]) for m in ms], axis=0) * 100
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(1.2 * R.shape[1] + 2.5, 1.0 * R.shape[0] + 1.5))
-    im = ax.imshow(R, cmap="viridis")
-    for i in range(R.shape[0]):
-        for j in range(R.shape[1]):
-            ax.text(j, i, f"{R[i, j]:.1f}", ha="center", va="center", color="white", fontsize=8)
-    ax.set_xticks(range(R.shape[1]), ms[0]["windows"])
-    ax.set_yticks(range(R.shape[0]), ms[0]["deployed_at"])
-    ax.set_xlabel("evaluated on window j")
-    ax.set_ylabel("deployed after period i")
-    fig.colorbar(im, ax=ax, label=f"{study.metric} (%)")
+    n = len(mats)
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    shape = next(iter(mats.values()))["R"].shape
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * (0.9 * shape[1] + 1.6), rows * (0.8 * shape[0] + 1.3)),
+                             squeeze=False)
+    lo = min(float(np.nanmin(m["R"])) for m in mats.values())
+    hi = max(float(np.nanmax(m["R"])) for m in mats.values())
+    im = None
+    for ax, (strat, m) in zip(axes.flat, mats.items()):
+        R = m["R"]
+        im = ax.imshow(R, cmap="viridis", vmin=lo, vmax=hi)
+        for i in range(R.shape[0]):
+            for j in range(R.shape[1]):
+                ax.text(j, i, f"{R[i, j]:.1f}", ha="center", va="center", color="white", fontsize=7)
+        ax.set_xticks(range(R.shape[1]), m["windows"], fontsize=7)
+        ax.set_yticks(range(R.shape[0]), m["deployed_at"], fontsize=7)
+        ax.set_title(strat, fontsize=9)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.supxlabel("evaluated on window j")
+    fig.supylabel("deployed after period i")
+    fig.colorbar(im, ax=list(axes.flat)[n - 1], label=f"{study.metric} (%)")  # one scale for every panel
     return save_figure(fig, path)
 
 
@@ -80,15 +105,16 @@ def rolling_markdown(study: RollingStudy, out: Path) -> tuple[list[str], list[st
         m = matrix_figure(study, Path(out) / "rolling_matrix.png")
         if m is not None:
             figs.append(m.name)
-            cap = (f"Accuracy matrix of {REFERENCE} (lambda = 1): deployment after period i on window j, mean over "
-                   "domains")
+            cap = (f"Accuracy matrix of each strategy ({REFERENCE}: lambda = 1): deployment after period i on window j, "
+                   f"{study.metric} in %, mean over domains")
             lines += [f"![{cap}]({m.name})", "", f"*{cap}*", ""]
     lines += [render(study), ""]
     return lines, figs
 
 
 def rolling_html(study: RollingStudy) -> str:
-    """The section's HTML: the per-window curves (plotly, with bands), the table and the verdicts."""
+    """The section's HTML: the per-window curves (plotly, with bands), each strategy's accuracy-matrix heatmap,
+    the table and the verdicts."""
     import plotly.graph_objects as go  # lazy: only when report.html is written
 
     if study.empty:
@@ -100,8 +126,24 @@ def rolling_html(study: RollingStudy) -> str:
                                  error_y=dict(type="data", symmetric=False, array=(g["ci_high"] - g["mean"]) * 100,
                                               arrayminus=(g["mean"] - g["ci_low"]) * 100)))
     fig.update_layout(title=f"{study.metric} (%) on the window deployed on", template="plotly_white")
-    plot = fig.to_html(full_html=False, include_plotlyjs=False, div_id="rolling-curves",
-                       config={"responsive": True, "displaylogo": False})
+    conf = {"responsive": True, "displaylogo": False}
+    plot = fig.to_html(full_html=False, include_plotlyjs=False, div_id="rolling-curves", config=conf)
+    mats = strategy_matrices(study)
+    if mats:
+        from plotly.subplots import make_subplots  # lazy: only when report.html is written
+
+        cols = min(len(mats), 3)
+        heat = make_subplots(rows=-(-len(mats) // cols), cols=cols, subplot_titles=list(mats))
+        lo = min(float(np.nanmin(m["R"])) for m in mats.values())
+        hi = max(float(np.nanmax(m["R"])) for m in mats.values())
+        for k, (strat, m) in enumerate(mats.items()):
+            heat.add_trace(go.Heatmap(z=m["R"], x=m["windows"], y=m["deployed_at"], zmin=lo, zmax=hi,
+                                      coloraxis="coloraxis", texttemplate="%{z:.1f}", name=strat),
+                           row=k // cols + 1, col=k % cols + 1)
+        heat.update_layout(title=f"Accuracy matrix R[i, j], {study.metric} (%): deployment after period i (rows) on "
+                                 "window j (columns)", template="plotly_white", coloraxis={"colorscale": "Viridis"},
+                           height=260 * (-(-len(mats) // cols)) + 80)
+        plot += heat.to_html(full_html=False, include_plotlyjs=False, div_id="rolling-matrix", config=conf)
     return plot + "<pre>" + html.escape(render(study)) + "</pre>"
 
 

@@ -11,6 +11,14 @@ from the checkpoints theta_0..theta_t and the windows of s_0..s_t only (:class:`
   theta_{t-2} + lambda (theta_{t-1} - theta_{t-2}) on s_t's window (the last window seen; lambda = 1 at t = 1,
   where no earlier pair exists);
 * ``lambda_mean_past``: the same at the mean of every lambda* measured so far (a smoother choice from the past);
+* ``lambda_hat_past``: the same at lambda_hat*_t of MMGRid Eq. 11 fitted on the past (:func:`lambda_hat_past`):
+  every pair (s, domain) with s <= t, of every domain of the run, gives the statistics known when theta_{s-1}
+  was deployed (``sweeps.predict_lambda.features``, :func:`mmgrid.data.stats.period_stats`), its lambda*_s and
+  p_s (the share of s_s's window users active in s_{s-1}); Eq. 11 inverted gives the non-active users'
+  lambda*, (lambda*_s - p_s) / (1 - p_s); a least-squares line on the features predicts it from the statistics
+  known at t, and Eq. 11 blends the prediction with p_t (the latest share measured: the next window's users
+  are not known at t), clipped to the lambda grid. With fewer than ``len(features) + 2`` pairs it falls back
+  to the mean of the past lambda* (lambda = 1 with none), and the record says so (``lambda_rule``);
 * the temporal fusers of MMGRid's ``TemporalModelFuser`` and the EMA of TIME (``fuse_linear_velocity``,
   ``fuse_moving_average_velocity``, ``fuse_acceleration``, ``fuse_exp_decay``, ``ema``), where those merge
   methods are registered, over the whole sequence;
@@ -26,7 +34,8 @@ Each deployment is evaluated on its window and, for the accuracy matrix, on ever
 strategy (:mod:`mmgrid.eval.matrix`). :func:`rolling_study` reads it back: per strategy NDCG@10 / Recall@10 per
 window and pooled over windows and domains, intervals over users (seeds kept), paired differences to
 ``latest`` with Holm, and the verdicts "lambda chosen from the past beats lambda = 1 over the windows" and "the
-best strategy beats lambda = 1".
+best strategy beats lambda = 1" (an inconclusive one with its minimum detectable effect at 80% power,
+:func:`mmgrid.stats.mde_note`).
 """
 
 from __future__ import annotations
@@ -49,14 +58,15 @@ from mmgrid.merge.methods import identity, method_names
 from mmgrid.registry.names import hash_json
 from mmgrid.runtime.plan import planned_ids
 from mmgrid.stats import holm, mean_ci, paired_difference
-from mmgrid.stats.verdict import INCONCLUSIVE, verdict, verdict_line
+from mmgrid.stats.regression import ols
+from mmgrid.stats.verdict import INCONCLUSIVE, mde_note, verdict, verdict_line
 from mmgrid.merge.inplace import apply_if_fits
 from mmgrid.paradigms import get_paradigm
 from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.sweep.continual import run_seeds  # the one check of a seed subset
 from mmgrid.sweep.evaluation import EvalFn, eval_key, paradigm_params
 from mmgrid.sweep.results import recorded
-from mmgrid.sweep.selection import lambda_grid, select_lambda_star
+from mmgrid.sweep.selection import blend_eq11, lambda_grid, select_lambda_star
 from mmgrid.sweep.temporal import seeded_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,7 +90,8 @@ class Strategy:
         params: the method's parameters.
         inputs: ``last2`` (theta_{t-1}, theta_t), ``seq`` (theta_1..theta_t) or ``all`` (theta_0..theta_t).
         base: theta_0 as the task vectors' base.
-        lam: ``past`` / ``mean_past``: the temporal merge's lambda chosen from the past (params get ``lam``).
+        lam: ``past`` / ``mean_past`` / ``hat_past``: the temporal merge's lambda chosen from the past (params get
+            ``lam``): the last lambda*, their mean, Eq. 11's lambda_hat* fitted on the past.
         min_inputs: fewer checkpoints than this at t: the strategy deploys ``latest``'s model (recorded so).
     """
 
@@ -97,6 +108,7 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy(REFERENCE, "temporal", {"lam": 1.0}),
     Strategy("lambda*_past", "temporal", lam="past"),
     Strategy("lambda_mean_past", "temporal", lam="mean_past"),
+    Strategy("lambda_hat_past", "temporal", lam="hat_past"),
     Strategy("fuse_linear_velocity", "fuse_linear_velocity", inputs="all", min_inputs=2),
     Strategy("fuse_moving_average_velocity", "fuse_moving_average_velocity", inputs="all", min_inputs=2),
     Strategy("fuse_acceleration", "fuse_acceleration", inputs="all", min_inputs=3),
@@ -109,6 +121,11 @@ STRATEGIES: tuple[Strategy, ...] = (
 
 # (cfg, paradigm name, paradigm, domain data, prepared, window) -> EvalFn over that window's examples
 WindowEvaluatorFactory = Callable[[GridConfig, str, Any, Any, Any, str], EvalFn]
+# (prepared, domain data, phases read in time order) -> {statistic: value} known when the last phase ends
+PeriodStatistics = Callable[[Any, Any, list[str]], dict[str, float]]
+# the lambda_hat_past rules, as recorded in ``lambda_rule``
+RULE_FIT, RULE_MEAN, RULE_ONE = "eq11_fit", "fallback_mean_past", "fallback_one"
+P_ACTIVE_MAX = 0.95  # a pair whose window's users were almost all active says little about the non-active lambda*
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,9 @@ class RollingOptions:
         matrix: also evaluate each deployment on every incremental window (the accuracy matrix).
         redo: evaluate again what is recorded.
         watch: told ``(t, "checkpoint" | "window", value)`` for everything the deployment at t reads.
+        statistics: the period statistics of ``lambda_hat_past`` (None: :func:`default_period_statistics`).
+        load_model: ``(checkpoint, domain data) -> model`` (None: the paradigm's ``load``; a simulated world
+            without a registered paradigm gives its own, as the calibration of the verdicts does).
     """
 
     strategies: list[Strategy] | None = None
@@ -128,6 +148,67 @@ class RollingOptions:
     matrix: bool = True
     redo: bool = False
     watch: Callable[[int, str, Any], None] | None = None
+    statistics: PeriodStatistics | None = None
+    load_model: Callable[[Any, Any], Any] | None = None
+
+
+@dataclass
+class PastPairs:
+    """The (statistics, lambda*) pairs of one seed, over its domains: what ``lambda_hat_past`` is fitted on.
+
+    Attributes:
+        stars: domain -> {s: lambda*_s} (:func:`past_lambdas`' memo).
+        stats: (domain, k) -> the statistics known when stage k ends (:meth:`Past.statistics`).
+    """
+
+    stars: dict[str, dict[int, float]] = field(default_factory=dict)
+    stats: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+
+    def table(self, t: int, features: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(x [n, p], lambda* [n], p_active [n]) of every pair s <= t of every domain with all its numbers."""
+        xs, ys, ps = [], [], []
+        for d in sorted(self.stars):
+            for s, lam in sorted(self.stars[d].items()):
+                before, at = self.stats.get((d, s - 1)), self.stats.get((d, s))
+                if s > t or before is None or at is None:
+                    continue
+                x = [float(before.get(f, math.nan)) for f in features]
+                p = float(at.get("p_active", math.nan))
+                if all(math.isfinite(v) for v in x) and math.isfinite(p):
+                    xs.append(x), ys.append(float(lam)), ps.append(p)
+        return (np.array(xs, dtype=float).reshape(len(xs), len(features)), np.array(ys, dtype=float),
+                np.array(ps, dtype=float))
+
+
+def lambda_hat_past(pairs: PastPairs, domain: str, t: int, features: list[str],
+                    bounds: tuple[float, float]) -> tuple[float, str, int]:
+    """lambda_hat*_t of MMGRid Eq. 11 fitted on the pairs s <= t: (lambda, rule, pairs used).
+
+    Each pair's non-active lambda* is Eq. 11 inverted, (lambda*_s - p_s) / (1 - p_s) (pairs with p_s above
+    :data:`P_ACTIVE_MAX` are left out); ordinary least squares on ``features`` predicts it at the statistics
+    known at t, and Eq. 11 blends it with p_t; the result is clipped to ``bounds`` (the lambda grid searched).
+    Fewer than ``len(features) + 2`` pairs: the mean of ``domain``'s past lambda* (:data:`RULE_MEAN`), or 1
+    with none (:data:`RULE_ONE`).
+    """
+    x, y, p = pairs.table(t, features)
+    keep = p <= P_ACTIVE_MAX
+    x, y, p = x[keep], y[keep], p[keep]
+    now = pairs.stats.get((domain, t), {})
+    x_t = [float(now.get(f, math.nan)) for f in features]
+    p_t = float(now.get("p_active", math.nan))
+    if len(y) < len(features) + 2 or not all(math.isfinite(v) for v in [*x_t, p_t]):
+        own = [v for s, v in sorted(pairs.stars.get(domain, {}).items()) if s <= t]
+        return (float(np.mean(own)), RULE_MEAN, len(y)) if own else (1.0, RULE_ONE, len(y))
+    intercept, coef = ols(x, (y - p) / (1.0 - p))
+    lam = float(blend_eq11(intercept + float(np.asarray(x_t) @ coef), p_t))
+    return float(np.clip(lam, *bounds)), RULE_FIT, len(y)
+
+
+def default_period_statistics(prepared: Any, data: Any, phases: list[str]) -> dict[str, float]:
+    """:func:`mmgrid.data.stats.period_stats` of a prepared domain on ``phases``."""
+    from mmgrid.data.stats import period_stats  # lazy: polars, only when lambda_hat_past runs
+
+    return period_stats(data.interactions, data.items, data.examples(phases[-1]), prepared.phases, phases)
 
 
 def available(strategies: tuple[Strategy, ...] = STRATEGIES) -> list[Strategy]:
@@ -181,6 +262,17 @@ class Past:
             self._watch(self.t, "checkpoint", self._ids[k])
         return self._ids[k]
 
+    def statistics(self, k: int, fn: Callable[[list[str]], dict[str, float]]) -> dict[str, float]:
+        """``fn`` on the phases of stages 0..k (k <= t): the statistics known when stage k ends."""
+        if not 0 <= k <= self.t:
+            raise MmgridError(f"rolling: the deployment at {self._stages[self.t]} read the statistics of stage "
+                              f"{k}, after it")
+        phases = self._stages[: k + 1]
+        if self._watch:
+            for w in phases:
+                self._watch(self.t, "window", w)
+        return fn(phases)
+
     def score(self, window: str, state: dict) -> float:
         """The metric of ``state`` on ``window`` (a window of stages 0..t only)."""
         if window not in self._stages[: self.t + 1]:
@@ -203,13 +295,20 @@ def past_lambdas(past: Past, stages: list[str], grid: list[float], memo: dict[in
     return out
 
 
-def deploy(strategy: Strategy, past: Past, lams: list[float]) -> tuple[str, list[str], str | None, dict[str, Any]]:
+def deploy(strategy: Strategy, past: Past, lams: list[float],
+           hat: float | None = None) -> tuple[str, list[str], str | None, dict[str, Any]]:
     """(method, input ids, base id, params) of ``strategy``'s model at past.t, from the past only (a sequence
-    shorter than ``min_inputs``: the latest checkpoint, Eq. 10 at lambda = 1)."""
+    shorter than ``min_inputs``: the latest checkpoint, Eq. 10 at lambda = 1); ``hat``: lambda_hat_past's
+    lambda at past.t."""
     t = past.t
     params = dict(strategy.params)
     if strategy.lam is not None:
-        lam = 1.0 if not lams else (lams[-1] if strategy.lam == "past" else float(np.mean(lams)))
+        if strategy.lam == "hat_past":
+            if hat is None:
+                raise MmgridError(f"rolling: strategy {strategy.name!r} deployed without its lambda_hat* at t = {t}")
+            lam = hat
+        else:
+            lam = 1.0 if not lams else (lams[-1] if strategy.lam == "past" else float(np.mean(lams)))
         params["lam"] = round(float(lam), 9)
     first = {"last2": t - 1, "seq": 1, "all": 0}[strategy.inputs]
     ins = [past.checkpoint(k) for k in range(first, t + 1)]
@@ -241,19 +340,32 @@ def evaluate_rolling(cfg: GridConfig, registry: Registry, prepared: "PreparedDat
     if unknown:
         raise ConfigError(f"sweeps.temporal.domains: {unknown} not in the prepared dataset ({prepared.domains}).")
     timeline(cfg)
+    strategies = list(options.strategies) if options.strategies is not None else available()
+    hat = any(s.lam == "hat_past" for s in strategies)
     n = 0
     for seed in run_seeds(cfg, seeds):
+        pairs = PastPairs()
+        if hat:  # every domain's lambda* and statistics first: lambda_hat_past at t is fitted across domains
+            for d in domains:
+                evaluate_domain(cfg, registry, prepared, d, seed, options, pairs, measure=True)
         for d in domains:
-            n += evaluate_domain(cfg, registry, prepared, d, seed, options)
+            n += evaluate_domain(cfg, registry, prepared, d, seed, options, pairs)
     return n
 
 
 def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedDataset", domain: str, seed: int,
-                    options: RollingOptions = RollingOptions()) -> int:
+                    options: RollingOptions = RollingOptions(), pairs: PastPairs | None = None,
+                    measure: bool = False) -> int:
     """One (domain, seed): every deployment of every strategy, on its window (and the matrix's windows).
 
     ``options.watch(t, what, value)``, when given, is told every checkpoint id (``"checkpoint"``) and window
-    (``"window"``) the construction of the deployment at t reads (tests check it never looks ahead)."""
+    (``"window"``) the construction of the deployment at t reads (tests check it never looks ahead).
+    ``pairs``: the seed's (statistics, lambda*) pairs over domains, filled here with this domain's
+    (None: this domain's only); ``measure``: only fill them (lambda* and statistics at every t), deploy nothing.
+
+    Raises:
+        ConfigError: a ``sweeps.predict_lambda.features`` name the period statistics lack (before anything is
+            recorded)."""
     strategies = list(options.strategies) if options.strategies is not None else available()
     matrix, redo, watch = options.matrix, options.redo, options.watch
 
@@ -263,9 +375,10 @@ def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedData
     coords = {"paradigm": t_cfg.paradigm, "domain": domain, "variant": t_cfg.variant, "kind": "trained"}
     shared, first = set(cfg.train.shared_stages), cfg.train.seed_list[0]  # shared stages: trained on the first seed
     ids = [seeded_id(registry, {**coords, "period": s}, first if s in shared else seed, plan) for s in stages]
-    par = get_paradigm(t_cfg.paradigm)
     data = prepared.domain(domain)
+    par = get_paradigm(t_cfg.paradigm) if options.load_model is None else None
     params = paradigm_params(cfg, t_cfg.paradigm)
+    load = options.load_model or (lambda ckpt, dom: par.load(ckpt, dom, params))
     factory = options.evaluator_factory or default_window_evaluator
     evs: dict[str, EvalFn] = {}
     model_box: list[Any] = []
@@ -279,7 +392,7 @@ def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedData
         """Evaluate ``state`` on ``window`` as a model of ``template``'s files (a checkpoint of the past)."""
         added = (registry.get(template).meta or {}).get("added_rows")
         if not model_box or added or not apply_if_fits(model_box[0], state):
-            m = par.load(load_checkpoint(registry, template, state=state), data, params)
+            m = load(load_checkpoint(registry, template, state=state), data)
             model_box[:] = [m]
         model_box[0].eval()
         with torch.no_grad():
@@ -287,16 +400,39 @@ def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedData
 
     ev = {**_eval_key(cfg), "matrix": bool(matrix)}
     grid = [round(float(x), 9) for x in lambda_grid(t_cfg.start, t_cfg.stop, t_cfg.step)]
-    memo: dict[int, float] = {}
+    pairs = pairs if pairs is not None else PastPairs()
+    memo = pairs.stars.setdefault(domain, {})
+    hat_on = any(s.lam == "hat_past" for s in strategies)
+    features = list(cfg.sweeps.predict_lambda.features)
+    stat_fn = options.statistics or default_period_statistics
+
+    def statistics(phases: list[str]) -> dict[str, float]:
+        got = stat_fn(prepared, data, phases)
+        missing = [f for f in [*features, "p_active"] if f not in got]
+        if missing:
+            raise ConfigError(f"sweeps.predict_lambda.features: the period statistics of lambda_hat_past lack "
+                              f"{missing} (they have {sorted(got)}); name those, e.g. [avg_gap_days], or drop "
+                              "the lambda_hat_past strategy.")
+        return got
+
     n = 0
     eval_windows = (stages[1:] if matrix else [])
     for t in range(1, len(stages)):
         past = Past(ids, stages, t, lambda w, st, _t=t: float(run(w, st, ids[_t])["all"][t_cfg.metric]), registry,  # type: ignore[misc]  # mypy infers no lambda with a default
                     watch)
         lams = past_lambdas(past, stages, grid, memo) if any(s.lam for s in strategies) else []
+        hat = rule = None
+        n_pairs = 0
+        if hat_on:
+            if (domain, t) not in pairs.stats:
+                pairs.stats[(domain, t)] = past.statistics(t, statistics)
+        if measure:
+            continue
+        if hat_on:
+            hat, rule, n_pairs = lambda_hat_past(pairs, domain, t, features, (min(grid), max(grid)))
         targets = list(dict.fromkeys([windows[t - 1], *eval_windows]))
         for strategy in strategies:
-            method, ins, base, prm = deploy(strategy, past, lams)
+            method, ins, base, prm = deploy(strategy, past, lams, hat)
             recs = {w: _recipe(strategy, method, ins, base, prm, stages[t], w, ev) for w in targets}
             hashes = {w: hash_json(r) for w, r in recs.items()}
             done = set() if redo else recorded(registry, list(hashes.values()), STUDY)
@@ -311,9 +447,12 @@ def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedData
                          "variant": t_cfg.variant, "domain": domain, "eval_domain": domain, "method": method,
                          "seed": seed, "deployed_at": stages[t], "t": t, "window": w,
                          "deploy": w == windows[t - 1], "lambda": prm.get("lam") if method == "temporal" else None}
+                if strategy.lam == "hat_past":
+                    extra.update(lambda_rule=rule, lambda_pairs=n_pairs)
                 record_evaluation(registry, None, w, res, recipe=recs[w], extra=extra)
                 n += 1
-    _record_start(registry, ids[0], run, stages, domain, seed, ev, t_cfg)
+    if not measure:
+        _record_start(registry, ids[0], run, stages, domain, seed, ev, t_cfg)
     return n
 
 
@@ -434,8 +573,9 @@ def _stacked(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple | 
 
 
 def rolling_study(registry: Registry, paradigm: str, variant: str = "default", metric: str = "ndcg@10",
-                  metrics: tuple[str, ...] = METRICS) -> RollingStudy:
-    """Read the study back from the registry and compare every strategy with ``latest``."""
+                  metrics: tuple[str, ...] = METRICS, per_window: bool = True) -> RollingStudy:
+    """Read the study back from the registry and compare every strategy with ``latest`` (``per_window`` False:
+    only the rows pooled over every domain and window, and the verdicts)."""
     pu = PerUser(registry)
     rows: list[dict[str, Any]] = []
     study = RollingStudy(metric, pd.DataFrame())
@@ -446,7 +586,7 @@ def rolling_study(registry: Registry, paradigm: str, variant: str = "default", m
         dep = df[df["deploy"].astype(bool)] if "deploy" in df.columns else df.iloc[0:0]
         windows = [w for _, w in sorted({(int(t), str(w)) for t, w in zip(dep["t"], dep["window"])})]
         vals = _values(dep, pu, met)
-        rows += _rows(vals, windows, met)
+        rows += _rows(vals, windows, met, per_window)
         if met == metric:
             study.windows = windows
             study.matrices = _matrices(_values(df, pu, met), df)
@@ -483,8 +623,8 @@ def _row(domain: str, strat: str, window: str, met: str, pair: tuple | None, own
     return row
 
 
-def _rows(vals: dict, windows: list[str], met: str) -> list[dict[str, Any]]:
-    rows = []
+def _rows(vals: dict, windows: list[str], met: str, per_window: bool = True) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     domains = sorted({k[0] for k in vals})
     strats = sorted({k[1] for k in vals}, key=lambda s: (s != REFERENCE, s))
     for strat in strats:
@@ -497,12 +637,14 @@ def _rows(vals: dict, windows: list[str], met: str) -> list[dict[str, Any]]:
                 if key is None:
                     continue
                 pair = _pair(vals[key], vals[ref]) if ref is not None else None
-                rows.append(_row(d, strat, w, met, pair, vals[key]))
+                if per_window:
+                    rows.append(_row(d, strat, w, met, pair, vals[key]))
                 if pair is not None:
                     pooled.append(pair)
             pooled_all += pooled
-            rows.append(_row(d, strat, "all", met, _stacked(pooled), None))
-        for w in windows:
+            if per_window:
+                rows.append(_row(d, strat, "all", met, _stacked(pooled), None))
+        for w in windows if per_window else []:
             parts = []
             for d in domains:
                 key = next((k for k in vals if k[0] == d and k[1] == strat and k[3] == w), None)
@@ -557,10 +699,11 @@ def _verdicts(study: RollingStudy, vals: dict) -> None:
             return INCONCLUSIVE, f"{strat} not evaluated beside {REFERENCE}"
         users, a, b = st
         r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
-        return (verdict(r.ci_low, r.ci_high, "greater"),
-                f"{study.metric} over {len(study.windows)} windows: {strat} {r.mean_a:.4f} vs {REFERENCE} "
-                f"{r.mean_b:.4f}, difference {r.diff:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, "
-                f"{r.n_seeds} seed(s){note}")
+        v = verdict(r.ci_low, r.ci_high, "greater")
+        size = f"; {mde_note(r.ci_low, r.ci_high, LEVEL, what='difference')}" if v == INCONCLUSIVE else ""
+        return (v, f"{study.metric} over {len(study.windows)} windows: {strat} {r.mean_a:.4f} vs {REFERENCE} "
+                   f"{r.mean_b:.4f}, difference {r.diff:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, "
+                   f"{r.n_seeds} seed(s){note}{size}")
 
     study.verdicts[CLAIM_PAST] = judge("lambda*_past")
     means = {s: float(np.concatenate([v[1].mean(0) for k, v in vals.items() if k[1] == s]).mean())

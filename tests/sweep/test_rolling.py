@@ -109,7 +109,7 @@ def test_lambda_from_the_past_matches_the_hand_computed_case(rolling_grid):
     assert pooled.loc["lambda*_past", "mean"] == pytest.approx(0.875, rel=1e-6)
     others = rows[rows["p"].notna()]
     assert (others["p_holm"] >= others["p"] - 1e-12).all()
-    assert study.verdicts[R.CLAIM_PAST][0] == "holds"
+    assert study.verdicts[R.CLAIM_PAST][0] == "holds" and "detects" not in study.verdicts[R.CLAIM_PAST][1]
     assert R.CLAIM_BEST in study.verdicts
     # the accuracy matrix: latest's R[i, j] = 1 / (1 + 4 (i - (j - 0.5))^2) over the windows q1..q4
     m = study.matrices[("A", "latest")]
@@ -198,7 +198,17 @@ def test_the_report_section_and_the_grid_api(rolling_grid, tmp_path):
     assert all((tmp_path / f).stat().st_size > 1000 for f in figs)
     text = "\n".join(lines)
     assert R.CLAIM_PAST in text and "| lambda*_past |" in text and "BWT" in text
-    assert TITLE == "Deployment over time" and "rolling-curves" in rolling_html(study)
+    page = rolling_html(study)
+    assert TITLE == "Deployment over time" and "rolling-curves" in page and "rolling-matrix" in page
+    # one heatmap a strategy: every strategy with a matrix, the reference first, latest's matrix as computed
+    from mmgrid.sweep.report_rolling import strategy_matrices
+
+    mats = strategy_matrices(study)
+    assert list(mats)[0] == "latest" and set(mats) == {s for _, s in study.matrices}
+    assert set(mats) == {s.name for s in strategies()}
+    assert all(f'"text":"{s}"' in page for s in mats)  # a titled heatmap panel a strategy
+    want = np.mean([np.array(study.matrices[(d, "magmax")]["R"]) for d in DOMAINS], axis=0) * 100
+    assert np.allclose(mats["magmax"]["R"], want)
     got = Grid.open(reg.root).rolling(paradigm="fakelin")
     assert set(got.rows["strategy"]) == set(study.rows["strategy"])
     assert got.verdicts[R.CLAIM_PAST][0] == study.verdicts[R.CLAIM_PAST][0]
@@ -229,3 +239,161 @@ def test_a_shared_first_stage_is_read_from_the_first_seed(rolling_grid, tmp_path
     R.evaluate_domain(two, reg, prepared, "A", 1, R.RollingOptions(strategies(), window_evaluator([]), matrix=False,
                                                                   watch=lambda t, w, v: touched.append((w, v))))
     assert ("checkpoint", pre) in touched
+
+
+# --------------------------------------------------------------------------- lambda_hat_past (MMGRid Eq. 11)
+
+
+def fake_statistics(asked: list):
+    """avg_gap_days = the number of phases read (k + 1 at stage k), p_active = 0.1 k: known by hand."""
+    def stats(prepared, data, phases):
+        asked.append((data.name, list(phases)))
+        return {"avg_gap_days": float(len(phases)), "p_active": 0.1 * (len(phases) - 1)}
+    return stats
+
+
+def hat_strategies():
+    import mmgrid.sweep.rolling as R
+
+    return [s for s in R.available() if s.name in ("latest", "lambda_hat_past")]
+
+
+def test_lambda_hat_past_is_eq11_fitted_on_pairs_before_t_only():
+    """Hand-made pairs: the non-active lambda* (Eq. 11 inverted) lies on 1 + 0.1 x; the fit predicts it at x_t and
+    Eq. 11 blends it with p_t. A pair after t (a wild lambda*) changes nothing; too few pairs fall back."""
+    import mmgrid.sweep.rolling as R
+
+    pairs = R.PastPairs()
+    for d, p in (("A", 0.5), ("B", 0.25)):
+        # stage k's statistics: x_k (the features of pair k + 1) and p_k (the share on stage k's window)
+        for k in (1, 2, 3):
+            pairs.stats[(d, k)] = {"avg_gap_days": float(k + 1 + (d == "B")), "p_active": p}
+        # pair s: lambda*_s is Eq. 11 of the line's value at x_{s-1}
+        pairs.stars[d] = {s: (1 - p) * (1.0 + 0.1 * pairs.stats[(d, s - 1)]["avg_gap_days"]) + p for s in (2, 3)}
+    pairs.stats[("A", 3)] = {"avg_gap_days": 6.0, "p_active": 0.5}
+    pairs.stars["B"][4] = 50.0  # measured after t = 3: must not be read
+    pairs.stats[("B", 4)] = {"avg_gap_days": 1.0, "p_active": 0.0}
+    lam, rule, n = R.lambda_hat_past(pairs, "A", 3, ["avg_gap_days"], (0.0, 3.0))
+    assert (rule, n) == (R.RULE_FIT, 4)
+    assert lam == pytest.approx(0.5 * (1.0 + 0.1 * 6.0) + 0.5, rel=1e-9)  # 1.3
+    assert R.lambda_hat_past(pairs, "A", 3, ["avg_gap_days"], (0.0, 1.2))[0] == 1.2  # clipped to the grid
+    # t = 2: two pairs (s = 2 of A and B) cannot fit a line and leave a residual: the mean of A's past lambda*
+    lam2, rule2, n2 = R.lambda_hat_past(pairs, "A", 2, ["avg_gap_days"], (0.0, 3.0))
+    assert (rule2, n2) == (R.RULE_MEAN, 2) and lam2 == pytest.approx(pairs.stars["A"][2])
+    assert R.lambda_hat_past(R.PastPairs(), "A", 1, ["avg_gap_days"], (0.0, 3.0)) == (1.0, R.RULE_ONE, 0)
+
+
+def test_lambda_hat_past_in_the_study_matches_an_independent_fit(rolling_grid):
+    """Both domains: lambda*_s = 1.5 for every s (the fixture), p_s = 0.1 s, x_{s-1} = s; at t the line through
+    (s, (1.5 - p_s) / (1 - p_s)) for s = 2..t (each domain once) predicts at x_t = t + 1, blended with p_t = 0.1 t."""
+    import mmgrid.sweep.rolling as R
+
+    cfg, reg, prepared, _ = rolling_grid
+    d = cfg.to_dict()
+    d["sweeps"]["temporal"] = {**d["sweeps"]["temporal"], "stop": 2.0}
+    cfg = build(GridConfig, d)
+    asked: list = []
+    R.evaluate_rolling(cfg, reg, prepared, R.RollingOptions(hat_strategies(), window_evaluator([]), matrix=False,
+                                                            statistics=fake_statistics(asked)))
+    got = reg.results(study=R.STUDY, strategy="lambda_hat_past", group="all", metric="ndcg@10")
+    got = got[got["deploy"].astype(bool)]
+    for t in (1, 2, 3, 4):
+        s = np.arange(2, t + 1, dtype=float)
+        if 2 * len(s) < 3:
+            want, rule = (1.0, R.RULE_ONE) if t == 1 else (1.5, R.RULE_MEAN)
+        else:
+            slope, icpt = np.polyfit(np.concatenate([s, s]), np.concatenate([(1.5 - 0.1 * s) / (1 - 0.1 * s)] * 2), 1)
+            want, rule = float(np.clip((1 - 0.1 * t) * (icpt + slope * (t + 1)) + 0.1 * t, 0.0, 2.0)), R.RULE_FIT
+        for dom in DOMAINS:
+            row = got[(got["domain"] == dom) & (got["t"] == t)].iloc[0]
+            assert row["lambda"] == pytest.approx(want, abs=1e-8), (dom, t)
+            assert row["lambda_rule"] == rule
+    # the statistics were only ever asked of the phases up to a stage, never of a window after the last stage
+    assert all(ph == STAGES[: len(ph)] for _, ph in asked) and {len(ph) for _, ph in asked} == {2, 3, 4, 5}
+
+
+def test_lambda_hat_past_never_reads_after_t(rolling_grid):
+    import mmgrid.sweep.rolling as R
+
+    cfg, reg, prepared, ids = rolling_grid
+    touched: list = []
+    R.evaluate_rolling(cfg, reg, prepared, R.RollingOptions(
+        hat_strategies(), window_evaluator([]), statistics=fake_statistics([]),
+        watch=lambda t, what, v: touched.append((t, what, v))))
+    assert {t for t, _, _ in touched} == {1, 2, 3, 4} and any(w == "window" for _, w, _ in touched)
+    allowed = {t: {ids[(d, s)] for d in DOMAINS for s in STAGES[: t + 1]} for t in range(1, 5)}
+    for t, what, v in touched:
+        assert (v in allowed[t]) if what == "checkpoint" else (v in STAGES[: t + 1]), (t, what, v)
+    past = R.Past([ids[("A", s)] for s in STAGES], STAGES, 2, lambda w, s: 0.0, reg)
+    with pytest.raises(MmgridError, match="after it"):
+        past.statistics(3, lambda phases: {})
+    assert past.statistics(2, lambda phases: {"n": len(phases)}) == {"n": 3}
+
+
+def test_lambda_hat_past_with_an_unknown_feature_is_a_named_error_before_anything_is_recorded(rolling_grid):
+    import mmgrid.sweep.rolling as R
+    from mmgrid.errors import ConfigError
+
+    cfg, reg, prepared, _ = rolling_grid
+    d = cfg.to_dict()
+    d["sweeps"]["predict_lambda"] = {**d["sweeps"].get("predict_lambda", {}), "features": ["no_such_stat"]}
+    bad = build(GridConfig, d)
+    with pytest.raises(ConfigError, match="no_such_stat"):
+        R.evaluate_rolling(bad, reg, prepared, R.RollingOptions(hat_strategies(), window_evaluator([]),
+                                                                statistics=fake_statistics([])))
+    assert reg.results(study=R.STUDY).empty
+
+
+def test_period_stats_by_hand_and_blind_to_later_phases():
+    import polars as pl
+
+    from mmgrid.data.stats import period_stats
+
+    day = 86_400_000
+    windows = {"p0": (0, 10 * day), "p1": (10 * day, 20 * day), "p2": (20 * day, 30 * day)}
+    inter = pl.DataFrame({"user_idx": [0, 1, 0, 2, 1], "item_idx": [0, 0, 1, 2, 3],
+                          "timestamp": [0, 4 * day, 12 * day, 15 * day, 25 * day],
+                          "phase": ["p0", "p0", "p1", "p1", "p2"]})
+    items = pl.DataFrame({"item_idx": [0, 1, 2, 3], "first_seen_ms": [0, 12 * day, 5 * day, 25 * day]})
+    examples = pl.DataFrame({"phase": ["p1", "p1", "p1", "p2"], "user_idx": [0, 2, 3, 1]})
+    got = period_stats(inter, items, examples, windows, ["p0", "p1"])
+    # gaps in days: 0, 4, 0, 10 -> 3.5; p1's items 1 (new in p1) and 2 (seen at day 5): 1/2 new;
+    # p1's example users {0, 2, 3}: user 0 active in p0 -> 1/3
+    assert got == pytest.approx({"avg_gap_days": 3.5, "new_share": 0.5, "p_active": 1 / 3})
+    later = inter.with_columns(pl.when(pl.col("phase") == "p2").then(pl.lit(99 * day)).otherwise(pl.col("timestamp"))
+                               .alias("timestamp"))
+    assert period_stats(later, items, examples, windows, ["p0", "p1"]) == got
+
+
+def test_an_inconclusive_verdict_states_its_minimum_detectable_effect(rolling_grid):
+    """Each user's value moves with the model by user-specific noise around the same mean: no difference to see,
+    and the verdict says how large one it could have seen."""
+    import mmgrid.sweep.rolling as R
+    from mmgrid.stats.power import mde_from_interval
+
+    cfg, reg, prepared, _ = rolling_grid
+    d = cfg.to_dict()
+    d["sweeps"]["temporal"] = {**d["sweeps"]["temporal"], "stop": 1.0}
+    cfg = build(GridConfig, d)
+
+    def factory(cfg, name, paradigm, domain, prepared, window):
+        rng = np.random.default_rng(WINDOW_INDEX[window])
+        noise = rng.normal(0, 0.05, N_USERS)
+
+        def evaluate(model):
+            w = float(model.w.detach().sum())
+            per = 0.3 + noise * np.cos(w * np.arange(N_USERS))
+            return EvalResults({"all": {"ndcg@10": float(per.mean()), "recall@10": float(per.mean()), "n": N_USERS}},
+                               PerUser(np.arange(N_USERS), np.zeros(N_USERS, dtype=bool),
+                                       {"ndcg@10": per, "recall@10": per}))
+        return evaluate
+
+    study = R.run_rolling(cfg, reg, prepared, R.RollingOptions(
+        [s for s in R.available() if s.name in ("latest", "lambda*_past", "magmax")], factory, matrix=False))
+    v, evidence = study.verdicts[R.CLAIM_PAST]
+    assert v == "inconclusive"
+    lo, hi = (float(x) for x in evidence.split("[")[1].split("]")[0].split(", "))
+    shown = float(evidence.split("detects |difference| >= ")[1].split(" ")[0])
+    # MDE = (z_0.975 + z_0.8) x SE, SE = width / (2 x 1.96): about 0.71 x the interval's width
+    assert shown == pytest.approx(mde_from_interval(lo, hi, 0.95), abs=0.005)
+    assert shown == pytest.approx(2.8016 * (hi - lo) / (2 * 1.95996), abs=0.005) and "80% power" in evidence
