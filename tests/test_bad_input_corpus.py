@@ -719,6 +719,8 @@ case("cli: build text max_new_tokens 1e6 stores nothing", "cli",
 case("cli: compare --resamples 1e9", "cli",
      _cli("compare", "{tmp}/reg", "{tmp}/reg", "--resamples", "1000000000", reg=True), CLI,
      r"--resamples", "1000000000: out of range", r"\[1, 1,000,000\].*Give e\.g\. --resamples 2000")
+case("cli: sweep rolling --metric misspelt", "cli", _cli("sweep", "rolling", "demo", "--metric", "recal@10", *_OUT),
+     CLI, r"sweep rolling --metric", "'recal@10': not a recorded metric", r"known \(from eval\.ks\): recall@10")
 case("cli: build --num-cpus 0", "cli",
      _cli("build", "demo", "--executor", "ray", "--num-cpus", "0", *_OUT), CLI,
      r"--num-cpus", r"0: out of range \(exec\.num_cpus\)", r"Give --num-cpus a value")

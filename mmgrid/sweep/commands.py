@@ -123,6 +123,10 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     top = getattr(args, "command", None) or "sweep"  # the sub-command's name (cli.py's dest)
     command = (getattr(args, "study", None) or "sweep") if top == "sweep" else top
     cfg = load_config(args.config, args.overrides, args if hasattr(args, "registry") else None, command=command)
+    metric = getattr(args, "metric", None)
+    if metric is not None and metric not in cfg.metric_names():  # before any work: the table would be empty
+        raise ConfigError(f"mmgrid {top} {command} --metric {metric!r}: not a recorded metric; known (from eval.ks): "
+                          f"{', '.join(cfg.metric_names())}.")
     if top == "sweep":  # models, devices and Ray before any merge (nothing trains: no disk or size checks)
         from mmgrid.runtime.preflight import preflight  # lazy: torch (~1-3.5 s), as the imports above
 
