@@ -721,6 +721,30 @@ case("cli: compare --resamples 1e9", "cli",
      r"--resamples", "1000000000: out of range", r"\[1, 1,000,000\].*Give e\.g\. --resamples 2000")
 case("cli: sweep rolling --metric misspelt", "cli", _cli("sweep", "rolling", "demo", "--metric", "recal@10", *_OUT),
      CLI, r"sweep rolling --metric", "'recal@10': not a recorded metric", r"known \(from eval\.ks\): recall@10")
+case("cli: query --domain misspelt names the recorded domains", "cli",
+     _cli("query", "--registry", "{tmp}/reg", "--domain", "Bookz", reg=True), CLI, r"mmgrid query: --domain",
+     "'Bookz' matches no row", r"did you mean 'Books'.*recorded: Books")
+
+
+def _one_result(*argv: str) -> Callable[[Path], Callable[[], Any]]:
+    """``mmgrid ARGV`` on a registry holding one checkpoint with one recorded ndcg@10."""
+    def setup(tmp: Path) -> Callable[[], Any]:
+        from mmgrid.registry import Registry
+
+        with contextlib.closing(Registry.open(tmp / "reg")) as r:
+            cid = r.put(tiny(0), COORDS, "base", files={"config.json": b"{}"})
+            r.record_eval(cid, "test", "all", {"ndcg@10": 0.25})
+        return _cli(*argv)(tmp)
+
+    return setup
+
+
+case("cli: results --metric misspelt names the recorded metrics", "cli",
+     _one_result("results", "--registry", "{tmp}/reg", "--metric", "ndgc@10"), CLI, r"mmgrid results: --metric",
+     "'ndgc@10' matches no row", r"did you mean 'ndcg@10'.*recorded: ndcg@10")
+case("cli: results --seed absent names the recorded seeds", "cli",
+     _one_result("results", "--registry", "{tmp}/reg", "--seed", "7"), CLI, r"mmgrid results: --seed",
+     "7 matches no row", "recorded: .*leave the filter out")
 case("cli: build --num-cpus 0", "cli",
      _cli("build", "demo", "--executor", "ray", "--num-cpus", "0", *_OUT), CLI,
      r"--num-cpus", r"0: out of range \(exec\.num_cpus\)", r"Give --num-cpus a value")
