@@ -656,7 +656,7 @@ case("cli: run file alias bomb", "cli", _run_folder(BOMB, "query", "--registry",
 for _stat, _what in (("avg_gap_days=nan", r"avg_gap_days=nan"), ("avg_gap_days=1e308", r"avg_gap_days=1e\+308"),
                      ("avg_gap_days=-5", r"avg_gap_days=-5\.0"), ("p_active=1.5", r"p_active=1\.5")):
     case(f"cli: predict-lambda --stats {_stat}", "cli", _cli("predict-lambda", "demo", "--stats", _stat, *_OUT), CLI,
-         r"--stats", _what, "measured value")
+         r"--stats", _what, r"measured value \(Table 4 of `mmgrid predict-lambda` lists")  # the command that exists
 case("cli: sweep continual unknown group", "cli", _cli("sweep", "continual", "demo", "--group", "actve", *_OUT), CLI,
      r"--group", "'actve'", "choose from")
 
