@@ -39,7 +39,7 @@ from mmgrid.errors import ConfigError, DataError, MergeError, MmgridError, Regis
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))  # the data tests' builders (no package there)
 import test_data_bad_input as data_bad  # noqa: E402
-from data_fixtures import grid_yaml  # noqa: E402
+from data_fixtures import HAND_META, HAND_REVIEWS, grid_yaml, write_category  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = "exit status 2"  # the expected "error" of a command-line case
@@ -745,6 +745,26 @@ case("cli: results --metric misspelt names the recorded metrics", "cli",
 case("cli: results --seed absent names the recorded seeds", "cli",
      _one_result("results", "--registry", "{tmp}/reg", "--seed", "7"), CLI, r"mmgrid results: --seed",
      "7 matches no row", "recorded: .*leave the filter out")
+def _prepared_toys(*argv: str) -> Callable[[Path], Callable[[], Any]]:
+    """``mmgrid ARGV`` with {tmp}/t.yaml a grid of one prepared domain (Toys) and a registry {tmp}/reg of a base."""
+    def setup(tmp: Path) -> Callable[[], Any]:
+        from mmgrid.config import load_grid
+        from mmgrid.data.pipeline import prepare
+        from mmgrid.registry import Registry
+
+        write_category(tmp / "root", "Toys", HAND_REVIEWS, HAND_META)
+        path = grid_yaml(tmp, {"root": str(tmp / "root"), "kcore": 1}, registry=str(tmp / "reg"))
+        prepare(load_grid(path), log=lambda m: None)
+        with contextlib.closing(Registry.open(tmp / "reg")) as r:
+            r.put(tiny(0), {**COORDS, "domain": "Toys"}, "base")
+        return _cli(*argv)(tmp)
+
+    return setup
+
+
+case("cli: sweep temporal on a domain the data lacks", "cli",
+     _prepared_toys("sweep", "temporal", "{tmp}/t.yaml", "sweeps.temporal.domains=[Toyz]"), CLI,
+     r"sweeps\.temporal\.domains", r"\['Toyz'\] are not domains of the prepared data", r"holds \['Toys'\].*name some")
 case("cli: build --num-cpus 0", "cli",
      _cli("build", "demo", "--executor", "ray", "--num-cpus", "0", *_OUT), CLI,
      r"--num-cpus", r"0: out of range \(exec\.num_cpus\)", r"Give --num-cpus a value")

@@ -144,6 +144,11 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any, Any]:
              "cross-domain": (list(cfg.sweeps.cross_domain.paradigms), cfg.sweeps.cross_domain.variant, None)}
     if command in study:
         paradigms, variant, domains = study[command]
+        unknown = [d for d in (domains or []) if d not in prepared.domains]
+        if unknown:  # before the registry is compared: a domain the data lacks is no checkpoint to build
+            raise ConfigError(f"sweeps.temporal.domains: {unknown} are not domains of the prepared data {cfg.prepared} "
+                              f"(it holds {list(prepared.domains)}); name some of those or leave the key out (every "
+                              "domain).")
         check_against_registry(cfg, reg, paradigms, [variant], list(domains or prepared.domains),
                                list(cfg.train.stages) if command == "rolling" else list(periods(cfg)),
                                command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}",
