@@ -39,7 +39,7 @@ from mmgrid.errors import ConfigError, DataError, MergeError, MmgridError, Regis
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))  # the data tests' builders (no package there)
 import test_data_bad_input as data_bad  # noqa: E402
-from data_fixtures import grid_yaml  # noqa: E402
+from data_fixtures import HAND_META, HAND_REVIEWS, grid_yaml, write_category  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = "exit status 2"  # the expected "error" of a command-line case
@@ -107,10 +107,10 @@ CONFIG_CASES = [
     ("threads zero", "train.threads=0", r"train\.threads", r"0 is out of range", r"accepted: in \[1, "),
     ("seed negative", "train.seed=-1", r"train\.seed", r"-1 is out of range", "accepted: >= 0"),
     ("vocab_size tiny", "base.vocab_size=10", r"base\.vocab_size", r"10 is out of range", r"accepted: in \[260"),
-    ("lm_epochs negative", "base.lm_epochs=-1", r"base\.lm_epochs", r"-1 is out of range", "accepted: >= 0"),
+    ("lm_epochs negative", "base.lm_epochs=-1", r"base\.lm_epochs", r"-1 is out of range", r"accepted: in \[0, "),
     ("lm_lr inf", "base.lm_lr=.inf", r"base\.lm_lr", r"inf is not a finite number", "finite value"),
-    ("lm_batch_size zero", "base.lm_batch_size=0", r"base\.lm_batch_size", r"0 is out of range", "accepted: >= 1"),
-    ("max_length zero", "base.max_length=0", r"base\.max_length", r"0 is out of range", "accepted: >= 2"),
+    ("lm_batch_size zero", "base.lm_batch_size=0", r"base\.lm_batch_size", r"0 is out of range", r"accepted: in \[1, "),
+    ("max_length zero", "base.max_length=0", r"base\.max_length", r"0 is out of range", r"accepted: in \[2, "),
     ("ks holds 0", "eval.ks=[10, 0]", r"eval\.ks\[1\]", r"0 is out of range", r"accepted: in \[1, "),
     ("ks holds a word", "eval.ks=[ten]", r"eval\.ks\[0\]", r"expected an integer.*'ten'", "a whole number"),
     ("max_users zero", "eval.max_users=0", r"eval\.max_users", r"0 is out of range", r"accepted: in \[1, "),
@@ -585,6 +585,51 @@ ROUND3_CONFIG = [
 ]
 for _id, _ov, _where, _what, _fix in ROUND3_CONFIG:
     case(f"config: {_id}", "config", _grid(_ov), ConfigError, _where, _what, _fix)
+# every knob that sets an amount of work has an upper bound, checked by the validation pass before any work
+WORK_BOUNDS = [
+    # id, override, where, what, accepted
+    ("text max_new_tokens 1e6", "paradigm_params.text.max_new_tokens=1000000", r"paradigm_params\.text\.max_new_tokens",
+     "1000000 is out of range", "<= 4096"),
+    ("text max_history 1e6", "paradigm_params.text.max_history=1000000", r"paradigm_params\.text\.max_history",
+     "1000000 is out of range", "<= 4096"),
+    ("text rank_batch 1e9", "paradigm_params.text.rank_batch=1000000000", r"paradigm_params\.text\.rank_batch",
+     "1000000000 is out of range", "<= 1e\\+06"),
+    ("text beam_candidates 1e12", "paradigm_params.text.beam_candidates=1000000000000",
+     r"paradigm_params\.text\.beam_candidates", "1000000000000 is out of range", "<= 1e\\+08"),
+    ("emb max_history 1e6", "paradigm_params.emb.max_history=1000000", r"paradigm_params\.emb\.max_history",
+     "1000000 is out of range", "<= 4096"),
+    ("emb n_negatives 1e12", "paradigm_params.emb.n_negatives=1000000000000", r"paradigm_params\.emb\.n_negatives",
+     "1000000000000 is out of range", "<= 1e\\+08"),
+    ("emb user_batch 1e9", "paradigm_params.emb.user_batch=1000000000", r"paradigm_params\.emb\.user_batch",
+     "1000000000 is out of range", "<= 1e\\+06"),
+    ("emb max_item_tokens 1e6", "paradigm_params.emb.max_item_tokens=1000000", r"paradigm_params\.emb\.max_item_tokens",
+     "1000000 is out of range", "<= 4096"),
+    ("semid rank_batch 1e9", "paradigm_params.semid.rank_batch=1000000000", r"paradigm_params\.semid\.rank_batch",
+     "1000000000 is out of range", "<= 1e\\+06"),
+    ("semid codebook_size 1e7", "paradigm_params.semid.codebook_size=10000000", r"paradigm_params\.semid\.codebook_size",
+     "10000000 is out of range", "<= 65536"),
+    ("semid align_ratio 1e9", "paradigm_params.semid.align_ratio=1000000000.0", r"paradigm_params\.semid\.align_ratio",
+     r"1000000000\.0 is out of range", "<= 100"),
+    ("sasrec max_len 1e6", "paradigm_params.sasrec.max_len=1000000", r"paradigm_params\.sasrec\.max_len",
+     "1000000 is out of range", "<= 4096"),
+    ("sasrec layers 1e5", "paradigm_params.sasrec.layers=100000", r"paradigm_params\.sasrec\.layers",
+     "100000 is out of range", "<= 1024"),
+    ("base lm_epochs 1e6", "base.lm_epochs=1000000", r"base\.lm_epochs", "1000000 is out of range", r"in \[0, 10000\]"),
+    ("base lm_batch_size 1e9", "base.lm_batch_size=1000000000", r"base\.lm_batch_size", "1000000000 is out of range",
+     r"in \[1, 1e\+06\]"),
+    ("base max_length 1e9", "base.max_length=1000000000", r"base\.max_length", "1000000000 is out of range",
+     r"in \[2, 131072\]"),
+    ("orbit max_merges 1e9", "variants=[{name: o, regularizer: orbit, params: {epsilon: 0.1, max_merges: 1000000000}}]",
+     r"variants\[0\]\.params\.max_merges", "1000000000 is out of range", r"in \[1, 1e\+06\]"),
+]
+case("config: emb temperature 5e-2 read as a string", "config", _grid("paradigm_params.emb.temperature=5e-2"),
+     ConfigError, r"paradigm_params\.emb\.temperature", "'5e-2' is read by YAML as a string",
+     r"decimal point \(e\.g\. 0\.05\)")
+case("config: sasrec max_len 1e3 read as a string", "config",
+     _grid(text="name: x\nparadigm_params:\n  sasrec: {max_len: 1e3}\n"), ConfigError,
+     r"paradigm_params\.sasrec\.max_len", "'1e3' is read by YAML as a string", r"decimal point \(e\.g\. 1000\.0\)")
+for _id, _ov, _where, _what, _acc in WORK_BOUNDS:
+    case(f"config: {_id}", "config", _grid(_ov), ConfigError, _where, _what, f"accepted: .*{_acc}.*Fix the value")
 case("config: grid alias bomb", "config", _grid(text="name: x\n" + BOMB), ConfigError, r"grid\.yaml",
      "expands to more than 100,000 values", "fewer aliases")
 case("config: grid recursive anchor", "config", _grid(text="name: x\nmeta: &m [1, *m]\n"), ConfigError,
@@ -611,7 +656,7 @@ case("cli: run file alias bomb", "cli", _run_folder(BOMB, "query", "--registry",
 for _stat, _what in (("avg_gap_days=nan", r"avg_gap_days=nan"), ("avg_gap_days=1e308", r"avg_gap_days=1e\+308"),
                      ("avg_gap_days=-5", r"avg_gap_days=-5\.0"), ("p_active=1.5", r"p_active=1\.5")):
     case(f"cli: predict-lambda --stats {_stat}", "cli", _cli("predict-lambda", "demo", "--stats", _stat, *_OUT), CLI,
-         r"--stats", _what, "measured value")
+         r"--stats", _what, r"measured value \(Table 4 of `mmgrid predict-lambda` lists")  # the command that exists
 case("cli: sweep continual unknown group", "cli", _cli("sweep", "continual", "demo", "--group", "actve", *_OUT), CLI,
      r"--group", "'actve'", "choose from")
 
@@ -668,6 +713,58 @@ COUNTS = {"cases": 0, "named": 0, "wrote_nothing": 0}
 case("cli: predict-lambda --level 0", "cli",
      _cli("predict-lambda", "demo", "--level", "0", *_OUT), CLI,
      r"--level", r"0\.0: out of range \(sweeps\.predict_lambda\.level\)", r"Give --level a value")
+case("cli: build text max_new_tokens 1e6 stores nothing", "cli",
+     _cli("build", "demo", "paradigm_params.text.max_new_tokens=1000000", *_OUT), CLI,
+     r"paradigm_params\.text\.max_new_tokens", "1000000 is out of range", "<= 4096.*Fix the value")
+case("cli: compare --resamples 1e9", "cli",
+     _cli("compare", "{tmp}/reg", "{tmp}/reg", "--resamples", "1000000000", reg=True), CLI,
+     r"--resamples", "1000000000: out of range", r"\[1, 1,000,000\].*Give e\.g\. --resamples 2000")
+case("cli: sweep rolling --metric misspelt", "cli", _cli("sweep", "rolling", "demo", "--metric", "recal@10", *_OUT),
+     CLI, r"sweep rolling --metric", "'recal@10': not a recorded metric", r"known \(from eval\.ks\): recall@10")
+case("cli: query --domain misspelt names the recorded domains", "cli",
+     _cli("query", "--registry", "{tmp}/reg", "--domain", "Bookz", reg=True), CLI, r"mmgrid query: --domain",
+     "'Bookz' matches no row", r"did you mean 'Books'.*recorded: Books")
+
+
+def _one_result(*argv: str) -> Callable[[Path], Callable[[], Any]]:
+    """``mmgrid ARGV`` on a registry holding one checkpoint with one recorded ndcg@10."""
+    def setup(tmp: Path) -> Callable[[], Any]:
+        from mmgrid.registry import Registry
+
+        with contextlib.closing(Registry.open(tmp / "reg")) as r:
+            cid = r.put(tiny(0), COORDS, "base", files={"config.json": b"{}"})
+            r.record_eval(cid, "test", "all", {"ndcg@10": 0.25})
+        return _cli(*argv)(tmp)
+
+    return setup
+
+
+case("cli: results --metric misspelt names the recorded metrics", "cli",
+     _one_result("results", "--registry", "{tmp}/reg", "--metric", "ndgc@10"), CLI, r"mmgrid results: --metric",
+     "'ndgc@10' matches no row", r"did you mean 'ndcg@10'.*recorded: ndcg@10")
+case("cli: results --seed absent names the recorded seeds", "cli",
+     _one_result("results", "--registry", "{tmp}/reg", "--seed", "7"), CLI, r"mmgrid results: --seed",
+     "7 matches no row", "recorded: .*leave the filter out")
+def _prepared_toys(*argv: str) -> Callable[[Path], Callable[[], Any]]:
+    """``mmgrid ARGV`` with {tmp}/t.yaml a grid of one prepared domain (Toys) and a registry {tmp}/reg of a base."""
+    def setup(tmp: Path) -> Callable[[], Any]:
+        from mmgrid.config import load_grid
+        from mmgrid.data.pipeline import prepare
+        from mmgrid.registry import Registry
+
+        write_category(tmp / "root", "Toys", HAND_REVIEWS, HAND_META)
+        path = grid_yaml(tmp, {"root": str(tmp / "root"), "kcore": 1}, registry=str(tmp / "reg"))
+        prepare(load_grid(path), log=lambda m: None)
+        with contextlib.closing(Registry.open(tmp / "reg")) as r:
+            r.put(tiny(0), {**COORDS, "domain": "Toys"}, "base")
+        return _cli(*argv)(tmp)
+
+    return setup
+
+
+case("cli: sweep temporal on a domain the data lacks", "cli",
+     _prepared_toys("sweep", "temporal", "{tmp}/t.yaml", "sweeps.temporal.domains=[Toyz]"), CLI,
+     r"sweeps\.temporal\.domains", r"\['Toyz'\] are not domains of the prepared data", r"holds \['Toys'\].*name some")
 case("cli: build --num-cpus 0", "cli",
      _cli("build", "demo", "--executor", "ray", "--num-cpus", "0", *_OUT), CLI,
      r"--num-cpus", r"0: out of range \(exec\.num_cpus\)", r"Give --num-cpus a value")
@@ -722,3 +819,44 @@ def test_errors_of_each_area_are_named_classes() -> None:
         if c.error is not CLI:
             assert issubclass(c.error, MmgridError)
             assert issubclass(c.error, (ConfigError, DataError, RegistryError, MergeError))
+
+
+# knobs whose integer sets no amount of work (a seed, a filter's threshold), so an upper bound would only refuse
+UNBOUNDED_OK = {("semid", "quantizer_seed"), ("train.seed", ""), ("world.seed", ""), ("data.kcore", ""),
+                ("data.min_history", "")}
+
+
+def test_every_integer_knob_that_sets_work_has_an_upper_bound() -> None:
+    """An integer knob without an upper bound lets a typo set any amount of work: each paradigm knob and
+    each ``ranged`` integer of the grid's sections has a finite ``hi``, except the named seeds and filters."""
+    import dataclasses
+    import typing
+
+    from mmgrid.config import GridConfig
+    from mmgrid.paradigms import paradigm_names
+    from mmgrid.paradigms.params import RANGES
+    from mmgrid.train.regularizers.orbit import OrbitParams
+
+    paradigm_names()  # every paradigm's declaration loaded
+    assert {"text", "emb", "semid", "sasrec"} <= set(RANGES)
+    open_knobs = [(p, k) for p, table in RANGES.items() for k, (lo, hi, kind) in table.items()
+                  if kind == "int" and hi is None and (p, k) not in UNBOUNDED_OK]
+    assert open_knobs == []
+
+    def open_fields(cls: type, where: str) -> list[str]:
+        out = []
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key = f"{where}.{f.name}" if where else f.name
+            if dataclasses.is_dataclass(hints[f.name]):
+                out += open_fields(hints[f.name], key)
+            rng = f.metadata.get("range")
+            if rng is not None and "int" in str(hints[f.name]) and rng.hi is None and (key, "") not in UNBOUNDED_OK:
+                out.append(key)
+        return out
+
+    sections = {k: typing.get_type_hints(GridConfig)[k] for k in ("data", "base", "train", "eval", "sweeps", "exec")}
+    found = [x for k, cls in sections.items() for x in open_fields(cls, k)]
+    found += open_fields(typing.get_type_hints(GridConfig)["world"].__args__[0], "world")
+    found += open_fields(OrbitParams, "variants[].params")
+    assert found == []

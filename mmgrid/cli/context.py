@@ -36,6 +36,7 @@ from mmgrid.fileio.atomic import atomic_write
 
 if TYPE_CHECKING:
     from mmgrid.config.grid import GridConfig
+    from mmgrid.data.dataset import PreparedDataset
     from mmgrid.registry.api import Registry
 
 
@@ -347,7 +348,7 @@ def _training_mismatches(cfg: GridConfig, reg: Registry, df: Any, paradigms: lis
 
 # -- what a study opens ---------------------------------------------------------------------------
 
-def open_study(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+def open_study(args: argparse.Namespace) -> tuple[GridConfig, Registry, PreparedDataset]:
     """(GridConfig, Registry, PreparedDataset) of a study command's grid (``sweep ...``,
     ``predict-lambda``, ``report``), after the one validation pass, the preflight of a sweep and,
     for a study, the check of the config against the registry (before any work)."""
@@ -360,16 +361,20 @@ def open_study(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     top = getattr(args, "command", None) or "sweep"  # the sub-command's name (the parser's dest)
     command = (getattr(args, "study", None) or "sweep") if top == "sweep" else top
     cfg = load_config(args.config, args.overrides, args if hasattr(args, "registry") else None, command=command)
+    metric = getattr(args, "metric", None)
+    if metric is not None and metric not in cfg.metric_names():  # before any work: the table would be empty
+        raise ConfigError(f"mmgrid {top} {command} --metric {metric!r}: not a recorded metric; known (from eval.ks): "
+                          f"{', '.join(cfg.metric_names())}.")
     if top == "sweep":  # models, devices and Ray before any merge (nothing trains: no disk or size checks)
         from mmgrid.runtime.preflight import preflight  # lazy: torch (~1-3.5 s), as the imports above
 
         preflight(cfg, f"sweep {command}", executor=getattr(args, "executor", None),
                   address=getattr(args, "address", None), skip=("disk", "sizes"))
-    prepared = load_prepared(cfg.prepared)
-    if not is_registry(Path(cfg.registry)):
+    prepared = load_prepared(cfg.prepared_dir)
+    if not is_registry(Path(cfg.registry_root)):
         raise RegistryError(f"mmgrid {command}: {cfg.registry} is not a registry (no manifests/ folder); build the "
                             f"grid first (`mmgrid build CONFIG` or `mmgrid demo`) or pass --registry PATH.")
-    reg = Registry.open(cfg.registry)
+    reg = Registry.open(cfg.registry_root)
     t = cfg.sweeps.temporal
     study = {"temporal": ([t.paradigm], t.variant, t.domains),
              "predict-lambda": ([t.paradigm], t.variant, t.domains),
@@ -378,6 +383,11 @@ def open_study(args: argparse.Namespace) -> tuple[Any, Any, Any]:
              "cross-domain": (list(cfg.sweeps.cross_domain.paradigms), cfg.sweeps.cross_domain.variant, None)}
     if command in study:
         paradigms, variant, domains = study[command]
+        unknown = [d for d in (domains or []) if d not in prepared.domains]
+        if unknown:  # before the registry is compared: a domain the data lacks is no checkpoint to build
+            raise ConfigError(f"sweeps.temporal.domains: {unknown} are not domains of the prepared data {cfg.prepared} "
+                              f"(it holds {list(prepared.domains)}); name some of those or leave the key out (every "
+                              "domain).")
         check_against_registry(cfg, reg, paradigms, [variant], list(domains or prepared.domains),
                                list(cfg.train.stages) if command == "rolling" else list(periods(cfg)),
                                command=f"{'sweep ' if command != 'predict-lambda' else ''}{command}",

@@ -33,6 +33,28 @@ def _select(df, columns: str | None, limit: int | None):  # noqa: ANN001, ANN202
     return df
 
 
+def _check_unmatched(every, filters: dict, command: str) -> None:  # noqa: ANN001 - pandas imported lazily
+    """An empty answer: refuse each filter whose value no row of ``every`` (the unfiltered frame) holds,
+    naming the recorded values (an empty answer is right only when every value exists and no row has
+    them all together)."""
+    import difflib  # lazy: only on an empty answer
+
+    if every.empty:
+        return
+    bad = []
+    for key, want in filters.items():
+        if want is None or key not in every.columns:
+            continue
+        have = sorted({str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in every[key].dropna()})
+        if str(want) not in have:
+            close = difflib.get_close_matches(str(want), have, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            shown = ", ".join(have[:30]) + (" ..." if len(have) > 30 else "")
+            bad.append(f"--{key} {want!r} matches no row{hint}; recorded: {shown or '(none)'}")
+    if bad:
+        raise ConfigError(f"mmgrid {command}: " + "; ".join(bad) + ". Give a recorded value or leave the filter out.")
+
+
 def _emit(df, fmt: str) -> None:  # noqa: ANN001
     if fmt == "csv":
         df.to_csv(sys.stdout, index=False)
@@ -56,6 +78,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     reg = open_registry(args, "query")
     filters = {k: getattr(args, k) for k in (*QUERY_FILTERS, "seed")}
     df = reg.query(**filters)
+    if df.empty:
+        _check_unmatched(reg.query(), filters, "query")
     if args.format == "table" and not args.columns:
         df = df.drop(columns=["params"])
     _emit(_select(df, args.columns, args.limit), args.format)
@@ -66,6 +90,8 @@ def cmd_results(args: argparse.Namespace) -> int:
     reg = open_registry(args, "results")
     filters = {k: getattr(args, k) for k in (*RESULT_FILTERS, "seed")}
     df = reg.results(**filters)
+    if df.empty:
+        _check_unmatched(reg.results(), filters, "results")
     if args.format == "table" and not args.columns:
         df = df.drop(columns=[c for c in ("recipe", "key", "per_user", "extra") if c in df.columns])
     _emit(_select(df, args.columns, args.limit), args.format)

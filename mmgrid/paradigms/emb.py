@@ -69,7 +69,7 @@ from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
 from mmgrid.paradigms.hf_files import hf_config_file, hf_config_from_file, tokenizer_files, tokenizer_from_files
 from mmgrid.paradigms.item_tokens import ItemTokens, cached_item_tokens
-from mmgrid.paradigms.params import EVAL, Knobs, knob, paradigm_knobs
+from mmgrid.paradigms.params import EVAL, MAX_BATCH, MAX_HISTORY, MAX_ITEMS, MAX_TOKENS, Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.ranking import eval_mode, rank_by_length
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.state import check_n_items, load_module_state, module_state, sub_state
@@ -84,18 +84,18 @@ class EmbKnobs(Knobs):
 
     temperature: float = knob(0.1, 0, None, 'float>',
                        "InfoNCE temperature tau (fixed); 0.1 beat 0.07 and 0.05 on demo Books over 3 seeds")
-    n_negatives: int = knob(512, -1, None, 'int',
+    n_negatives: int = knob(512, -1, MAX_ITEMS, 'int',
                        "items sampled uniformly per batch (shared by its rows); >= n_items or -1: all items")
-    max_item_tokens: int = knob(16, 2, None, 'int', "tokens of item text, EOS included")
-    max_history: int = knob(20, 1, None, 'int', "most recent history items read by the user LLM")
+    max_item_tokens: int = knob(16, 2, MAX_TOKENS, 'int', "tokens of item text, EOS included")
+    max_history: int = knob(20, 1, MAX_HISTORY, 'int', "most recent history items read by the user LLM")
     exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history", use=EVAL)
-    item_batch: int = knob(512, 1, None, 'int', "items encoded per forward when ranking", use=EVAL)
-    user_batch: int = knob(1024, 1, None, 'int', "histories encoded per forward when ranking", use=EVAL)
+    item_batch: int = knob(512, 1, MAX_BATCH, 'int', "items encoded per forward when ranking", use=EVAL)
+    user_batch: int = knob(1024, 1, MAX_BATCH, 'int', "histories encoded per forward when ranking", use=EVAL)
     id_embeddings: bool = knob(False, None, None, 'bool',
                        "add a learned per-item ID vector (zero-initialised) to each text embedding")
     id_scale: float = knob(1.0, 0, None, 'float>',
                        "item = text embedding + id_scale * ID vector (a larger scale lets IDs move faster)")
-    bucket_window: int = knob(8, 0, None, 'int',
+    bucket_window: int = knob(8, 0, MAX_BATCH, 'int',
                        "training batches of similar history length, sorted within windows of this many "
                        "batches (mmgrid.train.loop.length_buckets); 0 or 1: plain shuffled batches")
     fused_optimizer: bool = knob(True, None, None, 'bool',

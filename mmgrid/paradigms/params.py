@@ -6,8 +6,8 @@ that training never reads, its use::
 
     @paradigm_knobs("sasrec")
     class SASRecKnobs(Knobs):
-        hidden: int = knob(64, 1, None, "int", "embedding and block width")
-        user_batch: int = knob(2048, 1, None, "int", "histories scored per forward", use=EVAL)
+        hidden: int = knob(64, 1, MAX_WIDTH, "int", "embedding and block width")
+        user_batch: int = knob(2048, 1, MAX_BATCH, "int", "histories scored per forward", use=EVAL)
 
 (the merge methods' parameters and the regularizers' are declared the same way). The YAML
 spelling is the field's name. From that one declaration come the defaults
@@ -29,7 +29,8 @@ wrongly left out would reuse a checkpoint trained with another value.
 
 A knob's range is ``(lo, hi, kind)`` with ``kind``
 
-* ``"int"``: an integer in [lo, hi] (a bound of None is open-ended);
+* ``"int"``: an integer in [lo, hi] (a bound of None is open-ended; every knob that sets an amount of
+  work has an upper bound, one of :data:`MAX_HISTORY`, :data:`MAX_TOKENS`, :data:`MAX_BATCH`, ...);
 * ``"float"``: a finite number in [lo, hi]; ``"float>"`` refuses lo itself (lo < v),
   ``"float<"`` refuses hi itself (v < hi);
 * ``"bool"``: true or false (lo, hi unused);
@@ -57,6 +58,18 @@ USE = "mmgrid_knob_use"
 
 TRAIN, EVAL, WHERE = "train", "eval", "where"  # a knob's use (see the module docstring)
 USES = (TRAIN, EVAL, WHERE)
+
+# The upper bounds of the knobs that set an amount of work (history read, tokens generated, batch rows,
+# candidate items, model width), generous for paper scale and checked by the validation pass before any
+# work. A bound is validation, not identity: no stored id depends on it.
+MAX_HISTORY = 4096  # history items read per example (SASRec reads up to 200)
+MAX_TOKENS = 4096  # tokens of one title, item text or generated answer
+MAX_BATCH = 1_000_000  # rows per forward (ranking batches; train.batch_size has the same bound)
+MAX_ITEMS = 100_000_000  # items of a catalogue (sampled negatives, grounded candidates)
+MAX_WIDTH = 65_536  # model width, codebook entries, SVD dimensions
+MAX_DEPTH = 1024  # layers, attention heads, residual code levels
+MAX_WINDOW = 100_000  # positions of a user's sequence (co-occurrence windows; data.max_history's bound)
+MAX_RATIO = 100.0  # extra examples per example (semid's alignment tasks)
 
 #: paradigm -> knob -> (lo, hi, kind), filled by :func:`paradigm_knobs` from each declaration.
 RANGES: dict[str, dict[str, Knob]] = {}
@@ -228,6 +241,13 @@ def resolve_params(params: dict[str, Any] | None, defaults: dict[str, Any], wher
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         ok = defaults[key] is None or (isinstance(value, want) and isinstance(value, bool) == (want is bool))
+        if not ok and want in (int, float) and isinstance(value, str) and _number(value) is not None:
+            # YAML 1.1 reads 5e-2 (no decimal point) as a string; refused, never converted here, so that one
+            # value has one spelling in the grid and in every id made from it
+            raise ConfigError(
+                f"{where}.{key}: {value!r} is read by YAML as a string, not a number; write it with a decimal "
+                f"point (e.g. {_number(value)!r}) in the grid YAML (or the KEY=VALUE override)."
+            )
         if not ok:
             raise ConfigError(
                 f"{where}.{key}: expected {want.__name__}, got {value!r}; fix the value in the grid YAML."
@@ -237,3 +257,12 @@ def resolve_params(params: dict[str, Any] | None, defaults: dict[str, Any], wher
     if prefix == "paradigm_params" and params:
         check_knobs(name, out, where)
     return out
+
+
+def _number(text: str) -> float | None:
+    """``text`` as a finite float when it spells one (``"5e-2"``), else None."""
+    try:
+        v = float(text.strip())
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None

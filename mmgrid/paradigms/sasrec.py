@@ -36,7 +36,7 @@ from torch import nn
 from mmgrid.errors import ModelError
 from mmgrid.paradigms.base import Checkpoint
 from mmgrid.paradigms.examples import Example, last_index, load_examples, pad_right
-from mmgrid.paradigms.params import EVAL, Knobs, knob, paradigm_knobs
+from mmgrid.paradigms.params import EVAL, MAX_BATCH, MAX_DEPTH, MAX_HISTORY, MAX_WIDTH, Knobs, knob, paradigm_knobs
 from mmgrid.paradigms.ranking import eval_mode, rank_by_length
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.state import check_n_items, load_module_state, module_state
@@ -52,14 +52,14 @@ class SASRecKnobs(Knobs):
     cross_checks = [(lambda p: p["hidden"] % p["heads"] == 0,
                      "hidden={hidden} is not divisible by heads={heads}; choose heads dividing hidden (e.g. heads=1)")]
 
-    hidden: int = knob(64, 1, None, 'int', "embedding and block width")
-    layers: int = knob(2, 0, None, 'int', "self-attention blocks (paper: 2)")
-    heads: int = knob(1, 1, None, 'int', "attention heads (paper: 1); must divide hidden")
+    hidden: int = knob(64, 1, MAX_WIDTH, 'int', "embedding and block width")
+    layers: int = knob(2, 0, MAX_DEPTH, 'int', "self-attention blocks (paper: 2)")
+    heads: int = knob(1, 1, MAX_DEPTH, 'int', "attention heads (paper: 1); must divide hidden")
     dropout: float = knob(0.2, 0, 1, 'float<', "paper: 0.2 on sparse data, 0.5 on MovieLens")
-    max_len: int = knob(20, 1, None, 'int', "most recent history items read (also positional embeddings)")
+    max_len: int = knob(20, 1, MAX_HISTORY, 'int', "most recent history items read (also positional embeddings)")
     exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history", use=EVAL)
     item_bias: bool = knob(False, None, None, 'bool', "add a learned per-item score offset (not in the paper)")
-    user_batch: int = knob(2048, 1, None, 'int', "histories scored per forward when ranking", use=EVAL)
+    user_batch: int = knob(2048, 1, MAX_BATCH, 'int', "histories scored per forward when ranking", use=EVAL)
 
 
 DEFAULTS: dict[str, Any] = SASRecKnobs.defaults()  # the knobs' defaults (the declaration above)

@@ -58,7 +58,19 @@ from mmgrid.paradigms.lm import (TokenExample, collate_lm, left_pad, lm_from_che
 from mmgrid.paradigms.grounding import (base_score, bigrec_adjust, cooc_matrix, ground_scores,  # noqa: F401
                                         history_terms, history_weights, popularity_adjust)
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
-from mmgrid.paradigms.params import EVAL, WHERE, Knobs, knob, paradigm_knobs
+from mmgrid.paradigms.params import (
+    EVAL,
+    MAX_BATCH,
+    MAX_HISTORY,
+    MAX_ITEMS,
+    MAX_TOKENS,
+    MAX_WIDTH,
+    MAX_WINDOW,
+    WHERE,
+    Knobs,
+    knob,
+    paradigm_knobs,
+)
 from mmgrid.paradigms.ranking import topk_items
 from mmgrid.paradigms.registration import register_paradigm
 
@@ -76,10 +88,10 @@ class TextKnobs(Knobs):
     embedder_device: str = knob("cpu", None, None, 'str', "torch device of the embedder, e.g. cpu, cuda:0", use=EVAL)
     embed_cache: str | None = knob(None, None, None, 'str?',
                        "folder for item-embedding safetensors (None = memory only)", use=WHERE)
-    max_history: int = knob(10, 1, None, 'int', "most recent history titles in the prompt")
-    max_title_tokens: int = knob(16, 1, None, 'int', "each title is cut to this many tokens")
+    max_history: int = knob(10, 1, MAX_HISTORY, 'int', "most recent history titles in the prompt")
+    max_title_tokens: int = knob(16, 1, MAX_TOKENS, 'int', "each title is cut to this many tokens")
     num_beams: int = knob(4, 1, 1024, 'int', "beam width of title generation", use=EVAL)
-    max_new_tokens: int = knob(0, 0, None, 'int',
+    max_new_tokens: int = knob(0, 0, MAX_TOKENS, 'int',
                        "0 = the domain's longest title (capped by max_title_tokens) + 1 for EOS", use=EVAL)
     beam_combine: str = knob("weighted", ('weighted', 'best', 'max'), None, 'choice',
                        "weighted | best (see module docstring)", use=EVAL)
@@ -94,22 +106,22 @@ class TextKnobs(Knobs):
                        "from the grid's frozen base LM, as BIGRec's code embeds", use=EVAL)
     popularity_phases: str = knob("last", ('last', 'all'), None, 'choice',
                        "popularity counted over: last = the latest trained phase, all = every trained phase", use=EVAL)
-    beam_candidates: int = knob(0, 0, None, 'int',
+    beam_candidates: int = knob(0, 0, MAX_ITEMS, 'int',
                        "items per beam that keep their grounding similarity (0 = every item; others get -1)", use=EVAL)
     history_weight: float = knob(0.0, 0, None, 'float',
                        "+ weight * recency-weighted cosine of an item's title to the history's titles (0 = off)", use=EVAL)
     cooc_weight: float = knob(0.0, 0, None, 'float',
                        "+ weight * recency-weighted co-occurrence P(item | history item), row-max scaled (0 = off)", use=EVAL)
-    cooc_window: int = knob(3, 1, None, 'int',
+    cooc_window: int = knob(3, 1, MAX_WINDOW, 'int',
                        "an item co-occurs with the next cooc_window items of a user's training sequence", use=EVAL)
     collab_weight: float = knob(0.0, 0, None, 'float',
                        "+ weight * cosine of an item's collaborative embedding to the history's (0 = off)", use=EVAL)
-    collab_dim: int = knob(32, 1, None, 'int',
+    collab_dim: int = knob(32, 1, MAX_WIDTH, 'int',
                        "size of the collaborative embeddings (PPMI + truncated SVD of co-occurrence)", use=EVAL)
     history_decay: float = knob(0.8, 0, 1, 'float>',
                        "weight of the j-th most recent history item in both history terms: decay^j", use=EVAL)
     exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history", use=EVAL)
-    rank_batch: int = knob(128, 1, None, 'int', "histories per generate() call", use=EVAL)
+    rank_batch: int = knob(128, 1, MAX_BATCH, 'int', "histories per generate() call", use=EVAL)
 
     cross_checks = [(lambda p: p["ground_embedder"] == "sentence" or p["beam_candidates"] == 0,
                      "ground_embedder '{ground_embedder}' grounds every item (beam_candidates must be 0, got "

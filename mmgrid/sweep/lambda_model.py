@@ -83,7 +83,7 @@ def check_new_domain_stats(stats: dict[str, float], features: list[str] | None, 
         if not math.isfinite(v) or not lo <= v <= hi:
             what = "a share in [0, 1]" if name in SHARE_STATS else f"a finite number in [0, {hi:g}]"
             raise ConfigError(f"{command} --stats {name}={v!r}: must be {what}; give the new domain's measured value "
-                              "(Table 4 of `mmgrid sweep predict-lambda` lists those of the known domains).")
+                              "(Table 4 of `mmgrid predict-lambda` lists those of the known domains).")
     if features is None:
         return
     known = list(dict.fromkeys([*features, "p_active"]))

@@ -31,8 +31,10 @@ def test_query_formats(reg: Registry, capsys: pytest.CaptureFixture) -> None:
     assert list(df["id"]) == [merged] and df["lambda"].tolist() == [0.3]
     rc, out, _ = run(capsys, "query", root, "--paradigm", "text", "--period", "p1", "--format", "json")
     assert {r["id"] for r in json.loads(out)} == {a1, b1}
-    rc, out, _ = run(capsys, "query", root, "--domain", "nothing")
-    assert "(no rows)" in out
+    rc, out, err = run(capsys, "query", root, "--domain", "nothing")  # a value no checkpoint has: named
+    assert rc == 2 and "--domain 'nothing' matches no row" in err and "recorded: Books" in err
+    rc, out, _ = run(capsys, "query", root, "--kind", "merged", "--period", "p1")  # each exists, not together
+    assert rc == 0 and "(no rows)" in out
 
 
 def test_show_lineage_with_registry_flag_and_env(reg: Registry, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -201,7 +201,7 @@ def test_the_report_section_and_the_grid_api(rolling_grid, tmp_path):
     page = rolling_html(study)
     assert TITLE == "Deployment over time" and "rolling-curves" in page and "rolling-matrix" in page
     # one heatmap a strategy: every strategy with a matrix, the reference first, latest's matrix as computed
-    from mmgrid.sweep.report_rolling import strategy_matrices
+    from mmgrid.render.report_rolling import strategy_matrices
 
     mats = strategy_matrices(study)
     assert list(mats)[0] == "latest" and set(mats) == {s for _, s in study.matrices}

@@ -45,7 +45,20 @@ from mmgrid.paradigms.embedder import DEFAULT_EMBEDDER, embed_items, texts_key
 from mmgrid.paradigms.errors import CheckpointMismatchError
 from mmgrid.paradigms.examples import load_examples
 from mmgrid.paradigms.hf_files import hf_config_file, tokenizer_files, tokenizer_from_files
-from mmgrid.paradigms.params import EVAL, WHERE, Knobs, knob, paradigm_knobs
+from mmgrid.paradigms.params import (
+    EVAL,
+    MAX_BATCH,
+    MAX_DEPTH,
+    MAX_HISTORY,
+    MAX_RATIO,
+    MAX_TOKENS,
+    MAX_WIDTH,
+    MAX_WINDOW,
+    WHERE,
+    Knobs,
+    knob,
+    paradigm_knobs,
+)
 from mmgrid.paradigms.registration import register_paradigm
 from mmgrid.paradigms.collab import CODE_SOURCES, PHASE_CHOICES, code_inputs, collab_embeddings, collab_phases
 from mmgrid.paradigms.semid.quantizer import SemanticIDs, SemIDError, semantic_ids
@@ -67,21 +80,21 @@ class SemIdKnobs(Knobs):
     embedder_device: str = knob("cpu", None, None, 'str', "torch device of the embedder, e.g. cpu, cuda:0")
     embed_cache: str | None = knob(None, None, None, 'str?',
                        "folder for item-embedding safetensors (None = memory only)", use=WHERE)
-    levels: int = knob(3, 1, None, 'int', "residual code levels (paper: 4)")
-    codebook_size: int = knob(16, 2, None, 'int', "entries per level (paper: 256); needs at least this many items")
+    levels: int = knob(3, 1, MAX_DEPTH, 'int', "residual code levels (paper: 4)")
+    codebook_size: int = knob(16, 2, MAX_WIDTH, 'int', "entries per level (paper: 256); needs at least this many items")
     quantizer_seed: int = knob(0, 0, None, 'int',
                        "k-means seed: codes depend only on (texts, embedder, sizes, this seed)")
-    max_history: int = knob(10, 1, None, 'int', "most recent history items in the prompt")
-    max_text_tokens: int = knob(24, 1, None, 'int', "item text tokens in the text -> code task")
-    max_title_tokens: int = knob(16, 1, None, 'int', "title tokens in the code -> text task")
+    max_history: int = knob(10, 1, MAX_HISTORY, 'int', "most recent history items in the prompt")
+    max_text_tokens: int = knob(24, 1, MAX_TOKENS, 'int', "item text tokens in the text -> code task")
+    max_title_tokens: int = knob(16, 1, MAX_TOKENS, 'int', "title tokens in the code -> text task")
     # 0 since train_version 3: the stage's example cap (train.max_examples) is shared, so alignment took a
     # third of the next-item examples; measured R@10 0.155 -> 0.182 on the dense world, same within noise on
     # the default one
-    align_ratio: float = knob(0.0, 0, None, 'float',
+    align_ratio: float = knob(0.0, 0, MAX_RATIO, 'float',
                               "alignment examples per seqrec example, each stage (LC-Rec's text <-> code tasks)")
     num_beams: int = knob(20, 1, 1024, 'int', "beam width is max(num_beams, k + 10)", use=EVAL)
     exclude_history: bool = knob(True, None, None, 'bool', "never recommend an item already in the history", use=EVAL)
-    rank_batch: int = knob(256, 1, None, 'int', "histories per beam search", use=EVAL)
+    rank_batch: int = knob(256, 1, MAX_BATCH, 'int', "histories per beam search", use=EVAL)
     # collab since train_version 3 (was text): dense world R@10 0.118 -> 0.155 (align 0.5), default world
     # same within noise (docs/paradigms_text_semid.md)
     codes: str = knob("collab", CODE_SOURCES, None, 'choice',
@@ -89,8 +102,8 @@ class SemIdKnobs(Knobs):
                       "co-occurrence PPMI + SVD over the training interactions) or fused (both, normalised, side by side)")
     collab_phases: str = knob("train", PHASE_CHOICES, None, 'choice',
                        "phases counted for co-occurrence: train = every phase but the latest (the eval window); first")
-    collab_dim: int = knob(32, 1, None, 'int', "SVD dimensions of the collaborative embedding")
-    collab_window: int = knob(20, 1, None, 'int',
+    collab_dim: int = knob(32, 1, MAX_WIDTH, 'int', "SVD dimensions of the collaborative embedding")
+    collab_window: int = knob(20, 1, MAX_WINDOW, 'int',
                        "items within this many positions of a user's sequence co-occur (docs: 20 vs 100)")
     collab_weight: float = knob(0.5, 0, 1, 'float',
                        "fused: share of the squared norm carried by the collaborative part")

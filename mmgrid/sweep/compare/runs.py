@@ -52,6 +52,8 @@ LEADING = ["study", "kind", "paradigm", "domain", "period", "variant"]
 CHOSEN = ("lambda",)
 FILTERS = ("kind", "paradigm", "domain", "period", "variant", "study")
 
+MAX_RESAMPLES = 1_000_000  # bootstrap replicates per cell (--resamples), checked before any work
+
 
 @dataclass(frozen=True)
 class CompareSpec:
@@ -80,8 +82,9 @@ class CompareSpec:
             raise ConfigError(f"compare: unknown cell filter(s) {bad}; filter on {list(FILTERS)}")
         if not 0.0 < self.level < 1.0:
             raise ConfigError(f"compare: level={self.level} must lie in (0, 1), e.g. 0.95")
-        if self.n_resamples < 1:
-            raise ConfigError(f"compare: n_resamples={self.n_resamples} must be at least 1")
+        if not 1 <= self.n_resamples <= MAX_RESAMPLES:
+            raise ConfigError(f"compare --resamples {self.n_resamples}: out of range; accepted: an integer in "
+                              f"[1, {MAX_RESAMPLES:,}] (bootstrap replicates per cell). Give e.g. --resamples 2000.")
 
 
 @dataclass

@@ -24,7 +24,7 @@ from mmgrid.train.regularizers.names import register
 class OrbitParams:
     epsilon: float = ranged(0)  # maximum distance to the origin (paper: SD 0.007 or 0.0075; L2 5 / 50 / 500)
     distance: Literal["sign", "l2"] = "sign"  # sign dissimilarity (Eq. 1) or L2 distance
-    max_merges: int = ranged(1, default=200)  # safety bound on consecutive back-merges in one step
+    max_merges: int = ranged(1, 10**6, default=200)  # safety bound on consecutive back-merges in one step
 
     def __post_init__(self) -> None:
         if self.epsilon < 0:
