@@ -102,7 +102,8 @@ def period_stats(inter: pl.DataFrame, items: pl.DataFrame, examples: pl.DataFram
     row["p_active"] = float("nan")
     if len(phases) > 1 and users.len():
         act = active_users(inter.filter(pl.col("phase") == phases[-2]), *windows[phases[-2]])
-        row["p_active"] = float(users.is_in(act.implode()).mean())
+        share = users.is_in(act.implode()).mean()
+        row["p_active"] = float(share) if isinstance(share, (int, float)) else float("nan")
     return row
 
 

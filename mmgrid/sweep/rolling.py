@@ -175,7 +175,9 @@ class PastPairs:
                 x = [float(before.get(f, math.nan)) for f in features]
                 p = float(at.get("p_active", math.nan))
                 if all(math.isfinite(v) for v in x) and math.isfinite(p):
-                    xs.append(x), ys.append(float(lam)), ps.append(p)
+                    xs.append(x)
+                    ys.append(float(lam))
+                    ps.append(p)
         return (np.array(xs, dtype=float).reshape(len(xs), len(features)), np.array(ys, dtype=float),
                 np.array(ps, dtype=float))
 
@@ -378,7 +380,10 @@ def evaluate_domain(cfg: GridConfig, registry: Registry, prepared: "PreparedData
     data = prepared.domain(domain)
     par = get_paradigm(t_cfg.paradigm) if options.load_model is None else None
     params = paradigm_params(cfg, t_cfg.paradigm)
-    load = options.load_model or (lambda ckpt, dom: par.load(ckpt, dom, params))
+    load = options.load_model
+    if load is None:
+        assert par is not None  # no loader given: the paradigm loads
+        load = lambda ckpt, dom: par.load(ckpt, dom, params)  # noqa: E731
     factory = options.evaluator_factory or default_window_evaluator
     evs: dict[str, EvalFn] = {}
     model_box: list[Any] = []

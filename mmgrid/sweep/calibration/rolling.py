@@ -77,7 +77,7 @@ class RollingPlan:
 
     def check(self) -> None:
         """Raise ConfigError naming a value out of range (before anything is written)."""
-        bad = [(n, v, want) for n, v, want in (
+        bad: list[tuple[str, Any, str]] = [(n, v, want) for n, v, want in (
             ("replicates", self.replicates, "an integer >= 1"), ("periods", self.periods, "an integer >= 2"),
             ("domains", self.domains, "an integer >= 1"), ("users", self.users, "an integer >= 10"))
             if not isinstance(v, int) or v < {"replicates": 1, "periods": 2, "domains": 1, "users": 10}[n]]
@@ -182,7 +182,7 @@ def replicate(plan: RollingPlan, size: float, r: int, root: Path) -> dict[str, A
         "sweeps": {"temporal": {"paradigm": "ckworld", "start": 0.0, "stop": 2.5, "step": 0.25, "metric": METRIC}}})
     gaps = {d: 10.0 + 5.0 * i for i, d in enumerate(world.domains)}
     t0 = time.perf_counter()
-    evaluate_rolling(cfg, reg, world, RollingOptions(
+    evaluate_rolling(cfg, reg, world, RollingOptions(  # type: ignore[arg-type]  # the simulated world stands in for a PreparedDataset (domain(), domains)
         strategies=available(), evaluator_factory=_evaluator_factory(plan, size, seed, index), matrix=False,
         statistics=lambda prepared, data, ph: {"avg_gap_days": gaps[data.name], "p_active": 0.3},
         load_model=lambda ckpt, data: _Point(ckpt.state["w"])))
@@ -242,9 +242,10 @@ def run_rolling_calibration(plan: RollingPlan, out_dir: str | Path, progress: bo
                 if progress:
                     print(f"   size {size:g} replicate {r + 1}/{plan.replicates}: {runs[-1]['seconds']:.1f} s", flush=True)
     rows = summarize(plan, runs)
-    res = {"version": VERSION, "plan": asdict(plan), "seconds": time.perf_counter() - t0, "rows": rows, "runs": runs}
+    seconds = time.perf_counter() - t0
+    res = {"version": VERSION, "plan": asdict(plan), "seconds": seconds, "rows": rows, "runs": runs}
     (out / "rolling_calibration.json").write_text(json.dumps(_safe(res), indent=1))
-    (out / "rolling_calibration.md").write_text(render(plan, rows, res["seconds"]) + "\n")
+    (out / "rolling_calibration.md").write_text(render(plan, rows, seconds) + "\n")
     return res
 
 
