@@ -184,7 +184,7 @@ def replicate(plan: RollingPlan, size: float, r: int, root: Path) -> dict[str, A
     t0 = time.perf_counter()
     evaluate_rolling(cfg, reg, world, RollingOptions(  # type: ignore[arg-type]  # the simulated world stands in for a PreparedDataset (domain(), domains)
         strategies=available(), evaluator_factory=_evaluator_factory(plan, size, seed, index), matrix=False,
-        statistics=lambda prepared, data, ph: {"avg_gap_days": gaps[data.name], "p_active": 0.3},
+        statistics=lambda prepared, data, _phases: {"avg_gap_days": gaps[data.name], "p_active": 0.3},
         load_model=lambda ckpt, data: _Point(ckpt.state["w"])))
     study = rolling_study(reg, "ckworld", metric=METRIC, metrics=(METRIC,), per_window=False)
     rows = study.rows[(study.rows["domain"] == "all") & (study.rows["window"] == "all")].set_index("strategy")
