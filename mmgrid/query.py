@@ -20,7 +20,6 @@ no interval (NaN), never a narrower one.
 
 from __future__ import annotations
 
-import difflib
 
 import json
 import math
@@ -38,6 +37,7 @@ from mmgrid.errors import ConfigError, RegistryError
 from mmgrid.eval.table import PerUser
 from mmgrid.paradigms import get_paradigm
 from mmgrid.registry import Registry
+from mmgrid.registry.frames import unmatched_filters
 from mmgrid.runtime.checkpoints import load_checkpoint
 from mmgrid.stats.bootstrap import mean_ci
 from mmgrid.sweep.compare.runs import CompareSpec, Comparison, compare_runs
@@ -283,22 +283,8 @@ def load_model(registry: Registry, ref: Any, domain: str | None = None, config: 
 
 def _check_filters(registry: Registry, filters: dict[str, Any]) -> None:
     """A filter that matches nothing: name each one whose value no result row holds, with the values that exist
-    (an empty answer is right only when every value exists and no row has them all together)."""
-    res = registry.results()
-    if res.empty:
-        return
-    bad = []
-    for key, want in filters.items():
-        if want is None or key not in res.columns:
-            continue
-        have = sorted({str(v) for v in res[key].dropna()})
-        wants = [want] if isinstance(want, (str, int, float)) else list(want)
-        missing = [w for w in wants if str(w) not in have]
-        if missing:
-            close = difflib.get_close_matches(str(missing[0]), have, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            shown = ", ".join(have[:30]) + (" ..." if len(have) > 30 else "")
-            bad.append(f"{key}={missing[0]!r} matches no result{hint}; recorded: {shown}")
+    (:func:`mmgrid.registry.frames.unmatched_filters`)."""
+    bad = unmatched_filters(registry.results(), filters)
     if bad:
         raise ConfigError("summary: " + "; ".join(bad) + ".")
 

@@ -388,7 +388,7 @@ def _grid_summary_typo(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], A
 
 
 case("derived: Grid.summary of a misspelt metric names the recorded ones", "derived", _grid_summary_typo,
-     MmgridError, r"summary", r"metric='recal@10' matches no result", r"did you mean 'recall@10'")
+     MmgridError, r"summary", r"metric='recal@10' matches no row", r"did you mean 'recall@10'")
 
 
 def _killed_report_stage(tmp: Path, stack: contextlib.ExitStack) -> Callable[[], Any]:

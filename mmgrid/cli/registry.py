@@ -35,22 +35,10 @@ def _select(df, columns: str | None, limit: int | None):  # noqa: ANN001, ANN202
 
 def _check_unmatched(every, filters: dict, command: str) -> None:  # noqa: ANN001 - pandas imported lazily
     """An empty answer: refuse each filter whose value no row of ``every`` (the unfiltered frame) holds,
-    naming the recorded values (an empty answer is right only when every value exists and no row has
-    them all together)."""
-    import difflib  # lazy: only on an empty answer
+    naming the recorded values (:func:`mmgrid.registry.frames.unmatched_filters`)."""
+    from mmgrid.registry.frames import unmatched_filters  # lazy: pandas, only on an empty answer
 
-    if every.empty:
-        return
-    bad = []
-    for key, want in filters.items():
-        if want is None or key not in every.columns:
-            continue
-        have = sorted({str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in every[key].dropna()})
-        if str(want) not in have:
-            close = difflib.get_close_matches(str(want), have, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            shown = ", ".join(have[:30]) + (" ..." if len(have) > 30 else "")
-            bad.append(f"--{key} {want!r} matches no row{hint}; recorded: {shown or '(none)'}")
+    bad = unmatched_filters(every, filters, lambda key, value: f"--{key} {value!r}")
     if bad:
         raise ConfigError(f"mmgrid {command}: " + "; ".join(bad) + ". Give a recorded value or leave the filter out.")
 

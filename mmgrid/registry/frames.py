@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -86,3 +88,26 @@ def grid_frame(reg: "Registry", paradigm: str, variant: str, value: str, split: 
     table.attrs["shows"] = shows
     table.index.name, table.columns.name = "domain", "period"
     return table
+
+
+def unmatched_filters(frame: pd.DataFrame, filters: dict[str, Any],
+                      spell: Callable[[str, Any], str] = lambda key, value: f"{key}={value!r}") -> list[str]:
+    """Why an empty answer is empty: for each filter whose value (or one of its values) no row of ``frame`` (the
+    unfiltered checkpoints or results) holds, ``"<spell(key, value)> matches no row (did you mean ...?); recorded:
+    ..."``, naming the recorded values. Empty when ``frame`` is empty or every value exists (then the rows holding
+    them all together are what is missing, and an empty answer is right)."""
+    if frame.empty:
+        return []
+    bad = []
+    for key, want in filters.items():
+        if want is None or key not in frame.columns:
+            continue
+        have = sorted({str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in frame[key].dropna()})
+        wants = [want] if isinstance(want, (str, int, float)) else list(want)
+        missing = [w for w in wants if str(w) not in have]
+        if missing:
+            close = difflib.get_close_matches(str(missing[0]), have, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            shown = ", ".join(have[:30]) + (" ..." if len(have) > 30 else "")
+            bad.append(f"{spell(key, missing[0])} matches no row{hint}; recorded: {shown or '(none)'}")
+    return bad
