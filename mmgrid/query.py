@@ -195,7 +195,8 @@ class Grid:
                 level: float = 0.95, **filters: str) -> Comparison:
         """This run (A) against ``other`` (B), cell by cell, paired per user: ``.rows`` one row per paired cell
         (A - B with its interval over users and seeds, sign-flip p, Holm over the cells), ``.unpaired`` the
-        cells that cannot be paired and why, ``.render()`` the table as text (:mod:`mmgrid.sweep.compare.runs`).
+        cells that cannot be paired and why (:mod:`mmgrid.sweep.compare.runs`; as text:
+        :func:`mmgrid.render.compare.comparison_text`).
 
         ``filters``: cell coordinates to keep (``kind``, ``paradigm``, ``domain``, ``period``, ``variant``,
         ``study``; ``study="none"``: only the checkpoints' own evaluations).

@@ -95,6 +95,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise ConfigError("mmgrid calibrate: give a grid and --out DIR (e.g. `mmgrid calibrate demo --out "
                           "runs/calibrate`), or --plan.")
     # lazy: the study imports pandas, scipy and (in its jobs) torch; `mmgrid --help` must not
+    from mmgrid.render.calibration import write_calibration
     from mmgrid.sweep.calibration.study import run_calibration
 
     cfg = load_config(args.config, (QUICK if args.quick else []) + list(args.overrides or []), command="calibrate")
@@ -111,10 +112,11 @@ def _calibrate(args: argparse.Namespace) -> int:
         res = run_calibration(cfg, args.out, executor=ex)
     finally:
         ex.shutdown()
+    md = write_calibration(res, cfg)
     for row in res.table():
         print(f"{row['finding']:<12} size {row['size']:<4g} population {row['population']:.3f}  holds {row['holds']}  "
               f"coverage {row['coverage']}  MDE {row['mde_80']:.3f}")
-    print(f"calibration written to {res.out / 'calibration.md'}")
+    print(f"calibration written to {md}")
     return 0
 
 
@@ -124,6 +126,7 @@ def _rolling(args: argparse.Namespace) -> int:
     import dataclasses  # lazy: as the study below
 
     # lazy: the study imports pandas, scipy and torch; `mmgrid --help` must not
+    from mmgrid.render.calibration import write_rolling_calibration
     from mmgrid.sweep.calibration.rolling import SMOKE, RollingPlan, run_rolling_calibration
 
     plan = SMOKE if args.quick else RollingPlan()
@@ -137,6 +140,7 @@ def _rolling(args: argparse.Namespace) -> int:
         plan = dataclasses.replace(plan, sizes=sizes)
     plan.check()
     res = run_rolling_calibration(plan, args.out)
+    write_rolling_calibration(plan, res, args.out)
     for row in res["rows"]:
         print(f"{row['key']:<5} drift {row['size']:<5g} holds {row['holds_text']}  difference {row['diff_mean']:+.4f}  "
               f"MDE {row['mde_mean']:.4f}")

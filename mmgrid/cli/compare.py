@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _compare(args: argparse.Namespace) -> int:
     # lazy: pandas and scipy (~1-2 s) stay out of `mmgrid --help`
     from mmgrid.query import Grid
+    from mmgrid.render.compare import comparison_text
     from mmgrid.sweep.compare.runs import CompareSpec, compare_runs
 
     spec = CompareSpec(args.metric, args.split, args.group,
@@ -46,5 +47,5 @@ def _compare(args: argparse.Namespace) -> int:
                        args.level, args.resamples)
     a, b = Grid.open(args.run_a), Grid.open(args.run_b)
     result = compare_runs(a.registry, b.registry, spec, labels=(args.run_a, args.run_b))
-    print(result.render())
+    print(comparison_text(result))
     return 0 if not result.rows.empty else 1

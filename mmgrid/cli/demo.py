@@ -227,7 +227,8 @@ def run_rolling_demo(out: str | None = None, overrides: list[str] | None = None)
     from mmgrid.data.world_files import write_world
     from mmgrid.registry.api import Registry
     from mmgrid.render.report import write_report
-    from mmgrid.sweep.rolling import render, run_rolling
+    from mmgrid.render.report_rolling import rolling_text
+    from mmgrid.sweep.rolling import run_rolling
     from mmgrid.train.build import build_grid
     from mmgrid.validate import validate_grid
 
@@ -246,7 +247,7 @@ def run_rolling_demo(out: str | None = None, overrides: list[str] | None = None)
         build_grid(cfg)
     reg = Registry.open(cfg.registry_root)
     with _step("rolling deployment", timings):
-        print(render(run_rolling(cfg, reg, prepared)))
+        print(rolling_text(run_rolling(cfg, reg, prepared)))
     with _step("report", timings):
         report = write_report(cfg, reg, prepared, out_dir, diagnostics=False)
     print("\n" + "  ".join(f"{k}: {v:.1f}s" for k, v in timings.items()))

@@ -164,7 +164,8 @@ def _continual(args: argparse.Namespace) -> int:
 
 def _rolling(args: argparse.Namespace) -> int:
     # lazy: see the note at the top of this module (start-up cost of `mmgrid --help`)
-    from mmgrid.sweep.rolling import RollingOptions, available, render, run_rolling, timeline
+    from mmgrid.render.report_rolling import rolling_text
+    from mmgrid.sweep.rolling import RollingOptions, available, run_rolling, timeline
 
     cfg, reg, prepared = open_study(args)
     timeline(cfg)  # a grid too short to roll fails here, before any work
@@ -177,7 +178,7 @@ def _rolling(args: argparse.Namespace) -> int:
                               f"choose from {names}.")
         todo = [s for s in todo if s.name in args.strategy or s.name == "latest"]
     study = run_rolling(cfg, reg, prepared, RollingOptions(strategies=todo, matrix=not args.no_matrix))
-    print(render(study, args.metric))
+    print(rolling_text(study, args.metric))
     return 0
 
 

@@ -9,6 +9,10 @@ a number that a study records, each function turns a typed result into text, a f
   :mod:`~mmgrid.render.report_html_encode`), all written at once (:mod:`~mmgrid.render.report_files`);
 * :mod:`~mmgrid.render.markdown` - a DataFrame as a Markdown table, the provenance appendix, a finding's notes;
 * :mod:`~mmgrid.render.continual` - the continual-merging study as the console shows it (`mmgrid sweep continual`);
+  the rolling deployment study's text (`mmgrid sweep rolling`) is :func:`~mmgrid.render.report_rolling.rolling_text`;
+* :mod:`~mmgrid.render.compare` - two runs compared cell by cell as `mmgrid compare` prints it;
+* :mod:`~mmgrid.render.calibration` - `mmgrid calibrate`'s calibration.md and power curve, and
+  `mmgrid calibrate --rolling`'s rolling_calibration.md;
 * :mod:`~mmgrid.render.figures` - Figures 2-5 (matplotlib, imported when a figure is drawn);
 * :mod:`~mmgrid.render.mlflow_export` - ``mmgrid export mlflow``: checkpoints and studies as MLflow runs.
 """

@@ -1,7 +1,7 @@
 """The report's "Deployment over time" section (the rolling deployment study, :mod:`mmgrid.sweep.rolling`):
 each strategy's metric on the window it was deployed on, with its 95% band, the accuracy-matrix heatmap of each
 strategy, the pooled table with paired differences to lambda = 1 (Holm) and BWT / FWT / forgetting,
-and the verdicts. report.md draws PNG figures (matplotlib, as :mod:`mmgrid.render.figures`); report.html adds
+and the verdicts; :func:`rolling_text` is also what `mmgrid sweep rolling` prints. report.md draws PNG figures (matplotlib, as :mod:`mmgrid.render.figures`); report.html adds
 the same section through its extra sections (plotly)."""
 
 from __future__ import annotations
@@ -14,13 +14,44 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.render.figures import pyplot, save_figure
-from mmgrid.sweep.rolling import REFERENCE, RollingStudy, render, rolling_study
+from mmgrid.sweep.rolling import REFERENCE, RollingStudy, rolling_study
 
 if TYPE_CHECKING:
     from mmgrid.config.grid import GridConfig
     from mmgrid.registry.api import Registry
 
 TITLE = "Deployment over time"
+
+
+def rolling_text(study: RollingStudy, metric: str | None = None) -> str:
+    """The study as Markdown, as `mmgrid sweep rolling` prints it and the report's section ends: the pooled
+    table, per-window means and the transfer measures (BWT, FWT, forgetting), then the verdicts."""
+    metric = metric or study.metric
+    if study.empty:
+        return "No rolling deployment recorded (run `mmgrid sweep rolling RUN`)."
+    r = study.rows[(study.rows["metric"] == metric) & (study.rows["domain"] == "all")]
+    lines = [f"Deployed model on the next window, {metric} (all users, every domain; 95% intervals over users, "
+             "seeds kept; difference to latest = lambda 1, Holm over the strategies)", "",
+             "| strategy | pooled | difference to latest | p (Holm) | " + " | ".join(study.windows) + " |",
+             "|---|---|---|---|" + "---|" * len(study.windows)]
+    for strat, g in r.groupby("strategy", sort=False):
+        allrow = g[g["window"] == "all"]
+        if allrow.empty:
+            continue
+        a = allrow.iloc[0]
+        per = [g[g["window"] == w]["mean"] for w in study.windows]
+        lines.append(f"| {strat} | {a['mean']:.4f} [{a['ci_low']:.4f}, {a['ci_high']:.4f}] | {a['diff']:+.4f} "
+                     f"[{a['diff_low']:+.4f}, {a['diff_high']:+.4f}] | "
+                     f"{'' if a['p_holm'] != a['p_holm'] else f'{a.p_holm:.3g}'} | "
+                     + " | ".join(f"{float(x.iloc[0]):.4f}" if len(x) else "" for x in per) + " |")
+    if not study.transfer.empty:
+        tr = study.transfer.groupby("strategy")[["bwt", "fwt", "forgetting"]].mean()
+        lines += ["", f"Accuracy matrix R[i, j] of {study.metric} (deployment after period i on window j) per "
+                  "strategy, mean over domains: BWT, FWT (against theta_0) and forgetting", "",
+                  "| strategy | BWT | FWT | forgetting |", "|---|---|---|---|"]
+        lines += [f"| {s} | {x.bwt:+.4f} | {x.fwt:+.4f} | {x.forgetting:+.4f} |" for s, x in tr.iterrows()]
+    lines += ["", *study.verdict_lines()]
+    return "\n".join(lines)
 
 
 def _curves(study: RollingStudy, metric: str) -> pd.DataFrame:
@@ -108,7 +139,7 @@ def rolling_markdown(study: RollingStudy, out: Path) -> tuple[list[str], list[st
             cap = (f"Accuracy matrix of each strategy ({REFERENCE}: lambda = 1): deployment after period i on window j, "
                    f"{study.metric} in %, mean over domains")
             lines += [f"![{cap}]({m.name})", "", f"*{cap}*", ""]
-    lines += [render(study), ""]
+    lines += [rolling_text(study), ""]
     return lines, figs
 
 
@@ -144,7 +175,7 @@ def rolling_html(study: RollingStudy) -> str:
                                  "window j (columns)", template="plotly_white", coloraxis={"colorscale": "Viridis"},
                            height=260 * (-(-len(mats) // cols)) + 80)
         plot += heat.to_html(full_html=False, include_plotlyjs=False, div_id="rolling-matrix", config=conf)
-    return plot + "<pre>" + html.escape(render(study)) + "</pre>"
+    return plot + "<pre>" + html.escape(rolling_text(study)) + "</pre>"
 
 
 def rolling_results(cfg: GridConfig, registry: Registry) -> RollingStudy | None:

@@ -720,32 +720,3 @@ def _verdicts(study: RollingStudy, vals: dict) -> None:
     else:
         study.verdicts[CLAIM_BEST] = (INCONCLUSIVE, "no strategy but latest evaluated")
 
-
-def render(study: RollingStudy, metric: str | None = None) -> str:
-    """The study as Markdown: the pooled table, per-window means and the transfer measures."""
-    metric = metric or study.metric
-    if study.empty:
-        return "No rolling deployment recorded (run `mmgrid sweep rolling RUN`)."
-    r = study.rows[(study.rows["metric"] == metric) & (study.rows["domain"] == "all")]
-    lines = [f"Deployed model on the next window, {metric} (all users, every domain; 95% intervals over users, "
-             "seeds kept; difference to latest = lambda 1, Holm over the strategies)", "",
-             "| strategy | pooled | difference to latest | p (Holm) | " + " | ".join(study.windows) + " |",
-             "|---|---|---|---|" + "---|" * len(study.windows)]
-    for strat, g in r.groupby("strategy", sort=False):
-        allrow = g[g["window"] == "all"]
-        if allrow.empty:
-            continue
-        a = allrow.iloc[0]
-        per = [g[g["window"] == w]["mean"] for w in study.windows]
-        lines.append(f"| {strat} | {a['mean']:.4f} [{a['ci_low']:.4f}, {a['ci_high']:.4f}] | {a['diff']:+.4f} "
-                     f"[{a['diff_low']:+.4f}, {a['diff_high']:+.4f}] | "
-                     f"{'' if a['p_holm'] != a['p_holm'] else f'{a.p_holm:.3g}'} | "
-                     + " | ".join(f"{float(x.iloc[0]):.4f}" if len(x) else "" for x in per) + " |")
-    if not study.transfer.empty:
-        tr = study.transfer.groupby("strategy")[["bwt", "fwt", "forgetting"]].mean()
-        lines += ["", f"Accuracy matrix R[i, j] of {study.metric} (deployment after period i on window j) per "
-                  "strategy, mean over domains: BWT, FWT (against theta_0) and forgetting", "",
-                  "| strategy | BWT | FWT | forgetting |", "|---|---|---|---|"]
-        lines += [f"| {s} | {x.bwt:+.4f} | {x.fwt:+.4f} | {x.forgetting:+.4f} |" for s, x in tr.iterrows()]
-    lines += ["", *study.verdict_lines()]
-    return "\n".join(lines)

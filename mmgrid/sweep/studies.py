@@ -136,10 +136,9 @@ def _rolling(cfg: "GridConfig", registry: Any, options: StudyOptions) -> Any:
     return run_rolling(cfg, registry, options.prepared)
 
 
-def _render_rolling(result: Any) -> str:
-    from mmgrid.sweep.rolling import render  # lazy: as _temporal
-
-    return render(result)
+def _deployed(result: Any) -> str:
+    return (f"rolling deployment over {len(result.windows)} windows recorded (`mmgrid sweep rolling` prints the "
+            "table; `mmgrid report` has its section)")
 
 
 def _recorded(result: Any) -> str:
@@ -157,7 +156,7 @@ BUILTIN = (
                                                 "`mmgrid sweep cross-domain` prints the relative change", ()),
     Study("continual", _continual, _recorded, "lambda scaling vs continual merging (MagMax, OPCM, DOP); "
                                          "`mmgrid sweep continual` prints the table", ()),
-    Study("rolling", _rolling, _render_rolling, "rolling deployment over the incremental periods", ()),
+    Study("rolling", _rolling, _deployed, "rolling deployment over the incremental periods", ()),
 )
 for _study in BUILTIN:
     register_study(_study)

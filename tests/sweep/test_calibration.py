@@ -513,7 +513,8 @@ def test_the_packaged_demo_has_its_population_values():
 def test_a_grid_world_that_is_a_replicate_is_ranked_among_the_others(tmp_path: Path):
     """The demo's world seed can be one of the replicates' (world_seed + r): its summary leaves that replicate out
     of the ranks (a world is not ranked against itself) and says which replicate it is."""
-    from mmgrid.sweep.calibration.study import CalibrationResult, _grid_world_lines, _grid_world_summary
+    from mmgrid.render.calibration import grid_world_lines
+    from mmgrid.sweep.calibration.study import CalibrationResult, grid_world_summary
 
     def rep(lam: float, rho: float, t2: float) -> dict:
         return {"lambda_star": {"A": {"non_active": [lam, lam - 0.2, lam + 0.2, 50], "all": [lam, lam - 0.2, lam + 0.2, 90]},
@@ -526,13 +527,13 @@ def test_a_grid_world_that_is_a_replicate_is_ranked_among_the_others(tmp_path: P
     c = cfg.sweeps.calibrate
     cfg.world.seed = c.world_seed + 1  # the middle replicate's world: run_calibration hands over its result
     res = CalibrationResult(tmp_path, [0.0, 1.0], list(c.knobs), 3, {}, [], 1.0, {1.0: runs}, runs[1])
-    s = _grid_world_summary(res, cfg)
+    s = grid_world_summary(res, cfg)
     assert s["is_replicate"] == 1 and s["replicates"] == 2
     assert s["lambda_star"]["A"]["rank"] == "1 below, 0 equal, 1 above"  # not "1 equal": itself is left out
     assert s["t4_rho_rank"] == "1 below, 0 equal, 1 above" and s["t2_rank"] == "1 below, 0 equal, 1 above"
     assert s["f5_varies"] is True  # A's [0.3, 0.7] and B's [0.9, 1.1] are disjoint
-    assert "the 2 other replicate worlds" in "\n".join(_grid_world_lines(s))
+    assert "the 2 other replicate worlds" in "\n".join(grid_world_lines(s))
     cfg.world.seed = c.world_seed + 3  # past the replicates: its own run, ranked among all of them
     res.grid_world = rep(0.5, -0.5, 0.03)
-    s = _grid_world_summary(res, cfg)
+    s = grid_world_summary(res, cfg)
     assert s["is_replicate"] is None and s["replicates"] == 3

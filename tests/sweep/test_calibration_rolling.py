@@ -16,10 +16,13 @@ from mmgrid.errors import ConfigError
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
+    from mmgrid.render.calibration import write_rolling_calibration
     from mmgrid.sweep.calibration.rolling import SMOKE, run_rolling_calibration
 
     out = tmp_path_factory.mktemp("rollcal")
-    return out, run_rolling_calibration(SMOKE, out, progress=False)
+    res = run_rolling_calibration(SMOKE, out, progress=False)
+    write_rolling_calibration(SMOKE, res, out)
+    return out, res
 
 
 def test_the_smoke_plan_sees_a_persistent_drift_and_no_effect_without_one(smoke):

@@ -13,6 +13,7 @@ import torch
 from scipy import stats as sps
 
 from mmgrid.registry import Registry
+from mmgrid.render.compare import comparison_text
 from mmgrid.sweep.compare.runs import CompareSpec, compare_runs
 
 USERS = np.arange(10, 20, dtype=np.int64)  # ten users
@@ -58,7 +59,7 @@ def test_one_seed_difference_interval_and_p_against_scipy(two):
     width = boot.high - boot.low
     assert abs(r["ci_low"] - boot.low) < 0.1 * width and abs(r["ci_high"] - boot.high) < 0.1 * width
     assert r["p_holm"] == pytest.approx(r["p"])  # one cell: Holm changes nothing
-    text = res.render()
+    text = comparison_text(res)
     assert "+12.00 [" in text and "Books" in text
 
 
@@ -107,7 +108,7 @@ def test_cells_that_cannot_be_paired_say_why(two):
     assert "ndcg@10 recorded in run A only" in why["Metric"] and "recall@10" in why["Metric"]
     assert "no training seed in common" in why["Seeds"]
     assert res.rows.iloc[0]["diff"] == 0.0 and res.rows.iloc[0]["p"] == 1.0
-    text = res.render()
+    text = comparison_text(res)
     assert "cannot be paired (4):" in text and "domain=Users" in text
 
 

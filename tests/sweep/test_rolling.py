@@ -117,7 +117,13 @@ def test_lambda_from_the_past_matches_the_hand_computed_case(rolling_grid):
     R_hand = np.array([[1 / (1 + 4 * (i - (j - 0.5)) ** 2) for j in range(1, 5)] for i in range(1, 5)])
     assert np.allclose(m["R"], R_hand, rtol=1e-6)
     assert m["bwt"] == pytest.approx(np.mean([R_hand[3, i] - R_hand[i, i] for i in range(3)]), rel=1e-6)
-    assert "lambda*_past" in R.render(study)
+    from mmgrid.render.report_rolling import rolling_text
+    from mmgrid.sweep.studies import get_study
+
+    assert "lambda*_past" in rolling_text(study)
+    # `mmgrid study rolling` prints a summary (the studies layer renders no table): the four windows, no table
+    summary = get_study("rolling").render(study)
+    assert "over 4 windows" in summary and "|" not in summary
     # cached by recipe: a second run evaluates nothing
     assert R.evaluate_rolling(cfg, reg, prepared, R.RollingOptions(strategies(), window_evaluator([]))) == 0
 

@@ -229,7 +229,8 @@ def summarize(plan: RollingPlan, runs: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def run_rolling_calibration(plan: RollingPlan, out_dir: str | Path, progress: bool = True) -> dict[str, Any]:
-    """Every replicate of ``plan``; writes ``OUT/rolling_calibration.md`` and ``.json`` and returns the json."""
+    """Every replicate of ``plan``; writes ``OUT/rolling_calibration.json`` and returns it (its Markdown:
+    :func:`mmgrid.render.calibration.write_rolling_calibration`)."""
     plan.check()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -245,30 +246,7 @@ def run_rolling_calibration(plan: RollingPlan, out_dir: str | Path, progress: bo
     seconds = time.perf_counter() - t0
     res = {"version": VERSION, "plan": asdict(plan), "seconds": seconds, "rows": rows, "runs": runs}
     (out / "rolling_calibration.json").write_text(json.dumps(_safe(res), indent=1))
-    (out / "rolling_calibration.md").write_text(render(plan, rows, seconds) + "\n")
     return res
-
-
-def render(plan: RollingPlan, rows: list[dict[str, Any]], seconds: float) -> str:
-    """The calibration as Markdown: one row per (claim, planted drift)."""
-    lines = ["# mmgrid calibrate --rolling: the rolling deployment verdicts", "",
-             f"{plan.replicates} replicate checkpoint world(s) per planted drift ({plan.periods} periods, "
-             f"{plan.domains} domain(s), {plan.users} users per window, per-user noise {plan.noise:g}; drift 0 = "
-             "no drift, lambda = 1 is best; drift d = the optimum runs d periods ahead of the latest checkpoint "
-             f"every period). {METRIC}, every available strategy, 95% intervals over users. Rates carry their Monte "
-             "Carlo standard error; MDE: the |difference| a replicate detects at 80% power, 2.80 x the SE its "
-             f"interval implies. {seconds:.0f} s in all.", "",
-             "| claim | drift | holds (type-I error at drift 0, else power) | difference (mean, SD over replicates) | "
-             "MDE (80%) | spread / SE | inconclusive with their MDE printed |", "|---|---|---|---|---|---|---|"]
-    for x in rows:
-        lines.append(f"| {x['claim']} | {x['size']:g} | {x['holds_text']} | {x['diff_mean']:+.4f} ({x['diff_sd']:.4f}) "
-                     f"| {x['mde_mean']:.4f} | {x['spread_ratio']:.1f} | {x['inconclusive_noted']}/{x['inconclusive']} |")
-    lines += ["", "*spread / SE*: the SD of the replicates' differences over the mean SE their intervals imply. The "
-              "intervals resample users only, so a window's own displacement of the optimum (`jitter`), shared by "
-              "its users, is not in them: above 1, the replicates differ by more than one replicate's interval allows.",
-              "", "The best strategy is chosen on the windows it is judged on: its rate at drift 0 measures how far "
-              "that choice inflates the type-I error above the nominal 5% (the report calls the reading optimistic)."]
-    return "\n".join(lines)
 
 
 def _safe(v: Any) -> Any:

@@ -9,7 +9,7 @@ A simulation study in the ADEMP structure of Morris, White & Crowther (Stat Med 
   (``world.plant``, :func:`mmgrid.data.world_files.planted_knobs`) set to a *size*: every knob of
   ``sweeps.calibrate.knobs`` equals the size (0: the null world, 1: the preset's world). Replicate r of
   a size has world seed ``sweeps.calibrate.world_seed + r`` and the grid's training seeds.
-* **Estimands** (:data:`FINDINGS`): the non-active users' lambda* of each domain (argmax of the expected
+* **Estimands** (:data:`mmgrid.sweep.calibration.measures.FINDINGS`): the non-active users' lambda* of each domain (argmax of the expected
   NDCG@10 curve); Spearman's rho between the domains' average interaction time gap and that lambda*
   (MMGRid Table 4); the largest |lambda* - 1| over domains, all users (Figure 5: "lambda = 1 is not the
   best"); the pooled paired NDCG@10 difference of the swept paradigm and most-popular (Table 2). Their
@@ -41,9 +41,8 @@ from mmgrid.config import GridConfig
 from mmgrid.exec.args import executor_from_config, job_resources
 from mmgrid.exec.base import Job, LocalExecutor
 from mmgrid.runtime.gather import gather
-from mmgrid.stats.power import Bias, Rate
-from mmgrid.sweep.calibration.measures import (FINDINGS, FindingCalibration, all_users_intervals, calibrate_finding,
-                                               population_values, some_pair_disjoint, target_check)
+from mmgrid.sweep.calibration.measures import (FindingCalibration, all_users_intervals, calibrate_finding,
+                                               population_values, some_pair_disjoint)
 from mmgrid.sweep.calibration.replicate import REPLICATE_JOB, as_float, json_safe, recipe_hash, replicate_grid
 
 # --------------------------------------------------------------------------- the study
@@ -62,6 +61,7 @@ class CalibrationResult:
     seconds_per_replicate: float
     runs: dict[float, list[dict[str, Any]]] = field(default_factory=dict)
     grid_world: dict[str, Any] | None = None  # the grid's own world through the replicate pipeline (grid_world)
+    seconds: float = math.nan  # the study's wall time here (cached replicates count 0)
 
     def table(self) -> list[dict[str, Any]]:
         rows = []
@@ -79,8 +79,9 @@ def _size_key(size: float) -> str:
 
 def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, progress: bool = True
                     ) -> CalibrationResult:
-    """Run (or read back from the cache) every replicate and population run; write ``OUT/calibration.md``,
-    ``OUT/calibration.json`` and ``OUT/power_curve.png``.
+    """Run (or read back from the cache) every replicate and population run; write the record
+    ``OUT/calibration.json`` (:func:`write_record`). ``OUT/calibration.md`` and ``OUT/power_curve.png`` are its
+    rendering (:func:`mmgrid.render.calibration.write_calibration`, which ``mmgrid calibrate`` calls).
 
     Args:
         cfg: the grid (``sweeps.calibrate`` and the grid's budget).
@@ -91,8 +92,8 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
     c = cfg.sweeps.calibrate
     out = Path(out_dir)
     jobs: list[tuple[str, float, Job]] = []
-    own_world = _own_world(cfg)
-    n_own = _own_world_count(cfg)
+    own_world = uses_own_world(cfg)
+    n_own = own_world_count(cfg)
     for size in c.sizes:
         for p in range(c.population_worlds):
             seed = c.world_seed + 10_000 + p  # population worlds never share a seed with a replicate
@@ -163,39 +164,40 @@ def run_calibration(cfg: GridConfig, out_dir: str | Path, executor: Any = None, 
         ppath.write_text(json.dumps(json_safe({"size": size, "knobs": c.knobs, "world_user_scale": c.population_user_scale,
                                             "worlds": c.population_worlds, "recipes": recipes, "values": pop}),
                                     indent=1))
-    own_for = {f for f, on in (("t2_popular", _own_world_t2(cfg)), ("lambda_star", _own_world_sweep(cfg))) if on}
+    own_for = {f for f, on in (("t2_popular", own_world_t2(cfg)), ("lambda_star", own_world_sweeps(cfg))) if on}
     found = [calibrate_finding(f, size, runs.get(size, []), population[size], c.level, c.power, c.knobs,
                                owns.get(size) if f in own_for else None)
              for f in c.findings for size in c.sizes]
     secs = [float(r["seconds"]) for rs in runs.values() for r in rs if r.get("seconds")]
     res = CalibrationResult(out, list(c.sizes), list(c.knobs), c.replicates, population, found,
-                            float(np.mean(secs)) if secs else float("nan"), runs, grid_world)
-    write_calibration(res, cfg, time.perf_counter() - t0)
+                            float(np.mean(secs)) if secs else float("nan"), runs, grid_world,
+                            time.perf_counter() - t0)
+    write_record(res, cfg)
     return res
 
 
-def _own_world(cfg: GridConfig) -> bool:
+def uses_own_world(cfg: GridConfig) -> bool:
     """Whether the study runs each replicate's own world (more of its users): for the Table 2 difference's or
     the lambda* target (``t2_population`` / ``lambda_population`` "world")."""
-    return _own_world_t2(cfg) or _own_world_sweep(cfg)
+    return own_world_t2(cfg) or own_world_sweeps(cfg)
 
 
-def _own_world_t2(cfg: GridConfig) -> bool:
+def own_world_t2(cfg: GridConfig) -> bool:
     """Whether the Table 2 difference is measured against each replicate's own world."""
     c = cfg.sweeps.calibrate
     return "t2_popular" in c.findings and c.t2_population == "world"
 
 
-def _own_world_sweep(cfg: GridConfig) -> bool:
+def own_world_sweeps(cfg: GridConfig) -> bool:
     """Whether the own-world runs also run the temporal sweep (lambda*'s own-world value)."""
     c = cfg.sweeps.calibrate
     return "lambda_star" in c.findings and c.lambda_population == "world"
 
 
-def _own_world_count(cfg: GridConfig) -> int:
+def own_world_count(cfg: GridConfig) -> int:
     """How many replicates of each size get an own-world run (the first ones; ``own_world_replicates``)."""
     c = cfg.sweeps.calibrate
-    if not _own_world(cfg):
+    if not uses_own_world(cfg):
         return 0
     return c.replicates if c.own_world_replicates is None else min(c.own_world_replicates, c.replicates)
 
@@ -203,10 +205,10 @@ def _own_world_count(cfg: GridConfig) -> int:
 def calibrate_job(cfg: GridConfig, size: float | None, world_seed: int, out: Path, population: bool = False,
          own_world: bool = False) -> Job:
     """A replicate, a population world, or (``own_world``) a replicate's own world with more users (with the
-    temporal sweep only where lambda*'s target is the own world, :func:`_own_world_sweep`); ``size`` None: the
+    temporal sweep only where lambda*'s target is the own world, :func:`own_world_sweeps`); ``size`` None: the
     grid's own ``world.plant``."""
     kind = "own-world" if own_world else "population" if population else "replicate"
-    sweep = not own_world or _own_world_sweep(cfg)
+    sweep = not own_world or own_world_sweeps(cfg)
     g = replicate_grid(cfg, size, world_seed, out / "runs" / "pending", population, own_world)
     h = recipe_hash(g, sweep=sweep)
     g = replicate_grid(cfg, size, world_seed, out / "runs" / h, population, own_world)
@@ -218,85 +220,24 @@ def calibrate_job(cfg: GridConfig, size: float | None, world_seed: int, out: Pat
                name=f"calibrate:{kind}:size={'grid' if size is None else format(size, 'g')}:world={world_seed}")
 
 
-# --------------------------------------------------------------------------- the study's report
+# --------------------------------------------------------------------------- the study's record
 
 
-def write_calibration(res: CalibrationResult, cfg: GridConfig, seconds: float) -> Path:
-    """``OUT/calibration.md`` (+ ``calibration.json``, ``power_curve.png``)."""
-    c = cfg.sweeps.calibrate
-    out = res.out
-    grid_world = _grid_world_summary(res, cfg)
-    (out / "calibration.json").write_text(json.dumps(json_safe({
-        "grid": grid_identity(cfg, out),
+def write_record(res: CalibrationResult, cfg: GridConfig) -> Path:
+    """``OUT/calibration.json``: what the study measured (:func:`grid_identity`), per finding and size, the
+    population values and the grid's own world (:func:`grid_world_summary`); the report reads it
+    (:mod:`mmgrid.render.report_calibration`)."""
+    path = res.out / "calibration.json"
+    path.write_text(json.dumps(json_safe({
+        "grid": grid_identity(cfg, res.out),
         "sizes": res.sizes, "knobs": res.knobs, "replicates": res.replicates,
         "population": {_size_key(k): v for k, v in res.population.items()},
         "findings": [f.to_dict() for f in res.findings], "seconds_per_replicate": res.seconds_per_replicate,
-        "grid_world": grid_world,
+        "grid_world": grid_world_summary(res, cfg),
         "t2_sd": _t2_spread(res),
     }), indent=1))
-    png = power_curve(res, out / "power_curve.png", c.power)
-    lines = [f"# mmgrid calibrate: grid `{cfg.name}`", "",
-             f"{res.replicates} replicate world(s) per planted size, each run through the grid's pipeline at its budget "
-             f"(paradigm `{cfg.sweeps.temporal.paradigm}`, training seeds {cfg.train.seed_list}, "
-             f"`train.max_examples` {cfg.train.max_examples}, `eval.max_users` {cfg.eval.max_users}); planted knobs "
-             f"{', '.join(f'`world.plant.{k}`' for k in res.knobs)} = the size times the grid's own value "
-             f"({_plant_text(cfg, res.knobs)}; 0 = the null world, 1 = the grid's world). Population values: "
-             f"{c.population_worlds} world(s) with {c.population_user_scale:g}x the users, every test user"
-             + (f"; {_own_world_what(cfg)} coverage and bias are measured against "
-                f"{_own_world_who(cfg)} own world with {c.population_user_scale:g}x its users (its items, trends and "
-                "users, plus more users)" if _own_world(cfg) else "") + ". Rates carry "
-             "their Monte Carlo standard error (MCSE = sqrt(p (1 - p) / R)); the MDE is the |effect| a replicate "
-             f"detects at {c.power:.0%} power, 2.80 x the SE its mean 95% interval implies. "
-             f"{res.seconds_per_replicate:.0f} s per replicate on average; the study took {seconds:.0f} s here "
-             "(cached replicates count 0).", "",
-             "| finding | size | population value | null? | holds (type-I under the null, else power) | coverage | "
-             "bias | MDE (80%) | n | targets |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for f in res.findings:
-        also = f"; the configuration's value: {f.coverage_config.text()}" if f.coverage_config else ""
-        row = f.__dict__
-        lines.append(f"| {f.finding} | {f.size:g} | {_num(f.population)} | {'yes' if f.is_null else 'no'} | "
-                     f"{f.holds.text() if f.holds else '-'} | {_coverage(f.coverage, f.coverage_of, f.coverage_expected)}"
-                     f"{also} | "
-                     f"{_bias(f.bias)} | {_num(f.mde)} | {row['n']} | "
-                     f"{target_check(f, 1 - c.level, c.power, c.level)} |")
-    lines += ["", "Per domain (non-active lambda*) and per paradigm (Table 2 difference):", "",
-              "| finding | size | domain / paradigm | population value | coverage | bias | MDE | spread / SE | "
-              "estimates (min / median / max) |", "|---|---|---|---|---|---|---|---|---|"]
-    for f in res.findings:
-        for d, v in f.per_domain.items():
-            cov = _coverage(Rate(**v["coverage"]), v.get("coverage_of", "configuration"),
-                            v.get("coverage_expected", float("nan")))
-            if v.get("coverage_config"):
-                cov += f"; the configuration's value: {Rate(**v['coverage_config']).text()}"
-            lines.append(f"| {f.finding} | {f.size:g} | {d} | {_num(v['population'])} | {cov} | "
-                         f"{_bias(Bias(**v['bias']))} | {_num(v['mde'])} | {_num(v.get('spread_ratio'))} | "
-                         f"{' / '.join(f'{q:.2f}' for q in v['estimates']) if v.get('estimates') else '-'} |")
-    lines += ["", "*spread / SE*: the SD of the replicates' estimates over the mean standard error their intervals "
-              "imply (above 1: the worlds differ by more than one world's interval allows). *expected from the "
-              "population value's own noise* (*from its noise* for an own world): the rate at which correct intervals "
-              "cover a target estimated with the population runs' SE (their intervals combined as for a mean) or the "
-              "own-world run's SE, 2 Phi(1.96 se / sqrt(se^2 + se_p^2)) - 1."]
-    lines += ["", "Population values as the population runs measured them (lambda* all users / non-active users per "
-              "domain; the rows above replace rho and the range by 0 where the null world's domains are alike):", "",
-              "| size | lambda* per domain (all / non-active) | rho | max abs(lambda* - 1) | range of lambda* | "
-              "Table 2 difference (SE) |", "|---|---|---|---|---|---|"]
-    for size in res.sizes:
-        pv = res.population.get(size) or {}
-        lam = ", ".join(f"{d} {_num(g.get('all'))} / {_num(g.get('non_active'))}"
-                        for d, g in sorted((pv.get("lambda_star") or {}).items()))
-        lines.append(f"| {size:g} | {lam or '-'} | {_num(pv.get('t4_rho'))} | {_num(pv.get('f5_not1'))} | "
-                     f"{_num(pv.get('f5_varies'))} | {_num(pv.get('t2_popular'))} ({_num(pv.get('t2_popular_se'))}) |")
-    lines += _grid_world_lines(grid_world)
-    lines += ["", "What each finding's estimand is:", ""]
-    lines += [f"- `{k}` ({FINDINGS[k][0]}): {FINDINGS[k][2]}" for k in c.findings]
-    if png is not None:
-        lines += ["", f"![power curve]({png.name})", "",
-                  "*Rate of \"holds\" against the planted size (error bars: 95% Wilson interval of the rate, which stays "
-                  "honest at 0/R and R/R where the MCSE is 0); dashed: 5% and "
-                  f"{c.power:.0%}.*"]
-    path = out / "calibration.md"
-    path.write_text("\n".join(lines) + "\n")
     return path
+
 
 
 def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
@@ -318,18 +259,10 @@ def grid_identity(cfg: GridConfig, out: Path) -> dict[str, Any]:
             "runs": {_size_key(size): {
                 "replicates": [recipe(size, c.world_seed + r, False) for r in range(c.replicates)],
                 "population": [recipe(size, c.world_seed + 10_000 + p, True) for p in range(c.population_worlds)],
-                **({"own_world": [own_world(size, c.world_seed + r) for r in range(_own_world_count(cfg))]}
-                   if _own_world(cfg) else {})}
+                **({"own_world": [own_world(size, c.world_seed + r) for r in range(own_world_count(cfg))]}
+                   if uses_own_world(cfg) else {})}
                 for size in c.sizes}}
 
-
-def _plant_text(cfg: GridConfig, knobs: list[str]) -> str:
-    """The grid's own values of the calibrated knobs, e.g. "all 1" or "turnover 1.5, trend 1"."""
-    assert cfg.world is not None  # `mmgrid calibrate` refuses a grid without a world: section
-    vals = {k: float(getattr(cfg.world.plant, k)) for k in knobs}
-    if len(set(vals.values())) == 1:
-        return f"all {next(iter(vals.values())):g} in this grid"
-    return "in this grid " + ", ".join(f"{k} {v:g}" for k, v in vals.items())
 
 
 def _grid_size(res: CalibrationResult) -> float | None:
@@ -344,7 +277,7 @@ def _rank(v: float, xs: list[float]) -> str:
     return f"{below} below, {equal} equal, {len(xs) - below - equal} above"
 
 
-def _grid_world_summary(res: CalibrationResult, cfg: GridConfig) -> dict[str, Any] | None:
+def grid_world_summary(res: CalibrationResult, cfg: GridConfig) -> dict[str, Any] | None:
     """The grid's own world's estimates and, where the study has its planted size, their ranks among the
     replicates' (per domain for the non-active lambda*; rho's point estimate; the Table 2 difference)."""
     g = res.grid_world
@@ -378,106 +311,9 @@ def _grid_world_summary(res: CalibrationResult, cfg: GridConfig) -> dict[str, An
     return out
 
 
-def _grid_world_lines(s: dict[str, Any] | None) -> list[str]:
-    """calibration.md's section on the grid's own world, from :func:`_grid_world_summary`."""
-    if s is None:
-        return []
-    other = " other" if s.get("is_replicate") is not None else ""
-    where = (f"ranked among the {s['replicates']}{other} replicate worlds of planted size {s['size']:g}, which has the "
-             "same knobs" if s["size"] is not None else "no planted size of this study has its knobs, so no ranks")
-    if s.get("is_replicate") is not None:
-        where += f" (it is replicate {s['is_replicate']} of that size: the same world seed and knobs)"
-    lines = ["", f"The grid's own world (world seed {s['world_seed']}, its own `world.plant`), run through the same "
-                 f"replicate pipeline and {where}: is the world a report was made on a typical draw?", "",
-             "| estimate | the grid's world [95% interval] | rank among the replicates |", "|---|---|---|"]
-    for d, v in s["lambda_star"].items():
-        e = v["estimate"]
-        lines.append(f"| {d} non-active lambda* | {as_float(e[0]):.2f} [{as_float(e[1]):.2f}, {as_float(e[2]):.2f}] "
-                     f"| {v['rank'] or '-'} |")
-    if s.get("t4_rho"):
-        r = s["t4_rho"]
-        lines.append(f"| rho(gap, non-active lambda*) | {as_float(r[0]):+.2f} [{as_float(r[1]):+.2f}, "
-                     f"{as_float(r[2]):+.2f}] | {s.get('t4_rho_rank') or '-'} |")
-    if s.get("t2_popular"):
-        t = s["t2_popular"]
-        lines.append(f"| Table 2 difference | {as_float(t[0]):+.4f} [{as_float(t[1]):+.4f}, {as_float(t[2]):+.4f}] | "
-                     f"{s.get('t2_rank') or '-'} |")
-    lines.append(f"| Figure 5 verdicts | lambda = 1 not the best: {'holds' if s['f5_not1'] else 'inconclusive'}; "
-                 f"lambda* differs between domains: {'holds' if s['f5_varies'] else 'inconclusive'} | - |")
-    return lines
-
-
-def _own_world_what(cfg: GridConfig) -> str:
-    """Whose coverage is measured against the own world: "the Table 2 difference's", "lambda*'s" or both."""
-    who = [w for w, on in (("the non-active lambda*'s", _own_world_sweep(cfg)),
-                           ("the Table 2 difference's", _own_world_t2(cfg))) if on]
-    return " and ".join(who)
-
-
-def _own_world_who(cfg: GridConfig) -> str:
-    n, r = _own_world_count(cfg), cfg.sweeps.calibrate.replicates
-    return "each replicate's" if n >= r else f"each of the first {n} replicates' (of {r})"
-
-
 def _t2_spread(res: CalibrationResult) -> dict[str, float]:
     """Mean per-user and per-seed SD of the t2 difference over the largest planted size's replicates (for --plan)."""
     rs = res.runs.get(max(res.sizes), []) if res.sizes else []
     u = [r["t2_sd_user"] for r in rs if r.get("t2_sd_user") is not None]
     s = [r["t2_sd_seed"] for r in rs if r.get("t2_sd_seed") is not None]
     return {"user": float(np.mean(u)) if u else float("nan"), "seed": float(np.mean(s)) if s else float("nan")}
-
-
-def _coverage(cov: Rate | None, of: str, expected: float) -> str:
-    if cov is None:
-        return "-"
-    known = expected is not None and math.isfinite(expected)
-    if of != "own world":
-        return cov.text() + (f" ({expected:.0%} expected from the population value's own noise)" if known else "")
-    return f"{cov.text()} (own world{f'; {expected:.0%} expected from its noise' if known else ''})"
-
-
-def _num(v: float | None) -> str:
-    return "-" if v is None or not math.isfinite(v) else f"{v:.3f}"
-
-
-def _bias(b: Bias | None) -> str:
-    if b is None or not math.isfinite(b.bias):
-        return "-"
-    return f"{b.bias:+.3f}" + (f" (MCSE {b.mcse:.3f})" if math.isfinite(b.mcse) else "")
-
-
-def power_curve(res: CalibrationResult, path: Path, power: float = 0.8) -> Path | None:
-    """Rate of "holds" per finding against the planted size, with 2-MCSE error bars (PNG)."""
-    # lazy: matplotlib (~0.5 s) only when a figure is drawn
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: as matplotlib above
-    from scipy import stats as sps  # lazy: as matplotlib above (scipy ~0.3 s)
-
-    series: dict[str, list[tuple[float, Rate]]] = {}
-    for f in res.findings:
-        if f.holds is not None and f.holds.n:
-            series.setdefault(f.finding, []).append((f.size, f.holds))
-    if not series:
-        return None
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    span = (max(res.sizes) - min(res.sizes)) or 1.0
-    for i, (name, pts) in enumerate(series.items()):
-        pts.sort(key=lambda x: x[0])
-        dx = (i - (len(series) - 1) / 2) * 0.012 * span  # a small offset per finding: equal rates stay visible
-        ci = [sps.binomtest(p[1].hits, p[1].n).proportion_ci(method="wilson") for p in pts]
-        rate = [p[1].rate for p in pts]
-        err = [[r - c.low for r, c in zip(rate, ci)], [c.high - r for r, c in zip(rate, ci)]]
-        ax.errorbar([p[0] + dx for p in pts], rate, yerr=err, marker="o", capsize=3, label=name)
-    ax.axhline(0.05, ls="--", c="grey", lw=0.8)
-    ax.axhline(power, ls="--", c="grey", lw=0.8)
-    ax.set_xlabel("planted size (0 = null world, 1 = preset world)")
-    ax.set_ylabel('rate of "holds"')
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"power curve ({res.replicates} replicates per size)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from mmgrid.errors import ConfigError
-from mmgrid.eval.table import PerUser, align, fmt_ci, fmt_p, newest_rows, seed_number
+from mmgrid.eval.table import PerUser, align, newest_rows, seed_number
 from mmgrid.stats import holm, paired_difference
 
 if TYPE_CHECKING:
@@ -105,46 +105,6 @@ class Comparison:
     spec: CompareSpec
     label_a: str = "A"
     label_b: str = "B"
-
-    def render(self, scale: float = 100.0) -> str:
-        """A plain-text table (values in %, differences in points) and the list of unpaired cells."""
-        s = self.spec
-        lines = [f"{s.metric} ({s.split}, {s.group} users): A = {self.label_a}, B = {self.label_b}; "
-                 f"A - B per cell, paired per user, {int(s.level * 100)}% bootstrap interval over users and seeds, "
-                 "sign-flip p, Holm over the cells"]
-        show = [c for c in self.cell_columns if c in self.rows.columns and self.rows[c].notna().any()]
-        if self.rows.empty:
-            lines.append("no cell could be paired")
-        else:
-            head = show + ["seeds", "users", "A", "B", "A - B [interval]", "p", "p (Holm)"]
-            body = []
-            for r in self.rows.to_dict("records"):
-                body.append([_txt(r[c]) for c in show] + [",".join(str(x) for x in r["seeds"]), str(r["n_users"]),
-                            fmt_ci(r["mean_a"], math.nan, math.nan, scale), fmt_ci(r["mean_b"], math.nan, math.nan, scale),
-                            fmt_ci(r["diff"], r["ci_low"], r["ci_high"], scale, sign=True), fmt_p(r["p"]),
-                            fmt_p(r["p_holm"])])
-            widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-            lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-            lines += ["  ".join(x.ljust(w) for x, w in zip(b, widths)) for b in body]
-            part = [r for r in self.rows.to_dict("records") if r["seeds_unpaired"]]
-            if part:
-                lines.append(f"{len(part)} cell(s) paired on their common seeds only; the others: "
-                             + "; ".join(f"{', '.join(_txt(r[c]) for c in show)}: {r['seeds_unpaired']}" for r in part))
-            dup = int(self.rows["duplicates"].sum())
-            if dup:
-                lines.append(f"{dup} older evaluation(s) of a cell and seed set aside (the newest is used)")
-        if not self.unpaired.empty:
-            lines.append(f"cannot be paired ({len(self.unpaired)}):")
-            for r in self.unpaired.to_dict("records"):
-                cell = ", ".join(f"{c}={_txt(r[c])}" for c in self.cell_columns if c in r and _txt(r[c]) != "-")
-                lines.append(f"  {cell}: {r['reason']}")
-        return "\n".join(lines)
-
-
-def _txt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _rows(registry: Registry, spec: CompareSpec) -> pd.DataFrame:
