@@ -37,7 +37,27 @@ def record(run: Path) -> dict:
         for pat, rep in blank:
             line = pat.sub(rep, line)
         lines.append(line)
-    return {"checkpoints": ckpt_rows, "results": res_rows, "report": lines}
+    return {"checkpoints": ckpt_rows, "results": res_rows, "report": as_sets(lines)}
+
+
+ID_LIST = re.compile(r"^- (.+?): ((`[0-9a-f]{16}`(, )?)+)(.*)$")
+
+
+def as_sets(lines: list[str]) -> list[str]:
+    """The report's lines with each id list of the lineage appendix (``- row: `id`, `id` ...``, a set of
+    registry ids) in sorted order, and each block of such lines sorted."""
+    out: list[str] = []
+    block: list[str] = []
+    for line in lines + [""]:
+        m = ID_LIST.match(line)
+        if m:
+            ids = sorted(re.findall(r"`[0-9a-f]{16}`", m.group(2)))
+            block.append(f"- {m.group(1)}: {', '.join(ids)}{m.group(5)}")
+            continue
+        out += sorted(block)
+        block = []
+        out.append(line)
+    return out[:-1]
 
 
 def loosen(rec: dict) -> dict:

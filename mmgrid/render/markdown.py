@@ -40,9 +40,11 @@ def cell_text(v: Any, fmt: str) -> str:
 
 
 def provenance_markdown(title: str, prov: Provenance) -> str:
-    """An appendix section listing the registry ids behind each row."""
+    """An appendix section listing the registry ids behind each row, rows and ids sorted (the same
+    report whatever order the workers finished in)."""
     lines = [f"**{title}**", ""]
-    for row, ids in prov.items():
+    for row, ids in sorted(prov.items(), key=lambda kv: str(kv[0])):
+        ids = sorted(ids)
         shown = ", ".join(f"`{i}`" for i in ids[:40])
         more = f" (+{len(ids) - 40} more)" if len(ids) > 40 else ""
         lines.append(f"- {row}: {shown or '-'}{more}")
