@@ -290,6 +290,8 @@ CAUSES: dict[str, str] = {
                     "of the three quantiles' bins) before the merge pass: the softmaxes and logs of both models on "
                     "one thread; removed by computing the row KLs on both cores",
 }
+# "as X": the same first pass as X, its cause printed in full in the record
+CAUSES.update({k: CAUSES[v[3:]] for k, v in CAUSES.items() if v.startswith("as ")})
 
 
 # The methods on the fast file pass (docs/merging.md, Benchmark), profiled with cProfile on a fresh
