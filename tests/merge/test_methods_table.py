@@ -304,3 +304,18 @@ def test_method_version_is_part_of_the_identity():
     for m in ALL:
         want = {"method": m, "method_version": 2} if m in ("gcwm", "orthomerge", "slerp", "model_stock", "nuslerp", "karcher", "multislerp", "sce", "dare", "ties_dare", "della", "della_linear") else {"method": m}
         assert identity(m) == want, m
+
+
+@pytest.mark.parametrize("method, key, ok", [("karcher", "max_iter", 0), ("gcwm", "barycenter_iters", 1)])
+def test_iteration_counts_are_bounded(method, key, ok):
+    """An iteration count sets an amount of work: its range is checked before any tensor is read."""
+    from mmgrid.merge.methods import get_method
+    from mmgrid.merge.errors import MergeParamError
+    from mmgrid.merge.methods.base import MAX_ITERATIONS
+
+    params = get_method(method).Params
+    params(**{key: ok})
+    params(**{key: MAX_ITERATIONS})
+    for bad in (MAX_ITERATIONS + 1, 10**12, ok - 1, 2.5):
+        with pytest.raises(MergeParamError, match=rf"{key}={bad!r} must be an integer in \[{ok}, {MAX_ITERATIONS}\]"):
+            params(**{key: bad})

@@ -178,6 +178,9 @@ class Method:
         raise NotImplementedError
 
 
+MAX_ITERATIONS = 10_000  # the most fixed-point iterations a method parameter may ask for (a bound on the work)
+
+
 def check_range(name: str, value: float, lo: float, hi: float, lo_open: bool, hi_open: bool, hint: str) -> None:
     """Raise MergeParamError unless ``value`` lies in the interval."""
     ok = (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)

@@ -78,8 +78,9 @@ import torch
 
 from mmgrid.merge import geometry as geo
 from mmgrid.merge import ops
+from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.methods import bounds as bd
-from mmgrid.merge.methods.base import Method, TensorView, check_range
+from mmgrid.merge.methods.base import MAX_ITERATIONS, Method, TensorView, check_range
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
 
@@ -111,6 +112,10 @@ class GcwmParams(Weights):
         check_range("threshold", self.threshold, 0.0, 1.0, False, False, "a normalized conflict score")
         check_range("energy", self.energy, 0.0, 1.0, True, False, "e.g. energy=0.9")
         check_range("rank", self.rank, 1, 1 << 20, False, False, "e.g. rank=8")
+        if not isinstance(self.barycenter_iters, int) or not 1 <= self.barycenter_iters <= MAX_ITERATIONS:
+            raise MergeParamError(f"gcwm barycenter_iters={self.barycenter_iters!r} must be an integer in "
+                                  f"[1, {MAX_ITERATIONS}] (fixed-point steps of the Bures-Wasserstein barycenter); "
+                                  "e.g. barycenter_iters=50")
 
 
 @register

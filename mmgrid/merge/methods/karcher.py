@@ -45,7 +45,7 @@ import torch
 from mmgrid.merge.errors import MergeParamError
 from mmgrid.merge.pipeline import Kernel
 from mmgrid.merge.methods import spherical as sp
-from mmgrid.merge.methods.base import Method, TensorView, ViewStream, check_range
+from mmgrid.merge.methods.base import MAX_ITERATIONS, Method, TensorView, ViewStream, check_range
 from mmgrid.merge.methods.registry import register
 from mmgrid.merge.methods.weights import Weights
 
@@ -55,7 +55,7 @@ class KarcherParams(Weights):
     """Parameters of ``karcher``: :class:`Weights` (equal; >= 0 with a positive sum), and
 
     Attributes:
-        max_iter: iterations of the fixed-point update (>= 0).
+        max_iter: iterations of the fixed-point update, in [0, MAX_ITERATIONS].
         tol: stop when ||T|| < tol; inputs with norm <= tol have no direction.
     """
 
@@ -63,8 +63,9 @@ class KarcherParams(Weights):
     tol: float = 1e-5
 
     def __post_init__(self) -> None:
-        if self.max_iter < 0:
-            raise MergeParamError(f"karcher max_iter={self.max_iter} must be >= 0")
+        if not isinstance(self.max_iter, int) or not 0 <= self.max_iter <= MAX_ITERATIONS:
+            raise MergeParamError(f"karcher max_iter={self.max_iter!r} must be an integer in [0, {MAX_ITERATIONS}] "
+                                  "(each iteration is a pass over the input directions); e.g. max_iter=10")
         check_range("tol", self.tol, 0.0, 1.0, True, True, "e.g. tol=1e-5")
         if self.weights is not None and (any(w < 0 for w in self.weights) or sum(self.weights) <= 0):
             raise MergeParamError(f"karcher weights {self.weights} must be >= 0 with a positive sum")
