@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -43,6 +44,9 @@ def test_the_smoke_plan_sees_a_persistent_drift_and_no_effect_without_one(smoke)
 
 def test_each_run_holds_what_its_verdict_was_judged_on(smoke):
     from mmgrid.stats.verdict import verdict
+    from mmgrid.sweep.rolling import CLAIM_PAST, available
+
+    n_strategies = len(available()) - 1  # every strategy but latest
 
     out, res = smoke
     for run in res["runs"]:
@@ -50,9 +54,12 @@ def test_each_run_holds_what_its_verdict_was_judged_on(smoke):
             lo, hi = c["ci"]
             assert c["verdict"] == verdict(lo, hi, "greater")
             assert lo <= c["diff"] <= hi
-            # MDE = (z_0.975 + z_0.8) x SE, SE = width / (2 x 1.96)
-            assert c["mde"] == pytest.approx(2.8016 * (hi - lo) / (2 * 1.95996), rel=1e-3) or (hi == lo and
-                                                                                               math.isnan(c["mde"]))
+            # MDE = (z_{1-alpha/2} + z_0.8) x SE, SE = width / (2 z_{1-alpha/2}), alpha = 1 - the level judged at:
+            # 95% for lambda*_past, 1 - 0.05 / K for the best of the K strategies compared with latest
+            z = NormalDist().inv_cdf(1 - (1 - c["level"]) / 2)
+            assert c["level"] == pytest.approx(0.95 if c["claim"] == CLAIM_PAST else 1 - 0.05 / n_strategies)
+            assert c["mde"] == pytest.approx((z + 0.8416) * (hi - lo) / (2 * z), rel=1e-3) or (hi == lo and
+                                                                                            math.isnan(c["mde"]))
             assert c["noted"] == (c["inconclusive"] and math.isfinite(c["mde"]))  # the MDE beside inconclusive
     for r in res["rows"]:
         assert r["inconclusive_noted"] == r["inconclusive"]
