@@ -79,3 +79,23 @@ def test_a_difference_that_cancels_to_round_off_is_no_difference():
     # each group's values sum to 0 up to round-off (a symmetric spread): the mean is 0, not a tiny positive
     spread = np.tile(np.linspace(-0.001, 0.001, 20), 4)
     assert grouped_mean_ci(spread, np.repeat(np.arange(4), 20)) == (0.0, 0.0, 0.0, 1.0)
+
+
+def test_a_group_where_both_sides_are_the_same_model_is_a_known_zero():
+    # group 0: A == B on every user (the strategy deployed latest's model there); groups 1-3 differ by 1, 2, 3.
+    # mean = (0 + 2 + 4 + 6) / 8 = 1.5; the free groups' own mean 2, residual sums -2, 0, 2:
+    # V = 3 / 2 * 8 / 8^2 = 0.1875, SE 0.4330, t with 2 degrees of freedom (4.302653)
+    b = np.array([0.3, 0.4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    a = b + np.array([0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0])
+    cells = [0, 0, 1, 1, 2, 2, 3, 3]
+    r = grouped_difference(a, b, cells)
+    se = math.sqrt(0.1875)
+    assert r.diff == pytest.approx(1.5)
+    assert (r.ci_low, r.ci_high) == pytest.approx((1.5 - 4.302653 * se, 1.5 + 4.302653 * se), abs=1e-6)
+    # as a plain mean over the 4 groups (group means 0, 1, 2, 3): SE sqrt((5 / 3) / 4), t_3 = 3.182446
+    _, lo, hi, _ = grouped_mean_ci(a - b, cells)
+    assert (lo, hi) == pytest.approx((1.5 - 3.182446 * math.sqrt(5 / 12), 1.5 + 3.182446 * math.sqrt(5 / 12)),
+                                     abs=1e-6)
+    # every group fixed: a difference of 0 with nothing to vary
+    same = grouped_difference(b, b, cells)
+    assert (same.diff, same.ci_low, same.ci_high, same.pvalue) == (0.0, 0.0, 0.0, 1.0)

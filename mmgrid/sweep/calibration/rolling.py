@@ -93,7 +93,9 @@ class RollingPlan:
                               + ".")
 
 
-SMOKE = RollingPlan(sizes=(0.0, 0.5), replicates=2, periods=3, domains=2, users=40)
+# the smoke plan: 3 periods x 2 domains leave 4 (domain, window) cells where lambda*_past differs from latest;
+# at the default jitter their spread hides a drift of 0.5 from an interval over 4 cells, at 0.05 it does not
+SMOKE = RollingPlan(sizes=(0.0, 0.5), replicates=2, periods=3, domains=2, users=40, jitter=0.05)
 
 
 class _Point(torch.nn.Module):
