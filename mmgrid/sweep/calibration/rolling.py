@@ -226,7 +226,7 @@ def summarize(plan: RollingPlan, runs: list[dict[str, Any]]) -> list[dict[str, A
                         "inconclusive": len(inc), "inconclusive_noted": sum(c["noted"] for c in inc),
                         "n": len(cs)})
             x = out[-1]
-            ses = np.array([se_from_interval(*c["ci"], c["level"]) for c in cs], dtype=float)
+            ses = np.array([se_from_interval(c["ci"][0], c["ci"][1], c["level"]) for c in cs], dtype=np.float64)
             se = float(np.nanmean(ses)) if np.isfinite(ses).any() else math.nan
             x["spread_ratio"] = x["diff_sd"] / se if se > 0 and math.isfinite(x["diff_sd"]) else math.nan
     return out
