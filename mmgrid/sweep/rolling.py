@@ -759,7 +759,7 @@ def _verdicts(study: RollingStudy, vals: dict) -> None:
         r, cells = got
         record(CLAIM_PAST, verdict(r.ci_low, r.ci_high, "greater"), "lambda*_past", r, LEVEL,
                text("lambda*_past", r, cells, LEVEL))
-    names = sorted({k[1] for k in vals} - {REFERENCE})
+    names = [s for s in sorted({k[1] for k in vals} - {REFERENCE}) if pooled(s) is not None]  # the K compared
     level = 1.0 - (1.0 - LEVEL) / max(1, len(names))
     results = {s: got for s in names if (got := compare(s, level)) is not None}
     if not results:
