@@ -24,6 +24,7 @@ _LAZY = {
     "mmgrid.stats.regression": ("LinearFit", "fit_ols", "loo_predictions", "ols"),
     "mmgrid.stats.multiple": ("benjamini_hochberg", "holm"),
     "mmgrid.stats.paired": ("PairedResult", "paired_difference", "sign_flip_p"),
+    "mmgrid.stats.grouped": ("grouped_difference", "grouped_mean_ci"),
     "mmgrid.stats.power": ("Bias", "DesignPoint", "Rate", "mcse_bias", "mcse_rate", "mde", "mde_design",
                            "mde_from_interval", "mde_paired", "n_for_effect", "plan_design", "power_normal",
                            "se_from_interval", "t_power", "within_mcse"),

@@ -32,10 +32,12 @@ naming its input ids (its lineage; a re-run with the same recipe is a cache hit)
 Each deployment is evaluated on its window and, for the accuracy matrix, on every incremental window
 (``R[i, j]``: deployment at s_i on s_j's window), so BWT, FWT (against theta_0) and forgetting are measured per
 strategy (:mod:`mmgrid.eval.matrix`). :func:`rolling_study` reads it back: per strategy NDCG@10 / Recall@10 per
-window and pooled over windows and domains, intervals over users (seeds kept), paired differences to
-``latest`` with Holm, and the verdicts "lambda chosen from the past beats lambda = 1 over the windows" and "the
-best strategy beats lambda = 1" (an inconclusive one with its minimum detectable effect at 80% power,
-:func:`mmgrid.stats.mde_note`).
+window and pooled over windows and domains, paired differences to ``latest`` with Holm (a window's intervals
+over its users, seeds kept; pooled over windows, over the (domain, window) cells, :func:`pooled_difference`,
+since a window's shift is shared by all its users), and the verdicts "lambda chosen from the past beats lambda
+= 1 over the windows" and "the best strategy beats lambda = 1" (selection-aware: every strategy judged at the
+family level 1 - 0.05 / K over the K compared; an inconclusive one with its minimum detectable effect at 80%
+power, :func:`mmgrid.stats.mde_note`).
 """
 
 from __future__ import annotations
@@ -57,9 +59,10 @@ from mmgrid.merge.api import merge
 from mmgrid.merge.methods import identity, method_names
 from mmgrid.registry.names import hash_json
 from mmgrid.runtime.plan import planned_ids
-from mmgrid.stats import holm, mean_ci, paired_difference
+from mmgrid.stats import grouped_difference, grouped_mean_ci, holm, mean_ci, paired_difference
+from mmgrid.stats.paired import PairedResult
 from mmgrid.stats.regression import ols
-from mmgrid.stats.verdict import INCONCLUSIVE, mde_note, verdict, verdict_line
+from mmgrid.stats.verdict import FAILS, HOLDS, INCONCLUSIVE, mde_note, verdict, verdict_line
 from mmgrid.merge.inplace import apply_if_fits
 from mmgrid.paradigms import get_paradigm
 from mmgrid.runtime.checkpoints import load_checkpoint
@@ -512,11 +515,13 @@ class RollingStudy:
         rows: one row per (domain, strategy, window, metric) of the deployed model on its window (domain "all":
             every domain's users; window "all": every window's users pooled): mean, ci_low, ci_high, diff,
             diff_low, diff_high (strategy - latest on the same users), p, p_holm (over the strategies of the same
-            domain, window and metric), n_users, n_seeds.
+            domain, window and metric), n_users, n_seeds. A row of one window has its intervals over users; a
+            row pooled over windows, over its (domain, window) cells (:func:`pooled_difference`).
         matrices: (domain, strategy) -> {"windows", "R" (deployment i on window j, seed-and-user means), "b",
             "bwt", "fwt", "forgetting"}.
         transfer: one row per (domain, strategy): bwt, fwt, forgetting.
         verdicts: claim -> (verdict, evidence).
+        judged: claim -> what its verdict was judged on: strategy, diff, ci_low, ci_high, level, p.
         windows: the deploy windows in time order.
     """
 
@@ -525,6 +530,7 @@ class RollingStudy:
     matrices: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     transfer: pd.DataFrame = field(default_factory=pd.DataFrame)
     verdicts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    judged: dict[str, dict[str, Any]] = field(default_factory=dict)
     windows: list[str] = field(default_factory=list)
 
     @property
@@ -570,11 +576,30 @@ def _pair(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray] | Non
 
 
 def _stacked(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple | None:
-    """Pairs of several (domain, window) cells side by side, each cell's users its own clusters."""
+    """Pairs of several (domain, window) cells side by side, each cell's users its own clusters: (users, va, vb,
+    cells), ``cells`` the cell number of each column (the groups of the interval over cells)."""
     if not parts or len({p[1].shape[0] for p in parts}) != 1:
         return None
     users = np.concatenate([p[0].astype(np.int64) + i * 10**9 for i, p in enumerate(parts)])
-    return users, np.concatenate([p[1] for p in parts], 1), np.concatenate([p[2] for p in parts], 1)
+    cells = np.concatenate([np.full(p[0].shape[0], i) for i, p in enumerate(parts)])
+    return users, np.concatenate([p[1] for p in parts], 1), np.concatenate([p[2] for p in parts], 1), cells
+
+
+def pooled_difference(a: np.ndarray, b: np.ndarray, users: np.ndarray, cells: np.ndarray,
+                      level: float = LEVEL) -> PairedResult:
+    """A - B pooled over (domain, window) cells: over two or more cells the interval and p are over the cells
+    (:func:`mmgrid.stats.grouped_difference`: a window's shift shared by all its users is in it); in one cell,
+    over its users (:func:`mmgrid.stats.paired_difference`, users as clusters)."""
+    if len(np.unique(cells)) >= 2:
+        return grouped_difference(a, b, cells, level=level)
+    return paired_difference(a, b, level=level, n_resamples=N_RESAMPLES, clusters=users)
+
+
+def _pooled_mean(a: np.ndarray, users: np.ndarray, cells: np.ndarray | None) -> tuple[float, float, float]:
+    """A pooled mean with the interval of :func:`pooled_difference` (over cells from two of them on)."""
+    if cells is not None and len(np.unique(cells)) >= 2:
+        return grouped_mean_ci(a, cells, level=LEVEL)[:3]
+    return mean_ci(a, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
 
 
 def rolling_study(registry: Registry, paradigm: str, variant: str = "default", metric: str = "ndcg@10",
@@ -610,6 +635,8 @@ def rolling_study(registry: Registry, paradigm: str, variant: str = "default", m
 
 
 def _row(domain: str, strat: str, window: str, met: str, pair: tuple | None, own: tuple | None) -> dict[str, Any]:
+    """One table row; a ``pair`` of :func:`_stacked` pooled over windows (``window`` "all") has its intervals
+    and p over the (domain, window) cells, any other over users."""
     row = {"domain": domain, "strategy": strat, "window": window, "metric": met, "mean": math.nan,
            "ci_low": math.nan, "ci_high": math.nan, "diff": math.nan, "diff_low": math.nan, "diff_high": math.nan,
            "p": math.nan, "n_users": 0, "n_seeds": 0}
@@ -617,13 +644,14 @@ def _row(domain: str, strat: str, window: str, met: str, pair: tuple | None, own
         if own is not None:
             row.update(mean=float(own[1].mean()), n_users=int(own[1].shape[1]), n_seeds=int(own[1].shape[0]))
         return row
-    users, a, b = pair
-    mean, lo, hi = mean_ci(a, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
+    users, a, b = pair[:3]
+    cells = pair[3] if len(pair) > 3 and window == "all" else np.zeros(users.shape[0], dtype=int)
+    mean, lo, hi = _pooled_mean(a, users, cells)
     row.update(mean=float(mean), ci_low=lo, ci_high=hi, n_users=int(a.shape[1]), n_seeds=int(a.shape[0]))
     if strat == REFERENCE:
         row.update(diff=0.0, diff_low=0.0, diff_high=0.0)
     else:
-        r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
+        r = pooled_difference(a, b, users, cells)
         row.update(diff=r.diff, diff_low=r.ci_low, diff_high=r.ci_high, p=r.pvalue)
     return row
 
@@ -688,6 +716,12 @@ def _matrices(vals: dict, df: pd.DataFrame) -> dict[tuple[str, str], dict[str, A
 
 
 def _verdicts(study: RollingStudy, vals: dict) -> None:
+    """CLAIM_PAST: ``lambda*_past`` - ``latest`` pooled over every (domain, window) cell, its interval over the
+    cells (:func:`pooled_difference`). CLAIM_BEST, selection-aware: each of the K strategies compared with
+    ``latest`` gets the same interval at the family level 1 - (1 - LEVEL) / K (Bonferroni, Holm's first step):
+    the claim holds when some strategy's lies above 0 (the highest mean of those is named), does not hold when
+    every one lies below 0, and is inconclusive otherwise (the highest mean is named, with its MDE at that
+    level). ``study.judged`` keeps each claim's strategy, difference and the interval it was judged on."""
     def pooled(strat: str) -> tuple | None:
         parts = []
         for k, v in vals.items():
@@ -698,25 +732,48 @@ def _verdicts(study: RollingStudy, vals: dict) -> None:
                 parts.append(p)
         return _stacked(parts)
 
-    def judge(strat: str, note: str = "") -> tuple[str, str]:
+    def compare(strat: str, level: float) -> tuple[PairedResult, int] | None:
         st = pooled(strat)
         if st is None:
-            return INCONCLUSIVE, f"{strat} not evaluated beside {REFERENCE}"
-        users, a, b = st
-        r = paired_difference(a, b, level=LEVEL, n_resamples=N_RESAMPLES, clusters=users)
-        v = verdict(r.ci_low, r.ci_high, "greater")
-        size = f"; {mde_note(r.ci_low, r.ci_high, LEVEL, what='difference')}" if v == INCONCLUSIVE else ""
-        return (v, f"{study.metric} over {len(study.windows)} windows: {strat} {r.mean_a:.4f} vs {REFERENCE} "
-                   f"{r.mean_b:.4f}, difference {r.diff:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}], p = {r.pvalue:.3g}, "
-                   f"{r.n_seeds} seed(s){note}{size}")
+            return None
+        users, a, b, cells = st
+        return pooled_difference(a, b, users, cells, level=level), len(np.unique(cells))
 
-    study.verdicts[CLAIM_PAST] = judge("lambda*_past")
-    means = {s: float(np.concatenate([v[1].mean(0) for k, v in vals.items() if k[1] == s]).mean())
-             for s in {k[1] for k in vals} if s != REFERENCE}
-    if means:
-        best = max(means, key=means.__getitem__)
-        study.verdicts[CLAIM_BEST] = judge(best, f"; {best} is the highest of {len(means)} strategies on these "
-                                                 "same windows (chosen on them: an optimistic reading)")
+    def text(strat: str, r: PairedResult, cells: int, level: float, note: str = "") -> str:
+        over = (f"interval over the {cells} (domain, window) cells" if cells >= 2 else
+                "interval over users (one cell: no window-to-window spread to measure)")
+        return (f"{study.metric} over {len(study.windows)} windows: {strat} {r.mean_a:.4f} vs {REFERENCE} "
+                f"{r.mean_b:.4f}, difference {r.diff:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}] ({level:.2%} interval), "
+                f"{over}, p = {r.pvalue:.3g}, {r.n_seeds} seed(s){note}")
+
+    def record(claim: str, v: str, strat: str, r: PairedResult, level: float, evidence: str) -> None:
+        size = f"; {mde_note(r.ci_low, r.ci_high, level, what='difference')}" if v == INCONCLUSIVE else ""
+        study.verdicts[claim] = (v, evidence + size)
+        study.judged[claim] = {"strategy": strat, "diff": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                               "level": level, "p": r.pvalue}
+
+    got = compare("lambda*_past", LEVEL)
+    if got is None:
+        study.verdicts[CLAIM_PAST] = (INCONCLUSIVE, f"lambda*_past not evaluated beside {REFERENCE}")
     else:
+        r, cells = got
+        record(CLAIM_PAST, verdict(r.ci_low, r.ci_high, "greater"), "lambda*_past", r, LEVEL,
+               text("lambda*_past", r, cells, LEVEL))
+    names = [s for s in sorted({k[1] for k in vals} - {REFERENCE}) if pooled(s) is not None]  # the K compared
+    level = 1.0 - (1.0 - LEVEL) / max(1, len(names))
+    results = {s: got for s in names if (got := compare(s, level)) is not None}
+    if not results:
         study.verdicts[CLAIM_BEST] = (INCONCLUSIVE, "no strategy but latest evaluated")
+        return
+    verdicts = {s: verdict(r.ci_low, r.ci_high, "greater") for s, (r, _) in results.items()}
+    winners = [s for s, v in verdicts.items() if v == HOLDS]
+    best = max(winners or results, key=lambda s: results[s][0].diff)
+    v = HOLDS if winners else FAILS if all(x == FAILS for x in verdicts.values()) else INCONCLUSIVE
+    r, cells = results[best]
+    note = (f"; {best} is the highest-mean strategy whose interval lies above 0" if winners else
+            f"; {best} has the highest mean") + (f"; each of the {len(results)} strategies compared with "
+                                                  f"{REFERENCE} is judged at the family level {level:.2%} "
+                                                  "(Bonferroni, Holm's first step): chosen among them, the claim "
+                                                  "errs at most 5% of the time where none beats it")
+    record(CLAIM_BEST, v, best, r, level, text(best, r, cells, level, note))
 

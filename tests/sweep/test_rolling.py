@@ -5,6 +5,7 @@ reads a checkpoint or a window after t."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -403,3 +404,54 @@ def test_an_inconclusive_verdict_states_its_minimum_detectable_effect(rolling_gr
     # MDE = (z_0.975 + z_0.8) x SE, SE = width / (2 x 1.96): about 0.71 x the interval's width
     assert shown == pytest.approx(mde_from_interval(lo, hi, 0.95), abs=0.005)
     assert shown == pytest.approx(2.8016 * (hi - lo) / (2 * 1.95996), abs=0.005) and "80% power" in evidence
+
+
+def _cells(diffs: dict[str, list[float]], n_users: int = 20) -> dict:
+    """A study's values: one domain, one window per entry of each strategy's list, every user of window j at
+    ``latest`` + that difference (latest at 0; a spread of +-0.001 over users, the same in every window)."""
+    spread = np.linspace(-0.001, 0.001, n_users)
+    vals = {("A", "latest", f"q{j}", f"w{j}"): (np.arange(n_users), np.zeros((1, n_users)), [0])
+            for j in range(len(next(iter(diffs.values()))))}
+    for strat, ds in diffs.items():
+        for j, d in enumerate(ds):
+            vals[("A", strat, f"q{j}", f"w{j}")] = (np.arange(n_users), (d + spread)[None, :], [0])
+    return vals
+
+
+def test_the_best_strategy_is_judged_at_the_family_level_and_pooled_intervals_span_the_windows():
+    """Window differences 1, 1, 3, 3 (user spread tiny): the pooled difference 2 has SE sqrt(s^2 / 4) with
+    s^2 = 4 / 3 over the 4 windows, 0.5774; the 95% interval 2 -/+ t_{3, 0.975} 0.5774 = 2 -/+ 3.1824 x 0.5774 = 2 -/+ 1.8374 lies above
+    0, the family interval of the best of two, 2 -/+ t_{3, 0.9875} 0.5774 = 2 -/+ 4.1765 x 0.5774 = 2 -/+ 2.4113, does not; the
+    interval over the users alone would be about 2 -/+ 0.2."""
+    import mmgrid.sweep.rolling as R
+
+    study = R.RollingStudy("ndcg@10", pd.DataFrame(), windows=["w0", "w1", "w2", "w3"])
+    R._verdicts(study, _cells({"lambda*_past": [1.0, 1.0, 3.0, 3.0], "magmax": [0.0, 0.0, 0.0, 0.0]}))
+    past, best = study.judged[R.CLAIM_PAST], study.judged[R.CLAIM_BEST]
+    assert (past["ci_low"], past["ci_high"]) == pytest.approx((2 - 1.8374, 2 + 1.8374), abs=2e-4)
+    assert study.verdicts[R.CLAIM_PAST][0] == "holds" and "over the 4 (domain, window) cells" in study.verdicts[
+        R.CLAIM_PAST][1]
+    assert best["strategy"] == "lambda*_past" and best["level"] == pytest.approx(0.975)
+    assert (best["ci_low"], best["ci_high"]) == pytest.approx((2 - 2.4113, 2 + 2.4113), abs=2e-4)
+    v, evidence = study.verdicts[R.CLAIM_BEST]
+    assert v == "inconclusive" and "family level 97.50%" in evidence and "at 80% power" in evidence
+    # with lambda*_past the only strategy compared, the family level is 95%: the claim holds
+    alone = R.RollingStudy("ndcg@10", pd.DataFrame(), windows=["w0", "w1", "w2", "w3"])
+    R._verdicts(alone, _cells({"lambda*_past": [1.0, 1.0, 3.0, 3.0]}))
+    assert alone.verdicts[R.CLAIM_BEST][0] == "holds" and alone.judged[R.CLAIM_BEST]["level"] == pytest.approx(0.95)
+    # every strategy below latest at the family level: the claim does not hold
+    worse = R.RollingStudy("ndcg@10", pd.DataFrame(), windows=["w0", "w1"])
+    R._verdicts(worse, _cells({"magmax": [-1.0, -1.01], "opcm": [-2.0, -2.01]}))
+    assert worse.verdicts[R.CLAIM_BEST][0] == "does not hold"
+
+
+def test_the_pooled_row_is_over_the_cells_and_a_window_row_over_its_users():
+    import mmgrid.sweep.rolling as R
+
+    vals = _cells({"lambda*_past": [1.0, 1.0, 3.0, 3.0]})
+    rows = pd.DataFrame(R._rows(vals, ["w0", "w1", "w2", "w3"], "ndcg@10"))
+    pooled = rows[(rows.domain == "all") & (rows.window == "all") & (rows.strategy == "lambda*_past")].iloc[0]
+    assert (pooled.diff_low, pooled.diff_high) == pytest.approx((2 - 1.8374, 2 + 1.8374), abs=2e-4)
+    assert pooled.ci_low == pytest.approx(pooled.diff_low) and pooled.p == pytest.approx(0.0405, abs=5e-4)  # 2 P(t_3 > 2 / 0.5774)
+    one = rows[(rows.domain == "A") & (rows.window == "w2") & (rows.strategy == "lambda*_past")].iloc[0]
+    assert one["diff"] == pytest.approx(3.0) and one.diff_high - one.diff_low < 0.002  # users only: +-0.001
