@@ -208,19 +208,23 @@ def rolling_calibration_markdown(plan: RollingPlan, rows: list[dict[str, Any]], 
              f"{plan.replicates} replicate checkpoint world(s) per planted drift ({plan.periods} periods, "
              f"{plan.domains} domain(s), {plan.users} users per window, per-user noise {plan.noise:g}; drift 0 = "
              "no drift, lambda = 1 is best; drift d = the optimum runs d periods ahead of the latest checkpoint "
-             f"every period). {METRIC}, every available strategy, 95% intervals over users. Rates carry their Monte "
-             "Carlo standard error; MDE: the |difference| a replicate detects at 80% power, 2.80 x the SE its "
-             f"interval implies. {seconds:.0f} s in all.", "",
+             f"every period). {METRIC}, every available strategy; pooled intervals over the (domain, window) "
+             "cells (95%; the best strategy's at 1 - 0.05 / K over the K strategies compared). Rates carry their "
+             "Monte Carlo standard error; MDE: the |difference| a replicate detects at 80% power at the level its "
+             "verdict is judged at ((z_{1-alpha/2} + z_0.8) x the SE its "
+             f"interval implies; 2.80 at 95%). {seconds:.0f} s in all.", "",
              "| claim | drift | holds (type-I error at drift 0, else power) | difference (mean, SD over replicates) | "
              "MDE (80%) | spread / SE | inconclusive with their MDE printed |", "|---|---|---|---|---|---|---|"]
     for x in rows:
         lines.append(f"| {x['claim']} | {x['size']:g} | {x['holds_text']} | {x['diff_mean']:+.4f} ({x['diff_sd']:.4f}) "
                      f"| {x['mde_mean']:.4f} | {x['spread_ratio']:.1f} | {x['inconclusive_noted']}/{x['inconclusive']} |")
-    lines += ["", "*spread / SE*: the SD of the replicates' differences over the mean SE their intervals imply. The "
-              "intervals resample users only, so a window's own displacement of the optimum (`jitter`), shared by "
-              "its users, is not in them: above 1, the replicates differ by more than one replicate's interval allows.",
-              "", "The best strategy is chosen on the windows it is judged on: its rate at drift 0 measures how far "
-              "that choice inflates the type-I error above the nominal 5% (the report calls the reading optimistic)."]
+    lines += ["", "*spread / SE*: the SD of the replicates' differences over the mean SE their intervals imply (about "
+              "1 when the intervals measure the variation from one world to the next). The pooled intervals are over "
+              "the (domain, window) cells (`mmgrid.sweep.rolling.pooled_difference`): a window's own displacement "
+              "of the optimum (`jitter`), shared by its users, is in them.",
+              "", "The best strategy's verdict is selection-aware: each of the K strategies compared with latest is "
+              "judged at the family level 1 - 0.05 / K (Bonferroni, Holm's first step), and the claim holds when one "
+              "of them lies above 0; its MDE is at that level."]
     return "\n".join(lines)
 
 

@@ -30,8 +30,9 @@ def rolling_text(study: RollingStudy, metric: str | None = None) -> str:
     if study.empty:
         return "No rolling deployment recorded (run `mmgrid sweep rolling RUN`)."
     r = study.rows[(study.rows["metric"] == metric) & (study.rows["domain"] == "all")]
-    lines = [f"Deployed model on the next window, {metric} (all users, every domain; 95% intervals over users, "
-             "seeds kept; difference to latest = lambda 1, Holm over the strategies)", "",
+    lines = [f"Deployed model on the next window, {metric} (all users, every domain; 95% intervals: pooled over "
+             "the (domain, window) cells, a window's over its users, seeds kept; difference to latest = lambda 1, "
+             "Holm over the strategies)", "",
              "| strategy | pooled | difference to latest | p (Holm) | " + " | ".join(study.windows) + " |",
              "|---|---|---|---|" + "---|" * len(study.windows)]
     for strat, g in r.groupby("strategy", sort=False):
