@@ -1,5 +1,5 @@
 """The calibration study's results in the report: a typed record read from ``mmgrid calibrate``'s output
-(``OUT/calibration.json``, :func:`mmgrid.sweep.calibration.study.write_calibration`) and its renderers for
+(``OUT/calibration.json``, :func:`mmgrid.sweep.calibration.study.write_record`) and its renderers for
 report.md and report.html.
 
 How the report finds the output (docs/report.md): ``mmgrid report --calibration DIR`` (DIR holds
