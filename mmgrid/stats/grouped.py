@@ -28,7 +28,7 @@ from scipy import stats as sps
 
 from mmgrid.stats.bootstrap import DEFAULT_LEVEL, as_matrix, check_level, cluster_index, cluster_sums
 from mmgrid.stats.errors import StatsError
-from mmgrid.stats.paired import PairedResult
+from mmgrid.stats.paired import PairedResult, paired_matrices
 
 ROUND_OFF = 1e-12  # relative: a spread or mean below it (times the largest |value|) is the sums' round-off
 TEST = "groups_t"  # PairedResult.test of a difference judged over groups
@@ -101,13 +101,8 @@ def grouped_difference(a: np.ndarray, b: np.ndarray, groups, level: float = DEFA
         per-user differences); a group where A and B agree on every user and seed (the same model on both
         sides) is ``fixed`` there: a known 0 without variance. With one other group the interval and p are NaN.
     """
-    x, y = as_matrix(a), as_matrix(b)
-    if x.shape[1] != y.shape[1]:
-        raise StatsError(f"paired comparison needs the same users on both sides: {x.shape[1]} vs {y.shape[1]} users")
-    if x.shape[0] != y.shape[0] and 1 not in (x.shape[0], y.shape[0]):
-        raise StatsError(f"paired comparison: {x.shape[0]} vs {y.shape[0]} seeds; give equal seeds or one side with one")
-    n_seeds = max(x.shape[0], y.shape[0])
-    x, y = np.broadcast_to(x, (n_seeds, x.shape[1])), np.broadcast_to(y, (n_seeds, y.shape[1]))
+    x, y = paired_matrices(a, b)
+    n_seeds = x.shape[0]
     labels = np.asarray(groups).reshape(-1)
     d = x - y
     same = [gr for gr in dict.fromkeys(labels.tolist()) if not np.any(d[:, labels == gr])]

@@ -51,6 +51,22 @@ class PairedResult:
 DEFAULT_FLIPS = 10_000  # random sign assignments: p >= 1 / 10001, small enough to survive a Holm factor of ~50
 
 
+def paired_matrices(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides of a paired comparison as (seeds x users) matrices of one shape: the same users, and equal
+    seeds or one side with one seed (broadcast to the other's).
+
+    Raises:
+        StatsError: different users, or different seed counts neither of which is one.
+    """
+    x, y = as_matrix(a), as_matrix(b)
+    if x.shape[1] != y.shape[1]:
+        raise StatsError(f"paired comparison needs the same users on both sides: {x.shape[1]} vs {y.shape[1]} users")
+    if x.shape[0] != y.shape[0] and 1 not in (x.shape[0], y.shape[0]):
+        raise StatsError(f"paired comparison: {x.shape[0]} vs {y.shape[0]} seeds; give equal seeds or one side with one")
+    n_seeds = max(x.shape[0], y.shape[0])
+    return np.broadcast_to(x, (n_seeds, x.shape[1])), np.broadcast_to(y, (n_seeds, y.shape[1]))
+
+
 def paired_difference(a: np.ndarray, b: np.ndarray, test: str = "randomization", level: float = DEFAULT_LEVEL,
                       n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, n_flips: int = DEFAULT_FLIPS,
                       clusters=None) -> PairedResult:
@@ -78,13 +94,8 @@ def paired_difference(a: np.ndarray, b: np.ndarray, test: str = "randomization",
     """
     if test not in TESTS:
         raise StatsError(f"paired test {test!r} is not one of {TESTS}")
-    x, y = as_matrix(a), as_matrix(b)
-    if x.shape[1] != y.shape[1]:
-        raise StatsError(f"paired comparison needs the same users on both sides: {x.shape[1]} vs {y.shape[1]} users")
-    if x.shape[0] != y.shape[0] and 1 not in (x.shape[0], y.shape[0]):
-        raise StatsError(f"paired comparison: {x.shape[0]} vs {y.shape[0]} seeds; give equal seeds or one side with one")
-    n_seeds = max(x.shape[0], y.shape[0])
-    x, y = np.broadcast_to(x, (n_seeds, x.shape[1])), np.broadcast_to(y, (n_seeds, y.shape[1]))
+    x, y = paired_matrices(a, b)
+    n_seeds = x.shape[0]
     n_users = x.shape[1]
     if n_users == 0:
         nan = float("nan")
