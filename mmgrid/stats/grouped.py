@@ -72,9 +72,10 @@ def grouped_mean_ci(values: np.ndarray, groups, level: float = DEFAULT_LEVEL,
         free = ~np.isin(labels[first], np.asarray(list(fixed), dtype=labels.dtype))
     gf = int(free.sum())
     if gf < 2:
-        if gf == 0 or abs(mean) <= tol:
-            mean = 0.0 if abs(mean) <= tol else mean
-            return (mean, mean, mean, 1.0 if mean == 0 else 0.0) if gf == 0 else (mean, math.nan, math.nan, math.nan)
+        if abs(mean) <= tol:
+            mean = 0.0  # round-off of the sums
+        if gf == 0:  # every group fixed: the mean is known exactly
+            return mean, mean, mean, 1.0 if mean == 0 else 0.0
         return mean, math.nan, math.nan, math.nan
     m_free = float(sums[free].sum() / sizes[free].sum())
     resid = sums[free] - m_free * sizes[free]
