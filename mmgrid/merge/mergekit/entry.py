@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mmgrid.fileio.atomic import fsync_file
 from mmgrid.fileio.safetensors import FLOAT_BITS
 from mmgrid.merge.errors import MergekitRecipeError, NonFiniteError, SourceError
 from mmgrid.merge.mergekit import folder as fo
@@ -113,11 +114,7 @@ def copy_recipe(spec: sp.MergekitSpec, out: Path, registry: Any, max_shard_bytes
 
     def copy(tmp: Path) -> list[str]:
         shutil.copyfile(weights, tmp / fo.SINGLE)
-        fd = os.open(tmp / fo.SINGLE, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # as durable as the engine's writer
-        finally:
-            os.close(fd)
+        fsync_file(tmp / fo.SINGLE)  # as durable as the engine's writer
         return [fo.SINGLE]
 
     return fo.MergekitResult(out, None, groups, fo.publish_folder(out, copy, files))
