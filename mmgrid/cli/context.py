@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from mmgrid.registry.api import Registry
 
 
-def open_registry(args: argparse.Namespace, command: str, *, quiet: bool = False, create: bool = False) -> Any:
+def open_registry(args: argparse.Namespace, command: str, *, quiet: bool = False, create: bool = False) -> Registry:
     """Open the command's registry, named by the one rule of :mod:`mmgrid.cliargs`; ``create``:
     make it when missing (``registry import-hf``), else never create one; ``quiet``: no warning for
     the files the index skips (the command lists them itself)."""
@@ -109,7 +109,7 @@ def run_changes(cfg: GridConfig, folder: str | Path) -> list[str]:
     return out
 
 
-def load_source(source: str | Path, overrides: list[str] | None = None) -> Any:
+def load_source(source: str | Path, overrides: list[str] | None = None) -> GridConfig:
     """The grid of ``source``: a saved run (``mmgrid-run.yaml``, its paths relative to its folder)
     or a grid YAML / packaged grid name, with ``overrides`` applied (not validated)."""
     # lazy: yaml and the config stay out of `mmgrid --help`
@@ -150,7 +150,7 @@ def grid_source(target: str | None, args: argparse.Namespace | None = None, comm
 
 
 def load_config(target: str | None, overrides: list[str] | None, args: argparse.Namespace | None = None,
-                command: str = "") -> Any:
+                command: str = "") -> GridConfig:
     """The grid of ``target`` (see :func:`grid_source`) with ``overrides`` applied, validated once.
 
     When ``args`` has ``--registry`` (or the environment names one) and the grid names another

@@ -142,7 +142,7 @@ def run_demo(quick: bool = False, out: str | None = None, config: str = "demo", 
     try:
         with _step("build", timings):
             build_grid(cfg, executor=executor)
-        reg = Registry.open(cfg.registry)
+        reg = Registry.open(cfg.registry_root)
         with _step("baselines (Table 2)", timings):
             print(evaluate_and_tabulate(cfg, registry=reg, prepared=prepared, executor=executor))
             made = demo_aliases(cfg, reg)

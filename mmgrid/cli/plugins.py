@@ -102,13 +102,13 @@ def _study(args: argparse.Namespace) -> int:
             raise ConfigError(f"mmgrid study --set {text!r}: {exc}") from exc
         params[".".join(path)] = value
     cfg = load_config(args.config, args.overrides, args, command=f"study {args.name}")
-    if not is_registry(Path(cfg.registry)):
-        raise RegistryError(f"mmgrid study {args.name}: {cfg.registry} is not a registry (no manifests/ folder); "
+    if not is_registry(Path(cfg.registry_root)):
+        raise RegistryError(f"mmgrid study {args.name}: {cfg.registry_root} is not a registry (no manifests/ folder); "
                             "build the grid first (`mmgrid build CONFIG` or `mmgrid demo`) or pass --registry PATH.")
     executor = executor_from_args(args, cfg)
-    reg = Registry.open(cfg.registry)
+    reg = Registry.open(cfg.registry_root)
     try:
-        options = StudyOptions(load_prepared(cfg.prepared), None if isinstance(executor, LocalExecutor) else executor,
+        options = StudyOptions(load_prepared(cfg.prepared_dir), None if isinstance(executor, LocalExecutor) else executor,
                                params)
         _, text = run_study(args.name, cfg, reg, options)
     finally:
