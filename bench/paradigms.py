@@ -226,18 +226,7 @@ def evaluate_rank_arms(cfg, paradigm: str, eval_users: int, arms: dict[str, dict
             model = par.load(load_checkpoint(registry, cid), dom, params)
             model.eval()
             path = beams_dir / f"{beams_key}-{domain}.json"
-            if path.exists():
-                beams = json.loads(path.read_text())
-            else:
-                beams = []
-                bs = int(model.mmgrid_text.params.rank_batch)
-                for s in range(0, ev.n, ev.batch_size):
-                    rows = ev.by_length[s:s + ev.batch_size]
-                    for c in range(0, len(rows), bs):
-                        chunk = rows[c:c + bs]
-                        texts, scores = par.generate(model, [ev.histories[i] for i in chunk])
-                        beams.append({"rows": chunk.tolist(), "texts": texts, "scores": scores.tolist()})
-                path.write_text(json.dumps(beams))
+            beams = cached_beams(par, model, ev, path)
         for label, over in arms.items():
             t0 = time.perf_counter()
             if beams is not None:
@@ -258,6 +247,25 @@ def evaluate_rank_arms(cfg, paradigm: str, eval_users: int, arms: dict[str, dict
             cell["ids"][domain] = cid
             cell["domains"][domain] = {"users": ev.users.tolist(), "model": hits(ranked, ev.targets)}
     return cells
+
+
+def cached_beams(par, model, ev, path: Path) -> list[dict]:
+    """The text model's beams for every example of ``ev``, generated in the batches :class:`Evaluator`
+    and ``TextParadigm.rank`` use (so grounding them gives the paradigm's own ranking), cached as JSON at
+    ``path``: ``[{"rows": example indices, "texts": [[beam, ...], ...], "scores": [[...], ...]}, ...]``."""
+    if path.exists():
+        return json.loads(path.read_text())
+    beams = []
+    bs = int(model.mmgrid_text.params.rank_batch)
+    for s in range(0, ev.n, ev.batch_size):
+        rows = ev.by_length[s:s + ev.batch_size]
+        for c in range(0, len(rows), bs):
+            chunk = rows[c:c + bs]
+            texts, scores = par.generate(model, [ev.histories[i] for i in chunk])
+            beams.append({"rows": chunk.tolist(), "texts": texts, "scores": scores.tolist()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(beams))
+    return beams
 
 
 def pooled(cells: list[dict], who: str, metric: str) -> np.ndarray:

@@ -60,8 +60,12 @@ NOTE="by bench/run_all.sh: the runs this record reads were re-used from the cach
 step paradigms "$PY" bench/paradigms.py --budget 1500 6000 --out "$C/paradigms"
 # MovieLens-100K (RecBole 1.2.1's files, fetched from PyPI by `mmgrid fetch-ml100k`): every paradigm against SASRec
 step paradigms bash -c "\"$PY\" -m mmgrid fetch-ml100k && \"$PY\" -m mmgrid prepare grids/ml100k.yaml && \"$PY\" bench/paradigms.py \
-  --grid grids/ml100k.yaml --seeds 0 1 2 --paradigms sasrec semid text --arm id10=emb:id_embeddings=true,id_scale=10 \
+  --grid grids/ml100k.yaml --budget 12000 --seeds 0 1 2 --paradigms sasrec semid text --arm id10=emb:id_embeddings=true,id_scale=10 \
   --out \"$C/ml100k\" --targets --as emb=id10 --record ml100k"
+# where text's hits come from on MovieLens-100K (the titles it generates) and on the default preset, for comparison
+step text_titles "$PY" bench/text_titles.py --grid grids/ml100k.yaml --budget 12000 --seeds 0 1 2 --out "$C/ml100k" \
+  --record text_titles_ml100k
+step text_titles "$PY" bench/text_titles.py --preset default --seeds 0 1 2 --out "$C/paradigms" --record text_titles
 step paradigms "$PY" bench/paradigms.py --preset dense_short_text amazon_table1 --paradigms emb sasrec \
   --arm emb-id=emb:id_embeddings=true,id_scale=10 --out "$C/paradigms" --record paradigms_emb_id
 step paradigms "$PY" bench/paradigms.py --valid --preset amazon_table1 dense_short_text default \
