@@ -17,6 +17,8 @@ script builds (or reuses, by id) the text paradigm's p2 checkpoints exactly as
 - ``R@10``: the grounded ranking's Recall@10 (the paradigm's defaults); ``R@10 where generated``
   and ``R@10 where not``: the same over the examples whose target title is among the beams, and
   over the others;
+- ``most-popular R@10``: the same examples ranked by training-phase counts (``mmgrid eval``'s
+  baseline), to read ``R@10 where not`` against;
 - ``distinct best``: distinct best-beam titles over all examples, against the catalog size
   (a model that writes the same few titles for everyone has collapsed onto popular ones).
 
@@ -46,9 +48,10 @@ sys.path.insert(0, str(HERE.parent))
 
 import numpy as np
 
-STATS = ["valid", "best_is_target", "target_in_beams", "recall", "recall_found", "recall_missed"]
+STATS = ["valid", "best_is_target", "target_in_beams", "recall", "recall_found", "recall_missed", "popular"]
 LABELS = {"valid": "valid", "best_is_target": "best = target", "target_in_beams": "target in beams",
-          "recall": "R@10", "recall_found": "R@10 where generated", "recall_missed": "R@10 where not"}
+          "recall": "R@10", "recall_found": "R@10 where generated", "recall_missed": "R@10 where not",
+          "popular": "most-popular R@10"}
 
 
 def seed_stats(args: argparse.Namespace, seed: int, width: int) -> dict[str, dict]:
@@ -56,6 +59,7 @@ def seed_stats(args: argparse.Namespace, seed: int, width: int) -> dict[str, dic
     (the beams generated once and cached as JSON)."""
     import paradigms as P
 
+    from mmgrid.eval.popular import popular_ranking
     from mmgrid.eval.ranking import Evaluator
     from mmgrid.paradigms import get_paradigm
     from mmgrid.runtime.checkpoints import load_checkpoint
@@ -98,6 +102,9 @@ def seed_stats(args: argparse.Namespace, seed: int, width: int) -> dict[str, dic
                 texts[i] = row
         ex = title_stats(texts, [titles[int(t)] for t in ev.targets], catalog)
         ex["recall"] = np.asarray(P.hits(ranked, ev.targets)["recall"])
+        pop = popular_ranking(dom.popularity(list(cfg.train.stages)), P.K,
+                              ev.histories if cfg.eval.popular_exclude_history else None)
+        ex["popular"] = np.asarray(P.hits(np.broadcast_to(pop, (ev.n, pop.shape[-1])), ev.targets)["recall"])
         out[domain] = {"users": ev.users, **ex, "distinct_best": len({row[0] for row in texts}), "n_items": dom.n_items}
     return out
 
@@ -134,7 +141,7 @@ def table(args: argparse.Namespace, cells: dict[int, dict[int, dict]]) -> str:
         for seed in args.seeds:
             for d in by_seed[seed].values():
                 users, found = np.asarray(d["users"]), d["target_in_beams"] > 0
-                for s in STATS[:4]:
+                for s in STATS[:4] + ["popular"]:
                     cols[s].append(user_means(users, d[s]))
                 cols["recall_found"].append(user_means(users, d["recall"], found))
                 cols["recall_missed"].append(user_means(users, d["recall"], ~found))

@@ -41,10 +41,10 @@ def test_the_table_splits_recall_by_whether_generation_found_the_target(bench) -
     # user 0 0/1, user 1 1/2 -> 0.25.
     d = {"users": np.array([0, 0, 1, 1]), "valid": np.array([1.0, 1.0, 0.5, 0.5]),
          "best_is_target": np.array([1.0, 0, 0, 0]), "target_in_beams": np.array([1.0, 0, 0, 0]),
-         "recall": np.array([1.0, 0, 1.0, 0]), "distinct_best": 2, "n_items": 5}
+         "recall": np.array([1.0, 0, 1.0, 0]), "popular": np.array([0, 0, 0, 1.0]), "distinct_best": 2, "n_items": 5}
     args = argparse.Namespace(preset="p", budget=10, seeds=[0])
     row = next(line for line in bench.table(args, {4: {0: {"D": d}}}).splitlines() if line.startswith("| 4 |"))
     cols = [c.strip() for c in row.split("|")[1:-1]]
-    means = [float(c.split(" ")[0]) for c in cols[1:7]]
-    np.testing.assert_allclose(means, [0.75, 0.25, 0.25, 0.5, 1.0, 0.25])
-    assert cols[7] == "2 / 5"
+    means = [float(c.split(" ")[0]) for c in cols[1:8]]
+    np.testing.assert_allclose(means, [0.75, 0.25, 0.25, 0.5, 1.0, 0.25, 0.25])
+    assert cols[8] == "2 / 5"
