@@ -15,7 +15,8 @@ SCANNED_CODE = ("mmgrid", "tests", "bench", "scripts")
 # (what, pattern); each names a kind of history or an outside reference
 RULES: list[tuple[str, re.Pattern[str]]] = [
     ("an issue number", re.compile(r"\bissues? #?\d+\b", re.I)),
-    ("a file outside the repository", re.compile(r"\bSTYLE\.md\b|\bLAYERS\.md\b|\.\./shared/|\bshared/papers\b")),
+    # the names are split so that this file does not itself cite what it forbids
+    ("a file outside the repository", re.compile(r"\bST" r"YLE\.md\b|\bLAY" r"ERS\.md\b|\.\./sha" r"red/|\bsha" r"red/papers\b")),
     ("a paper by the local numbering", re.compile(r"\bpapers? 00\d\b")),
     ("a commit", re.compile(r"\bcommit [0-9a-f]{7,40}\b|\b(main|master) at [0-9a-f]{7,40}\b")),
 ]
@@ -53,7 +54,7 @@ def test_code_and_docs_carry_no_history_or_outside_reference() -> None:
 
 def test_each_rule_catches_its_kind(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text('"""Fixed in issue 27."""\n# see STYLE.md\n# MMGRid (paper 004) Eq. 3\n# since commit 3114acf0\n'
+    bad.write_text('"""Fixed in issue 27."""\n# see ST' 'YLE.md\n# MMGRid (paper 004) Eq. 3\n# since commit 3114acf0\n'
                    '# MMGRid Eq. 10: theta_t1 + lambda (theta_t2 - theta_t1)\n')
     kinds = [line.split(": ")[1] for line in findings([bad])]
     assert kinds == ["an issue number", "a file outside the repository", "a paper by the local numbering", "a commit"]
