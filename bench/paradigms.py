@@ -546,10 +546,6 @@ def _cell_key(cfg, paradigm: str, args: argparse.Namespace) -> str:
 
 if __name__ == "__main__":
     sys.path.append(str(HERE))  # last, so that it shadows nothing
-    from record import recorded  # bench/record.py: writes bench/results/paradigms.md (--record NAME: NAME.md)
+    from record import run_recorded  # bench/record.py: writes bench/results/paradigms.md (--record NAME: NAME.md)
 
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--record", default="paradigms")
-    with recorded(pre.parse_known_args()[0].record):
-        rc = main()
-    raise SystemExit(rc)
+    run_recorded(main, "paradigms")

@@ -208,10 +208,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.path.append(str(HERE))  # last, so that it shadows nothing
-    from record import recorded  # bench/record.py: writes bench/results/text_titles.md (--record NAME: NAME.md)
+    from record import run_recorded  # bench/record.py: writes bench/results/text_titles.md (--record NAME: NAME.md)
 
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--record", default="text_titles")
-    with recorded(pre.parse_known_args()[0].record):
-        rc = main()
-    raise SystemExit(rc)
+    run_recorded(main, "text_titles")
