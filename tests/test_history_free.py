@@ -1,6 +1,7 @@
 """Code and docs say what is: no issue numbers, no commit hashes in prose, no file outside the repository.
 
-Scanned: every ``.py`` under mmgrid/, tests/, bench/ and scripts/, and README.md and docs/*.md. How mmgrid
+Scanned: every ``.py`` under mmgrid/, tests/, bench/ and scripts/ outside hidden folders and installed
+packages (virtual environments such as bench/.venv-mergekit hold other projects' code), and README.md and docs/*.md. How mmgrid
 came to be lives in CHANGELOG.md and in the benchmarks' records (bench/results/), which are not scanned.
 """
 
@@ -40,9 +41,16 @@ def findings(paths: list[Path]) -> list[str]:
     return out
 
 
+def _installed(path: Path) -> bool:
+    """Whether ``path`` lies in a hidden folder (a virtual environment such as .venv or CI's
+    bench/.venv-mergekit, a cache) or in an installed package: other projects' code, not mmgrid's."""
+    parts = path.relative_to(REPO).parts[:-1]
+    return any(part.startswith(".") or part == "site-packages" for part in parts)
+
+
 def scanned() -> list[Path]:
     code = [p for d in SCANNED_CODE if (REPO / d).is_dir() for p in sorted((REPO / d).rglob("*.py"))
-            if ".venv" not in p.parts and p.resolve() != THIS]
+            if not _installed(p) and p.resolve() != THIS]
     return code + [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
@@ -50,6 +58,14 @@ def test_code_and_docs_carry_no_history_or_outside_reference() -> None:
     found = findings(scanned())
     assert not found, ("code and docs say what is (history goes to CHANGELOG.md or a benchmark's record under "
                        "bench/results/):\n" + "\n".join(found))
+
+
+def test_virtual_environments_are_not_scanned() -> None:
+    assert _installed(REPO / "bench/.venv-mergekit/lib/python3.11/site-packages/dill/_dill.py")
+    assert _installed(REPO / ".venv/lib/python3.11/site-packages/x.py")
+    assert _installed(REPO / "tests/vendored/site-packages/x.py")
+    assert not _installed(REPO / "bench/merge.py")
+    assert not _installed(REPO / "mmgrid/merge/mergekit/oracle.py")
 
 
 def test_each_rule_catches_its_kind(tmp_path: Path) -> None:
