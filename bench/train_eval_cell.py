@@ -50,7 +50,10 @@ def _imports():
         set_quiet(True)
     except ImportError:
         pass
-    from mmgrid.cli.demo import demo_config
+    try:
+        from mmgrid.cli.demo import demo_config
+    except ImportError:  # cd8b5a3: mmgrid/cli.py was one module and the demo's config lived in mmgrid/demo.py
+        from mmgrid.demo import demo_config
     from mmgrid.eval.ranking import Evaluator
     from mmgrid.paradigms import get_paradigm
     from mmgrid.train.loop import train_stage
