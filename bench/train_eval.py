@@ -37,6 +37,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -49,6 +50,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CELL = Path(__file__).resolve().parent / "train_eval_cell.py"
 PARADIGMS = ["text", "semid", "emb", "sasrec"]
 METRICS = ["recall@10", "ndcg@10", "recall@20", "ndcg@20"]
+BASELINE = "cd8b5a3"  # the default baseline code path (--baseline)
+
+
+@contextlib.contextmanager
+def baseline_tree(commit: str, path: Path):
+    """A detached ``git worktree`` of ``commit`` at ``path`` for the block's duration, removed after."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), commit],
+                   check=True, capture_output=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], capture_output=True)
 
 
 def run_cell(code_root: Path, label: str, out: Path, seed: int, paradigms: list[str], full: bool,
@@ -68,7 +81,7 @@ def run_cell(code_root: Path, label: str, out: Path, seed: int, paradigms: list[
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the quick demo config (a few minutes)")
-    ap.add_argument("--baseline", default="cd8b5a3", help="git commit of the baseline code path")
+    ap.add_argument("--baseline", default=BASELINE, help="git commit of the baseline code path")
     ap.add_argument("--paradigms", nargs="+", default=PARADIGMS)
     ap.add_argument("--seeds", type=int, default=3, help="training seeds of the current code (spread)")
     ap.add_argument("--repeats", type=int, default=3,
@@ -88,10 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     tmp = Path(tempfile.mkdtemp(prefix="mmgrid-bench-"))
-    base_tree = tmp / "baseline"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), args.baseline],
-                   check=True, capture_output=True)
-    try:
+    with baseline_tree(args.baseline, tmp / "baseline") as base_tree:
         # seed 0 of both paths, alternating, --repeats times (the machine may be shared: the best
         # rate of each path is reported), then the other training seeds of the current code
         olds, curs = [], []
@@ -112,9 +122,6 @@ def main(argv: list[str] | None = None) -> int:
                     ("current, workers", ROOT, one + ["exec.workers=0"]))
             builds = {label: run_cell(root, label, tmp / f"build-{label.replace(', ', '-')}", 0, ["demo-build"],
                                       not args.quick, args.overrides + extra) for label, root, extra in runs}
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
-                       capture_output=True)
     print(report(old, new, args))
     print(build_line(builds, args.baseline))
     if args.json:

@@ -8,6 +8,7 @@ function taken from the installed checkout instead would time the current code t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,6 +19,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = REPO / "bench" / "train_eval_cell.py"
+_spec = importlib.util.spec_from_file_location("bench_train_eval", REPO / "bench" / "train_eval.py")
+DRIVER = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(DRIVER)
 NEEDED = {"write_world", "prepare", "open_prepared", "open_registry", "derive_seed", "seed_everything",
           "set_threads", "get_base", "demo_config", "Evaluator", "get_paradigm", "train_stage"}
 PROBE = """
@@ -50,15 +54,9 @@ def test_cell_imports_the_current_layout() -> None:
 
 
 def test_cell_imports_the_baseline_layout(tmp_path: Path) -> None:
-    baseline = next(a.split("=", 1)[1].strip("\"'), ") for line in (REPO / "bench" / "train_eval.py").read_text().splitlines()
-                    if '"--baseline"' in line for a in line.split() if a.startswith("default="))
+    baseline = DRIVER.BASELINE
     have = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{baseline}^{{commit}}"], capture_output=True)
     if have.returncode != 0:
         pytest.skip(f"the baseline commit {baseline} is not in this clone's history (a shallow clone)")
-    tree = tmp_path / "baseline"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), baseline], check=True,
-                   capture_output=True)
-    try:
+    with DRIVER.baseline_tree(baseline, tmp_path / "baseline") as tree:
         _check(tree)
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True)
